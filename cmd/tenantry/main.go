@@ -1,0 +1,80 @@
+// Command tenantry is Tenantry's command-line tool.
+//
+//	tenantry dev    start a local host and tenant control planes
+//
+// Run `tenantry <command> --help` for a command's flags.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+// command is one subcommand: its flags, and what it does with them.
+type command struct {
+	name    string
+	summary string
+	flags   func(fs *flag.FlagSet) func(ctx context.Context) error
+}
+
+var commands = []command{devCommand}
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Stderr))
+}
+
+func run(args []string, stderr io.Writer) int {
+	if len(args) == 0 || args[0] == "help" || args[0] == "-h" || args[0] == "--help" {
+		usage(stderr)
+		if len(args) == 0 {
+			return 2
+		}
+		return 0
+	}
+	for _, c := range commands {
+		if c.name != args[0] {
+			continue
+		}
+		fs := flag.NewFlagSet("tenantry "+c.name, flag.ContinueOnError)
+		fs.SetOutput(stderr)
+		fs.Usage = func() {
+			fmt.Fprintf(stderr, "Usage: tenantry %s [flags]\n\n%s\n\nFlags:\n", c.name, c.summary)
+			fs.PrintDefaults()
+		}
+		action := c.flags(fs)
+		if err := fs.Parse(args[1:]); err != nil {
+			if errors.Is(err, flag.ErrHelp) {
+				return 0
+			}
+			return 2
+		}
+		if fs.NArg() > 0 {
+			fmt.Fprintf(stderr, "tenantry %s: unexpected arguments %q\n", c.name, fs.Args())
+			return 2
+		}
+		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+		defer stop()
+		if err := action(ctx); err != nil {
+			fmt.Fprintf(stderr, "tenantry %s: %v\n", c.name, err)
+			return 1
+		}
+		return 0
+	}
+	fmt.Fprintf(stderr, "tenantry: unknown command %q\n\n", args[0])
+	usage(stderr)
+	return 2
+}
+
+func usage(w io.Writer) {
+	fmt.Fprintln(w, "Usage: tenantry <command> [flags]\n\nCommands:")
+	for _, c := range commands {
+		fmt.Fprintf(w, "  %-8s %s\n", c.name, c.summary)
+	}
+	fmt.Fprintln(w, "\nRun 'tenantry <command> --help' for a command's flags.")
+}

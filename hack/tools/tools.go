@@ -1,0 +1,10 @@
+//go:build tools
+
+// Package tools records the packages this module builds, so that go mod tidy
+// keeps their requirements. See the Makefile targets envtest and generate.
+package tools
+
+import (
+	_ "k8s.io/kubernetes/cmd/kube-apiserver"
+	_ "sigs.k8s.io/controller-tools/cmd/controller-gen"
+)

@@ -1,0 +1,243 @@
+package testing
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"sync"
+
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+)
+
+// ControlPlane is one running Kubernetes control plane (etcd and
+// kube-apiserver) of an Environment.
+//
+// Clients reach it through a TCP proxy whose address never changes, so a
+// *rest.Config or kubeconfig handed out once keeps working after the API
+// server is stopped and started again, or after a network cut is healed.
+// All methods are safe for concurrent use.
+type ControlPlane struct {
+	name    string
+	certDir string
+	env     *envtest.Environment
+	proxy   *tcpProxy
+	config  *rest.Config
+
+	mu           sync.Mutex
+	apiServerUp  bool
+	disconnected bool
+	stopped      bool
+}
+
+// startControlPlane starts etcd and kube-apiserver behind a new proxy, and
+// installs the CRDs found in crdPaths.
+func startControlPlane(name string, opts *Options, crdPaths []string) (_ *ControlPlane, retErr error) {
+	// A certificate directory of our own survives an API server restart, so
+	// the serving certificate and the client CA stay the same: clients built
+	// before the restart still trust the server, and the server them.
+	certDir, err := os.MkdirTemp("", "tenantry-"+name+"-")
+	if err != nil {
+		return nil, fmt.Errorf("control plane %q: creating certificate directory: %w", name, err)
+	}
+	defer func() {
+		if retErr != nil {
+			_ = os.RemoveAll(certDir)
+		}
+	}()
+
+	proxy, err := newTCPProxy()
+	if err != nil {
+		return nil, fmt.Errorf("control plane %q: %w", name, err)
+	}
+	defer func() {
+		if retErr != nil {
+			proxy.close()
+		}
+	}()
+
+	env := &envtest.Environment{
+		BinaryAssetsDirectory:    opts.BinaryAssetsDirectory,
+		CRDDirectoryPaths:        crdPaths,
+		ErrorIfCRDPathMissing:    true,
+		UseExistingCluster:       ptr.To(false),
+		ControlPlaneStartTimeout: opts.StartTimeout,
+		ControlPlaneStopTimeout:  opts.StopTimeout,
+		AttachControlPlaneOutput: opts.AttachControlPlaneOutput,
+	}
+	env.ControlPlane.APIServer = &envtest.APIServer{CertDir: certDir}
+	env.ControlPlane.APIServer.Configure().Set("service-account-issuer", "https://"+proxy.Addr())
+
+	cfg, err := env.Start()
+	if err != nil {
+		_ = env.Stop()
+		return nil, fmt.Errorf("control plane %q: starting envtest: %w", name, err)
+	}
+
+	cp := &ControlPlane{
+		name:        name,
+		certDir:     certDir,
+		env:         env,
+		proxy:       proxy,
+		config:      rest.CopyConfig(cfg),
+		apiServerUp: true,
+	}
+	cp.config.Host = "https://" + proxy.Addr()
+	if err := cp.routeLocked(); err != nil {
+		_ = env.Stop()
+		return nil, err
+	}
+	return cp, nil
+}
+
+// Name is the control plane's name: "host", or "tenant-<i>" for the i-th
+// tenant, counting from 1.
+func (c *ControlPlane) Name() string { return c.name }
+
+// Address is the stable host:port where the control plane's API server
+// answers, through its proxy.
+func (c *ControlPlane) Address() string { return c.proxy.Addr() }
+
+// Config returns a new copy of a cluster-admin *rest.Config for the control
+// plane. Callers may change their copy freely.
+func (c *ControlPlane) Config() *rest.Config { return rest.CopyConfig(c.config) }
+
+// Kubeconfig returns a self-contained kubeconfig with the same credentials
+// as Config, with one cluster, user and context, each named after the control
+// plane, and that context current.
+func (c *ControlPlane) Kubeconfig() ([]byte, error) {
+	kc := clientcmdapi.NewConfig()
+	kc.Clusters[c.name] = &clientcmdapi.Cluster{
+		Server:                   c.config.Host,
+		CertificateAuthorityData: c.config.CAData,
+	}
+	kc.AuthInfos[c.name] = &clientcmdapi.AuthInfo{
+		ClientCertificateData: c.config.CertData,
+		ClientKeyData:         c.config.KeyData,
+	}
+	kc.Contexts[c.name] = &clientcmdapi.Context{Cluster: c.name, AuthInfo: c.name}
+	kc.CurrentContext = c.name
+	data, err := clientcmd.Write(*kc)
+	if err != nil {
+		return nil, fmt.Errorf("control plane %q: writing kubeconfig: %w", c.name, err)
+	}
+	return data, nil
+}
+
+// StopAPIServer stops the kube-apiserver process; etcd, and so every stored
+// object, stays. Until StartAPIServer, connecting to Address is refused and
+// open connections are cut, as with a crashed server.
+func (c *ControlPlane) StopAPIServer() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.stopped {
+		return fmt.Errorf("control plane %q: %w", c.name, ErrStopped)
+	}
+	if !c.apiServerUp {
+		return nil
+	}
+	c.apiServerUp = false
+	if err := c.routeLocked(); err != nil {
+		return err
+	}
+	if err := c.env.ControlPlane.APIServer.Stop(); err != nil {
+		return fmt.Errorf("control plane %q: stopping kube-apiserver: %w", c.name, err)
+	}
+	return nil
+}
+
+// StartAPIServer starts the kube-apiserver that StopAPIServer stopped, on the
+// same etcd and with the same certificates, and returns once it is healthy.
+// It serves at the same Address, so clients built before the stop work again.
+func (c *ControlPlane) StartAPIServer() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.stopped {
+		return fmt.Errorf("control plane %q: %w", c.name, ErrStopped)
+	}
+	if c.apiServerUp {
+		return nil
+	}
+	// The process listens on a fresh port behind the proxy, so nothing that
+	// took the old port in the meantime can stand in its way.
+	s := c.env.ControlPlane.APIServer
+	s.SecureServing.Port = ""
+	s.SecurePort = 0
+	if err := s.Start(); err != nil {
+		return fmt.Errorf("control plane %q: restarting kube-apiserver: %w", c.name, err)
+	}
+	c.apiServerUp = true
+	return c.routeLocked()
+}
+
+// Disconnect partitions the control plane from its clients while it keeps
+// running: open connections are cut, and new ones are accepted but never
+// answered, so clients wait until their own timeouts, as when a network
+// drops packets. Use StopAPIServer to model a crash instead.
+func (c *ControlPlane) Disconnect() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.stopped {
+		return fmt.Errorf("control plane %q: %w", c.name, ErrStopped)
+	}
+	c.disconnected = true
+	return c.routeLocked()
+}
+
+// Reconnect heals a partition made by Disconnect.
+func (c *ControlPlane) Reconnect() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.stopped {
+		return fmt.Errorf("control plane %q: %w", c.name, ErrStopped)
+	}
+	c.disconnected = false
+	return c.routeLocked()
+}
+
+// routeLocked points the proxy where the control plane's state says: a
+// partition wins over everything, then a stopped API server.
+func (c *ControlPlane) routeLocked() error {
+	var err error
+	switch {
+	case c.disconnected:
+		err = c.proxy.set(blackhole, "")
+	case !c.apiServerUp:
+		err = c.proxy.set(refuse, "")
+	default:
+		err = c.proxy.set(forward, c.apiServerAddr())
+	}
+	if err != nil {
+		return fmt.Errorf("control plane %q: %w", c.name, err)
+	}
+	return nil
+}
+
+// stop tears the control plane down for good and removes its files.
+func (c *ControlPlane) stop() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.stopped {
+		return nil
+	}
+	c.stopped = true
+	c.proxy.close()
+	var errs []error
+	if err := c.env.Stop(); err != nil {
+		errs = append(errs, fmt.Errorf("control plane %q: stopping envtest: %w", c.name, err))
+	}
+	if err := os.RemoveAll(c.certDir); err != nil {
+		errs = append(errs, fmt.Errorf("control plane %q: removing certificates: %w", c.name, err))
+	}
+	return errors.Join(errs...)
+}
+
+// apiServerAddr is where the kube-apiserver process itself listens.
+func (c *ControlPlane) apiServerAddr() string {
+	l := c.env.ControlPlane.APIServer.SecureServing.ListenAddr
+	return net.JoinHostPort(l.Address, l.Port)
+}
