@@ -1,0 +1,65 @@
+// Package clusterregistry runs one dependency-injected controller-runtime
+// manager per cluster.
+//
+// A RemoteClusterRegistry is built with fx modules (fx.Option values). Spawn
+// builds, for the named cluster, an fx.App of its own that holds a
+// controller-runtime manager made from the cluster's *rest.Config, applies
+// every module to it and starts it. Stop tears that app down through its fx
+// lifecycle. WithClient lends the cluster's client to code outside the app,
+// such as host-side reconcilers that act inside a tenant cluster.
+//
+// # What a module can ask for
+//
+// Inside a spawned app a module's constructors and invokes can take:
+//
+//   - manager.Manager: the cluster's manager (no metrics or health
+//     listener, no webhook server, no leader election: the management
+//     manager owns those);
+//   - client.Client: the cluster's client (cached reads, direct writes);
+//   - client.Client tagged `name:"manage-client"`: the management cluster's
+//     client given to New;
+//   - string tagged `name:"cluster-name"`: the name given to Spawn;
+//   - *rest.Config: the cluster's config (a copy; the caller's is never
+//     changed);
+//   - logr.Logger: the registry's logger with the key "cluster" set.
+//
+// A reconciler is added with fx.Invoke:
+//
+//	var ConfigMapLogger = fx.Module("configmap-logger",
+//		fx.Invoke(func(mgr manager.Manager, log logr.Logger) error {
+//			return builder.ControllerManagedBy(mgr).
+//				For(&corev1.ConfigMap{}).
+//				Complete(reconcile.Func(func(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
+//					log.Info("configmap changed", "namespace", req.Namespace, "name", req.Name)
+//					return reconcile.Result{}, nil
+//				}))
+//		}),
+//	)
+//
+// The same module runs for every cluster. controller-runtime refuses two
+// controllers of one name in a process, so tenant managers skip that check;
+// its metrics are labelled by controller name only, so a module that wants
+// them per cluster names its controllers with the cluster name, for example
+// builder.Named(cluster + "-configmap").
+//
+// # Life of a cluster
+//
+// Spawn returns once the cluster's API server has answered an authenticated
+// request, the modules have run and the manager's caches, including every
+// controller's sources, have synced; or with an error, leaving nothing
+// running, after at most Options.SpawnTimeout. A running cluster is then
+// watched: if its manager exits on its own, or its API server fails health
+// checks for Options.UnhealthyTimeout, the registry logs it, tears the app
+// down and reports the cluster Failed (Status, List, Subscribe). The name
+// stays taken until Stop, so the owner, typically the VirtualCluster
+// reconciler, sees the failure and re-spawns. A cluster's failure never
+// touches another's, and never ends the process.
+//
+// # Metrics
+//
+// The registry exports, through controller-runtime's metrics registry:
+// tenantry_registry_clusters{state}, tenantry_registry_cluster_state{cluster,
+// state}, tenantry_registry_cluster_failures_total{cluster}, and the
+// histograms tenantry_registry_spawn_duration_seconds{result} and
+// tenantry_registry_stop_duration_seconds{result}.
+package clusterregistry

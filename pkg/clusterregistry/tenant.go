@@ -1,0 +1,230 @@
+package clusterregistry
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/go-logr/logr"
+	"go.uber.org/fx"
+	"k8s.io/client-go/discovery"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/util/flowcontrol"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	ctrlconfig "sigs.k8s.io/controller-runtime/pkg/config"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	"github.com/tenantry/tenantry/pkg/fxlogr"
+)
+
+// Names of the values a module can ask for by tag.
+const (
+	// ManageClientName tags the management cluster's client.Client:
+	// `name:"manage-client"`.
+	ManageClientName = "manage-client"
+	// ClusterNameName tags the cluster's name, a string: `name:"cluster-name"`.
+	ClusterNameName = "cluster-name"
+)
+
+const (
+	// probeTimeout bounds one health check of a cluster's API server.
+	probeTimeout = 5 * time.Second
+	// dialTimeout bounds opening a connection, as client-go's default does.
+	dialTimeout = 30 * time.Second
+)
+
+// tenant is one cluster's running app.
+type tenant struct {
+	app    *fx.App
+	client client.Client
+	probe  func(context.Context) error
+	dialer *dialer
+
+	// run is the manager's context; exited is closed, with exitErr set,
+	// once its Start returned.
+	cancelRun context.CancelFunc
+	exited    chan struct{}
+	exitErr   error
+}
+
+// startTenant reaches the cluster, builds its app and starts it, all within
+// Options.SpawnTimeout and until c is stopped. On error nothing is left
+// running.
+func (r *RemoteClusterRegistry) startTenant(c *cluster, config *rest.Config) (_ *tenant, retErr error) {
+	ctx, cancel := context.WithTimeout(c.ctx, r.opts.SpawnTimeout)
+	defer cancel()
+	defer func() {
+		if retErr != nil && c.ctx.Err() != nil {
+			retErr = fmt.Errorf("cluster %q: %w (%w)", c.name, ErrStopped, retErr)
+		}
+	}()
+
+	cfg := rest.CopyConfig(config)
+	if cfg.UserAgent == "" {
+		cfg.UserAgent = rest.DefaultKubernetesUserAgent() + " tenantry-cluster/" + c.name
+	}
+	// A dialer of the cluster's own: its connections are closed when the
+	// cluster stops, so no idle connection (and no goroutine serving one)
+	// outlives it, and no transport is shared with another cluster.
+	t := &tenant{dialer: newDialer(cfg.Dial), exited: make(chan struct{})}
+	cfg.Dial = t.dialer.DialContext
+	defer func() {
+		if retErr != nil {
+			t.dialer.Close()
+		}
+	}()
+
+	probe, err := newProbe(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("cluster %q: %w", c.name, err)
+	}
+	t.probe = probe
+	if err := probe(ctx); err != nil {
+		return nil, fmt.Errorf("cluster %q: %w", c.name, err)
+	}
+
+	t.app = fx.New(
+		fxlogr.WithLogger(c.log),
+		fx.RecoverFromPanics(),
+		fx.StartTimeout(r.opts.SpawnTimeout),
+		fx.StopTimeout(r.opts.GracefulShutdownTimeout+5*time.Second),
+		fx.Supply(
+			fx.Annotated{Name: ClusterNameName, Target: c.name},
+			c.log,
+		),
+		fx.Provide(
+			func() *rest.Config { return rest.CopyConfig(cfg) },
+			fx.Annotate(func() client.Client { return r.opts.ManageClient }, fx.ResultTags(`name:"`+ManageClientName+`"`)),
+			func(lc fx.Lifecycle, cfg *rest.Config, log logr.Logger) (manager.Manager, error) {
+				return r.newManager(lc, t, cfg, log)
+			},
+			func(m manager.Manager) client.Client { return m.GetClient() },
+		),
+		fx.Options(r.modules...),
+		fx.Populate(&t.client), // builds the manager even if no module asks for it
+	)
+	if err := t.app.Err(); err != nil {
+		return nil, fmt.Errorf("cluster %q: building app: %w", c.name, err)
+	}
+	if err := t.app.Start(ctx); err != nil {
+		return nil, fmt.Errorf("cluster %q: starting app: %w", c.name, err)
+	}
+	return t, nil
+}
+
+// newManager builds the cluster's controller-runtime manager and hooks its
+// start and stop into the app's lifecycle.
+func (r *RemoteClusterRegistry) newManager(lc fx.Lifecycle, t *tenant, cfg *rest.Config, log logr.Logger) (manager.Manager, error) {
+	mgr, err := manager.New(cfg, manager.Options{
+		Scheme:                  r.opts.Scheme,
+		Logger:                  log,
+		Metrics:                 metricsserver.Options{BindAddress: "0"},
+		HealthProbeBindAddress:  "0",
+		LeaderElection:          false,
+		WebhookServer:           noWebhookServer{},
+		GracefulShutdownTimeout: ptr.To(r.opts.GracefulShutdownTimeout),
+		Controller: ctrlconfig.Controller{
+			// Every cluster runs the same modules, so the same controller
+			// names: controller-runtime's process-wide uniqueness check would
+			// refuse the second cluster.
+			SkipNameValidation: ptr.To(true),
+			// Warm-up starts each controller's sources before its workers,
+			// which lets Spawn wait until they have synced.
+			EnableWarmup:     ptr.To(true),
+			CacheSyncTimeout: r.opts.SpawnTimeout,
+		},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("building manager: %w", err)
+	}
+	tracked := &readinessTracker{Manager: mgr}
+	lc.Append(fx.Hook{
+		OnStart: func(ctx context.Context) error { return t.startManager(ctx, tracked) },
+		OnStop:  func(ctx context.Context) error { return t.stopManager(ctx) },
+	})
+	return tracked, nil
+}
+
+// startManager starts mgr and waits until it is ready, it fails, or ctx ends.
+func (t *tenant) startManager(ctx context.Context, mgr *readinessTracker) error {
+	runCtx, cancel := context.WithCancel(context.Background())
+	t.cancelRun = cancel
+	go func() {
+		defer close(t.exited)
+		t.exitErr = mgr.Start(runCtx)
+	}()
+
+	readyCtx, stopWaiting := context.WithCancel(ctx)
+	defer stopWaiting()
+	ready := make(chan error, 1)
+	go func() { ready <- mgr.waitReady(readyCtx) }()
+	select {
+	case err := <-ready:
+		if err == nil {
+			return nil
+		}
+		cancel()
+		<-t.exited
+		return fmt.Errorf("waiting for caches to sync: %w", errors.Join(err, t.exitErr))
+	case <-t.exited:
+		cancel()
+		stopWaiting()
+		<-ready
+		if t.exitErr == nil {
+			return errors.New("manager exited while starting")
+		}
+		return fmt.Errorf("manager exited while starting: %w", t.exitErr)
+	}
+}
+
+// stopManager cancels the manager and waits, until ctx ends, for it to
+// drain its controllers and stop its caches.
+func (t *tenant) stopManager(ctx context.Context) error {
+	t.cancelRun()
+	select {
+	case <-t.exited:
+		if t.exitErr != nil && !errors.Is(t.exitErr, context.Canceled) {
+			return fmt.Errorf("manager stopped with an error: %w", t.exitErr)
+		}
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("manager did not stop in time: %w", ctx.Err())
+	}
+}
+
+// stop tears the app down and closes the cluster's connections.
+func (t *tenant) stop(ctx context.Context) error {
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	err := t.app.Stop(ctx)
+	t.dialer.Close()
+	if err != nil {
+		return fmt.Errorf("stopping app: %w", err)
+	}
+	return nil
+}
+
+// newProbe returns a health check of the API server behind cfg: an
+// authenticated discovery request (GET /api), so that it fails on a stopped
+// server, a cut network and rejected credentials alike. It waits for no
+// client-side rate limiter.
+func newProbe(cfg *rest.Config) (func(context.Context) error, error) {
+	pcfg := rest.CopyConfig(cfg)
+	pcfg.Timeout = probeTimeout
+	pcfg.RateLimiter = flowcontrol.NewFakeAlwaysRateLimiter()
+	dc, err := discovery.NewDiscoveryClientForConfig(pcfg)
+	if err != nil {
+		return nil, fmt.Errorf("building health check client: %w", err)
+	}
+	host := cfg.Host
+	return func(ctx context.Context) error {
+		if err := dc.RESTClient().Get().AbsPath("/api").Do(ctx).Error(); err != nil {
+			return fmt.Errorf("%w: %s: %w", ErrUnreachable, host, err)
+		}
+		return nil
+	}, nil
+}
