@@ -47,7 +47,9 @@ fmt-check: ## Fail if any Go file is not gofmt-formatted.
 
 .PHONY: generate
 generate: $(CONTROLLER_GEN) ## Regenerate deepcopy code, CRDs and RBAC from kubebuilder markers.
-	$(CONTROLLER_GEN) object paths=./pkg/...
+	$(CONTROLLER_GEN) object paths=./pkg/apis/...
+	$(CONTROLLER_GEN) crd paths=./pkg/apis/... output:crd:artifacts:config=config/crd/bases
+	$(CONTROLLER_GEN) rbac:roleName=tenantry-manager paths=./controllers/... output:rbac:artifacts:config=config/rbac
 
 .PHONY: build
 build: ## Build the binaries into bin/.

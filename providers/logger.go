@@ -13,6 +13,8 @@ import (
 	"github.com/go-logr/zapr"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
+	"k8s.io/klog/v2"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 )
 
 // maxVerbosity is the highest logr V-level that --log-level accepts.
@@ -101,4 +103,12 @@ func parseLevel(s string) (zapcore.Level, error) {
 		return 0, fmt.Errorf("invalid log level %q: want debug, info, warn, error or a verbosity from 0 to %d", s, maxVerbosity)
 	}
 	return zapcore.Level(-v), nil
+}
+
+// SetProcessLoggers routes controller-runtime's and klog's global loggers
+// (client-go logs through klog) to log. They are process-wide and not safe to
+// change while clients run: call it once, early in main.
+func SetProcessLoggers(log logr.Logger) {
+	ctrllog.SetLogger(log)
+	klog.SetLoggerWithOptions(log, klog.ContextualLogger(true))
 }

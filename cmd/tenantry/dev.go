@@ -7,8 +7,6 @@ import (
 	"os"
 	"path/filepath"
 
-	ctrl "sigs.k8s.io/controller-runtime"
-
 	tenantrytest "github.com/tenantry/tenantry/pkg/testing"
 	"github.com/tenantry/tenantry/providers"
 )
@@ -21,7 +19,7 @@ var devCommand = command{
 			logOpts providers.LoggerOptions
 			tenants = fs.Int("tenants", 2, "Number of tenant control planes.")
 			dir     = fs.String("dir", "", "Directory for the kubeconfig files (default: a new temporary directory, removed on exit).")
-			assets  = fs.String("assets", "", "Directory holding kube-apiserver and etcd (default: $"+tenantrytest.AssetsEnv+").")
+			assets  = fs.String("assets", "", "Directory holding kube-apiserver and etcd (default: $"+tenantrytest.AssetsEnv+", else this binary's own directory).")
 		)
 		logOpts.BindFlags(fs)
 		return func(ctx context.Context) error {
@@ -35,7 +33,7 @@ func runDev(ctx context.Context, logOpts providers.LoggerOptions, tenants int, d
 	if err != nil {
 		return err
 	}
-	ctrl.SetLogger(log)
+	providers.SetProcessLoggers(log)
 
 	if dir == "" {
 		if dir, err = os.MkdirTemp("", "tenantry-dev-"); err != nil {
@@ -46,7 +44,10 @@ func runDev(ctx context.Context, logOpts providers.LoggerOptions, tenants int, d
 		return fmt.Errorf("creating kubeconfig directory: %w", err)
 	}
 
-	log.Info("starting control planes", "tenants", tenants)
+	if assets == "" {
+		assets = defaultAssets()
+	}
+	log.Info("starting control planes", "tenants", tenants, "assets", assets)
 	env, err := tenantrytest.Start(ctx, tenantrytest.Options{Tenants: tenants, BinaryAssetsDirectory: assets})
 	if err != nil {
 		return err
@@ -72,4 +73,22 @@ func runDev(ctx context.Context, logOpts providers.LoggerOptions, tenants int, d
 	fmt.Println("Ready. Press Ctrl-C to stop.")
 	<-ctx.Done()
 	return nil
+}
+
+// defaultAssets is $KUBEBUILDER_ASSETS, or else the directory of this
+// binary when kube-apiserver sits beside it, as `make build envtest` leaves
+// them in bin/.
+func defaultAssets() string {
+	if dir := os.Getenv(tenantrytest.AssetsEnv); dir != "" {
+		return dir
+	}
+	self, err := os.Executable()
+	if err != nil {
+		return ""
+	}
+	dir := filepath.Dir(self)
+	if _, err := os.Stat(filepath.Join(dir, "kube-apiserver")); err != nil {
+		return ""
+	}
+	return dir
 }

@@ -39,6 +39,9 @@ var (
 	// ErrStopped is returned by a Spawn that a Stop of the same name ended
 	// before it finished.
 	ErrStopped = errors.New("controllers of cluster were stopped while starting")
+
+	// ErrClosed is returned by Spawn once Close has been called.
+	ErrClosed = errors.New("cluster registry is closed")
 )
 
 // Options configure a RemoteClusterRegistry. The zero value of every field
@@ -103,6 +106,7 @@ type RemoteClusterRegistry struct {
 	modules []fx.Option
 
 	mu          sync.RWMutex
+	closed      bool
 	clusters    map[string]*cluster
 	subscribers map[int]func(Status)
 	nextSub     int
@@ -148,6 +152,10 @@ func (r *RemoteClusterRegistry) Spawn(name string, config *rest.Config) error {
 
 	c := newCluster(name, r.opts.Logger.WithValues("cluster", name))
 	r.mu.Lock()
+	if r.closed {
+		r.mu.Unlock()
+		return fmt.Errorf("cluster %q: %w", name, ErrClosed)
+	}
 	if _, ok := r.clusters[name]; ok {
 		r.mu.Unlock()
 		return fmt.Errorf("cluster %q: %w", name, ErrAlreadyExist)
@@ -221,6 +229,31 @@ func (r *RemoteClusterRegistry) Stop(ctx context.Context, name string) error {
 	r.mu.RUnlock()
 	stopDuration.WithLabelValues(result(err)).Observe(time.Since(began).Seconds())
 	return err
+}
+
+// Close stops every cluster in parallel, as Stop does, and makes every later
+// Spawn fail with ErrClosed. Call it when the process shuts down. It returns
+// the errors of the Stops that failed, and ctx's error if it ends first.
+func (r *RemoteClusterRegistry) Close(ctx context.Context) error {
+	r.mu.Lock()
+	r.closed = true
+	names := make([]string, 0, len(r.clusters))
+	for name := range r.clusters {
+		names = append(names, name)
+	}
+	r.mu.Unlock()
+
+	errs := make([]error, len(names))
+	var wg sync.WaitGroup
+	for i, name := range names {
+		wg.Go(func() {
+			if err := r.Stop(ctx, name); !errors.Is(err, ErrNotExist) {
+				errs[i] = err
+			}
+		})
+	}
+	wg.Wait()
+	return errors.Join(errs...)
 }
 
 // WithClient runs f with the named cluster's client, the same one its modules

@@ -704,3 +704,37 @@ func matches[L interface {
 	}
 	return n == len(want)
 }
+
+func TestCloseStopsAllAndRefusesSpawns(t *testing.T) {
+	r := newRegistry(t, clusterregistry.Options{}, copyModule)
+	for _, name := range []string{"close-a", "close-b"} {
+		if err := r.Spawn(name, shared.Tenants[0].Config()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := r.Close(t.Context()); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	if list := r.List(); len(list) != 0 {
+		t.Fatalf("after Close: %v", list)
+	}
+	if err := r.Spawn("close-c", shared.Tenants[0].Config()); !errors.Is(err, clusterregistry.ErrClosed) {
+		t.Fatalf("Spawn after Close = %v, want ErrClosed", err)
+	}
+}
+
+func TestAsTenantModule(t *testing.T) {
+	var got []fx.Option
+	app := fx.New(
+		fx.NopLogger,
+		clusterregistry.AsTenantModule(copyModule),
+		clusterregistry.AsTenantModule(fx.Invoke(func() {})),
+		fx.Invoke(fx.Annotate(func(modules []fx.Option) { got = modules }, fx.ParamTags(`group:"tenant-modules"`))),
+	)
+	if err := app.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 2 {
+		t.Fatalf("group holds %d modules, want 2", len(got))
+	}
+}

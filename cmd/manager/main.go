@@ -1,0 +1,105 @@
+// Command manager is Tenantry's controller-manager. It runs in the
+// management (host) cluster, watches VirtualClusters, and runs one set of
+// tenant controllers per tenant cluster.
+//
+//	manager --kubeconfig host.kubeconfig
+//
+// Run `manager --help` for its flags. SIGINT or SIGTERM stops every tenant
+// cluster's controllers, then the manager, and exits.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"time"
+
+	"github.com/go-logr/logr"
+	"go.uber.org/fx"
+
+	"github.com/tenantry/tenantry/controllers/virtualcluster"
+	"github.com/tenantry/tenantry/providers"
+)
+
+// startTimeout bounds building and starting the app.
+const startTimeout = time.Minute
+
+// options are the manager's flags.
+type options struct {
+	providers.Options
+	VirtualCluster virtualcluster.Options
+}
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Stderr))
+}
+
+func run(args []string, stderr io.Writer) int {
+	var opts options
+	fs := flag.NewFlagSet("manager", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	opts.BindFlags(fs)
+	fs.IntVar(&opts.VirtualCluster.MaxConcurrentReconciles, "virtualcluster-concurrency", 4,
+		"VirtualClusters reconciled at once.")
+	fs.Usage = func() {
+		fmt.Fprintln(stderr, "Usage: manager [flags]\n\nTenantry's controller-manager: runs the controllers of every VirtualCluster's tenant cluster.\n\nFlags:")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		return 2
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "manager: unexpected arguments %q\n", fs.Args())
+		return 2
+	}
+
+	var log logr.Logger
+	app := newApp(opts, fx.Populate(&log))
+	if err := app.Err(); err != nil {
+		fmt.Fprintf(stderr, "manager: %v\n", err)
+		return 1
+	}
+	providers.SetProcessLoggers(log)
+	startCtx, cancel := context.WithTimeout(context.Background(), startTimeout)
+	defer cancel()
+	if err := app.Start(startCtx); err != nil {
+		fmt.Fprintf(stderr, "manager: starting: %v\n", err)
+		return 1
+	}
+	signal := <-app.Wait() // SIGINT, SIGTERM, or the manager stopping on its own
+	stopCtx, cancel := context.WithTimeout(context.Background(), stopTimeout(opts))
+	defer cancel()
+	if err := app.Stop(stopCtx); err != nil {
+		fmt.Fprintf(stderr, "manager: stopping: %v\n", err)
+		return 1
+	}
+	return signal.ExitCode
+}
+
+// newApp wires the management app: the providers, then every controller.
+// Adding a host-side controller is adding its module here; adding a tenant
+// one is adding a clusterregistry.AsTenantModule.
+func newApp(opts options, extra ...fx.Option) *fx.App {
+	return fx.New(
+		fx.Supply(opts.Options, opts.VirtualCluster),
+		fx.StopTimeout(stopTimeout(opts)),
+		providers.FxLogger,
+		providers.Module,
+		virtualcluster.Module,
+		fx.Options(extra...),
+	)
+}
+
+// stopTimeout leaves room for the tenant managers to drain, then the
+// management manager.
+func stopTimeout(opts options) time.Duration {
+	o := opts.Options
+	o.Default()
+	return 2*o.GracefulShutdownTimeout + 10*time.Second
+}

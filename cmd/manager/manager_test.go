@@ -1,0 +1,423 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr"
+	"go.uber.org/fx"
+	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
+
+	tenantryv1alpha1 "github.com/tenantry/tenantry/pkg/apis/tenantry/v1alpha1"
+	"github.com/tenantry/tenantry/pkg/clusterregistry"
+	tenantrytest "github.com/tenantry/tenantry/pkg/testing"
+	"github.com/tenantry/tenantry/providers"
+)
+
+// secretValue stands in for a credential: it must never reach a status,
+// an Event or a log line.
+const secretValue = "hunter2-SECRET-TOKEN-do-not-log"
+
+// lifecycle records which clusters' tenant apps start and stop, and the
+// API server each started against.
+type lifecycle struct {
+	mu      sync.Mutex
+	started map[string][]string // cluster -> hosts, one per start
+	stopped map[string]int
+}
+
+func (l *lifecycle) module() fx.Option {
+	return fx.Invoke(fx.Annotate(func(lc fx.Lifecycle, cluster string, cfg *rest.Config) {
+		lc.Append(fx.Hook{
+			OnStart: func(context.Context) error {
+				l.mu.Lock()
+				defer l.mu.Unlock()
+				l.started[cluster] = append(l.started[cluster], cfg.Host)
+				return nil
+			},
+			OnStop: func(context.Context) error {
+				l.mu.Lock()
+				defer l.mu.Unlock()
+				l.stopped[cluster]++
+				return nil
+			},
+		})
+	}, fx.ParamTags(``, `name:"cluster-name"`, ``)))
+}
+
+func (l *lifecycle) starts(cluster string) []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return append([]string(nil), l.started[cluster]...)
+}
+
+func (l *lifecycle) stops(cluster string) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.stopped[cluster]
+}
+
+// syncBuffer is a log sink that tests can read while the app writes.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+func TestMain(m *testing.M) {
+	// The binary sets the process's loggers in run(); tests build apps
+	// without it.
+	ctrllog.SetLogger(logr.Discard())
+	os.Exit(m.Run())
+}
+
+// TestManagementApp runs the management app in-process against a real host
+// and two real tenants, as `manager --kubeconfig host.kubeconfig` would.
+func TestManagementApp(t *testing.T) {
+	env := tenantrytest.New(t, tenantrytest.Options{
+		Tenants:               2,
+		HostCRDDirectoryPaths: []string{filepath.Join("..", "..", "config", "crd", "bases")},
+	})
+	host := newHostClient(t, env.Host)
+	kubeconfigs := map[string][]byte{}
+	for _, cp := range env.ControlPlanes() {
+		data, err := cp.Kubeconfig()
+		if err != nil {
+			t.Fatal(err)
+		}
+		kubeconfigs[cp.Name()] = data
+	}
+	hostKubeconfig := filepath.Join(t.TempDir(), "host.kubeconfig")
+	if err := os.WriteFile(hostKubeconfig, kubeconfigs["host"], 0o600); err != nil {
+		t.Fatal(err)
+	}
+
+	logs := &syncBuffer{}
+	probeAddr := freeAddr(t)
+	opts := options{Options: providers.Options{
+		Kubeconfig:              hostKubeconfig,
+		MetricsBindAddress:      "0",
+		HealthProbeBindAddress:  probeAddr,
+		SpawnTimeout:            10 * time.Second,
+		ClusterHealthInterval:   200 * time.Millisecond,
+		ClusterUnhealthyTimeout: 2 * time.Second,
+		GracefulShutdownTimeout: 5 * time.Second,
+		Logger:                  providers.LoggerOptions{Level: "debug", Output: logs},
+	}}
+	tenants := &lifecycle{started: map[string][]string{}, stopped: map[string]int{}}
+	var registry *clusterregistry.RemoteClusterRegistry
+	app := newApp(opts, clusterregistry.AsTenantModule(tenants.module()), fx.Populate(&registry))
+	if err := app.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := app.Start(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	stopped := false
+	t.Cleanup(func() {
+		if !stopped {
+			_ = app.Stop(context.Background())
+		}
+	})
+
+	t.Run("probes answer", func(t *testing.T) {
+		for _, path := range []string{"/healthz", "/readyz"} {
+			eventually(t, 10*time.Second, path+" is 200", func(ctx context.Context) (bool, error) {
+				req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+probeAddr+path, nil)
+				resp, err := http.DefaultClient.Do(req)
+				if err != nil {
+					return false, err
+				}
+				_ = resp.Body.Close()
+				return resp.StatusCode == http.StatusOK, fmt.Errorf("status %d", resp.StatusCode)
+			})
+		}
+	})
+
+	t.Run("spawns and reports Ready", func(t *testing.T) {
+		createSecret(t, host, "alpha-kubeconfig", kubeconfigs["tenant-1"])
+		createVC(t, host, "alpha", "alpha-kubeconfig")
+		vc := expectReady(t, host, "alpha", metav1.ConditionTrue, tenantryv1alpha1.ReasonSpawned)
+		if !controllerutil.ContainsFinalizer(vc, tenantryv1alpha1.Finalizer) {
+			t.Error("no finalizer on a spawned VirtualCluster")
+		}
+		if vc.Status.ObservedGeneration != vc.Generation {
+			t.Errorf("observedGeneration %d, generation %d", vc.Status.ObservedGeneration, vc.Generation)
+		}
+		if s, err := registry.Status("alpha"); err != nil || s.State != clusterregistry.StateRunning {
+			t.Fatalf("registry: %v, %v; want Running", s, err)
+		}
+		if got := tenants.starts("alpha"); len(got) != 1 || got[0] != env.Tenants[0].Config().Host {
+			t.Fatalf("alpha's tenant app started %v, want once against tenant-1", got)
+		}
+		expectEvent(t, host, "alpha", tenantryv1alpha1.ReasonSpawned)
+	})
+
+	t.Run("a garbage Secret is InvalidKubeconfig and leaks nothing", func(t *testing.T) {
+		createSecret(t, host, "garbage-kubeconfig", []byte("this is not: [a kubeconfig "+secretValue))
+		createVC(t, host, "garbage", "garbage-kubeconfig")
+		vc := expectReady(t, host, "garbage", metav1.ConditionFalse, tenantryv1alpha1.ReasonInvalidKubeconfig)
+		expectEvent(t, host, "garbage", tenantryv1alpha1.ReasonInvalidKubeconfig)
+		if _, err := registry.Status("garbage"); err == nil {
+			t.Fatal("a VirtualCluster with a garbage kubeconfig runs")
+		}
+		cond := meta.FindStatusCondition(vc.Status.Conditions, tenantryv1alpha1.ConditionReady)
+		if strings.Contains(cond.Message, secretValue) || strings.Contains(cond.Message, "hunter2") {
+			t.Fatalf("status message quotes the Secret: %q", cond.Message)
+		}
+	})
+
+	t.Run("a kubeconfig that reads files is refused", func(t *testing.T) {
+		fileKubeconfig := strings.Replace(string(kubeconfigs["tenant-1"]), "client-key-data:", "tokenFile: /var/run/secrets/kubernetes.io/serviceaccount/token\n    client-key-data:", 1)
+		createSecret(t, host, "file-kubeconfig", []byte(fileKubeconfig))
+		createVC(t, host, "file", "file-kubeconfig")
+		vc := expectReady(t, host, "file", metav1.ConditionFalse, tenantryv1alpha1.ReasonInvalidKubeconfig)
+		if msg := meta.FindStatusCondition(vc.Status.Conditions, tenantryv1alpha1.ConditionReady).Message; !strings.Contains(msg, "tokenFile") {
+			t.Fatalf("message %q does not name tokenFile", msg)
+		}
+	})
+
+	t.Run("a missing Secret is SecretNotFound until it is created", func(t *testing.T) {
+		createVC(t, host, "late", "late-kubeconfig")
+		expectReady(t, host, "late", metav1.ConditionFalse, tenantryv1alpha1.ReasonSecretNotFound)
+		createSecret(t, host, "late-kubeconfig", kubeconfigs["tenant-2"])
+		expectReady(t, host, "late", metav1.ConditionTrue, tenantryv1alpha1.ReasonSpawned)
+	})
+
+	t.Run("a rotated Secret re-spawns", func(t *testing.T) {
+		var secret corev1.Secret
+		if err := host.Get(t.Context(), client.ObjectKey{Namespace: "default", Name: "alpha-kubeconfig"}, &secret); err != nil {
+			t.Fatal(err)
+		}
+		secret.Data["kubeconfig"] = kubeconfigs["tenant-2"]
+		if err := host.Update(t.Context(), &secret); err != nil {
+			t.Fatal(err)
+		}
+		want := env.Tenants[1].Config().Host
+		eventually(t, 20*time.Second, "alpha re-spawned against tenant-2", func(context.Context) (bool, error) {
+			got := tenants.starts("alpha")
+			return len(got) == 2 && got[1] == want, fmt.Errorf("starts: %v", got)
+		})
+		if n := tenants.stops("alpha"); n != 1 {
+			t.Fatalf("alpha's first app stopped %d times, want 1", n)
+		}
+		expectReady(t, host, "alpha", metav1.ConditionTrue, tenantryv1alpha1.ReasonSpawned)
+		expectEvent(t, host, "alpha", "Respawning")
+	})
+
+	t.Run("paused stops, unpaused spawns again", func(t *testing.T) {
+		setPaused(t, host, "late", true)
+		expectReady(t, host, "late", metav1.ConditionFalse, tenantryv1alpha1.ReasonPaused)
+		if _, err := registry.Status("late"); err == nil {
+			t.Fatal("a paused VirtualCluster still runs")
+		}
+		setPaused(t, host, "late", false)
+		expectReady(t, host, "late", metav1.ConditionTrue, tenantryv1alpha1.ReasonSpawned)
+	})
+
+	t.Run("a failed cluster is re-spawned once reachable again", func(t *testing.T) {
+		tenant := env.Tenants[1] // behind both alpha and late now
+		if err := tenant.StopAPIServer(); err != nil {
+			t.Fatal(err)
+		}
+		expectReady(t, host, "late", metav1.ConditionFalse, tenantryv1alpha1.ReasonUnreachable)
+		if err := tenant.StartAPIServer(); err != nil {
+			t.Fatal(err)
+		}
+		expectReady(t, host, "late", metav1.ConditionTrue, tenantryv1alpha1.ReasonSpawned)
+		expectReady(t, host, "alpha", metav1.ConditionTrue, tenantryv1alpha1.ReasonSpawned)
+	})
+
+	t.Run("delete stops the tenant app and removes the finalizer", func(t *testing.T) {
+		stopsBefore := tenants.stops("alpha")
+		vc := &tenantryv1alpha1.VirtualCluster{ObjectMeta: metav1.ObjectMeta{Name: "alpha"}}
+		if err := host.Delete(t.Context(), vc); err != nil {
+			t.Fatal(err)
+		}
+		eventually(t, 20*time.Second, "alpha gone", func(ctx context.Context) (bool, error) {
+			err := host.Get(ctx, client.ObjectKeyFromObject(vc), vc)
+			return apierrors.IsNotFound(err), err
+		})
+		if _, err := registry.Status("alpha"); err == nil {
+			t.Fatal("a deleted VirtualCluster still runs")
+		}
+		if tenants.stops("alpha") != stopsBefore+1 {
+			t.Fatal("alpha's tenant app was not stopped")
+		}
+	})
+
+	t.Run("shutdown stops every tenant app", func(t *testing.T) {
+		stopsBefore := tenants.stops("late")
+		stopped = true
+		if err := app.Stop(t.Context()); err != nil {
+			t.Fatalf("stopping the app: %v", err)
+		}
+		if tenants.stops("late") != stopsBefore+1 {
+			t.Fatal("late's tenant app was not stopped at shutdown")
+		}
+		if len(registry.List()) != 0 {
+			t.Fatalf("clusters left after shutdown: %v", registry.List())
+		}
+	})
+
+	if strings.Contains(logs.String(), secretValue) {
+		t.Fatal("a log line quotes the Secret")
+	}
+	var events eventsv1.EventList
+	if err := host.List(context.Background(), &events); err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range events.Items {
+		if strings.Contains(e.Note, secretValue) {
+			t.Fatalf("Event %s quotes the Secret: %q", e.Name, e.Note)
+		}
+	}
+}
+
+func TestFlags(t *testing.T) {
+	var out bytes.Buffer
+	if code := run([]string{"--help"}, &out); code != 0 || !strings.Contains(out.String(), "-kubeconfig") {
+		t.Fatalf("--help: exit %d, output %q", code, out.String())
+	}
+	out.Reset()
+	if code := run([]string{"--log-level", "loud"}, &out); code != 1 || !strings.Contains(out.String(), `invalid log level "loud"`) {
+		t.Fatalf("bad log level: exit %d, output %q", code, out.String())
+	}
+	out.Reset()
+	if code := run([]string{"--kubeconfig", filepath.Join(t.TempDir(), "missing")}, &out); code != 1 || !strings.Contains(out.String(), "missing") {
+		t.Fatalf("missing kubeconfig: exit %d, output %q", code, out.String())
+	}
+}
+
+func newHostClient(t *testing.T, cp *tenantrytest.ControlPlane) client.Client {
+	t.Helper()
+	s, err := providers.NewScheme()
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := client.New(cp.Config(), client.Options{Scheme: s})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+func createSecret(t *testing.T, c client.Client, name string, kubeconfig []byte) {
+	t.Helper()
+	s := &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: name},
+		Data:       map[string][]byte{"kubeconfig": kubeconfig},
+	}
+	if err := c.Create(t.Context(), s); err != nil {
+		t.Fatalf("creating Secret %s: %v", name, err)
+	}
+}
+
+func createVC(t *testing.T, c client.Client, name, secret string) {
+	t.Helper()
+	vc := &tenantryv1alpha1.VirtualCluster{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: tenantryv1alpha1.VirtualClusterSpec{
+			KubeconfigSecretRef: tenantryv1alpha1.SecretKeyReference{Namespace: "default", Name: secret},
+		},
+	}
+	if err := c.Create(t.Context(), vc); err != nil {
+		t.Fatalf("creating VirtualCluster %s: %v", name, err)
+	}
+}
+
+func setPaused(t *testing.T, c client.Client, name string, paused bool) {
+	t.Helper()
+	vc := &tenantryv1alpha1.VirtualCluster{ObjectMeta: metav1.ObjectMeta{Name: name}}
+	patch := []byte(fmt.Sprintf(`{"spec":{"paused":%t}}`, paused))
+	if err := c.Patch(t.Context(), vc, client.RawPatch("application/merge-patch+json", patch)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// expectReady waits until the VirtualCluster's Ready condition, observed at
+// its current generation, has the status and reason.
+func expectReady(t *testing.T, c client.Client, name string, status metav1.ConditionStatus, reason string) *tenantryv1alpha1.VirtualCluster {
+	t.Helper()
+	vc := &tenantryv1alpha1.VirtualCluster{}
+	eventually(t, 60*time.Second, fmt.Sprintf("%s Ready=%s/%s", name, status, reason), func(ctx context.Context) (bool, error) {
+		if err := c.Get(ctx, client.ObjectKey{Name: name}, vc); err != nil {
+			return false, err
+		}
+		cond := meta.FindStatusCondition(vc.Status.Conditions, tenantryv1alpha1.ConditionReady)
+		if cond == nil {
+			return false, fmt.Errorf("no Ready condition")
+		}
+		ok := cond.Status == status && cond.Reason == reason && cond.ObservedGeneration == vc.Generation
+		return ok, fmt.Errorf("Ready=%s/%s: %s", cond.Status, cond.Reason, cond.Message)
+	})
+	return vc
+}
+
+func expectEvent(t *testing.T, c client.Client, name, reason string) {
+	t.Helper()
+	eventually(t, 20*time.Second, fmt.Sprintf("Event %s on %s", reason, name), func(ctx context.Context) (bool, error) {
+		var list eventsv1.EventList
+		if err := c.List(ctx, &list); err != nil {
+			return false, err
+		}
+		for _, e := range list.Items {
+			if e.Regarding.Kind == "VirtualCluster" && e.Regarding.Name == name && e.Reason == reason {
+				return true, nil
+			}
+		}
+		return false, nil
+	})
+}
+
+func eventually(t *testing.T, timeout time.Duration, what string, cond func(ctx context.Context) (bool, error)) {
+	t.Helper()
+	var last error
+	err := wait.PollUntilContextTimeout(t.Context(), 100*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
+		ok, err := cond(ctx)
+		last = err
+		return ok, nil
+	})
+	if err != nil {
+		t.Fatalf("%s: not within %s (last: %v)", what, timeout, last)
+	}
+}
+
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}

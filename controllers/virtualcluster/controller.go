@@ -1,0 +1,116 @@
+// Package virtualcluster is the host-side controller of VirtualClusters: it
+// spawns a tenant cluster's app in the cluster registry when its
+// VirtualCluster appears, re-spawns it when its kubeconfig Secret changes or
+// the registry reports it failed, and stops it when the VirtualCluster is
+// paused or deleted (through a finalizer). Its Ready condition says which of
+// these happened, and why not when it could not.
+package virtualcluster
+
+import (
+	"context"
+	"fmt"
+
+	"go.uber.org/fx"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/util/workqueue"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	"sigs.k8s.io/controller-runtime/pkg/source"
+
+	tenantryv1alpha1 "github.com/tenantry/tenantry/pkg/apis/tenantry/v1alpha1"
+	"github.com/tenantry/tenantry/pkg/clusterregistry"
+)
+
+// +kubebuilder:rbac:groups=tenantry.dev,resources=virtualclusters,verbs=get;list;watch;update;patch
+// +kubebuilder:rbac:groups=tenantry.dev,resources=virtualclusters/status,verbs=get;update;patch
+// +kubebuilder:rbac:groups=tenantry.dev,resources=virtualclusters/finalizers,verbs=update
+// +kubebuilder:rbac:groups="",resources=secrets,verbs=get;list;watch
+// +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
+
+// ControllerName names the controller, its logger and its Events.
+const ControllerName = "virtualcluster"
+
+// secretRefIndex indexes VirtualClusters by "<namespace>/<name>" of their
+// kubeconfig Secret.
+const secretRefIndex = "spec.kubeconfigSecretRef"
+
+// Options tune the controller. The zero value is fine.
+type Options struct {
+	// MaxConcurrentReconciles is how many VirtualClusters are reconciled at
+	// once; a Spawn can take up to the spawn timeout, so more workers keep
+	// one unreachable tenant from delaying the others. Defaults to 4.
+	MaxConcurrentReconciles int
+}
+
+type params struct {
+	fx.In
+
+	Manager  manager.Manager
+	Registry *clusterregistry.RemoteClusterRegistry
+	Secrets  client.Reader `name:"no-cache"`
+	Options  Options       `optional:"true"`
+}
+
+// Module adds the VirtualCluster controller to the management app.
+var Module = fx.Module(ControllerName, fx.Invoke(setup))
+
+func setup(p params) error {
+	workers := p.Options.MaxConcurrentReconciles
+	if workers <= 0 {
+		workers = 4
+	}
+	r := &Reconciler{
+		Client:   p.Manager.GetClient(),
+		Secrets:  p.Secrets,
+		Registry: p.Registry,
+		Recorder: p.Manager.GetEventRecorder("tenantry-" + ControllerName),
+	}
+	if err := p.Manager.GetFieldIndexer().IndexField(context.Background(), &tenantryv1alpha1.VirtualCluster{}, secretRefIndex,
+		func(o client.Object) []string {
+			ref := o.(*tenantryv1alpha1.VirtualCluster).Spec.KubeconfigSecretRef
+			return []string{ref.Namespace + "/" + ref.Name}
+		}); err != nil {
+		return fmt.Errorf("indexing VirtualClusters by Secret: %w", err)
+	}
+	return ctrl.NewControllerManagedBy(p.Manager).
+		Named(ControllerName).
+		For(&tenantryv1alpha1.VirtualCluster{}).
+		// Metadata is enough to notice a changed Secret; its contents are
+		// read, uncached, only for the VirtualClusters that use it.
+		Watches(&corev1.Secret{}, handler.EnqueueRequestsFromMapFunc(r.virtualClustersOfSecret), builder.OnlyMetadata).
+		WatchesRawSource(source.Func(r.watchRegistryFailures)).
+		WithOptions(controller.Options{MaxConcurrentReconciles: workers}).
+		Complete(r)
+}
+
+// virtualClustersOfSecret maps a Secret to the VirtualClusters that read it.
+func (r *Reconciler) virtualClustersOfSecret(ctx context.Context, secret client.Object) []reconcile.Request {
+	var list tenantryv1alpha1.VirtualClusterList
+	if err := r.Client.List(ctx, &list, client.MatchingFields{secretRefIndex: secret.GetNamespace() + "/" + secret.GetName()}); err != nil {
+		ctrl.LoggerFrom(ctx).Error(err, "listing VirtualClusters of a Secret", "secret", client.ObjectKeyFromObject(secret))
+		return nil
+	}
+	reqs := make([]reconcile.Request, 0, len(list.Items))
+	for _, vc := range list.Items {
+		reqs = append(reqs, reconcile.Request{NamespacedName: types.NamespacedName{Name: vc.Name}})
+	}
+	return reqs
+}
+
+// watchRegistryFailures queues a VirtualCluster whenever the registry
+// reports its cluster failed, so that it is re-spawned.
+func (r *Reconciler) watchRegistryFailures(ctx context.Context, q workqueue.TypedRateLimitingInterface[reconcile.Request]) error {
+	cancel := r.Registry.Subscribe(func(s clusterregistry.Status) {
+		if s.State == clusterregistry.StateFailed {
+			q.Add(reconcile.Request{NamespacedName: types.NamespacedName{Name: s.Name}})
+		}
+	})
+	context.AfterFunc(ctx, cancel)
+	return nil
+}

@@ -1,0 +1,74 @@
+package virtualcluster
+
+import (
+	"errors"
+	"strings"
+	"testing"
+)
+
+const inlineKubeconfig = `apiVersion: v1
+kind: Config
+current-context: tenant
+contexts:
+- name: tenant
+  context: {cluster: tenant, user: admin}
+clusters:
+- name: tenant
+  cluster:
+    server: https://127.0.0.1:6443
+    certificate-authority-data: ` + "LS0tLS1CRUdJTiBDRVJUSUZJQ0FURS0tLS0tCk1JSUJkekNDQVIyZ0F3SUJBZ0lCQURBS0JnZ3Foa2pPUFFRREFqQWpNU0V3SHdZRFZRUUREQmhyTTNNdGMyVnkKLS0tLS1FTkQgQ0VSVElGSUNBVEUtLS0tLQo=" + `
+users:
+- name: admin
+  user:
+    token: hunter2-token
+`
+
+func TestRestConfigFromKubeconfig(t *testing.T) {
+	cfg, err := restConfigFromKubeconfig([]byte(inlineKubeconfig))
+	if err != nil {
+		t.Fatalf("inline kubeconfig refused: %v", err)
+	}
+	if cfg.Host != "https://127.0.0.1:6443" || cfg.BearerToken != "hunter2-token" {
+		t.Fatalf("config = host %q, token %q", cfg.Host, cfg.BearerToken)
+	}
+
+	for name, tc := range map[string]struct {
+		kubeconfig string
+		wantInErr  string
+	}{
+		"garbage":           {"this is: [not yaml hunter2-secret", "not a kubeconfig"},
+		"scalar":            {"hunter2-secret", "not a YAML or JSON object"},
+		"empty":             {"", "no current-context"},
+		"unknown context":   {strings.Replace(inlineKubeconfig, "current-context: tenant", "current-context: other", 1), `"other" is not among`},
+		"undefined cluster": {strings.Replace(inlineKubeconfig, "{cluster: tenant,", "{cluster: nowhere,", 1), `"nowhere"`},
+		"undefined user":    {strings.Replace(inlineKubeconfig, "user: admin}", "user: nobody}", 1), `"nobody"`},
+		"no server":         {strings.Replace(inlineKubeconfig, "server: https://127.0.0.1:6443", "server: ''", 1), "no server"},
+		"CA file":           {strings.Replace(inlineKubeconfig, "certificate-authority-data:", "certificate-authority: /etc/ca.crt\n    x:", 1), "certificate-authority"},
+		"token file":        {strings.Replace(inlineKubeconfig, "token: hunter2-token", "tokenFile: /var/run/secrets/kubernetes.io/serviceaccount/token", 1), "tokenFile"},
+		"client cert file":  {strings.Replace(inlineKubeconfig, "token: hunter2-token", "client-certificate: /etc/tls.crt", 1), "client-certificate"},
+		"client key file":   {strings.Replace(inlineKubeconfig, "token: hunter2-token", "client-key: /etc/tls.key", 1), "client-key"},
+		"exec plugin":       {strings.Replace(inlineKubeconfig, "token: hunter2-token", "exec: {apiVersion: client.authentication.k8s.io/v1, command: /bin/steal}", 1), "exec plugin"},
+		"auth-provider":     {strings.Replace(inlineKubeconfig, "token: hunter2-token", "auth-provider: {name: oidc}", 1), "auth-provider"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			_, err := restConfigFromKubeconfig([]byte(tc.kubeconfig))
+			if !errors.Is(err, errInvalidKubeconfig) || !strings.Contains(err.Error(), tc.wantInErr) {
+				t.Fatalf("error = %v, want errInvalidKubeconfig mentioning %q", err, tc.wantInErr)
+			}
+			if strings.Contains(err.Error(), "hunter2") {
+				t.Fatalf("error quotes the kubeconfig: %v", err)
+			}
+		})
+	}
+}
+
+func TestRedact(t *testing.T) {
+	got := redact("json: invalid character 'h' in \"hunter2\" near `hunter2`")
+	if strings.Contains(got, "hunter2") || strings.Contains(got, "'h'") {
+		t.Fatalf("redact left a quoted span: %q", got)
+	}
+	long := redact(strings.Repeat("x ", 500))
+	if len(long) > maxErrorLength+len("…") {
+		t.Fatalf("redact kept %d bytes", len(long))
+	}
+}

@@ -1,0 +1,284 @@
+package virtualcluster
+
+import (
+	"context"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/events"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+
+	tenantryv1alpha1 "github.com/tenantry/tenantry/pkg/apis/tenantry/v1alpha1"
+	"github.com/tenantry/tenantry/pkg/clusterregistry"
+)
+
+// stopTimeout bounds stopping a tenant cluster's app from a reconcile.
+const stopTimeout = time.Minute
+
+// Reconciler keeps the cluster registry in step with VirtualClusters: a
+// tenant cluster's app runs exactly while its VirtualCluster exists, is not
+// paused, and has a usable kubeconfig.
+type Reconciler struct {
+	// Client reads VirtualClusters (cached) and writes them.
+	Client client.Client
+	// Secrets reads kubeconfig Secrets from the API server, so that their
+	// contents are never cached.
+	Secrets client.Reader
+	// Registry runs the tenant clusters' apps.
+	Registry *clusterregistry.RemoteClusterRegistry
+	// Recorder records Events on VirtualClusters.
+	Recorder events.EventRecorder
+
+	mu sync.Mutex
+	// spawnedFrom is the digest of the kubeconfig each running cluster was
+	// spawned from, to tell a rotated Secret from an unchanged one.
+	spawnedFrom map[string][sha256.Size]byte
+}
+
+// readiness is what a reconcile found out: the Ready condition to report,
+// and whether to retry with backoff.
+type readiness struct {
+	status  metav1.ConditionStatus
+	reason  string
+	message string
+	retry   error
+	event   string // eventtype when the outcome deserves an event beyond a transition
+	action  string
+}
+
+// Reconcile implements reconcile.Reconciler.
+func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	name := req.Name
+	log := ctrl.LoggerFrom(ctx).WithValues("cluster", name)
+	ctx = ctrl.LoggerInto(ctx, log)
+
+	var vc tenantryv1alpha1.VirtualCluster
+	if err := r.Client.Get(ctx, req.NamespacedName, &vc); err != nil {
+		if apierrors.IsNotFound(err) {
+			// Gone without our finalizer (it was never added, or removed by
+			// hand): make sure nothing of it runs.
+			return ctrl.Result{}, r.stop(ctx, name)
+		}
+		return ctrl.Result{}, fmt.Errorf("reading VirtualCluster %s: %w", name, err)
+	}
+
+	if !vc.DeletionTimestamp.IsZero() {
+		return ctrl.Result{}, r.finalize(ctx, &vc)
+	}
+	if !controllerutil.ContainsFinalizer(&vc, tenantryv1alpha1.Finalizer) {
+		patch := client.MergeFrom(vc.DeepCopy())
+		controllerutil.AddFinalizer(&vc, tenantryv1alpha1.Finalizer)
+		if err := r.Client.Patch(ctx, &vc, patch); err != nil {
+			return ctrl.Result{}, fmt.Errorf("adding finalizer to %s: %w", name, err)
+		}
+	}
+
+	outcome := r.reconcileCluster(ctx, &vc)
+	if errors.Is(outcome.retry, clusterregistry.ErrClosed) {
+		return ctrl.Result{}, nil // shutting down: leave the status as it is
+	}
+	if err := r.updateStatus(ctx, &vc, outcome); err != nil {
+		return ctrl.Result{}, err
+	}
+	return ctrl.Result{}, outcome.retry
+}
+
+// reconcileCluster brings the registry in line with vc's spec.
+func (r *Reconciler) reconcileCluster(ctx context.Context, vc *tenantryv1alpha1.VirtualCluster) readiness {
+	name := vc.Name
+	if vc.Spec.Paused {
+		if err := r.stop(ctx, name); err != nil {
+			return notReady(tenantryv1alpha1.ReasonFailed, fmt.Sprintf("Stopping the paused cluster: %v", err), err)
+		}
+		return readiness{status: metav1.ConditionFalse, reason: tenantryv1alpha1.ReasonPaused,
+			message: "Syncing is paused; nothing was deleted."}
+	}
+
+	config, digest, bad := r.loadKubeconfig(ctx, vc)
+	if bad != nil {
+		// Without a usable kubeconfig the cluster cannot be (re)started, so
+		// it does not run: what runs always matches what the spec says.
+		if err := r.stop(ctx, name); err != nil {
+			bad.retry = errors.Join(bad.retry, err)
+		}
+		return *bad
+	}
+
+	status, err := r.Registry.Status(name)
+	switch {
+	case err == nil && status.State == clusterregistry.StateRunning && r.digest(name) == digest:
+		return ready()
+	case err == nil && (status.State == clusterregistry.StateStarting || status.State == clusterregistry.StateStopping):
+		return notReady(tenantryv1alpha1.ReasonFailed, fmt.Sprintf("Cluster is %s; will retry.", status.State),
+			fmt.Errorf("cluster %s is %s", name, status.State))
+	}
+
+	action := "Spawn"
+	if err == nil {
+		// Running from another kubeconfig, or failed: start afresh.
+		action = "Respawn"
+		why := "the kubeconfig Secret changed"
+		if status.State == clusterregistry.StateFailed {
+			why = fmt.Sprintf("it failed: %v", status.Err)
+		}
+		ctrl.LoggerFrom(ctx).Info("re-spawning cluster", "because", why)
+		r.Recorder.Eventf(vc, nil, corev1.EventTypeNormal, "Respawning", action, "Re-spawning the cluster because %s", why)
+		if err := r.stop(ctx, name); err != nil {
+			return notReady(tenantryv1alpha1.ReasonFailed, fmt.Sprintf("Stopping the cluster before re-spawning it: %v", err), err)
+		}
+	}
+
+	if err := r.Registry.Spawn(name, config); err != nil {
+		switch {
+		case errors.Is(err, clusterregistry.ErrClosed):
+			return readiness{retry: err}
+		case errors.Is(err, clusterregistry.ErrUnreachable):
+			return notReady(tenantryv1alpha1.ReasonUnreachable, fmt.Sprintf("The tenant API server did not answer: %v", err), err)
+		default:
+			return notReady(tenantryv1alpha1.ReasonFailed, fmt.Sprintf("Starting the cluster's controllers failed: %v", err), err)
+		}
+	}
+	r.setDigest(name, digest)
+	out := ready()
+	out.event, out.action = corev1.EventTypeNormal, action
+	return out
+}
+
+// loadKubeconfig reads and checks the kubeconfig that vc points at. A
+// problem comes back as the readiness to report.
+func (r *Reconciler) loadKubeconfig(ctx context.Context, vc *tenantryv1alpha1.VirtualCluster) (*rest.Config, [sha256.Size]byte, *readiness) {
+	ref := vc.Spec.KubeconfigSecretRef
+	key := ref.KubeconfigKey()
+	var secret corev1.Secret
+	if err := r.Secrets.Get(ctx, client.ObjectKey{Namespace: ref.Namespace, Name: ref.Name}, &secret); err != nil {
+		if apierrors.IsNotFound(err) {
+			msg := fmt.Sprintf("Secret %s/%s does not exist.", ref.Namespace, ref.Name)
+			out := notReady(tenantryv1alpha1.ReasonSecretNotFound, msg, errors.New(msg))
+			return nil, [sha256.Size]byte{}, &out
+		}
+		out := notReady(tenantryv1alpha1.ReasonFailed, fmt.Sprintf("Reading Secret %s/%s: %v", ref.Namespace, ref.Name, err), err)
+		return nil, [sha256.Size]byte{}, &out
+	}
+	data, ok := secret.Data[key]
+	if !ok || len(data) == 0 {
+		msg := fmt.Sprintf("Secret %s/%s has no data under key %q.", ref.Namespace, ref.Name, key)
+		out := notReady(tenantryv1alpha1.ReasonSecretKeyNotFound, msg, errors.New(msg))
+		return nil, [sha256.Size]byte{}, &out
+	}
+	config, err := restConfigFromKubeconfig(data)
+	if err != nil {
+		msg := fmt.Sprintf("Secret %s/%s key %q: %v", ref.Namespace, ref.Name, key, err)
+		out := notReady(tenantryv1alpha1.ReasonInvalidKubeconfig, msg, errors.New(msg))
+		return nil, [sha256.Size]byte{}, &out
+	}
+	return config, sha256.Sum256(data), nil
+}
+
+// finalize stops the cluster's app and lets the VirtualCluster go.
+func (r *Reconciler) finalize(ctx context.Context, vc *tenantryv1alpha1.VirtualCluster) error {
+	if !controllerutil.ContainsFinalizer(vc, tenantryv1alpha1.Finalizer) {
+		return nil
+	}
+	if err := r.stop(ctx, vc.Name); err != nil {
+		r.Recorder.Eventf(vc, nil, corev1.EventTypeWarning, "StopFailed", "Stop", "Stopping the cluster's controllers failed: %v", err)
+		return err
+	}
+	patch := client.MergeFrom(vc.DeepCopy())
+	controllerutil.RemoveFinalizer(vc, tenantryv1alpha1.Finalizer)
+	if err := r.Client.Patch(ctx, vc, patch); err != nil {
+		return fmt.Errorf("removing finalizer from %s: %w", vc.Name, client.IgnoreNotFound(err))
+	}
+	ctrl.LoggerFrom(ctx).Info("cluster stopped for deletion")
+	return nil
+}
+
+// stop stops the cluster's app if it runs or failed; a cluster that is not
+// in the registry is already stopped.
+func (r *Reconciler) stop(ctx context.Context, name string) error {
+	ctx, cancel := context.WithTimeout(ctx, stopTimeout)
+	defer cancel()
+	err := r.Registry.Stop(ctx, name)
+	if errors.Is(err, clusterregistry.ErrNotExist) {
+		err = nil
+	}
+	if err == nil {
+		r.setDigest(name, [sha256.Size]byte{})
+		return nil
+	}
+	return fmt.Errorf("stopping cluster %s: %w", name, err)
+}
+
+// updateStatus writes the Ready condition and observedGeneration, and
+// records an Event when Ready changes or the outcome asks for one.
+func (r *Reconciler) updateStatus(ctx context.Context, vc *tenantryv1alpha1.VirtualCluster, out readiness) error {
+	before := meta.FindStatusCondition(vc.Status.Conditions, tenantryv1alpha1.ConditionReady)
+	changedReason := before == nil || before.Status != out.status || before.Reason != out.reason
+
+	patch := client.MergeFrom(vc.DeepCopy())
+	changed := meta.SetStatusCondition(&vc.Status.Conditions, metav1.Condition{
+		Type:               tenantryv1alpha1.ConditionReady,
+		Status:             out.status,
+		Reason:             out.reason,
+		Message:            out.message,
+		ObservedGeneration: vc.Generation,
+	})
+	if vc.Status.ObservedGeneration != vc.Generation {
+		vc.Status.ObservedGeneration = vc.Generation
+		changed = true
+	}
+	if changed {
+		if err := r.Client.Status().Patch(ctx, vc, patch); err != nil {
+			return fmt.Errorf("updating status of %s: %w", vc.Name, err)
+		}
+	}
+
+	switch {
+	case out.event != "":
+		r.Recorder.Eventf(vc, nil, out.event, out.reason, out.action, "%s", out.message)
+	case changedReason:
+		eventType := corev1.EventTypeNormal
+		if out.status != metav1.ConditionTrue && out.reason != tenantryv1alpha1.ReasonPaused {
+			eventType = corev1.EventTypeWarning
+		}
+		r.Recorder.Eventf(vc, nil, eventType, out.reason, "Reconcile", "%s", out.message)
+	}
+	return nil
+}
+
+func (r *Reconciler) digest(name string) [sha256.Size]byte {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.spawnedFrom[name]
+}
+
+func (r *Reconciler) setDigest(name string, d [sha256.Size]byte) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.spawnedFrom == nil {
+		r.spawnedFrom = map[string][sha256.Size]byte{}
+	}
+	if d == ([sha256.Size]byte{}) {
+		delete(r.spawnedFrom, name)
+		return
+	}
+	r.spawnedFrom[name] = d
+}
+
+func ready() readiness {
+	return readiness{status: metav1.ConditionTrue, reason: tenantryv1alpha1.ReasonSpawned,
+		message: "The tenant cluster's controllers are running."}
+}
+
+func notReady(reason, message string, retry error) readiness {
+	return readiness{status: metav1.ConditionFalse, reason: reason, message: message, retry: retry}
+}

@@ -1,0 +1,128 @@
+package v1alpha1
+
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// DefaultKubeconfigKey is the Secret key read when
+// spec.kubeconfigSecretRef.key is not set.
+const DefaultKubeconfigKey = "kubeconfig"
+
+// Finalizer holds a VirtualCluster until Tenantry has stopped syncing it.
+const Finalizer = "tenantry.dev/virtualcluster"
+
+// ConditionReady is the condition that says whether Tenantry is syncing the
+// tenant cluster.
+const ConditionReady = "Ready"
+
+// Reasons of the Ready condition.
+const (
+	// ReasonSpawned: the tenant cluster's controllers run (Ready=True).
+	ReasonSpawned = "Spawned"
+	// ReasonPaused: spec.paused is set; nothing runs, nothing was deleted.
+	ReasonPaused = "Paused"
+	// ReasonSecretNotFound: the kubeconfig Secret does not exist.
+	ReasonSecretNotFound = "SecretNotFound"
+	// ReasonSecretKeyNotFound: the Secret has no data under the key.
+	ReasonSecretKeyNotFound = "SecretKeyNotFound"
+	// ReasonInvalidKubeconfig: the Secret's data is not a usable kubeconfig.
+	ReasonInvalidKubeconfig = "InvalidKubeconfig"
+	// ReasonUnreachable: the tenant API server did not answer.
+	ReasonUnreachable = "Unreachable"
+	// ReasonFailed: the tenant cluster's controllers failed to start, or
+	// stopped on their own; Tenantry retries with backoff.
+	ReasonFailed = "Failed"
+)
+
+// SecretKeyReference names one key of a Secret in the management cluster.
+type SecretKeyReference struct {
+	// Namespace of the Secret.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
+	Namespace string `json:"namespace"`
+
+	// Name of the Secret.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`
+	Name string `json:"name"`
+
+	// Key of the Secret's data that holds the kubeconfig.
+	// +kubebuilder:default=kubeconfig
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:Pattern=`^[-._a-zA-Z0-9]+$`
+	// +optional
+	Key string `json:"key,omitempty"`
+}
+
+// VirtualClusterSpec says where the tenant cluster is and whether to sync it.
+type VirtualClusterSpec struct {
+	// KubeconfigSecretRef names the Secret, in the management cluster, whose
+	// key holds the tenant cluster's kubeconfig. The kubeconfig must carry
+	// its credentials inline: file paths, exec plugins and auth-provider
+	// plugins are refused, since they would run or read on the manager's
+	// host. A change of the Secret's content re-spawns the tenant cluster.
+	KubeconfigSecretRef SecretKeyReference `json:"kubeconfigSecretRef"`
+
+	// Paused stops syncing the tenant cluster without deleting anything, in
+	// the tenant or in the host. Unpausing resumes where it stopped.
+	// +optional
+	Paused bool `json:"paused,omitempty"`
+}
+
+// VirtualClusterStatus is what Tenantry observed of the tenant cluster.
+type VirtualClusterStatus struct {
+	// Conditions: "Ready" says whether the tenant cluster is being synced,
+	// and if not, why (see its reason).
+	// +listType=map
+	// +listMapKey=type
+	// +optional
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+
+	// ObservedGeneration is the generation of the spec that the status
+	// describes.
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+}
+
+// VirtualCluster is one tenant cluster that Tenantry syncs with the
+// management cluster.
+//
+// +kubebuilder:object:root=true
+// +kubebuilder:resource:scope=Cluster,shortName=vc,categories=tenantry
+// +kubebuilder:subresource:status
+// +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
+// +kubebuilder:printcolumn:name="Reason",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].reason`
+// +kubebuilder:printcolumn:name="Paused",type=boolean,JSONPath=`.spec.paused`,priority=1
+// +kubebuilder:printcolumn:name="Secret",type=string,JSONPath=`.spec.kubeconfigSecretRef.name`,priority=1
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+type VirtualCluster struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	Spec   VirtualClusterSpec   `json:"spec"`
+	Status VirtualClusterStatus `json:"status,omitempty"`
+}
+
+// VirtualClusterList is a list of VirtualClusters.
+//
+// +kubebuilder:object:root=true
+type VirtualClusterList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []VirtualCluster `json:"items"`
+}
+
+func init() {
+	SchemeBuilder.Register(&VirtualCluster{}, &VirtualClusterList{})
+}
+
+// KubeconfigKey is the Secret key that holds the kubeconfig, defaulted.
+func (r SecretKeyReference) KubeconfigKey() string {
+	if r.Key == "" {
+		return DefaultKubeconfigKey
+	}
+	return r.Key
+}

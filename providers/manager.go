@@ -1,0 +1,131 @@
+package providers
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"time"
+
+	"github.com/go-logr/logr"
+	"go.uber.org/fx"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/rest"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/healthz"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+)
+
+// Names of the clients the management app provides by tag.
+const (
+	// ManageClientName tags the host cluster's cached client.Client.
+	ManageClientName = "manage-client"
+	// NoCacheReaderName tags a client.Reader that reads the host cluster's
+	// API server directly, for objects the manager does not cache (such as
+	// Secret contents).
+	NoCacheReaderName = "no-cache"
+)
+
+// readyzSyncTimeout bounds how long /readyz waits for the cache.
+const readyzSyncTimeout = 2 * time.Second
+
+type managerParams struct {
+	fx.In
+
+	Lifecycle  fx.Lifecycle
+	Shutdowner fx.Shutdowner
+	Config     *rest.Config
+	Scheme     *runtime.Scheme
+	Options    Options
+	Logger     logr.Logger
+}
+
+// NewManager builds the management cluster's controller-runtime manager,
+// with metrics, health probes and optional leader election, and runs it for
+// the life of the app. If it stops on its own (lost leadership, a failed
+// runnable), the app shuts down with exit code 1.
+func NewManager(p managerParams) (manager.Manager, error) {
+	o := p.Options
+	mgr, err := manager.New(p.Config, manager.Options{
+		Scheme:                        p.Scheme,
+		Logger:                        p.Logger,
+		Metrics:                       metricsserver.Options{BindAddress: o.MetricsBindAddress},
+		HealthProbeBindAddress:        o.HealthProbeBindAddress,
+		LeaderElection:                o.LeaderElection,
+		LeaderElectionID:              o.LeaderElectionID,
+		LeaderElectionNamespace:       o.LeaderElectionNamespace,
+		LeaderElectionReleaseOnCancel: true,
+		GracefulShutdownTimeout:       ptr.To(o.GracefulShutdownTimeout),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("building management manager: %w", err)
+	}
+	if err := mgr.AddHealthzCheck("ping", healthz.Ping); err != nil {
+		return nil, fmt.Errorf("adding healthz check: %w", err)
+	}
+	if err := mgr.AddReadyzCheck("cache-synced", cacheSynced(mgr)); err != nil {
+		return nil, fmt.Errorf("adding readyz check: %w", err)
+	}
+
+	var (
+		cancel context.CancelFunc
+		exited = make(chan struct{})
+	)
+	p.Lifecycle.Append(fx.Hook{
+		OnStart: func(context.Context) error {
+			ctx, c := context.WithCancel(context.Background())
+			cancel = c
+			go func() {
+				defer close(exited)
+				if err := mgr.Start(ctx); err != nil {
+					p.Logger.Error(err, "management manager stopped")
+					_ = p.Shutdowner.Shutdown(fx.ExitCode(1))
+					return
+				}
+				if ctx.Err() == nil {
+					p.Logger.Info("management manager stopped on its own")
+					_ = p.Shutdowner.Shutdown(fx.ExitCode(1))
+				}
+			}()
+			return nil
+		},
+		OnStop: func(ctx context.Context) error {
+			cancel()
+			select {
+			case <-exited:
+				return nil
+			case <-ctx.Done():
+				return fmt.Errorf("management manager did not stop in time: %w", ctx.Err())
+			}
+		},
+	})
+	return mgr, nil
+}
+
+// cacheSynced is ready once the manager's informers have synced.
+func cacheSynced(mgr manager.Manager) healthz.Checker {
+	return func(req *http.Request) error {
+		ctx, cancel := context.WithTimeout(req.Context(), readyzSyncTimeout)
+		defer cancel()
+		if !mgr.GetCache().WaitForCacheSync(ctx) {
+			return errors.New("informer caches have not synced")
+		}
+		return nil
+	}
+}
+
+// NewManageClient is the host cluster's cached client, tagged
+// `name:"manage-client"`.
+var NewManageClient = fx.Annotate(
+	func(mgr manager.Manager) client.Client { return mgr.GetClient() },
+	fx.ResultTags(`name:"`+ManageClientName+`"`),
+)
+
+// NewNoCacheReader reads the host API server directly, tagged
+// `name:"no-cache"`.
+var NewNoCacheReader = fx.Annotate(
+	func(mgr manager.Manager) client.Reader { return mgr.GetAPIReader() },
+	fx.ResultTags(`name:"`+NoCacheReaderName+`"`),
+)

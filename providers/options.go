@@ -1,0 +1,93 @@
+package providers
+
+import (
+	"flag"
+	"time"
+)
+
+// Options configure the management app. Bind them to flags with BindFlags;
+// the zero value, after Default, is a manager that reads the usual
+// kubeconfig, serves metrics on :8080 and probes on :8081, and elects no
+// leader.
+type Options struct {
+	// Kubeconfig is the host cluster's kubeconfig file. Empty follows
+	// client-go's rules: $KUBECONFIG, the in-cluster service account when
+	// $KUBECONFIG is unset, then ~/.kube/config.
+	Kubeconfig string
+	// KubeContext picks a context of the kubeconfig; empty uses its current
+	// context.
+	KubeContext string
+
+	// MetricsBindAddress serves Prometheus metrics; "0" turns them off.
+	MetricsBindAddress string
+	// HealthProbeBindAddress serves /healthz and /readyz; "0" turns them off.
+	HealthProbeBindAddress string
+
+	// LeaderElection makes replicas elect one leader that reconciles; the
+	// others wait. LeaderElectionNamespace holds the Lease (defaults to the
+	// pod's namespace in-cluster), LeaderElectionID names it.
+	LeaderElection          bool
+	LeaderElectionNamespace string
+	LeaderElectionID        string
+
+	// GracefulShutdownTimeout bounds how long the management manager, and
+	// each tenant manager, waits for its controllers to drain.
+	GracefulShutdownTimeout time.Duration
+
+	// SpawnTimeout, ClusterHealthInterval and ClusterUnhealthyTimeout
+	// configure the cluster registry (see clusterregistry.Options).
+	SpawnTimeout            time.Duration
+	ClusterHealthInterval   time.Duration
+	ClusterUnhealthyTimeout time.Duration
+
+	// Logger configures the process logger.
+	Logger LoggerOptions
+}
+
+// Default fills in unset fields.
+func (o *Options) Default() {
+	if o.MetricsBindAddress == "" {
+		o.MetricsBindAddress = ":8080"
+	}
+	if o.HealthProbeBindAddress == "" {
+		o.HealthProbeBindAddress = ":8081"
+	}
+	if o.LeaderElectionID == "" {
+		o.LeaderElectionID = "tenantry-manager.tenantry.dev"
+	}
+	if o.GracefulShutdownTimeout <= 0 {
+		o.GracefulShutdownTimeout = 30 * time.Second
+	}
+	if o.SpawnTimeout <= 0 {
+		o.SpawnTimeout = 30 * time.Second
+	}
+	if o.ClusterHealthInterval == 0 {
+		o.ClusterHealthInterval = 10 * time.Second
+	}
+	if o.ClusterUnhealthyTimeout <= 0 {
+		o.ClusterUnhealthyTimeout = time.Minute
+	}
+}
+
+// BindFlags registers the options' flags on fs, with their defaults.
+func (o *Options) BindFlags(fs *flag.FlagSet) {
+	o.Default()
+	fs.StringVar(&o.Kubeconfig, "kubeconfig", o.Kubeconfig,
+		"Host cluster kubeconfig. Default: $KUBECONFIG, else in-cluster, else ~/.kube/config.")
+	fs.StringVar(&o.KubeContext, "context", o.KubeContext, "Kubeconfig context to use (default: its current context).")
+	fs.StringVar(&o.MetricsBindAddress, "metrics-bind-address", o.MetricsBindAddress, `Address of the Prometheus metrics endpoint; "0" turns it off.`)
+	fs.StringVar(&o.HealthProbeBindAddress, "health-probe-bind-address", o.HealthProbeBindAddress, `Address of /healthz and /readyz; "0" turns them off.`)
+	fs.BoolVar(&o.LeaderElection, "leader-elect", o.LeaderElection, "Elect a leader among replicas; only the leader reconciles.")
+	fs.StringVar(&o.LeaderElectionNamespace, "leader-election-namespace", o.LeaderElectionNamespace,
+		"Namespace of the leader election Lease (default: the pod's namespace; required out of cluster).")
+	fs.StringVar(&o.LeaderElectionID, "leader-election-id", o.LeaderElectionID, "Name of the leader election Lease.")
+	fs.DurationVar(&o.GracefulShutdownTimeout, "graceful-shutdown-timeout", o.GracefulShutdownTimeout,
+		"How long managers wait for their controllers to drain on shutdown.")
+	fs.DurationVar(&o.SpawnTimeout, "spawn-timeout", o.SpawnTimeout,
+		"How long starting a tenant cluster's controllers may take, API server probe and cache sync included.")
+	fs.DurationVar(&o.ClusterHealthInterval, "cluster-health-interval", o.ClusterHealthInterval,
+		"How often each tenant API server is checked; negative turns checks off.")
+	fs.DurationVar(&o.ClusterUnhealthyTimeout, "cluster-unhealthy-timeout", o.ClusterUnhealthyTimeout,
+		"How long a tenant API server may fail its checks before its cluster is reported Failed and re-spawned.")
+	o.Logger.BindFlags(fs)
+}
