@@ -33,7 +33,7 @@ help: ## Show this help.
 	  /^##@/ { printf "\n%s\n", substr($$0, 5) }' $(MAKEFILE_LIST)
 
 .PHONY: test
-test: envtest vet ## go vet, then every test with the race detector against real API servers.
+test: envtest fmt-check vet ## gofmt check and go vet, then every test with the race detector against real API servers.
 	$(GO) test -race ./...
 
 .PHONY: vet

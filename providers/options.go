@@ -3,6 +3,8 @@ package providers
 import (
 	"flag"
 	"time"
+
+	"github.com/tenantry/tenantry/pkg/clusterregistry"
 )
 
 // Options configure the management app. Bind them to flags with BindFlags;
@@ -56,16 +58,16 @@ func (o *Options) Default() {
 		o.LeaderElectionID = "tenantry-manager.tenantry.dev"
 	}
 	if o.GracefulShutdownTimeout <= 0 {
-		o.GracefulShutdownTimeout = 30 * time.Second
+		o.GracefulShutdownTimeout = clusterregistry.DefaultGracefulShutdownTimeout
 	}
 	if o.SpawnTimeout <= 0 {
-		o.SpawnTimeout = 30 * time.Second
+		o.SpawnTimeout = clusterregistry.DefaultSpawnTimeout
 	}
 	if o.ClusterHealthInterval == 0 {
-		o.ClusterHealthInterval = 10 * time.Second
+		o.ClusterHealthInterval = clusterregistry.DefaultHealthCheckInterval
 	}
 	if o.ClusterUnhealthyTimeout <= 0 {
-		o.ClusterUnhealthyTimeout = time.Minute
+		o.ClusterUnhealthyTimeout = clusterregistry.DefaultUnhealthyTimeout
 	}
 }
 

@@ -12,7 +12,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
@@ -119,19 +118,8 @@ func createLabelled(t testing.TB, c client.Client, name, value string) {
 	}
 }
 
-// eventually polls cond every 50ms until it holds or timeout passes.
-func eventually(t testing.TB, timeout time.Duration, what string, cond func(ctx context.Context) (bool, error)) {
-	t.Helper()
-	var last error
-	err := wait.PollUntilContextTimeout(t.Context(), 50*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
-		ok, err := cond(ctx)
-		last = err
-		return ok, nil
-	})
-	if err != nil {
-		t.Fatalf("%s: not within %s (last error: %v)", what, timeout, last)
-	}
-}
+// eventually is tenantrytest.Eventually.
+var eventually = tenantrytest.Eventually
 
 // expectCopy waits for the host copy of a tenant ConfigMap to hold value.
 func expectCopy(t testing.TB, host client.Client, cluster, name, value string) {

@@ -44,6 +44,14 @@ var (
 	ErrClosed = errors.New("cluster registry is closed")
 )
 
+// Defaults of Options.
+const (
+	DefaultSpawnTimeout            = 30 * time.Second
+	DefaultHealthCheckInterval     = 10 * time.Second
+	DefaultUnhealthyTimeout        = time.Minute
+	DefaultGracefulShutdownTimeout = 30 * time.Second
+)
+
 // Options configure a RemoteClusterRegistry. The zero value of every field
 // but Logger and ManageClient is a sensible default.
 type Options struct {
@@ -83,16 +91,16 @@ func (o *Options) setDefaults() {
 		o.Scheme = scheme.Scheme
 	}
 	if o.SpawnTimeout <= 0 {
-		o.SpawnTimeout = 30 * time.Second
+		o.SpawnTimeout = DefaultSpawnTimeout
 	}
 	if o.HealthCheckInterval == 0 {
-		o.HealthCheckInterval = 10 * time.Second
+		o.HealthCheckInterval = DefaultHealthCheckInterval
 	}
 	if o.UnhealthyTimeout <= 0 {
-		o.UnhealthyTimeout = time.Minute
+		o.UnhealthyTimeout = DefaultUnhealthyTimeout
 	}
 	if o.GracefulShutdownTimeout <= 0 {
-		o.GracefulShutdownTimeout = 30 * time.Second
+		o.GracefulShutdownTimeout = DefaultGracefulShutdownTimeout
 	}
 }
 

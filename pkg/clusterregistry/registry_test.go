@@ -13,6 +13,7 @@ import (
 
 	"github.com/go-logr/logr"
 	"github.com/go-logr/logr/funcr"
+	dto "github.com/prometheus/client_model/go"
 	"go.uber.org/fx"
 	"go.uber.org/goleak"
 	corev1 "k8s.io/api/core/v1"
@@ -648,6 +649,20 @@ func gauge(t testing.TB, name string, labels map[string]string) float64 {
 }
 
 func histogramCount(t testing.TB, name string, labels map[string]string) uint64 {
+	return findMetric(t, name, labels).GetHistogram().GetSampleCount()
+}
+
+func metricValue(t testing.TB, name string, labels map[string]string) float64 {
+	m := findMetric(t, name, labels)
+	if g := m.GetGauge(); g != nil {
+		return g.GetValue()
+	}
+	return m.GetCounter().GetValue()
+}
+
+// findMetric returns the series of name with labels from controller-runtime's
+// registry, or nil (whose getters return zeros).
+func findMetric(t testing.TB, name string, labels map[string]string) *dto.Metric {
 	t.Helper()
 	families, err := metrics.Registry.Gather()
 	if err != nil {
@@ -659,34 +674,11 @@ func histogramCount(t testing.TB, name string, labels map[string]string) uint64 
 		}
 		for _, m := range f.GetMetric() {
 			if matches(m.GetLabel(), labels) {
-				return m.GetHistogram().GetSampleCount()
+				return m
 			}
 		}
 	}
-	return 0
-}
-
-func metricValue(t testing.TB, name string, labels map[string]string) float64 {
-	t.Helper()
-	families, err := metrics.Registry.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, f := range families {
-		if f.GetName() != name {
-			continue
-		}
-		for _, m := range f.GetMetric() {
-			if !matches(m.GetLabel(), labels) {
-				continue
-			}
-			if g := m.GetGauge(); g != nil {
-				return g.GetValue()
-			}
-			return m.GetCounter().GetValue()
-		}
-	}
-	return 0
+	return nil
 }
 
 func matches[L interface {

@@ -34,6 +34,12 @@
 //   - ControlPlane.Disconnect and Reconnect partition the cluster from its
 //     clients without stopping it (requests hang until their timeouts).
 //
+// # Waiting
+//
+// Everything against a real API server happens asynchronously. Eventually
+// polls a condition with a deadline and fails the test naming what it
+// awaited; never sleep instead.
+//
 // # Cost
 //
 // A control plane starts in about three seconds and takes a few hundred MiB

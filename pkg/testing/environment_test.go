@@ -13,7 +13,6 @@ import (
 	"go.uber.org/goleak"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
@@ -202,19 +201,14 @@ func writeAndRead(ctx context.Context, t *testing.T, c client.Client, cluster, v
 // written in cluster; a restarted API server takes a moment to answer.
 func expectData(ctx context.Context, t *testing.T, c client.Client, cluster, value string) {
 	t.Helper()
-	var last error
-	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+	tenantrytest.Eventually(t, 30*time.Second, "default/probe in "+cluster+" = "+value, func(ctx context.Context) (bool, error) {
 		var cm corev1.ConfigMap
-		if last = c.Get(ctx, client.ObjectKey{Namespace: "default", Name: "probe"}, &cm); last != nil {
-			return false, nil
+		if err := c.Get(ctx, client.ObjectKey{Namespace: "default", Name: "probe"}, &cm); err != nil {
+			return false, err
 		}
 		if cm.Data["cluster"] != cluster || cm.Data["value"] != value {
-			last = errors.New("data is " + cm.Data["cluster"] + "/" + cm.Data["value"])
-			return false, nil
+			return false, errors.New("data is " + cm.Data["cluster"] + "/" + cm.Data["value"])
 		}
 		return true, nil
 	})
-	if err != nil {
-		t.Fatalf("%s: default/probe never held %s/%s: %v (last: %v)", cluster, cluster, value, err, last)
-	}
 }
