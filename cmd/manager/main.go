@@ -20,6 +20,7 @@ import (
 	"github.com/go-logr/logr"
 	"go.uber.org/fx"
 
+	"github.com/tenantry/tenantry/controllers/syncers"
 	"github.com/tenantry/tenantry/controllers/virtualcluster"
 	"github.com/tenantry/tenantry/providers"
 )
@@ -31,6 +32,7 @@ const startTimeout = time.Minute
 type options struct {
 	providers.Options
 	VirtualCluster virtualcluster.Options
+	Syncers        syncers.Options
 }
 
 func main() {
@@ -44,6 +46,7 @@ func run(args []string, stderr io.Writer) int {
 	opts.BindFlags(fs)
 	fs.IntVar(&opts.VirtualCluster.MaxConcurrentReconciles, "virtualcluster-concurrency", 4,
 		"VirtualClusters reconciled at once.")
+	opts.Syncers.BindFlags(fs)
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "Usage: manager [flags]\n\nTenantry's controller-manager: runs the controllers of every VirtualCluster's tenant cluster.\n\nFlags:")
 		fs.PrintDefaults()
@@ -87,11 +90,12 @@ func run(args []string, stderr io.Writer) int {
 // one is adding a clusterregistry.AsTenantModule.
 func newApp(opts options, extra ...fx.Option) *fx.App {
 	return fx.New(
-		fx.Supply(opts.Options, opts.VirtualCluster),
+		fx.Supply(opts.Options, opts.VirtualCluster, &opts.Syncers),
 		fx.StopTimeout(stopTimeout(opts)),
 		providers.FxLogger,
 		providers.Module,
 		virtualcluster.Module,
+		syncers.Module,
 		fx.Options(extra...),
 	)
 }

@@ -23,7 +23,9 @@ func Eventually(t testing.TB, timeout time.Duration, what string, cond func(ctx 
 	var last error
 	err := wait.PollUntilContextTimeout(t.Context(), PollInterval, timeout, true, func(ctx context.Context) (bool, error) {
 		ok, err := cond(ctx)
-		last = err
+		if ctx.Err() == nil { // an error from the deadline itself says nothing
+			last = err
+		}
 		return ok, nil
 	})
 	if err != nil {

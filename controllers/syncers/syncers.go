@@ -1,0 +1,97 @@
+// Package syncers adds Tenantry's built-in syncers to the management app:
+// the shared host Hub, run by the management manager, and a tenant module
+// that runs the enabled syncers in every tenant cluster.
+package syncers
+
+import (
+	"flag"
+	"fmt"
+	"strings"
+	"time"
+
+	"go.uber.org/fx"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
+
+	"github.com/tenantry/tenantry/pkg/clusterregistry"
+	"github.com/tenantry/tenantry/pkg/syncer"
+	"github.com/tenantry/tenantry/pkg/syncer/builtin"
+)
+
+// The host rights the syncers need: Tenantry's copies of tenant objects,
+// and host namespaces to hold them. It reads and writes only objects that
+// carry its labels (the hub's cache sees nothing else), but RBAC cannot
+// say that.
+//
+// +kubebuilder:rbac:groups="",resources=namespaces;configmaps;secrets;serviceaccounts;services;persistentvolumeclaims;pods,verbs=get;list;watch;create;update;patch;delete
+
+// Options choose and tune the built-in syncers.
+type Options struct {
+	// Resources are the built-in syncers to run, by name (see
+	// builtin.Names). Namespaces are always synced.
+	Resources []string
+	// Syncer tunes every syncer; see syncer.Options.
+	Syncer syncer.Options
+	// TenantQPS and TenantBurst limit each tenant's writes to the host.
+	TenantQPS   float64
+	TenantBurst int
+}
+
+// BindFlags registers the syncers' flags on fs, all syncers on by default.
+func (o *Options) BindFlags(fs *flag.FlagSet) {
+	o.Resources = builtin.Names()
+	fs.Func("sync-resources", fmt.Sprintf("Comma-separated built-in syncers to run (namespaces always run). Default: %s.",
+		strings.Join(builtin.Names(), ",")), func(v string) error {
+		names := strings.FieldsFunc(v, func(r rune) bool { return r == ',' || r == ' ' })
+		if _, err := builtin.ByName(names); err != nil {
+			return err
+		}
+		o.Resources = names
+		return nil
+	})
+	fs.DurationVar(&o.Syncer.PatrolPeriod, "patrol-period", time.Minute,
+		"How often each tenant is compared with the host to repair drift; negative turns the patroller off.")
+	fs.IntVar(&o.Syncer.Workers, "sync-workers", 4, "Objects of one type one tenant syncs at once.")
+	fs.StringVar(&o.Syncer.PodSecurityLevel, "host-pod-security-level", syncer.DefaultPodSecurityLevel,
+		"Pod Security level enforced on host namespaces: privileged, baseline or restricted.")
+	fs.Float64Var(&o.TenantQPS, "tenant-host-qps", 50, "Each tenant's rate of writes to the host, per second.")
+	fs.IntVar(&o.TenantBurst, "tenant-host-burst", 100, "Each tenant's burst of writes to the host.")
+}
+
+// Module runs the built-in syncers. It needs the host *rest.Config,
+// *runtime.Scheme and manager.Manager from the app, and Options (all
+// syncers when none are supplied).
+var Module = fx.Module("syncers",
+	fx.Provide(newHub),
+	fx.Invoke(func(mgr manager.Manager, hub *syncer.Hub) error { return mgr.Add(hub) }),
+	fx.Provide(fx.Annotate(tenantModule, fx.ResultTags(`group:"`+clusterregistry.ModuleGroup+`"`))),
+)
+
+type params struct {
+	fx.In
+	Config  *rest.Config
+	Scheme  *runtime.Scheme
+	Options *Options `optional:"true"`
+}
+
+func options(p params) Options {
+	if p.Options != nil {
+		return *p.Options
+	}
+	return Options{Resources: builtin.Names()}
+}
+
+func newHub(p params) (*syncer.Hub, error) {
+	o := options(p)
+	return syncer.NewHub(p.Config, syncer.HubOptions{Scheme: p.Scheme, TenantQPS: float32(o.TenantQPS), TenantBurst: o.TenantBurst})
+}
+
+func tenantModule(p params, hub *syncer.Hub) (fx.Option, error) {
+	o := options(p)
+	syncers, err := builtin.ByName(o.Resources)
+	if err != nil {
+		return nil, err
+	}
+	return syncer.TenantModule(hub, o.Syncer, syncers...), nil
+}

@@ -1,0 +1,155 @@
+package builtin
+
+import (
+	"context"
+	"fmt"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/tenantry/tenantry/pkg/syncer"
+)
+
+// AnnotationHostClusterIP is set on a tenant Service whose cluster IP could
+// not be made the host's (the host's IP is outside the tenant's service
+// range, or taken there): it names the IP that actually serves it.
+const AnnotationHostClusterIP = "tenantry.dev/host-cluster-ip"
+
+// reassignExternalName is the placeholder DNS name a tenant Service has for
+// the moment its cluster IP is being replaced.
+const reassignExternalName = "cluster-ip-reassignment.tenantry.invalid"
+
+// Services syncs Services down, and brings the host's cluster IP and
+// load-balancer status up. External IPs are not synced: a tenant must not
+// claim host addresses.
+func Services() syncer.Syncer {
+	return syncer.Syncer{
+		Name:             "services",
+		Object:           func() client.Object { return &corev1.Service{} },
+		CopyUserMetadata: true,
+		// The tenant's own API server Service is the tenant's business.
+		Filter: func(t client.Object) bool {
+			return t.GetNamespace() != metav1.NamespaceDefault || t.GetName() != "kubernetes"
+		},
+		Down: func(t, h client.Object) error {
+			tenant, host := t.(*corev1.Service), h.(*corev1.Service)
+			if tenant.Spec.ExternalName == reassignExternalName && host.ResourceVersion != "" {
+				return nil // the tenant Service is taking the host's IP: a moment, not a change
+			}
+			host.Spec = serviceSpecDown(tenant.Spec, host.Spec, host.ResourceVersion == "")
+			return nil
+		},
+		Up: syncer.UpAll(serviceClusterIPUp, syncer.StatusUp(func(h, t client.Object) bool {
+			host, tenant := h.(*corev1.Service), t.(*corev1.Service)
+			if equality.Semantic.DeepEqual(host.Status, tenant.Status) {
+				return false
+			}
+			tenant.Status = host.Status
+			return true
+		})),
+	}
+}
+
+// serviceSpecDown is the host spec for a tenant spec: the tenant's, with
+// what the host allocates (cluster IPs, node ports) left to the host.
+func serviceSpecDown(tenant, host corev1.ServiceSpec, creating bool) corev1.ServiceSpec {
+	spec := *tenant.DeepCopy()
+	spec.ExternalIPs = nil
+	if spec.Type != corev1.ServiceTypeNodePort && spec.Type != corev1.ServiceTypeLoadBalancer {
+		spec.ExternalTrafficPolicy = "" // set only because of external IPs, which are gone
+	}
+	if creating {
+		if spec.ClusterIP != corev1.ClusterIPNone {
+			spec.ClusterIP, spec.ClusterIPs = "", nil
+		}
+		spec.HealthCheckNodePort = 0
+		for i := range spec.Ports {
+			spec.Ports[i].NodePort = 0
+		}
+		return spec
+	}
+	spec.ClusterIP, spec.ClusterIPs = host.ClusterIP, host.ClusterIPs
+	spec.IPFamilies, spec.IPFamilyPolicy = host.IPFamilies, host.IPFamilyPolicy
+	spec.HealthCheckNodePort = host.HealthCheckNodePort
+	spec.LoadBalancerClass = host.LoadBalancerClass
+	for i := range spec.Ports {
+		spec.Ports[i].NodePort = hostNodePort(host.Ports, spec.Ports[i])
+	}
+	return spec
+}
+
+func hostNodePort(ports []corev1.ServicePort, p corev1.ServicePort) int32 {
+	for _, hp := range ports {
+		if hp.Name == p.Name && hp.Protocol == p.Protocol && hp.Port == p.Port {
+			return hp.NodePort
+		}
+	}
+	return 0
+}
+
+// serviceClusterIPUp gives the tenant Service the host's cluster IP, so that
+// what tenants resolve is what the host serves. A cluster IP cannot be
+// changed in place, but it may be set when a Service turns from ExternalName
+// into another type: the Service passes through ExternalName for a moment
+// and keeps its UID, ports and everything else. If the tenant cannot take the
+// host's IP (outside its service range, or in use), the Service gets its
+// former IP back and an annotation naming the host's.
+func serviceClusterIPUp(ctx context.Context, c client.Client, h, t client.Object) (bool, error) {
+	host, tenant := h.(*corev1.Service), t.(*corev1.Service)
+	want := host.Spec.ClusterIP
+	if want == "" || want == corev1.ClusterIPNone || tenant.Spec.ClusterIP == corev1.ClusterIPNone ||
+		tenant.Spec.Type == corev1.ServiceTypeExternalName || tenant.Spec.ClusterIP == want ||
+		tenant.Annotations[AnnotationHostClusterIP] == want {
+		return false, nil
+	}
+	original := tenant.DeepCopy()
+
+	placeholder := tenant.DeepCopy()
+	placeholder.Spec.Type = corev1.ServiceTypeExternalName
+	placeholder.Spec.ExternalName = reassignExternalName
+	placeholder.Spec.ClusterIP, placeholder.Spec.ClusterIPs = "", nil
+	placeholder.Spec.IPFamilies, placeholder.Spec.IPFamilyPolicy = nil, nil
+	placeholder.Spec.ExternalTrafficPolicy, placeholder.Spec.InternalTrafficPolicy = "", nil
+	placeholder.Spec.HealthCheckNodePort = 0
+	placeholder.Spec.AllocateLoadBalancerNodePorts, placeholder.Spec.LoadBalancerClass = nil, nil
+	for i := range placeholder.Spec.Ports {
+		placeholder.Spec.Ports[i].NodePort = 0
+	}
+	if err := c.Update(ctx, placeholder); err != nil {
+		return false, fmt.Errorf("making way for the host's cluster IP: %w", err)
+	}
+
+	withIP := func(ips []string) *corev1.Service {
+		s := original.DeepCopy()
+		s.ResourceVersion = placeholder.ResourceVersion
+		s.Spec.ClusterIP, s.Spec.ClusterIPs = ips[0], ips
+		if len(s.Spec.IPFamilies) != len(ips) {
+			s.Spec.IPFamilies = nil
+		}
+		return s
+	}
+	err := c.Update(ctx, withIP(clusterIPs(host.Spec)))
+	if err == nil {
+		return true, nil
+	}
+	// Restore the tenant's own IP, and say where the host serves.
+	restored := withIP(clusterIPs(original.Spec))
+	if restored.Annotations == nil {
+		restored.Annotations = map[string]string{}
+	}
+	restored.Annotations[AnnotationHostClusterIP] = want
+	if rerr := c.Update(ctx, restored); rerr != nil {
+		return true, fmt.Errorf("taking the host's cluster IP %s failed (%v), and restoring %s too: %w", want, err, original.Spec.ClusterIP, rerr)
+	}
+	return true, nil
+}
+
+// clusterIPs are a spec's cluster IPs, primary first.
+func clusterIPs(spec corev1.ServiceSpec) []string {
+	if len(spec.ClusterIPs) > 0 {
+		return spec.ClusterIPs
+	}
+	return []string{spec.ClusterIP}
+}

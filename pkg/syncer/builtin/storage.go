@@ -1,0 +1,46 @@
+package builtin
+
+import (
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/tenantry/tenantry/pkg/syncer"
+)
+
+// PersistentVolumeClaims syncs claims down and their binding status up.
+// A tenant cannot pick host volumes: the volume name and the volume
+// selector are not synced (they could bind another tenant's volume), and
+// neither is a data source in another namespace.
+func PersistentVolumeClaims() syncer.Syncer {
+	return syncer.Syncer{
+		Name:             "persistentvolumeclaims",
+		Object:           func() client.Object { return &corev1.PersistentVolumeClaim{} },
+		CopyUserMetadata: true,
+		Down: func(t, h client.Object) error {
+			tenant, host := t.(*corev1.PersistentVolumeClaim), h.(*corev1.PersistentVolumeClaim)
+			if host.ResourceVersion == "" {
+				spec := *tenant.Spec.DeepCopy()
+				spec.VolumeName = ""
+				spec.Selector = nil
+				if spec.DataSourceRef != nil && spec.DataSourceRef.Namespace != nil {
+					spec.DataSourceRef = nil
+					spec.DataSource = nil
+				}
+				host.Spec = spec
+				return nil
+			}
+			// After creation only the requested size may grow.
+			host.Spec.Resources.Requests = tenant.Spec.Resources.Requests
+			return nil
+		},
+		Up: syncer.StatusUp(func(h, t client.Object) bool {
+			host, tenant := h.(*corev1.PersistentVolumeClaim), t.(*corev1.PersistentVolumeClaim)
+			if equality.Semantic.DeepEqual(host.Status, tenant.Status) {
+				return false
+			}
+			tenant.Status = host.Status
+			return true
+		}),
+	}
+}

@@ -1,0 +1,184 @@
+package syncer
+
+import (
+	"context"
+	"fmt"
+	"sync"
+
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/selection"
+	"k8s.io/client-go/rest"
+	toolscache "k8s.io/client-go/tools/cache"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/apiutil"
+)
+
+// HubOptions configure a Hub.
+type HubOptions struct {
+	// Scheme knows every synced type. Required.
+	Scheme *runtime.Scheme
+
+	// TenantQPS and TenantBurst limit each tenant's writes to the host, so
+	// that a tenant that creates thousands of objects at once spends its own
+	// budget and not the others'. Default to 50 and 100.
+	TenantQPS   float32
+	TenantBurst int
+}
+
+// Hub is the host side of syncing, shared by every tenant: one host
+// informer per synced type, for all tenants, that sees only objects Tenantry
+// manages, and whose events it routes to the tenant they belong to by the
+// tenantry.dev/cluster label. It also hands each tenant a host client with a
+// rate limit of its own.
+//
+// Run a Hub with Start (it is a manager.Runnable: add it to the management
+// manager) before tenants route through it.
+type Hub struct {
+	config *rest.Config
+	opts   HubOptions
+	cache  cache.Cache
+
+	mu       sync.RWMutex
+	routes   map[routeKey]func(client.Object)
+	informed map[schema.GroupVersionKind]bool
+}
+
+type routeKey struct {
+	gvk     schema.GroupVersionKind
+	cluster string
+}
+
+// NewHub builds a hub on the host cluster's config.
+func NewHub(config *rest.Config, opts HubOptions) (*Hub, error) {
+	if opts.Scheme == nil {
+		return nil, fmt.Errorf("hub needs a scheme")
+	}
+	if opts.TenantQPS <= 0 {
+		opts.TenantQPS = 50
+	}
+	if opts.TenantBurst <= 0 {
+		opts.TenantBurst = 100
+	}
+	managed, err := labels.NewRequirement(LabelManagedBy, selection.Equals, []string{ManagedByValue})
+	if err != nil {
+		return nil, fmt.Errorf("building label selector: %w", err)
+	}
+	c, err := cache.New(config, cache.Options{
+		Scheme:               opts.Scheme,
+		DefaultLabelSelector: labels.NewSelector().Add(*managed),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("building host cache: %w", err)
+	}
+	return &Hub{
+		config:   rest.CopyConfig(config),
+		opts:     opts,
+		cache:    c,
+		routes:   map[routeKey]func(client.Object){},
+		informed: map[schema.GroupVersionKind]bool{},
+	}, nil
+}
+
+// Start runs the hub's informers until ctx ends.
+func (h *Hub) Start(ctx context.Context) error {
+	return h.cache.Start(ctx)
+}
+
+// NeedLeaderElection is false: every replica keeps its host cache warm.
+func (h *Hub) NeedLeaderElection() bool { return false }
+
+// Reader reads host objects that Tenantry manages, from the shared cache.
+func (h *Hub) Reader() client.Reader { return h.cache }
+
+// ClientFor returns a host client for one tenant's writes, with the
+// tenant's own rate limit. Reads belong to Reader.
+func (h *Hub) ClientFor(cluster string) (client.Client, error) {
+	cfg := rest.CopyConfig(h.config)
+	cfg.QPS, cfg.Burst = h.opts.TenantQPS, h.opts.TenantBurst
+	cfg.RateLimiter = nil
+	cfg.UserAgent = rest.DefaultKubernetesUserAgent() + " tenantry-syncer/" + cluster
+	c, err := client.New(cfg, client.Options{Scheme: h.opts.Scheme})
+	if err != nil {
+		return nil, fmt.Errorf("host client for cluster %s: %w", cluster, err)
+	}
+	return c, nil
+}
+
+// Route sends the events of host objects of obj's type that belong to
+// cluster to handle, until the returned cancel is called. The first route
+// for a type starts its informer and waits for it to sync.
+func (h *Hub) Route(ctx context.Context, obj client.Object, cluster string, handle func(client.Object)) (cancel func(), err error) {
+	gvk, err := gvkOf(obj, h.opts.Scheme)
+	if err != nil {
+		return nil, err
+	}
+	if err := h.inform(ctx, gvk, obj); err != nil {
+		return nil, err
+	}
+	key := routeKey{gvk: gvk, cluster: cluster}
+	h.mu.Lock()
+	h.routes[key] = handle
+	h.mu.Unlock()
+	return func() {
+		h.mu.Lock()
+		delete(h.routes, key)
+		h.mu.Unlock()
+	}, nil
+}
+
+// inform makes sure the type's informer runs with the hub's dispatcher.
+func (h *Hub) inform(ctx context.Context, gvk schema.GroupVersionKind, obj client.Object) error {
+	h.mu.RLock()
+	done := h.informed[gvk]
+	h.mu.RUnlock()
+	if done {
+		return nil
+	}
+	informer, err := h.cache.GetInformer(ctx, obj)
+	if err != nil {
+		return fmt.Errorf("host informer for %s: %w", gvk, err)
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.informed[gvk] {
+		return nil
+	}
+	dispatch := func(o any) { h.dispatch(gvk, o) }
+	if _, err := informer.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
+		AddFunc:    dispatch,
+		UpdateFunc: func(_, o any) { dispatch(o) },
+		DeleteFunc: dispatch,
+	}); err != nil {
+		return fmt.Errorf("host event handler for %s: %w", gvk, err)
+	}
+	h.informed[gvk] = true
+	return nil
+}
+
+// dispatch routes one host event by the object's cluster label.
+func (h *Hub) dispatch(gvk schema.GroupVersionKind, o any) {
+	if tombstone, ok := o.(toolscache.DeletedFinalStateUnknown); ok {
+		o = tombstone.Obj
+	}
+	obj, ok := o.(client.Object)
+	if !ok {
+		return
+	}
+	h.mu.RLock()
+	handle := h.routes[routeKey{gvk: gvk, cluster: obj.GetLabels()[LabelCluster]}]
+	h.mu.RUnlock()
+	if handle != nil {
+		handle(obj)
+	}
+}
+
+func gvkOf(obj client.Object, scheme *runtime.Scheme) (schema.GroupVersionKind, error) {
+	gvk, err := apiutil.GVKForObject(obj, scheme)
+	if err != nil {
+		return schema.GroupVersionKind{}, fmt.Errorf("type of %T: %w", obj, err)
+	}
+	return gvk, nil
+}

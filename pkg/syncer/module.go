@@ -1,0 +1,127 @@
+package syncer
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/go-logr/logr"
+	"go.uber.org/fx"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	"sigs.k8s.io/controller-runtime/pkg/source"
+)
+
+// Options tune how syncers run in each tenant.
+type Options struct {
+	// PatrolPeriod is how often the patroller compares each type's tenant
+	// objects with their host copies. Defaults to a minute; negative turns
+	// patrolling off.
+	PatrolPeriod time.Duration
+
+	// Workers is how many objects of one type one tenant syncs at once.
+	// Defaults to 4.
+	Workers int
+
+	// PodSecurityLevel is enforced on every host namespace. Defaults to
+	// DefaultPodSecurityLevel.
+	PodSecurityLevel string
+
+	// ExcludeNamespaces are tenant namespaces whose objects are never
+	// synced. Defaults to the tenant's system namespaces: kube-system,
+	// kube-public and kube-node-lease.
+	ExcludeNamespaces []string
+}
+
+func (o *Options) setDefaults() {
+	if o.PatrolPeriod == 0 {
+		o.PatrolPeriod = time.Minute
+	}
+	if o.Workers <= 0 {
+		o.Workers = 4
+	}
+	if o.PodSecurityLevel == "" {
+		o.PodSecurityLevel = DefaultPodSecurityLevel
+	}
+	if o.ExcludeNamespaces == nil {
+		o.ExcludeNamespaces = []string{"kube-system", "kube-public", "kube-node-lease"}
+	}
+}
+
+// TenantModule is the fx module that runs syncers in every tenant cluster
+// it is spawned for (see clusterregistry.AsTenantModule): one controller per
+// syncer, fed by the tenant's own watch, by the hub's shared host watch for
+// this tenant, and by the patroller. The Namespace syncer is always added,
+// since the others create host namespaces on demand.
+func TenantModule(hub *Hub, opts Options, syncers ...Syncer) fx.Option {
+	opts.setDefaults()
+	all := append([]Syncer{NamespaceSyncer(opts.PodSecurityLevel)}, syncers...)
+	return fx.Module("syncer", fx.Invoke(fx.Annotate(
+		func(mgr manager.Manager, cluster string, log logr.Logger) error {
+			return setup(mgr, cluster, log, hub, opts, all)
+		},
+		fx.ParamTags(``, `name:"cluster-name"`, ``),
+	)))
+}
+
+func setup(mgr manager.Manager, cluster string, log logr.Logger, hub *Hub, opts Options, syncers []Syncer) error {
+	host, err := hub.ClientFor(cluster)
+	if err != nil {
+		return err
+	}
+	tr := Translator{Cluster: cluster}
+	excluded := map[string]bool{}
+	for _, ns := range opts.ExcludeNamespaces {
+		excluded[ns] = true
+	}
+	namespaces := &hostNamespaces{
+		syncer: NamespaceSyncer(opts.PodSecurityLevel), translator: tr,
+		tenant: mgr.GetClient(), hostRead: hub.Reader(), host: host,
+	}
+	recorder := mgr.GetEventRecorder("tenantry-syncer")
+	seen := map[string]bool{}
+	for i := range syncers {
+		s := &syncers[i]
+		if err := s.Validate(); err != nil {
+			return err
+		}
+		if seen[s.Name] {
+			return fmt.Errorf("two syncers named %s", s.Name)
+		}
+		seen[s.Name] = true
+		gvk, err := s.GVK(mgr.GetScheme())
+		if err != nil {
+			return err
+		}
+		r := &reconciler{
+			syncer: s, translator: tr, namespaces: namespaces,
+			tenant: mgr.GetClient(), hostRead: hub.Reader(), host: host,
+			recorder: recorder, excluded: excluded,
+		}
+		b := builder.ControllerManagedBy(mgr).
+			Named(cluster+"-"+s.Name+"-syncer").
+			For(s.Object(), builder.WithPredicates(predicate.NewPredicateFuncs(func(o client.Object) bool {
+				return !excluded[namespaceOf(s, o)]
+			}))).
+			WatchesRawSource(source.TypedFunc[reconcile.Request](hostEvents(hub, s, tr))).
+			WithOptions(controller.Options{MaxConcurrentReconciles: opts.Workers}).
+			WithLogConstructor(func(req *reconcile.Request) logr.Logger {
+				l := log.WithValues("controller", s.Name+"-syncer")
+				if req != nil {
+					l = l.WithValues("object", req.NamespacedName)
+				}
+				return l
+			})
+		if opts.PatrolPeriod > 0 {
+			p := &patroller{r: r, period: opts.PatrolPeriod, gvk: gvk, scheme: mgr.GetScheme()}
+			b = b.WatchesRawSource(source.TypedFunc[reconcile.Request](p.start))
+		}
+		if err := b.Complete(r); err != nil {
+			return fmt.Errorf("syncer %s: %w", s.Name, err)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,94 @@
+package syncer
+
+import (
+	"context"
+	"fmt"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+)
+
+// LabelPodSecurityEnforce is Pod Security Admission's enforce label, which
+// Tenantry sets on every host namespace.
+const LabelPodSecurityEnforce = "pod-security.kubernetes.io/enforce"
+
+// DefaultPodSecurityLevel is the Pod Security level enforced on host
+// namespaces unless configured otherwise: tenants' Pods run on host nodes,
+// so host-level privileges (host network, host paths, privileged
+// containers) are refused.
+const DefaultPodSecurityLevel = "baseline"
+
+// NamespaceSyncer syncs tenant Namespaces to their host namespaces. Tenant
+// labels and annotations are not copied: on a host namespace they would
+// speak to the host (Pod Security levels, network policy selectors), which
+// a tenant must not. The host namespace enforces podSecurityLevel.
+func NamespaceSyncer(podSecurityLevel string) Syncer {
+	if podSecurityLevel == "" {
+		podSecurityLevel = DefaultPodSecurityLevel
+	}
+	return Syncer{
+		Name:          "namespaces",
+		Object:        func() client.Object { return &corev1.Namespace{} },
+		ClusterScoped: true,
+		OnlyExisting:  true,
+		Down: func(_, host client.Object) error {
+			labels := host.GetLabels()
+			labels[LabelPodSecurityEnforce] = podSecurityLevel
+			host.SetLabels(labels)
+			return nil
+		},
+	}
+}
+
+// hostNamespaces creates a tenant namespace's host namespace on demand,
+// before the first object that goes in it.
+type hostNamespaces struct {
+	syncer     Syncer
+	translator Translator
+	tenant     client.Reader
+	hostRead   client.Reader
+	host       client.Client
+}
+
+func (n *hostNamespaces) ensure(ctx context.Context, tenantNamespace string) error {
+	key := n.translator.HostKey(client.ObjectKey{Name: tenantNamespace}, true)
+	var existing corev1.Namespace
+	err := n.hostRead.Get(ctx, key, &existing)
+	switch {
+	case err == nil && !existing.DeletionTimestamp.IsZero():
+		return fmt.Errorf("host namespace %s is being deleted; waiting", key.Name)
+	case err == nil:
+		return nil
+	case !apierrors.IsNotFound(err):
+		return fmt.Errorf("reading host namespace %s: %w", key.Name, err)
+	}
+
+	var tenantNS corev1.Namespace
+	if err := n.tenant.Get(ctx, client.ObjectKey{Name: tenantNamespace}, &tenantNS); err != nil {
+		return fmt.Errorf("reading tenant namespace %s: %w", tenantNamespace, err)
+	}
+	if !tenantNS.DeletionTimestamp.IsZero() {
+		return fmt.Errorf("tenant namespace %s is being deleted", tenantNamespace)
+	}
+	desired, err := n.syncer.desiredHost(n.translator, &tenantNS, nil)
+	if err != nil {
+		return err
+	}
+	err = n.host.Create(ctx, desired)
+	if apierrors.IsAlreadyExists(err) {
+		var found corev1.Namespace
+		if err := n.host.Get(ctx, key, &found); err != nil {
+			return fmt.Errorf("reading host namespace %s: %w", key.Name, err)
+		}
+		if !n.translator.Owns(&found) {
+			return fmt.Errorf("host namespace %s exists and is not managed by Tenantry for this cluster", key.Name)
+		}
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("creating host namespace %s: %w", key.Name, err)
+	}
+	writes.WithLabelValues(n.translator.Cluster, n.syncer.Name, "down", "create").Inc()
+	return nil
+}

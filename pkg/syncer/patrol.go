@@ -1,0 +1,133 @@
+package syncer
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/util/workqueue"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+)
+
+// patroller compares, every period, one type's tenant objects with their
+// host copies and queues what differs: a host copy deleted or edited by
+// hand, an orphaned copy, anything a missed event left behind. It only
+// reads; the reconciler repairs.
+type patroller struct {
+	r      *reconciler
+	period time.Duration
+	gvk    schema.GroupVersionKind
+	scheme *runtime.Scheme
+}
+
+// start is a source.TypedFunc: it patrols until ctx ends.
+func (p *patroller) start(ctx context.Context, q workqueue.TypedRateLimitingInterface[reconcile.Request]) error {
+	go func() {
+		ticker := time.NewTicker(p.period)
+		defer ticker.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-ticker.C:
+				if err := p.round(ctx, q); err != nil && ctx.Err() == nil {
+					ctrl.LoggerFrom(ctx).Error(err, "patrol round failed", "resource", p.r.syncer.Name)
+				}
+			}
+		}
+	}()
+	return nil
+}
+
+// round compares everything once and queues each key found out of sync.
+func (p *patroller) round(ctx context.Context, q workqueue.TypedRateLimitingInterface[reconcile.Request]) error {
+	s, tr := p.r.syncer, p.r.translator
+	tenants, err := newList(p.gvk, p.scheme)
+	if err != nil {
+		return err
+	}
+	if err := p.r.tenant.List(ctx, tenants); err != nil {
+		return fmt.Errorf("listing tenant %s: %w", s.Name, err)
+	}
+	hosts, err := newList(p.gvk, p.scheme)
+	if err != nil {
+		return err
+	}
+	if err := p.r.hostRead.List(ctx, hosts, client.MatchingLabels{LabelCluster: tr.Cluster}); err != nil {
+		return fmt.Errorf("listing host %s: %w", s.Name, err)
+	}
+
+	byKey := map[types.NamespacedName]client.Object{}
+	if err := meta.EachListItem(hosts, func(o runtime.Object) error {
+		h := o.(client.Object)
+		byKey[client.ObjectKeyFromObject(h)] = h
+		return nil
+	}); err != nil {
+		return err
+	}
+	flag := func(key types.NamespacedName) {
+		driftFound.WithLabelValues(tr.Cluster, s.Name).Inc()
+		p.r.drifted.Store(key, true)
+		q.Add(reconcile.Request{NamespacedName: key})
+	}
+	err = meta.EachListItem(tenants, func(o runtime.Object) error {
+		t := o.(client.Object)
+		key := client.ObjectKeyFromObject(t)
+		hostKey := tr.HostKey(key, s.ClusterScoped)
+		h, found := byKey[hostKey]
+		delete(byKey, hostKey)
+		if p.drifted(t, h, found) {
+			flag(key)
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	for _, h := range byKey { // host copies with no tenant object
+		if key, ok := tr.TenantKey(h); ok {
+			flag(key)
+		}
+	}
+	return nil
+}
+
+// drifted says whether tenant object t and its host copy h (if found)
+// differ in a way a sync would change.
+func (p *patroller) drifted(t, h client.Object, found bool) bool {
+	s := p.r.syncer
+	if !t.GetDeletionTimestamp().IsZero() || !p.r.wants(t) {
+		return found
+	}
+	if !found {
+		return !s.OnlyExisting
+	}
+	if h.GetAnnotations()[AnnotationTenantUID] != string(t.GetUID()) {
+		return true
+	}
+	desired, err := s.desiredHost(p.r.translator, t, h)
+	return err != nil || !semanticallyEqual(h, desired)
+}
+
+// newList returns an empty list of gvk's kind: typed when the scheme knows
+// it, unstructured otherwise.
+func newList(gvk schema.GroupVersionKind, scheme *runtime.Scheme) (client.ObjectList, error) {
+	listGVK := gvk.GroupVersion().WithKind(gvk.Kind + "List")
+	if scheme.Recognizes(listGVK) {
+		o, err := scheme.New(listGVK)
+		if err != nil {
+			return nil, fmt.Errorf("new %s: %w", listGVK, err)
+		}
+		return o.(client.ObjectList), nil
+	}
+	l := &unstructured.UnstructuredList{}
+	l.SetGroupVersionKind(listGVK)
+	return l, nil
+}

@@ -1,0 +1,233 @@
+package syncer
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/events"
+	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+)
+
+const (
+	// conflictRetry is how soon a sync that met a newer object runs again.
+	conflictRetry = 100 * time.Millisecond
+	// cacheLagRetry is how soon a sync runs again when the host cache has
+	// not yet seen an object the host has.
+	cacheLagRetry = 500 * time.Millisecond
+	// foreignRetry is how soon a sync blocked by a host object Tenantry does
+	// not own looks again.
+	foreignRetry = time.Minute
+)
+
+// reconciler syncs one type for one tenant cluster. A request names a
+// tenant object; the reconciler makes the host copy match it, removes a copy
+// whose tenant object is gone, and brings the host's additions up.
+type reconciler struct {
+	syncer     *Syncer
+	translator Translator
+	namespaces *hostNamespaces
+
+	tenant   client.Client // the tenant's cached client
+	hostRead client.Reader // the hub's cache of managed host objects
+	host     client.Client // this tenant's rate-limited host writer
+	recorder events.EventRecorder
+	// excluded are tenant namespaces whose objects are never synced.
+	excluded map[string]bool
+
+	// drifted holds the keys the patroller found out of sync, until a sync
+	// repairs them.
+	drifted sync.Map
+}
+
+func (r *reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
+	log := ctrl.LoggerFrom(ctx).WithValues("resource", r.syncer.Name)
+	ctx = ctrl.LoggerInto(ctx, log)
+
+	tenant := r.syncer.Object()
+	if err := r.tenant.Get(ctx, req.NamespacedName, tenant); err != nil {
+		if !apierrors.IsNotFound(err) {
+			return reconcile.Result{}, fmt.Errorf("reading tenant %s %s: %w", r.syncer.Name, req.NamespacedName, err)
+		}
+		tenant = nil
+	}
+	hostKey := r.translator.HostKey(req.NamespacedName, r.syncer.ClusterScoped)
+	host := r.syncer.Object()
+	if err := r.hostRead.Get(ctx, hostKey, host); err != nil {
+		if !apierrors.IsNotFound(err) {
+			return reconcile.Result{}, fmt.Errorf("reading host %s %s: %w", r.syncer.Name, hostKey, err)
+		}
+		host = nil
+	}
+	if host != nil && !r.translator.Owns(host) {
+		// Managed by Tenantry, but for another cluster: not ours to touch.
+		return r.foreign(ctx, tenant, hostKey)
+	}
+
+	wrote, result, err := r.sync(ctx, req.NamespacedName, tenant, host)
+	if err == nil {
+		r.settleDrift(req.NamespacedName, wrote)
+	}
+	if apierrors.IsConflict(err) {
+		conflicts.WithLabelValues(r.translator.Cluster, r.syncer.Name, "newer-object").Inc()
+		log.V(1).Info("conflict with a newer object; retrying", "error", err.Error())
+		return reconcile.Result{RequeueAfter: conflictRetry}, nil
+	}
+	return result, err
+}
+
+// sync does the work of one reconcile and reports whether it wrote to the
+// host.
+func (r *reconciler) sync(ctx context.Context, key types.NamespacedName, tenant, host client.Object) (bool, reconcile.Result, error) {
+	if tenant == nil || !tenant.GetDeletionTimestamp().IsZero() || !r.wants(tenant) {
+		if host != nil {
+			return true, reconcile.Result{}, r.deleteHost(ctx, tenant, host)
+		}
+		if tenant != nil && !tenant.GetDeletionTimestamp().IsZero() && r.syncer.FinishDelete != nil {
+			if err := r.syncer.FinishDelete(ctx, r.tenant, tenant); client.IgnoreNotFound(err) != nil {
+				return false, reconcile.Result{}, fmt.Errorf("finishing deletion of tenant %s %s: %w", r.syncer.Name, key, err)
+			}
+			writes.WithLabelValues(r.translator.Cluster, r.syncer.Name, "up", "delete").Inc()
+		}
+		return false, reconcile.Result{}, nil
+	}
+
+	if host != nil && host.GetAnnotations()[AnnotationTenantUID] != string(tenant.GetUID()) {
+		// A copy of an earlier tenant object of the same name: replace it,
+		// never merge into it. Its deletion event brings us back to create.
+		ctrl.LoggerFrom(ctx).Info("replacing a host copy of an earlier tenant object",
+			"hostUID", host.GetUID(), "tenantUID", tenant.GetUID())
+		return true, reconcile.Result{}, r.deleteHost(ctx, nil, host)
+	}
+
+	if host == nil {
+		if r.syncer.OnlyExisting {
+			return false, reconcile.Result{}, nil
+		}
+		return r.createHost(ctx, tenant)
+	}
+
+	desired, err := r.syncer.desiredHost(r.translator, tenant, host)
+	if err != nil {
+		return false, reconcile.Result{}, err
+	}
+	wrote := false
+	if !semanticallyEqual(host, desired) {
+		// The update carries the host object's resourceVersion: if someone
+		// changed it since our cache saw it, it fails and we retry.
+		if err := r.host.Update(ctx, desired); err != nil {
+			return false, reconcile.Result{}, fmt.Errorf("updating host %s %s: %w", r.syncer.Name, client.ObjectKeyFromObject(desired), err)
+		}
+		writes.WithLabelValues(r.translator.Cluster, r.syncer.Name, "down", "update").Inc()
+		ctrl.LoggerFrom(ctx).V(1).Info("updated host copy", "host", client.ObjectKeyFromObject(desired))
+		host, wrote = desired, true
+	}
+
+	if r.syncer.Up != nil {
+		changed, err := r.syncer.Up(ctx, r.tenant, host, tenant.DeepCopyObject().(client.Object))
+		if err != nil {
+			return wrote, reconcile.Result{}, fmt.Errorf("syncing %s %s up: %w", r.syncer.Name, key, err)
+		}
+		if changed {
+			writes.WithLabelValues(r.translator.Cluster, r.syncer.Name, "up", "update").Inc()
+		}
+	}
+	return wrote, reconcile.Result{}, nil
+}
+
+// createHost creates the host copy of tenant, and its namespace first.
+func (r *reconciler) createHost(ctx context.Context, tenant client.Object) (bool, reconcile.Result, error) {
+	if !r.syncer.ClusterScoped {
+		if err := r.namespaces.ensure(ctx, tenant.GetNamespace()); err != nil {
+			return false, reconcile.Result{}, err
+		}
+	}
+	desired, err := r.syncer.desiredHost(r.translator, tenant, nil)
+	if err != nil {
+		return false, reconcile.Result{}, err
+	}
+	err = r.host.Create(ctx, desired)
+	switch {
+	case apierrors.IsAlreadyExists(err):
+		return r.alreadyExists(ctx, tenant, desired)
+	case err != nil:
+		return false, reconcile.Result{}, fmt.Errorf("creating host %s %s: %w", r.syncer.Name, client.ObjectKeyFromObject(desired), err)
+	}
+	writes.WithLabelValues(r.translator.Cluster, r.syncer.Name, "down", "create").Inc()
+	ctrl.LoggerFrom(ctx).V(1).Info("created host copy", "host", client.ObjectKeyFromObject(desired))
+	return true, reconcile.Result{}, nil
+}
+
+// alreadyExists handles a create that found an object in the way: ours,
+// not yet in the cache (wait for it), or not ours (leave it alone).
+func (r *reconciler) alreadyExists(ctx context.Context, tenant, desired client.Object) (bool, reconcile.Result, error) {
+	existing := r.syncer.Object()
+	if err := r.host.Get(ctx, client.ObjectKeyFromObject(desired), existing); err != nil {
+		return false, reconcile.Result{}, fmt.Errorf("reading host %s %s: %w", r.syncer.Name, client.ObjectKeyFromObject(desired), client.IgnoreNotFound(err))
+	}
+	if r.translator.Owns(existing) {
+		return false, reconcile.Result{RequeueAfter: cacheLagRetry}, nil
+	}
+	result, err := r.foreign(ctx, tenant, client.ObjectKeyFromObject(desired))
+	return false, result, err
+}
+
+// foreign reports a host object in the way that Tenantry does not own: it
+// is never changed; the tenant object gets a Warning event and the sync
+// looks again later.
+func (r *reconciler) foreign(ctx context.Context, tenant client.Object, hostKey types.NamespacedName) (reconcile.Result, error) {
+	conflicts.WithLabelValues(r.translator.Cluster, r.syncer.Name, "not-owned").Inc()
+	msg := fmt.Sprintf("host object %s exists and is not managed by Tenantry for this cluster; it is left alone", hostKey)
+	ctrl.LoggerFrom(ctx).Info("cannot sync: "+msg, "host", hostKey)
+	if tenant != nil {
+		r.recorder.Eventf(tenant, nil, corev1.EventTypeWarning, "HostConflict", "Sync", "%s", msg)
+	}
+	return reconcile.Result{RequeueAfter: foreignRetry}, nil
+}
+
+// deleteHost deletes Tenantry's host copy, precisely the object read (by
+// UID), so that a newer object of the same name is never deleted by
+// mistake. A tenant object being deleted lends its grace period.
+func (r *reconciler) deleteHost(ctx context.Context, tenant, host client.Object) error {
+	opts := []client.DeleteOption{
+		client.Preconditions{UID: ptr.To(host.GetUID())},
+		client.PropagationPolicy("Background"),
+	}
+	if tenant != nil && tenant.GetDeletionGracePeriodSeconds() != nil {
+		opts = append(opts, client.GracePeriodSeconds(*tenant.GetDeletionGracePeriodSeconds()))
+	}
+	err := r.host.Delete(ctx, host, opts...)
+	if apierrors.IsNotFound(err) || apierrors.IsConflict(err) {
+		return nil // gone already, or (the UID precondition failed) replaced by a newer object
+	}
+	if err != nil {
+		return fmt.Errorf("deleting host %s %s: %w", r.syncer.Name, client.ObjectKeyFromObject(host), err)
+	}
+	writes.WithLabelValues(r.translator.Cluster, r.syncer.Name, "down", "delete").Inc()
+	ctrl.LoggerFrom(ctx).V(1).Info("deleted host copy", "host", client.ObjectKeyFromObject(host))
+	return nil
+}
+
+// wants says whether tenant is synced at all: the syncer's filter, and no
+// excluded namespace.
+func (r *reconciler) wants(tenant client.Object) bool {
+	ns := tenant.GetNamespace()
+	if r.syncer.ClusterScoped {
+		ns = tenant.GetName()
+	}
+	return !r.excluded[ns] && r.syncer.wants(tenant)
+}
+
+// settleDrift counts a repair of a key the patroller flagged.
+func (r *reconciler) settleDrift(key types.NamespacedName, wrote bool) {
+	if _, flagged := r.drifted.LoadAndDelete(key); flagged && wrote {
+		driftRepaired.WithLabelValues(r.translator.Cluster, r.syncer.Name).Inc()
+	}
+}

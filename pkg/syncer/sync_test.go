@@ -1,0 +1,663 @@
+package syncer_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/go-logr/logr/funcr"
+	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	utilrand "k8s.io/apimachinery/pkg/util/rand"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
+
+	"github.com/tenantry/tenantry/pkg/clusterregistry"
+	"github.com/tenantry/tenantry/pkg/syncer"
+	"github.com/tenantry/tenantry/pkg/syncer/builtin"
+	tenantrytest "github.com/tenantry/tenantry/pkg/testing"
+)
+
+// world is a host and two tenants, each tenant spawned in a registry that
+// runs every built-in syncer through one hub.
+type world struct {
+	env      *tenantrytest.Environment
+	host     client.Client
+	tenants  map[string]client.Client
+	registry *clusterregistry.RemoteClusterRegistry
+}
+
+var shared *world
+
+func TestMain(m *testing.M) {
+	ctrllog.SetLogger(logr.Discard())
+	w, stop, err := newWorld()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	shared = w
+	code := m.Run()
+	if err := stop(); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		code = 1
+	}
+	os.Exit(code)
+}
+
+func newWorld() (*world, func() error, error) {
+	ctx, cancel := context.WithCancel(context.Background())
+	env, err := tenantrytest.Start(ctx, tenantrytest.Options{Tenants: 2})
+	if err != nil {
+		cancel()
+		return nil, nil, err
+	}
+	w := &world{env: env, tenants: map[string]client.Client{}}
+	fail := func(err error) (*world, func() error, error) {
+		cancel()
+		_ = env.Stop()
+		return nil, nil, err
+	}
+	if w.host, err = client.New(env.Host.Config(), client.Options{}); err != nil {
+		return fail(err)
+	}
+	hub, err := syncer.NewHub(env.Host.Config(), syncer.HubOptions{Scheme: clientgoscheme.Scheme})
+	if err != nil {
+		return fail(err)
+	}
+	hubDone := make(chan error, 1)
+	go func() { hubDone <- hub.Start(ctx) }()
+
+	log := logr.Discard()
+	if os.Getenv("TENANTRY_TEST_LOG") != "" {
+		log = funcr.New(func(prefix, args string) { fmt.Fprintln(os.Stderr, prefix, args) }, funcr.Options{Verbosity: 1})
+	}
+	w.registry = clusterregistry.New(log, w.host,
+		syncer.TenantModule(hub, syncer.Options{PatrolPeriod: 300 * time.Millisecond}, builtin.All()...))
+	for _, cp := range env.Tenants {
+		if w.tenants[cp.Name()], err = client.New(cp.Config(), client.Options{}); err != nil {
+			return fail(err)
+		}
+		if err := w.registry.Spawn(cp.Name(), cp.Config()); err != nil {
+			return fail(err)
+		}
+	}
+	return w, func() error {
+		err := w.registry.Close(context.Background())
+		cancel()
+		<-hubDone
+		return errorsJoin(err, env.Stop())
+	}, nil
+}
+
+func errorsJoin(errs ...error) error {
+	var msgs []string
+	for _, err := range errs {
+		if err != nil {
+			msgs = append(msgs, err.Error())
+		}
+	}
+	if len(msgs) == 0 {
+		return nil
+	}
+	return fmt.Errorf("%s", strings.Join(msgs, "; "))
+}
+
+var eventually = tenantrytest.Eventually
+
+func unique(prefix string) string { return prefix + "-" + utilrand.String(5) }
+
+func hostNS(cluster, ns string) string { return syncer.HostNamespace(cluster, ns) }
+
+func configMap(name string, data map[string]string) *corev1.ConfigMap {
+	return &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: name}, Data: data}
+}
+
+// expectHostConfigMap waits for the host copy of tenant ConfigMap
+// default/name of cluster to hold data.
+func expectHostConfigMap(t *testing.T, cluster, name string, data map[string]string) *corev1.ConfigMap {
+	t.Helper()
+	var cm corev1.ConfigMap
+	eventually(t, 10*time.Second, fmt.Sprintf("host copy of %s default/%s = %v", cluster, name, data), func(ctx context.Context) (bool, error) {
+		if err := shared.host.Get(ctx, client.ObjectKey{Namespace: hostNS(cluster, "default"), Name: name}, &cm); err != nil {
+			return false, err
+		}
+		return fmt.Sprint(cm.Data) == fmt.Sprint(data), fmt.Errorf("data %v", cm.Data)
+	})
+	return &cm
+}
+
+func expectHostGone(t *testing.T, obj client.Object) {
+	t.Helper()
+	eventually(t, 10*time.Second, fmt.Sprintf("host %T %s removed", obj, client.ObjectKeyFromObject(obj)), func(ctx context.Context) (bool, error) {
+		err := shared.host.Get(ctx, client.ObjectKeyFromObject(obj), obj)
+		return apierrors.IsNotFound(err), err
+	})
+}
+
+func TestConfigMapSync(t *testing.T) {
+	ctx := t.Context()
+	name := unique("app")
+	for cluster, value := range map[string]string{"tenant-1": "one", "tenant-2": "two"} {
+		if err := shared.tenants[cluster].Create(ctx, configMap(name, map[string]string{"value": value})); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	var uid1 string
+	for cluster, value := range map[string]string{"tenant-1": "one", "tenant-2": "two"} {
+		cm := expectHostConfigMap(t, cluster, name, map[string]string{"value": value})
+		var tenantCM corev1.ConfigMap
+		if err := shared.tenants[cluster].Get(ctx, client.ObjectKey{Namespace: "default", Name: name}, &tenantCM); err != nil {
+			t.Fatal(err)
+		}
+		wantLabels := map[string]string{syncer.LabelManagedBy: syncer.ManagedByValue, syncer.LabelCluster: cluster}
+		for k, v := range wantLabels {
+			if cm.Labels[k] != v {
+				t.Errorf("%s: label %s = %q, want %q", cluster, k, cm.Labels[k], v)
+			}
+		}
+		wantAnnotations := map[string]string{
+			syncer.AnnotationTenantNamespace: "default",
+			syncer.AnnotationTenantName:      name,
+			syncer.AnnotationTenantUID:       string(tenantCM.UID),
+		}
+		for k, v := range wantAnnotations {
+			if cm.Annotations[k] != v {
+				t.Errorf("%s: annotation %s = %q, want %q", cluster, k, cm.Annotations[k], v)
+			}
+		}
+		var ns corev1.Namespace
+		if err := shared.host.Get(ctx, client.ObjectKey{Name: cm.Namespace}, &ns); err != nil {
+			t.Fatal(err)
+		}
+		if ns.Labels[syncer.LabelCluster] != cluster || ns.Annotations[syncer.AnnotationTenantName] != "default" ||
+			ns.Labels[syncer.LabelPodSecurityEnforce] != syncer.DefaultPodSecurityLevel {
+			t.Errorf("%s: host namespace %s has labels %v, annotations %v", cluster, ns.Name, ns.Labels, ns.Annotations)
+		}
+		if cluster == "tenant-1" {
+			uid1 = string(cm.UID)
+		}
+	}
+
+	t.Run("a tenant edit propagates", func(t *testing.T) {
+		patch := client.MergeFrom(configMap(name, nil))
+		if err := shared.tenants["tenant-1"].Patch(ctx, configMap(name, map[string]string{"value": "uno"}), patch); err != nil {
+			t.Fatal(err)
+		}
+		expectHostConfigMap(t, "tenant-1", name, map[string]string{"value": "uno"})
+		expectHostConfigMap(t, "tenant-2", name, map[string]string{"value": "two"})
+	})
+
+	t.Run("a hand edit of the host copy is reverted", func(t *testing.T) {
+		var cm corev1.ConfigMap
+		if err := shared.host.Get(ctx, client.ObjectKey{Namespace: hostNS("tenant-1", "default"), Name: name}, &cm); err != nil {
+			t.Fatal(err)
+		}
+		cm.Data = map[string]string{"value": "tampered"}
+		if err := shared.host.Update(ctx, &cm); err != nil {
+			t.Fatal(err)
+		}
+		expectHostConfigMap(t, "tenant-1", name, map[string]string{"value": "uno"})
+	})
+
+	t.Run("a hand delete of the host copy is recreated", func(t *testing.T) {
+		cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: hostNS("tenant-1", "default"), Name: name}}
+		if err := shared.host.Delete(ctx, cm); err != nil {
+			t.Fatal(err)
+		}
+		recreated := expectHostConfigMap(t, "tenant-1", name, map[string]string{"value": "uno"})
+		if string(recreated.UID) == uid1 {
+			t.Fatal("host copy was not recreated")
+		}
+	})
+
+	t.Run("a tenant delete removes the host copy", func(t *testing.T) {
+		if err := shared.tenants["tenant-2"].Delete(ctx, configMap(name, nil)); err != nil {
+			t.Fatal(err)
+		}
+		expectHostGone(t, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: hostNS("tenant-2", "default"), Name: name}})
+		expectHostConfigMap(t, "tenant-1", name, map[string]string{"value": "uno"})
+	})
+}
+
+// A host copy whose tenant object is gone is removed; one made for an
+// earlier tenant object of the same name is replaced, not merged into.
+func TestOrphansAndStaleCopies(t *testing.T) {
+	ctx := t.Context()
+	ns := hostNS("tenant-1", "default")
+	ensureHostCopyNamespace(t)
+
+	orphan := hostCopy(ns, unique("orphan"), "tenant-1", "no-such-uid", map[string]string{"left": "behind"})
+	if err := shared.host.Create(ctx, orphan); err != nil {
+		t.Fatal(err)
+	}
+	expectHostGone(t, orphan)
+
+	name := unique("stale")
+	stale := hostCopy(ns, name, "tenant-1", "uid-of-an-earlier-object", map[string]string{"stale": "yes"})
+	if err := shared.host.Create(ctx, stale); err != nil {
+		t.Fatal(err)
+	}
+	if err := shared.tenants["tenant-1"].Create(ctx, configMap(name, map[string]string{"fresh": "yes"})); err != nil {
+		t.Fatal(err)
+	}
+	replaced := expectHostConfigMap(t, "tenant-1", name, map[string]string{"fresh": "yes"})
+	if replaced.UID == stale.UID {
+		t.Fatal("the stale host copy was merged into, not replaced")
+	}
+}
+
+// Host objects without Tenantry's labels are never touched.
+func TestForeignHostObjectsAreLeftAlone(t *testing.T) {
+	ctx := t.Context()
+	ensureHostCopyNamespace(t)
+	name := unique("foreign")
+	foreign := &corev1.ConfigMap{
+		ObjectMeta: metav1.ObjectMeta{Namespace: hostNS("tenant-1", "default"), Name: name},
+		Data:       map[string]string{"owner": "someone else"},
+	}
+	if err := shared.host.Create(ctx, foreign); err != nil {
+		t.Fatal(err)
+	}
+	tenantCM := configMap(name, map[string]string{"owner": "tenant"})
+	if err := shared.tenants["tenant-1"].Create(ctx, tenantCM); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 10*time.Second, "HostConflict event on the tenant ConfigMap", func(ctx context.Context) (bool, error) {
+		var list eventsv1.EventList
+		if err := shared.tenants["tenant-1"].List(ctx, &list, client.InNamespace("default")); err != nil {
+			return false, err
+		}
+		for _, e := range list.Items {
+			if e.Regarding.Name == name && e.Reason == "HostConflict" {
+				return true, nil
+			}
+		}
+		return false, nil
+	})
+	var after corev1.ConfigMap
+	if err := shared.host.Get(ctx, client.ObjectKeyFromObject(foreign), &after); err != nil {
+		t.Fatal(err)
+	}
+	if after.Data["owner"] != "someone else" || after.ResourceVersion != foreign.ResourceVersion {
+		t.Fatalf("foreign host object changed: %v", after.Data)
+	}
+	// Deleting the tenant object leaves the foreign one too.
+	if err := shared.tenants["tenant-1"].Delete(ctx, tenantCM); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 5*time.Second, "tenant object gone", func(ctx context.Context) (bool, error) {
+		err := shared.tenants["tenant-1"].Get(ctx, client.ObjectKeyFromObject(tenantCM), &corev1.ConfigMap{})
+		return apierrors.IsNotFound(err), nil
+	})
+	if err := shared.host.Get(ctx, client.ObjectKeyFromObject(foreign), &after); err != nil {
+		t.Fatalf("foreign host object deleted: %v", err)
+	}
+}
+
+func TestPodSync(t *testing.T) {
+	ctx := t.Context()
+	tenant := shared.tenants["tenant-1"]
+	name := unique("web")
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: name, Labels: map[string]string{"app": "web"}},
+		Spec: corev1.PodSpec{
+			ServiceAccountName: "default",
+			ImagePullSecrets:   []corev1.LocalObjectReference{{Name: "registry"}},
+			Containers: []corev1.Container{{
+				Name: "web", Image: "nginx:1",
+				Env: []corev1.EnvVar{{Name: "PASSWORD", ValueFrom: &corev1.EnvVarSource{
+					SecretKeyRef: &corev1.SecretKeySelector{LocalObjectReference: corev1.LocalObjectReference{Name: "db"}, Key: "password"},
+				}}},
+				VolumeMounts: []corev1.VolumeMount{
+					{Name: "config", MountPath: "/config"},
+					{Name: "kube-api-access", MountPath: "/var/run/secrets/kubernetes.io/serviceaccount"},
+				},
+			}},
+			Volumes: []corev1.Volume{
+				{Name: "config", VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{
+					LocalObjectReference: corev1.LocalObjectReference{Name: "web-config"}}}},
+				{Name: "kube-api-access", VolumeSource: corev1.VolumeSource{Projected: &corev1.ProjectedVolumeSource{
+					Sources: []corev1.VolumeProjection{{ServiceAccountToken: &corev1.ServiceAccountTokenProjection{Path: "token"}}}}}},
+			},
+		},
+	}
+	if err := tenant.Create(ctx, pod); err != nil {
+		t.Fatal(err)
+	}
+
+	var hostPod corev1.Pod
+	hostKey := client.ObjectKey{Namespace: hostNS("tenant-1", "default"), Name: name}
+	eventually(t, 10*time.Second, "host Pod", func(ctx context.Context) (bool, error) {
+		err := shared.host.Get(ctx, hostKey, &hostPod)
+		return err == nil, err
+	})
+	spec := hostPod.Spec
+	if spec.AutomountServiceAccountToken == nil || *spec.AutomountServiceAccountToken {
+		t.Error("host Pod mounts a service account token")
+	}
+	if len(spec.Volumes) != 1 || spec.Volumes[0].ConfigMap == nil || spec.Volumes[0].ConfigMap.Name != "web-config" {
+		t.Errorf("host Pod volumes = %+v, want only the ConfigMap volume, by the same name", spec.Volumes)
+	}
+	if len(spec.Containers[0].VolumeMounts) != 1 {
+		t.Errorf("host Pod mounts = %+v, want the token mount gone", spec.Containers[0].VolumeMounts)
+	}
+	if ref := spec.Containers[0].Env[0].ValueFrom.SecretKeyRef; ref.Name != "db" {
+		t.Errorf("env Secret reference = %q", ref.Name)
+	}
+	if hostPod.Labels["app"] != "web" {
+		t.Errorf("host Pod labels = %v", hostPod.Labels)
+	}
+
+	// The host "schedules" and the "kubelet" reports: the tenant sees both.
+	binding := &corev1.Binding{
+		ObjectMeta: metav1.ObjectMeta{Namespace: hostPod.Namespace, Name: hostPod.Name},
+		Target:     corev1.ObjectReference{Kind: "Node", Name: "node-1"},
+	}
+	if err := shared.host.SubResource("binding").Create(ctx, &hostPod, binding); err != nil {
+		t.Fatal(err)
+	}
+	if err := shared.host.Get(ctx, hostKey, &hostPod); err != nil {
+		t.Fatal(err)
+	}
+	hostPod.Status.Phase = corev1.PodRunning
+	hostPod.Status.PodIP = "10.244.1.7"
+	hostPod.Status.PodIPs = []corev1.PodIP{{IP: "10.244.1.7"}}
+	hostPod.Status.HostIP = "192.168.0.11"
+	if err := shared.host.Status().Update(ctx, &hostPod); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 10*time.Second, "tenant Pod bound and running", func(ctx context.Context) (bool, error) {
+		var p corev1.Pod
+		if err := tenant.Get(ctx, client.ObjectKeyFromObject(pod), &p); err != nil {
+			return false, err
+		}
+		ok := p.Spec.NodeName == "node-1" && p.Status.Phase == corev1.PodRunning && p.Status.PodIP == "10.244.1.7"
+		return ok, fmt.Errorf("node %q phase %q ip %q", p.Spec.NodeName, p.Status.Phase, p.Status.PodIP)
+	})
+
+	t.Run("deleting the tenant Pod deletes both", func(t *testing.T) {
+		if err := tenant.Delete(ctx, pod, client.GracePeriodSeconds(0)); err != nil {
+			t.Fatal(err)
+		}
+		expectHostGone(t, &hostPod)
+		eventually(t, 10*time.Second, "tenant Pod gone", func(ctx context.Context) (bool, error) {
+			err := tenant.Get(ctx, client.ObjectKeyFromObject(pod), &corev1.Pod{})
+			return apierrors.IsNotFound(err), err
+		})
+	})
+}
+
+// A tenant Pod can only name objects in its own host namespace: a Secret
+// that exists only in another tenant, or only in the host, is not there.
+func TestPodCannotReachOthersSecrets(t *testing.T) {
+	ctx := t.Context()
+	secretName := unique("elsewhere")
+	secret := func(ns string) *corev1.Secret {
+		return &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: secretName}, StringData: map[string]string{"k": "v"}}
+	}
+	if err := shared.tenants["tenant-2"].Create(ctx, secret("default")); err != nil {
+		t.Fatal(err)
+	}
+	if err := shared.host.Create(ctx, secret("default")); err != nil {
+		t.Fatal(err)
+	}
+	expectHostCopy(t, &corev1.Secret{}, "tenant-2", secretName) // tenant-2's copy is in tenant-2's host namespace
+
+	name := unique("thief")
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: name},
+		Spec: corev1.PodSpec{
+			Containers: []corev1.Container{{Name: "c", Image: "busybox"}},
+			Volumes: []corev1.Volume{{Name: "s", VolumeSource: corev1.VolumeSource{
+				Secret: &corev1.SecretVolumeSource{SecretName: secretName}}}},
+		},
+	}
+	if err := shared.tenants["tenant-1"].Create(ctx, pod); err != nil {
+		t.Fatal(err)
+	}
+	hostPod := expectHostCopy(t, &corev1.Pod{}, "tenant-1", name).(*corev1.Pod)
+	if hostPod.Namespace != hostNS("tenant-1", "default") {
+		t.Fatalf("host Pod in %s", hostPod.Namespace)
+	}
+	if got := hostPod.Spec.Volumes[0].Secret.SecretName; got != secretName {
+		t.Fatalf("secret volume names %q", got)
+	}
+	// The kubelet looks the Secret up in the Pod's namespace: it is not there.
+	err := shared.host.Get(ctx, client.ObjectKey{Namespace: hostPod.Namespace, Name: secretName}, &corev1.Secret{})
+	if !apierrors.IsNotFound(err) {
+		t.Fatalf("Secret %s in tenant-1's host namespace: %v, want NotFound", secretName, err)
+	}
+}
+
+func TestServiceGetsHostClusterIP(t *testing.T) {
+	ctx := t.Context()
+	name := unique("svc")
+	svc := &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: name},
+		Spec: corev1.ServiceSpec{
+			Selector:    map[string]string{"app": "web"},
+			Ports:       []corev1.ServicePort{{Name: "http", Port: 80, Protocol: corev1.ProtocolTCP}},
+			ExternalIPs: []string{"203.0.113.9"},
+		},
+	}
+	tenant := shared.tenants["tenant-2"]
+	if err := tenant.Create(ctx, svc); err != nil {
+		t.Fatal(err)
+	}
+	tenantUID := svc.UID
+	hostSvc := expectHostCopy(t, &corev1.Service{}, "tenant-2", name).(*corev1.Service)
+	if len(hostSvc.Spec.ExternalIPs) != 0 {
+		t.Errorf("host Service claims external IPs %v", hostSvc.Spec.ExternalIPs)
+	}
+	eventually(t, 10*time.Second, "tenant Service has the host's cluster IP "+hostSvc.Spec.ClusterIP, func(ctx context.Context) (bool, error) {
+		var s corev1.Service
+		if err := tenant.Get(ctx, client.ObjectKeyFromObject(svc), &s); err != nil {
+			return false, err
+		}
+		ok := s.Spec.ClusterIP == hostSvc.Spec.ClusterIP && s.Spec.Type == corev1.ServiceTypeClusterIP && s.UID == tenantUID
+		return ok, fmt.Errorf("tenant: type %s, IP %s, annotations %v", s.Spec.Type, s.Spec.ClusterIP, s.Annotations)
+	})
+	var after corev1.Service
+	if err := shared.host.Get(ctx, client.ObjectKeyFromObject(hostSvc), &after); err != nil {
+		t.Fatal(err)
+	}
+	if after.Spec.ClusterIP != hostSvc.Spec.ClusterIP || after.Spec.Type != corev1.ServiceTypeClusterIP {
+		t.Fatalf("host Service changed while the tenant took its IP: %s %s", after.Spec.Type, after.Spec.ClusterIP)
+	}
+}
+
+// While one tenant creates 2,000 ConfigMaps at once, a ConfigMap of the
+// other still reaches the host within 2 seconds.
+func TestFairness(t *testing.T) {
+	ctx := t.Context()
+	cfg := shared.env.Tenants[0].Config()
+	cfg.QPS, cfg.Burst = 5000, 5000
+	busy, err := client.New(cfg, client.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	prefix := unique("flood")
+	var wg sync.WaitGroup
+	errs := make(chan error, 16)
+	for w := range 16 {
+		wg.Go(func() {
+			for i := w; i < 2000; i += 16 {
+				if err := busy.Create(ctx, configMap(fmt.Sprintf("%s-%d", prefix, i), map[string]string{"i": fmt.Sprint(i)})); err != nil {
+					errs <- err
+					return
+				}
+			}
+		})
+	}
+	// Wait until the flood is well under way in the host.
+	eventually(t, 30*time.Second, "flood reaching the host", func(ctx context.Context) (bool, error) {
+		var list corev1.ConfigMapList
+		if err := shared.host.List(ctx, &list, client.InNamespace(hostNS("tenant-1", "default"))); err != nil {
+			return false, err
+		}
+		n := 0
+		for _, cm := range list.Items {
+			if strings.HasPrefix(cm.Name, prefix) {
+				n++
+			}
+		}
+		return n >= 50, nil
+	})
+
+	quiet := unique("quiet")
+	began := time.Now()
+	if err := shared.tenants["tenant-2"].Create(ctx, configMap(quiet, map[string]string{"v": "1"})); err != nil {
+		t.Fatal(err)
+	}
+	expectHostConfigMap(t, "tenant-2", quiet, map[string]string{"v": "1"})
+	latency := time.Since(began)
+	t.Logf("quiet tenant's ConfigMap reached the host in %s during the flood", latency)
+	if latency > 2*time.Second {
+		t.Fatalf("quiet tenant's ConfigMap took %s, want at most 2s", latency)
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+}
+
+// expectHostCopy waits for the host copy of a tenant object in namespace
+// default of cluster, and returns it.
+func expectHostCopy(t *testing.T, obj client.Object, cluster, name string) client.Object {
+	t.Helper()
+	eventually(t, 10*time.Second, fmt.Sprintf("host copy of %T %s default/%s", obj, cluster, name), func(ctx context.Context) (bool, error) {
+		err := shared.host.Get(ctx, client.ObjectKey{Namespace: hostNS(cluster, "default"), Name: name}, obj)
+		return err == nil, err
+	})
+	return obj
+}
+
+// ensureHostCopyNamespace makes sure tenant-1's default host namespace
+// exists, by syncing a ConfigMap into it.
+func ensureHostCopyNamespace(t *testing.T) {
+	t.Helper()
+	name := unique("ns-opener")
+	if err := shared.tenants["tenant-1"].Create(t.Context(), configMap(name, map[string]string{"k": "v"})); err != nil {
+		t.Fatal(err)
+	}
+	expectHostConfigMap(t, "tenant-1", name, map[string]string{"k": "v"})
+}
+
+// hostCopy is a host ConfigMap labelled and annotated as Tenantry's copy of
+// tenant ConfigMap default/name with the given UID.
+func hostCopy(ns, name, cluster, uid string, data map[string]string) *corev1.ConfigMap {
+	return &corev1.ConfigMap{
+		ObjectMeta: metav1.ObjectMeta{
+			Namespace: ns, Name: name,
+			Labels: map[string]string{syncer.LabelManagedBy: syncer.ManagedByValue, syncer.LabelCluster: cluster},
+			Annotations: map[string]string{
+				syncer.AnnotationTenantNamespace: "default",
+				syncer.AnnotationTenantName:      name,
+				syncer.AnnotationTenantUID:       uid,
+			},
+		},
+		Data: data,
+	}
+}
+
+func TestSecretsServiceAccountsAndClaims(t *testing.T) {
+	ctx := t.Context()
+	tenant := shared.tenants["tenant-1"]
+	secretName, tokenName, saName, pvcName := unique("creds"), unique("token"), unique("robot"), unique("data")
+	objects := []client.Object{
+		&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: secretName}, StringData: map[string]string{"password": "s3cret"}},
+		&corev1.Secret{
+			ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: tokenName, Annotations: map[string]string{corev1.ServiceAccountNameKey: "default"}},
+			Type:       corev1.SecretTypeServiceAccountToken,
+		},
+		&corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: saName}},
+		&corev1.PersistentVolumeClaim{
+			ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: pvcName},
+			Spec: corev1.PersistentVolumeClaimSpec{
+				AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+				Resources:   corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")}},
+				VolumeName:  "someone-elses-volume",
+				Selector:    &metav1.LabelSelector{MatchLabels: map[string]string{"owner": "someone-else"}},
+			},
+		},
+	}
+	for _, o := range objects {
+		if err := tenant.Create(ctx, o); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	secret := expectHostCopy(t, &corev1.Secret{}, "tenant-1", secretName).(*corev1.Secret)
+	if string(secret.Data["password"]) != "s3cret" {
+		t.Errorf("host Secret data = %v", secret.Data)
+	}
+	expectHostCopy(t, &corev1.ServiceAccount{}, "tenant-1", saName)
+	pvc := expectHostCopy(t, &corev1.PersistentVolumeClaim{}, "tenant-1", pvcName).(*corev1.PersistentVolumeClaim)
+	if pvc.Spec.VolumeName != "" || pvc.Spec.Selector != nil {
+		t.Errorf("host claim picks host volumes: volumeName %q, selector %v", pvc.Spec.VolumeName, pvc.Spec.Selector)
+	}
+	// Everything else of the namespace is synced by now; the token is not.
+	err := shared.host.Get(ctx, client.ObjectKey{Namespace: hostNS("tenant-1", "default"), Name: tokenName}, &corev1.Secret{})
+	if !apierrors.IsNotFound(err) {
+		t.Fatalf("service account token Secret synced to the host: %v", err)
+	}
+
+	pvc.Status.Phase = corev1.ClaimBound
+	pvc.Status.Capacity = corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")}
+	if err := shared.host.Status().Update(ctx, pvc); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 10*time.Second, "tenant claim Bound", func(ctx context.Context) (bool, error) {
+		var c corev1.PersistentVolumeClaim
+		if err := tenant.Get(ctx, client.ObjectKey{Namespace: "default", Name: pvcName}, &c); err != nil {
+			return false, err
+		}
+		return c.Status.Phase == corev1.ClaimBound, fmt.Errorf("phase %q", c.Status.Phase)
+	})
+}
+
+// A tenant namespace's host namespace is created with its first object and
+// deleted with the tenant namespace.
+func TestNamespaceLifecycle(t *testing.T) {
+	ctx := t.Context()
+	tenant := shared.tenants["tenant-2"]
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: unique("team")}}
+	if err := tenant.Create(ctx, ns); err != nil {
+		t.Fatal(err)
+	}
+	hostNamespace := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: hostNS("tenant-2", ns.Name)}}
+	// No object yet, no host namespace: they are made on demand.
+	if err := shared.host.Get(ctx, client.ObjectKeyFromObject(hostNamespace), hostNamespace); !apierrors.IsNotFound(err) {
+		t.Fatalf("host namespace made before any object: %v", err)
+	}
+	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns.Name, Name: "first"}}
+	if err := tenant.Create(ctx, cm); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 10*time.Second, "host namespace and copy", func(ctx context.Context) (bool, error) {
+		err := shared.host.Get(ctx, client.ObjectKey{Namespace: hostNamespace.Name, Name: "first"}, &corev1.ConfigMap{})
+		return err == nil, err
+	})
+
+	if err := tenant.Delete(ctx, ns); err != nil {
+		t.Fatal(err)
+	}
+	// Without a namespace controller (envtest runs none) a namespace stays
+	// Terminating: its deletion having been asked for is what counts.
+	eventually(t, 10*time.Second, "host namespace deleted", func(ctx context.Context) (bool, error) {
+		err := shared.host.Get(ctx, client.ObjectKeyFromObject(hostNamespace), hostNamespace)
+		return apierrors.IsNotFound(err) || err == nil && !hostNamespace.DeletionTimestamp.IsZero(), err
+	})
+}

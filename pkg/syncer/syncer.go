@@ -1,0 +1,149 @@
+package syncer
+
+import (
+	"context"
+	"fmt"
+
+	"k8s.io/apimachinery/pkg/api/equality"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+)
+
+// Syncer declares how one resource type syncs between a tenant cluster and
+// the host: what goes down, what comes up. It is declared once and runs for
+// every tenant; the framework owns everything else (names, namespaces,
+// labels, ownership, deletion, conflicts, drift).
+//
+// A syncer works for any type: Object returns a typed object such as
+// &corev1.ConfigMap{}, or an *unstructured.Unstructured with its apiVersion
+// and kind set.
+type Syncer struct {
+	// Name identifies the syncer in logs, metrics and flags: the resource's
+	// plural, such as "configmaps".
+	Name string
+
+	// Object returns a new, empty object of the type.
+	Object func() client.Object
+
+	// ClusterScoped is set for cluster-scoped types; their host copy is
+	// named after the host namespace of the tenant object's name (as for
+	// Namespaces).
+	ClusterScoped bool
+
+	// Filter, if set, says which tenant objects to sync; the others are left
+	// alone, and so are host objects that would copy them.
+	Filter func(tenant client.Object) bool
+
+	// Down sets the host copy's content from the tenant object: spec, data,
+	// anything but metadata. host is a new object when the copy is created
+	// (its resourceVersion is empty), and a copy of the current host object
+	// otherwise: Down sets what it syncs and leaves the rest, so that what the
+	// host fills in (defaults, allocations) stays. The framework has already
+	// set the host copy's name, namespace, labels and annotations.
+	Down func(tenant, host client.Object) error
+
+	// Up brings what the host filled in back to the tenant object: status,
+	// and fields such as a Service's cluster IP. It writes through c, the
+	// tenant's client, and reports whether it changed anything. Nil: nothing
+	// comes up. StatusUp builds the common case.
+	Up func(ctx context.Context, c client.Client, host, tenant client.Object) (changed bool, err error)
+
+	// OnlyExisting: the framework never creates host copies of this type;
+	// something else does (host namespaces are created on demand, before
+	// the first object that goes in them). The syncer keeps existing copies
+	// in step and deletes them with their tenant objects.
+	OnlyExisting bool
+
+	// CopyUserMetadata copies the tenant object's labels and annotations to
+	// the host copy (except tenantry.dev/ ones). Off for objects whose host
+	// labels carry meaning for the host itself, such as Namespaces.
+	CopyUserMetadata bool
+
+	// FinishDelete, if set, runs when a tenant object is being deleted and
+	// its host copy is gone: Pods use it to complete their deletion in a
+	// tenant that has no kubelet.
+	FinishDelete func(ctx context.Context, c client.Client, tenant client.Object) error
+}
+
+// Validate says what is wrong with a Syncer declaration.
+func (s *Syncer) Validate() error {
+	switch {
+	case s.Name == "":
+		return fmt.Errorf("syncer has no Name")
+	case s.Object == nil:
+		return fmt.Errorf("syncer %s has no Object", s.Name)
+	case s.Down == nil:
+		return fmt.Errorf("syncer %s has no Down", s.Name)
+	}
+	return nil
+}
+
+// GVK is the syncer's type, resolved against scheme (an unstructured
+// object brings its own).
+func (s *Syncer) GVK(scheme *runtime.Scheme) (schema.GroupVersionKind, error) {
+	gvk, err := gvkOf(s.Object(), scheme)
+	if err != nil {
+		return schema.GroupVersionKind{}, fmt.Errorf("syncer %s: %w", s.Name, err)
+	}
+	return gvk, nil
+}
+
+// wants applies Filter.
+func (s *Syncer) wants(tenant client.Object) bool {
+	return s.Filter == nil || s.Filter(tenant)
+}
+
+// StatusUp builds an Up that copies status from host to tenant with
+// copyStatus, which reports whether it changed tenant, and writes the
+// tenant object's status subresource when it did. The write carries the
+// tenant object's resourceVersion: a newer tenant object makes it fail with
+// a conflict, and the sync is retried, never blindly overwritten.
+func StatusUp(copyStatus func(host, tenant client.Object) bool) func(context.Context, client.Client, client.Object, client.Object) (bool, error) {
+	return func(ctx context.Context, c client.Client, host, tenant client.Object) (bool, error) {
+		if !copyStatus(host, tenant) {
+			return false, nil
+		}
+		if err := c.Status().Update(ctx, tenant); err != nil {
+			return false, fmt.Errorf("updating tenant status: %w", err)
+		}
+		return true, nil
+	}
+}
+
+// UpAll runs several Ups in turn, each on the tenant object as the one
+// before left it, and reports whether any changed it.
+func UpAll(ups ...func(context.Context, client.Client, client.Object, client.Object) (bool, error)) func(context.Context, client.Client, client.Object, client.Object) (bool, error) {
+	return func(ctx context.Context, c client.Client, host, tenant client.Object) (bool, error) {
+		changed := false
+		for _, up := range ups {
+			ch, err := up(ctx, c, host, tenant)
+			if err != nil {
+				return changed, err
+			}
+			changed = changed || ch
+		}
+		return changed, nil
+	}
+}
+
+// desiredHost is the host object that tenant should have, built on current
+// (nil to create): the framework's metadata, then Down.
+func (s *Syncer) desiredHost(tr Translator, tenant, current client.Object) (client.Object, error) {
+	var host client.Object
+	if current == nil {
+		host = s.Object()
+	} else {
+		host = current.DeepCopyObject().(client.Object)
+	}
+	tr.HostMetadata(tenant, host, s.ClusterScoped, s.CopyUserMetadata)
+	if err := s.Down(tenant, host); err != nil {
+		return nil, fmt.Errorf("translating %s %s down: %w", s.Name, client.ObjectKeyFromObject(tenant), err)
+	}
+	return host, nil
+}
+
+// semanticallyEqual compares objects as the API server would store them.
+func semanticallyEqual(a, b client.Object) bool {
+	return equality.Semantic.DeepEqual(a, b)
+}

@@ -1,0 +1,143 @@
+package syncer
+
+import (
+	"crypto/sha256"
+	"encoding/base32"
+	"strings"
+
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+)
+
+// The labels and annotations that Tenantry puts on every host object and
+// host namespace it creates (ARCHITECTURE.md, "Sync model").
+const (
+	// LabelManagedBy marks an object as Tenantry's; nothing without it is
+	// ever changed or deleted in the host.
+	LabelManagedBy = "tenantry.dev/managed-by"
+	// ManagedByValue is LabelManagedBy's value.
+	ManagedByValue = "tenantry"
+	// LabelCluster names the VirtualCluster an object belongs to; host
+	// events are routed to tenants by it.
+	LabelCluster = "tenantry.dev/cluster"
+
+	// AnnotationTenantNamespace, AnnotationTenantName and
+	// AnnotationTenantUID identify the tenant object a host object copies.
+	AnnotationTenantNamespace = "tenantry.dev/tenant-namespace"
+	AnnotationTenantName      = "tenantry.dev/tenant-name"
+	AnnotationTenantUID       = "tenantry.dev/tenant-uid"
+
+	// reservedPrefix is the key prefix that only Tenantry may set on host
+	// objects: tenants' labels and annotations with it are dropped, so that
+	// a tenant cannot pose as another.
+	reservedPrefix = "tenantry.dev/"
+)
+
+const (
+	// maxNamespaceLength is a DNS-1123 label's limit.
+	maxNamespaceLength = 63
+	// hashLength is how many base32 characters (5 bits each) of
+	// SHA-256(cluster, namespace) a host namespace carries: 60 bits, so that
+	// finding two pairs with one hash, which long (shortened) names would
+	// otherwise make a matter of trying names, is out of reach.
+	hashLength = 12
+)
+
+var lowerBase32 = base32.NewEncoding("abcdefghijklmnopqrstuvwxyz234567").WithPadding(base32.NoPadding)
+
+// HostNamespace is the host namespace that holds the objects of tenant
+// namespace ns of cluster: "<cluster>-<hash>-<ns>", where the hash is taken
+// over both names, shortened (cluster first, then ns) to a valid DNS-1123
+// label of at most 63 characters. It is deterministic, and distinct pairs
+// get distinct namespaces.
+func HostNamespace(cluster, ns string) string {
+	sum := sha256.Sum256([]byte(cluster + "/" + ns))
+	hash := lowerBase32.EncodeToString(sum[:])[:hashLength]
+	c := strings.ReplaceAll(cluster, ".", "-") // a cluster name may be a DNS subdomain
+	if len(c)+len(ns)+hashLength+2 <= maxNamespaceLength {
+		return c + "-" + hash + "-" + ns
+	}
+	// Shorten: each name keeps up to half the room, and what the other
+	// does not need.
+	room := maxNamespaceLength - hashLength - 2
+	keepC := min(len(c), max(room/2, room-len(ns)))
+	keepN := min(len(ns), room-keepC)
+	c = strings.TrimRight(c[:keepC], "-")
+	n := strings.TrimRight(ns[:keepN], "-")
+	return c + "-" + hash + "-" + n
+}
+
+// Translator maps one tenant cluster's object keys to the host's.
+type Translator struct {
+	// Cluster is the VirtualCluster's name.
+	Cluster string
+}
+
+// HostKey is where the host copy of the tenant object key lives: same name,
+// in the tenant namespace's host namespace. A cluster-scoped Namespace maps
+// to its host namespace's name.
+func (t Translator) HostKey(tenant types.NamespacedName, clusterScoped bool) types.NamespacedName {
+	if clusterScoped {
+		return types.NamespacedName{Name: HostNamespace(t.Cluster, tenant.Name)}
+	}
+	return types.NamespacedName{Namespace: HostNamespace(t.Cluster, tenant.Namespace), Name: tenant.Name}
+}
+
+// TenantKey reads the tenant object key off a host object's annotations;
+// ok is false when the object is not a copy made for this cluster.
+func (t Translator) TenantKey(host client.Object) (key types.NamespacedName, ok bool) {
+	if !t.Owns(host) {
+		return types.NamespacedName{}, false
+	}
+	a := host.GetAnnotations()
+	name, hasName := a[AnnotationTenantName]
+	if !hasName {
+		return types.NamespacedName{}, false
+	}
+	return types.NamespacedName{Namespace: a[AnnotationTenantNamespace], Name: name}, true
+}
+
+// Owns says whether host is Tenantry's copy for this cluster.
+func (t Translator) Owns(host client.Object) bool {
+	l := host.GetLabels()
+	return l[LabelManagedBy] == ManagedByValue && l[LabelCluster] == t.Cluster
+}
+
+// HostMetadata sets the host object's identity from the tenant object's:
+// name and namespace, Tenantry's labels and annotations, and, when
+// copyUserMetadata is set, the tenant's own labels and annotations except
+// reserved ones. Labels and annotations that the host object has and the
+// tenant object does not are left alone, so that what the host adds stays.
+func (t Translator) HostMetadata(tenant, host client.Object, clusterScoped, copyUserMetadata bool) {
+	key := t.HostKey(client.ObjectKeyFromObject(tenant), clusterScoped)
+	host.SetNamespace(key.Namespace)
+	host.SetName(key.Name)
+
+	labels := host.GetLabels()
+	if labels == nil {
+		labels = map[string]string{}
+	}
+	annotations := host.GetAnnotations()
+	if annotations == nil {
+		annotations = map[string]string{}
+	}
+	if copyUserMetadata {
+		copyUnreserved(labels, tenant.GetLabels())
+		copyUnreserved(annotations, tenant.GetAnnotations())
+	}
+	labels[LabelManagedBy] = ManagedByValue
+	labels[LabelCluster] = t.Cluster
+	annotations[AnnotationTenantNamespace] = tenant.GetNamespace()
+	annotations[AnnotationTenantName] = tenant.GetName()
+	annotations[AnnotationTenantUID] = string(tenant.GetUID())
+	host.SetLabels(labels)
+	host.SetAnnotations(annotations)
+}
+
+func copyUnreserved(dst, src map[string]string) {
+	for k, v := range src {
+		if !strings.HasPrefix(k, reservedPrefix) && !strings.Contains(k, "."+reservedPrefix) {
+			dst[k] = v
+		}
+	}
+}
