@@ -51,6 +51,10 @@ generate: $(CONTROLLER_GEN) ## Regenerate deepcopy code, CRDs and RBAC from kube
 	$(CONTROLLER_GEN) crd paths=./pkg/apis/... output:crd:artifacts:config=config/crd/bases
 	$(CONTROLLER_GEN) rbac:roleName=tenantry-manager paths=./controllers/... output:rbac:artifacts:config=config/rbac
 
+.PHONY: fuzz
+fuzz: ## Fuzz the host namespace translation for a minute (FUZZTIME=1m).
+	$(GO) test ./pkg/syncer/ -run '^$$' -fuzz FuzzHostNamespace -fuzztime $(or $(FUZZTIME),1m)
+
 .PHONY: build
 build: ## Build the binaries into bin/.
 	$(GO) build -o $(BIN)/ ./cmd/...

@@ -410,3 +410,10 @@ func freeAddr(t *testing.T) string {
 	defer l.Close()
 	return l.Addr().String()
 }
+
+func TestSyncResourcesFlag(t *testing.T) {
+	var out bytes.Buffer
+	if code := run([]string{"--sync-resources", "configmaps,gadgets"}, &out); code != 2 || !strings.Contains(out.String(), `unknown syncer "gadgets"`) {
+		t.Fatalf("unknown syncer: exit %d, output %q", code, out.String())
+	}
+}

@@ -218,11 +218,7 @@ func (r *reconciler) deleteHost(ctx context.Context, tenant, host client.Object)
 // wants says whether tenant is synced at all: the syncer's filter, and no
 // excluded namespace.
 func (r *reconciler) wants(tenant client.Object) bool {
-	ns := tenant.GetNamespace()
-	if r.syncer.ClusterScoped {
-		ns = tenant.GetName()
-	}
-	return !r.excluded[ns] && r.syncer.wants(tenant)
+	return !r.excluded[namespaceOf(r.syncer, tenant)] && r.syncer.wants(tenant)
 }
 
 // settleDrift counts a repair of a key the patroller flagged.

@@ -36,20 +36,31 @@ type world struct {
 	registry *clusterregistry.RemoteClusterRegistry
 }
 
-var shared *world
+var (
+	shared    *world
+	sharedErr error
+	stopWorld func() error
+	startOnce sync.Once
+)
+
+// useWorld starts the shared world on first use, so that tests that need
+// no API server (the fuzz target's workers among them) start none.
+func useWorld(t *testing.T) {
+	t.Helper()
+	startOnce.Do(func() { shared, stopWorld, sharedErr = newWorld() })
+	if sharedErr != nil {
+		t.Fatalf("starting host and tenants: %v", sharedErr)
+	}
+}
 
 func TestMain(m *testing.M) {
 	ctrllog.SetLogger(logr.Discard())
-	w, stop, err := newWorld()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	shared = w
 	code := m.Run()
-	if err := stop(); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		code = 1
+	if stopWorld != nil {
+		if err := stopWorld(); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			code = 1
+		}
 	}
 	os.Exit(code)
 }
@@ -145,6 +156,7 @@ func expectHostGone(t *testing.T, obj client.Object) {
 }
 
 func TestConfigMapSync(t *testing.T) {
+	useWorld(t)
 	ctx := t.Context()
 	name := unique("app")
 	for cluster, value := range map[string]string{"tenant-1": "one", "tenant-2": "two"} {
@@ -233,6 +245,7 @@ func TestConfigMapSync(t *testing.T) {
 // A host copy whose tenant object is gone is removed; one made for an
 // earlier tenant object of the same name is replaced, not merged into.
 func TestOrphansAndStaleCopies(t *testing.T) {
+	useWorld(t)
 	ctx := t.Context()
 	ns := hostNS("tenant-1", "default")
 	ensureHostCopyNamespace(t)
@@ -259,6 +272,7 @@ func TestOrphansAndStaleCopies(t *testing.T) {
 
 // Host objects without Tenantry's labels are never touched.
 func TestForeignHostObjectsAreLeftAlone(t *testing.T) {
+	useWorld(t)
 	ctx := t.Context()
 	ensureHostCopyNamespace(t)
 	name := unique("foreign")
@@ -306,6 +320,7 @@ func TestForeignHostObjectsAreLeftAlone(t *testing.T) {
 }
 
 func TestPodSync(t *testing.T) {
+	useWorld(t)
 	ctx := t.Context()
 	tenant := shared.tenants["tenant-1"]
 	name := unique("web")
@@ -401,6 +416,7 @@ func TestPodSync(t *testing.T) {
 // A tenant Pod can only name objects in its own host namespace: a Secret
 // that exists only in another tenant, or only in the host, is not there.
 func TestPodCannotReachOthersSecrets(t *testing.T) {
+	useWorld(t)
 	ctx := t.Context()
 	secretName := unique("elsewhere")
 	secret := func(ns string) *corev1.Secret {
@@ -441,6 +457,7 @@ func TestPodCannotReachOthersSecrets(t *testing.T) {
 }
 
 func TestServiceGetsHostClusterIP(t *testing.T) {
+	useWorld(t)
 	ctx := t.Context()
 	name := unique("svc")
 	svc := &corev1.Service{
@@ -480,6 +497,7 @@ func TestServiceGetsHostClusterIP(t *testing.T) {
 // While one tenant creates 2,000 ConfigMaps at once, a ConfigMap of the
 // other still reaches the host within 2 seconds.
 func TestFairness(t *testing.T) {
+	useWorld(t)
 	ctx := t.Context()
 	cfg := shared.env.Tenants[0].Config()
 	cfg.QPS, cfg.Burst = 5000, 5000
@@ -573,6 +591,7 @@ func hostCopy(ns, name, cluster, uid string, data map[string]string) *corev1.Con
 }
 
 func TestSecretsServiceAccountsAndClaims(t *testing.T) {
+	useWorld(t)
 	ctx := t.Context()
 	tenant := shared.tenants["tenant-1"]
 	secretName, tokenName, saName, pvcName := unique("creds"), unique("token"), unique("robot"), unique("data")
@@ -631,6 +650,7 @@ func TestSecretsServiceAccountsAndClaims(t *testing.T) {
 // A tenant namespace's host namespace is created with its first object and
 // deleted with the tenant namespace.
 func TestNamespaceLifecycle(t *testing.T) {
+	useWorld(t)
 	ctx := t.Context()
 	tenant := shared.tenants["tenant-2"]
 	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: unique("team")}}

@@ -1,0 +1,70 @@
+// Package syncer keeps tenant clusters and the host in sync: tenant objects
+// flow down into the host, what the host fills in flows back up, deletions
+// go both ways, and a patroller repairs drift.
+//
+// # Declaring a syncer
+//
+// A Syncer is declared once per type and runs for every tenant. It says
+// only what is particular to the type:
+//
+//	var ConfigMaps = syncer.Syncer{
+//		Name:             "configmaps",
+//		Object:           func() client.Object { return &corev1.ConfigMap{} },
+//		CopyUserMetadata: true,
+//		Down: func(tenant, host client.Object) error { // spec and data go down
+//			host.(*corev1.ConfigMap).Data = tenant.(*corev1.ConfigMap).Data
+//			return nil
+//		},
+//	}
+//
+// Up (often built with StatusUp) brings status and host-allocated fields up;
+// Filter skips objects; OnlyExisting, ClusterScoped and FinishDelete cover
+// the rarer cases. Object may return an *unstructured.Unstructured with its
+// apiVersion and kind, for types with no Go struct. Package builtin declares
+// the syncers of Kubernetes' own types.
+//
+// # What the framework does for every syncer
+//
+//   - Names: a tenant object in namespace NS of cluster VC lives in the host
+//     in namespace HostNamespace(VC, NS), under its own name. Host
+//     namespaces are created on demand, enforce a Pod Security level, and are
+//     deleted with their tenant namespace. Every object a Pod names (and
+//     every reference inside any namespaced object) is looked up in that
+//     namespace, which holds only copies of that tenant namespace's objects:
+//     a tenant cannot reach another tenant's objects or the host's.
+//   - Metadata: host copies carry tenantry.dev/managed-by and
+//     tenantry.dev/cluster labels, and tenantry.dev/tenant-namespace,
+//     -name and -uid annotations. A tenant's own tenantry.dev/ labels and
+//     annotations are dropped.
+//   - Ownership: only objects with Tenantry's labels are ever changed or
+//     deleted in the host. An object in the way without them is left alone
+//     and reported (an event on the tenant object, a metric). A copy made
+//     for an earlier tenant object of the same name (another UID) is
+//     replaced, never merged into.
+//   - Deletion: deleting a tenant object deletes its copy (by UID, with the
+//     tenant's grace period); a copy whose tenant object is gone is deleted;
+//     a copy deleted or edited by hand is restored.
+//   - Concurrency: every write carries the resourceVersion it was computed
+//     from; a conflict is retried, a newer object never blindly
+//     overwritten.
+//   - Fairness: each tenant syncs through its own queues (one per type, in its
+//     own manager) and writes to the host through its own rate-limited
+//     client, so a tenant that creates thousands of objects does not hold
+//     back another.
+//
+// # Running
+//
+// A Hub runs in the management process: one informer per type on the
+// host, seeing only Tenantry's objects, shared by all tenants and routing
+// each event to its tenant by the tenantry.dev/cluster label. TenantModule
+// is the fx module to spawn every tenant with (see package clusterregistry):
+// it runs, in the tenant's manager, one controller per syncer fed by the
+// tenant's own watch, the hub and the patroller.
+//
+// # Metrics
+//
+// tenantry_syncer_drift_found_total and tenantry_syncer_drift_repaired_total
+// (by cluster and resource) count what the patroller found out of sync and
+// what was then repaired; tenantry_syncer_writes_total counts writes by
+// direction and verb; tenantry_syncer_conflicts_total counts conflicts.
+package syncer
