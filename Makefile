@@ -50,6 +50,7 @@ generate: $(CONTROLLER_GEN) ## Regenerate deepcopy code, CRDs and RBAC from kube
 	$(CONTROLLER_GEN) object paths=./pkg/apis/...
 	$(CONTROLLER_GEN) crd paths=./pkg/apis/... output:crd:artifacts:config=config/crd/bases
 	$(CONTROLLER_GEN) rbac:roleName=tenantry-manager paths=./controllers/... output:rbac:artifacts:config=config/rbac
+	$(CONTROLLER_GEN) object crd paths=./examples/... output:crd:artifacts:config=examples/config/crd
 
 .PHONY: fuzz
 fuzz: ## Fuzz the host namespace translation for a minute (FUZZTIME=1m).

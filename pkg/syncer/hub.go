@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"sync"
 
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -37,6 +39,7 @@ type HubOptions struct {
 // Run a Hub with Start (it is a manager.Runnable: add it to the management
 // manager) before tenants route through it.
 type Hub struct {
+	mapper meta.RESTMapper
 	config *rest.Config
 	opts   HubOptions
 	cache  cache.Cache
@@ -44,6 +47,9 @@ type Hub struct {
 	mu       sync.RWMutex
 	routes   map[routeKey]func(client.Object)
 	informed map[schema.GroupVersionKind]bool
+	// crdWatchers get the name of every public CRD that changes.
+	crdWatchers map[string]func(name string)
+	crdInformed bool
 }
 
 type routeKey struct {
@@ -66,19 +72,39 @@ func NewHub(config *rest.Config, opts HubOptions) (*Hub, error) {
 	if err != nil {
 		return nil, fmt.Errorf("building label selector: %w", err)
 	}
+	public, err := labels.NewRequirement(LabelPublicCRD, selection.Equals, []string{"true"})
+	if err != nil {
+		return nil, fmt.Errorf("building label selector: %w", err)
+	}
+	httpClient, err := rest.HTTPClientFor(config)
+	if err != nil {
+		return nil, fmt.Errorf("host HTTP client: %w", err)
+	}
+	mapper, err := apiutil.NewDynamicRESTMapper(config, httpClient)
+	if err != nil {
+		return nil, fmt.Errorf("host REST mapper: %w", err)
+	}
 	c, err := cache.New(config, cache.Options{
+		HTTPClient:           httpClient,
+		Mapper:               mapper,
 		Scheme:               opts.Scheme,
 		DefaultLabelSelector: labels.NewSelector().Add(*managed),
+		// Public CRDs are the host's own, not Tenantry's copies.
+		ByObject: map[client.Object]cache.ByObject{
+			&apiextensionsv1.CustomResourceDefinition{}: {Label: labels.NewSelector().Add(*public)},
+		},
 	})
 	if err != nil {
 		return nil, fmt.Errorf("building host cache: %w", err)
 	}
 	return &Hub{
-		config:   rest.CopyConfig(config),
-		opts:     opts,
-		cache:    c,
-		routes:   map[routeKey]func(client.Object){},
-		informed: map[schema.GroupVersionKind]bool{},
+		mapper:      mapper,
+		config:      rest.CopyConfig(config),
+		opts:        opts,
+		cache:       c,
+		routes:      map[routeKey]func(client.Object){},
+		informed:    map[schema.GroupVersionKind]bool{},
+		crdWatchers: map[string]func(string){},
 	}, nil
 }
 
@@ -89,6 +115,23 @@ func (h *Hub) Start(ctx context.Context) error {
 
 // NeedLeaderElection is false: every replica keeps its host cache warm.
 func (h *Hub) NeedLeaderElection() bool { return false }
+
+// Serves says whether the host serves gvk.
+func (h *Hub) Serves(gvk schema.GroupVersionKind) (bool, error) {
+	return serves(h.mapper, gvk)
+}
+
+// serves says whether mapper knows gvk; an unknown kind is no error.
+func serves(mapper meta.RESTMapper, gvk schema.GroupVersionKind) (bool, error) {
+	_, err := mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
+	if meta.IsNoMatchError(err) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("looking up %s: %w", gvk, err)
+	}
+	return true, nil
+}
 
 // Reader reads host objects that Tenantry manages, from the shared cache.
 func (h *Hub) Reader() client.Reader { return h.cache }
@@ -181,4 +224,73 @@ func gvkOf(obj client.Object, scheme *runtime.Scheme) (schema.GroupVersionKind, 
 		return schema.GroupVersionKind{}, fmt.Errorf("type of %T: %w", obj, err)
 	}
 	return gvk, nil
+}
+
+// WatchPublicCRDs calls handle with the name of every public host CRD now,
+// and of every one that is added, changed, deleted or loses its label later,
+// until the returned cancel is called. cluster names the watcher.
+func (h *Hub) WatchPublicCRDs(ctx context.Context, cluster string, handle func(name string)) (cancel func(), err error) {
+	if err := h.informCRDs(ctx); err != nil {
+		return nil, err
+	}
+	h.mu.Lock()
+	h.crdWatchers[cluster] = handle
+	h.mu.Unlock()
+	var list apiextensionsv1.CustomResourceDefinitionList
+	if err := h.cache.List(ctx, &list); err != nil {
+		return nil, fmt.Errorf("listing public CRDs: %w", err)
+	}
+	for _, crd := range list.Items {
+		handle(crd.Name)
+	}
+	return func() {
+		h.mu.Lock()
+		delete(h.crdWatchers, cluster)
+		h.mu.Unlock()
+	}, nil
+}
+
+func (h *Hub) informCRDs(ctx context.Context) error {
+	h.mu.RLock()
+	done := h.crdInformed
+	h.mu.RUnlock()
+	if done {
+		return nil
+	}
+	informer, err := h.cache.GetInformer(ctx, &apiextensionsv1.CustomResourceDefinition{})
+	if err != nil {
+		return fmt.Errorf("host informer for public CRDs: %w", err)
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.crdInformed {
+		return nil
+	}
+	broadcast := func(o any) {
+		if tombstone, ok := o.(toolscache.DeletedFinalStateUnknown); ok {
+			o = tombstone.Obj
+		}
+		obj, ok := o.(client.Object)
+		if !ok {
+			return
+		}
+		h.mu.RLock()
+		watchers := make([]func(string), 0, len(h.crdWatchers))
+		for _, w := range h.crdWatchers {
+			watchers = append(watchers, w)
+		}
+		h.mu.RUnlock()
+		for _, w := range watchers {
+			w(obj.GetName())
+		}
+	}
+	if _, err := informer.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
+		AddFunc:    broadcast,
+		UpdateFunc: func(_, o any) { broadcast(o) },
+		DeleteFunc: broadcast,
+	}); err != nil {
+		return fmt.Errorf("host event handler for public CRDs: %w", err)
+	}
+	h.crdInformed = true
+	return nil
 }

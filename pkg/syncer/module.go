@@ -6,6 +6,7 @@ import (
 
 	"github.com/go-logr/logr"
 	"go.uber.org/fx"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
@@ -29,6 +30,10 @@ type Options struct {
 	// PodSecurityLevel is enforced on every host namespace. Defaults to
 	// DefaultPodSecurityLevel.
 	PodSecurityLevel string
+
+	// DisablePublicCRDs turns off copying the host's public CRDs into
+	// tenants.
+	DisablePublicCRDs bool
 
 	// ExcludeNamespaces are tenant namespaces whose objects are never
 	// synced. Defaults to the tenant's system namespaces: kube-system,
@@ -82,20 +87,8 @@ func setup(mgr manager.Manager, cluster string, log logr.Logger, hub *Hub, opts 
 		tenant: mgr.GetClient(), hostRead: hub.Reader(), host: host,
 	}
 	recorder := mgr.GetEventRecorder("tenantry-syncer")
-	seen := map[string]bool{}
-	for i := range syncers {
-		s := &syncers[i]
-		if err := s.Validate(); err != nil {
-			return err
-		}
-		if seen[s.Name] {
-			return fmt.Errorf("two syncers named %s", s.Name)
-		}
-		seen[s.Name] = true
-		gvk, err := s.GVK(mgr.GetScheme())
-		if err != nil {
-			return err
-		}
+
+	start := func(s *Syncer, gvk schema.GroupVersionKind) error {
 		r := &reconciler{
 			syncer: s, translator: tr, namespaces: namespaces,
 			tenant: mgr.GetClient(), hostRead: hub.Reader(), host: host,
@@ -122,6 +115,40 @@ func setup(mgr manager.Manager, cluster string, log logr.Logger, hub *Hub, opts 
 		if err := b.Complete(r); err != nil {
 			return fmt.Errorf("syncer %s: %w", s.Name, err)
 		}
+		return nil
 	}
-	return nil
+
+	if !opts.DisablePublicCRDs {
+		if err := setupPublicCRDs(mgr, cluster, hub); err != nil {
+			return err
+		}
+	}
+	pending := &pendingSyncers{log: log, tenantMapper: mgr.GetRESTMapper(), hub: hub, start: start}
+	seen := map[string]bool{}
+	for i := range syncers {
+		s := &syncers[i]
+		if err := s.Validate(); err != nil {
+			return err
+		}
+		if seen[s.Name] {
+			return fmt.Errorf("two syncers named %s", s.Name)
+		}
+		seen[s.Name] = true
+		gvk, err := s.GVK(mgr.GetScheme())
+		if err != nil {
+			return err
+		}
+		ready, err := pending.ready(gvk)
+		if err != nil {
+			return err
+		}
+		if !ready {
+			pending.add(s, gvk)
+			continue
+		}
+		if err := start(s, gvk); err != nil {
+			return err
+		}
+	}
+	return pending.setup(mgr, cluster)
 }

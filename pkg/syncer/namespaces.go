@@ -71,7 +71,7 @@ func (n *hostNamespaces) ensure(ctx context.Context, tenantNamespace string) err
 	if !tenantNS.DeletionTimestamp.IsZero() {
 		return fmt.Errorf("tenant namespace %s is being deleted", tenantNamespace)
 	}
-	desired, err := n.syncer.desiredHost(n.translator, &tenantNS, nil)
+	desired, err := n.syncer.HostCopy(n.translator, &tenantNS, nil)
 	if err != nil {
 		return err
 	}

@@ -112,7 +112,7 @@ func (p *patroller) drifted(t, h client.Object, found bool) bool {
 	if h.GetAnnotations()[AnnotationTenantUID] != string(t.GetUID()) {
 		return true
 	}
-	desired, err := s.desiredHost(p.r.translator, t, h)
+	desired, err := s.HostCopy(p.r.translator, t, h)
 	return err != nil || !semanticallyEqual(h, desired)
 }
 

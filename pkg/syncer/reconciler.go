@@ -114,7 +114,7 @@ func (r *reconciler) sync(ctx context.Context, key types.NamespacedName, tenant,
 		return r.createHost(ctx, tenant)
 	}
 
-	desired, err := r.syncer.desiredHost(r.translator, tenant, host)
+	desired, err := r.syncer.HostCopy(r.translator, tenant, host)
 	if err != nil {
 		return false, reconcile.Result{}, err
 	}
@@ -149,7 +149,7 @@ func (r *reconciler) createHost(ctx context.Context, tenant client.Object) (bool
 			return false, reconcile.Result{}, err
 		}
 	}
-	desired, err := r.syncer.desiredHost(r.translator, tenant, nil)
+	desired, err := r.syncer.HostCopy(r.translator, tenant, nil)
 	if err != nil {
 		return false, reconcile.Result{}, err
 	}

@@ -17,23 +17,22 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	utilrand "k8s.io/apimachinery/pkg/util/rand"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
-	"github.com/tenantry/tenantry/pkg/clusterregistry"
 	"github.com/tenantry/tenantry/pkg/syncer"
 	"github.com/tenantry/tenantry/pkg/syncer/builtin"
+	"github.com/tenantry/tenantry/pkg/syncer/syncertest"
 	tenantrytest "github.com/tenantry/tenantry/pkg/testing"
 )
 
-// world is a host and two tenants, each tenant spawned in a registry that
-// runs every built-in syncer through one hub.
+// world is a host and two tenants, each spawned with every built-in
+// syncer through one hub.
 type world struct {
-	env      *tenantrytest.Environment
-	host     client.Client
-	tenants  map[string]client.Client
-	registry *clusterregistry.RemoteClusterRegistry
+	*syncertest.World
+	host    client.Client
+	tenants map[string]client.Client
+	env     *tenantrytest.Environment
 }
 
 var (
@@ -47,7 +46,19 @@ var (
 // no API server (the fuzz target's workers among them) start none.
 func useWorld(t *testing.T) {
 	t.Helper()
-	startOnce.Do(func() { shared, stopWorld, sharedErr = newWorld() })
+	startOnce.Do(func() {
+		log := logr.Discard()
+		if os.Getenv("TENANTRY_TEST_LOG") != "" {
+			log = funcr.New(func(prefix, args string) { fmt.Fprintln(os.Stderr, prefix, args) }, funcr.Options{Verbosity: 1})
+		}
+		var w *syncertest.World
+		w, stopWorld, sharedErr = syncertest.StartWorld(context.Background(), syncertest.WorldOptions{
+			Tenants: 2, Syncers: builtin.All(), Logger: log,
+		})
+		if sharedErr == nil {
+			shared = &world{World: w, host: w.Host, tenants: w.Tenants, env: w.Env}
+		}
+	})
 	if sharedErr != nil {
 		t.Fatalf("starting host and tenants: %v", sharedErr)
 	}
@@ -63,64 +74,6 @@ func TestMain(m *testing.M) {
 		}
 	}
 	os.Exit(code)
-}
-
-func newWorld() (*world, func() error, error) {
-	ctx, cancel := context.WithCancel(context.Background())
-	env, err := tenantrytest.Start(ctx, tenantrytest.Options{Tenants: 2})
-	if err != nil {
-		cancel()
-		return nil, nil, err
-	}
-	w := &world{env: env, tenants: map[string]client.Client{}}
-	fail := func(err error) (*world, func() error, error) {
-		cancel()
-		_ = env.Stop()
-		return nil, nil, err
-	}
-	if w.host, err = client.New(env.Host.Config(), client.Options{}); err != nil {
-		return fail(err)
-	}
-	hub, err := syncer.NewHub(env.Host.Config(), syncer.HubOptions{Scheme: clientgoscheme.Scheme})
-	if err != nil {
-		return fail(err)
-	}
-	hubDone := make(chan error, 1)
-	go func() { hubDone <- hub.Start(ctx) }()
-
-	log := logr.Discard()
-	if os.Getenv("TENANTRY_TEST_LOG") != "" {
-		log = funcr.New(func(prefix, args string) { fmt.Fprintln(os.Stderr, prefix, args) }, funcr.Options{Verbosity: 1})
-	}
-	w.registry = clusterregistry.New(log, w.host,
-		syncer.TenantModule(hub, syncer.Options{PatrolPeriod: 300 * time.Millisecond}, builtin.All()...))
-	for _, cp := range env.Tenants {
-		if w.tenants[cp.Name()], err = client.New(cp.Config(), client.Options{}); err != nil {
-			return fail(err)
-		}
-		if err := w.registry.Spawn(cp.Name(), cp.Config()); err != nil {
-			return fail(err)
-		}
-	}
-	return w, func() error {
-		err := w.registry.Close(context.Background())
-		cancel()
-		<-hubDone
-		return errorsJoin(err, env.Stop())
-	}, nil
-}
-
-func errorsJoin(errs ...error) error {
-	var msgs []string
-	for _, err := range errs {
-		if err != nil {
-			msgs = append(msgs, err.Error())
-		}
-	}
-	if len(msgs) == 0 {
-		return nil
-	}
-	return fmt.Errorf("%s", strings.Join(msgs, "; "))
 }
 
 var eventually = tenantrytest.Eventually

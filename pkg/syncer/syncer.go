@@ -127,9 +127,10 @@ func UpAll(ups ...func(context.Context, client.Client, client.Object, client.Obj
 	}
 }
 
-// desiredHost is the host object that tenant should have, built on current
-// (nil to create): the framework's metadata, then Down.
-func (s *Syncer) desiredHost(tr Translator, tenant, current client.Object) (client.Object, error) {
+// HostCopy is the host copy that tenant should have in cluster tr.Cluster,
+// built on current (nil to create): the framework's metadata, then Down.
+// It is what a sync writes, and what a test of a syncer checks.
+func (s *Syncer) HostCopy(tr Translator, tenant, current client.Object) (client.Object, error) {
 	var host client.Object
 	if current == nil {
 		host = s.Object()

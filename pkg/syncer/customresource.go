@@ -1,0 +1,80 @@
+package syncer
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+)
+
+// CustomResource is a syncer for any namespaced custom resource type, with
+// no Go code of its own: everything but metadata and status goes down,
+// status comes up. It works on unstructured objects, so the type needs no
+// Go struct and no scheme; its syncer starts once the type is served.
+func CustomResource(gvk schema.GroupVersionKind) Syncer {
+	return Syncer{
+		Name: strings.ToLower(gvk.Kind) + "." + gvk.Group,
+		Object: func() client.Object {
+			u := &unstructured.Unstructured{}
+			u.SetGroupVersionKind(gvk)
+			return u
+		},
+		CopyUserMetadata: true,
+		Down: func(t, h client.Object) error {
+			tenant, host := t.(*unstructured.Unstructured), h.(*unstructured.Unstructured)
+			for k := range host.Object {
+				if !envelope[k] {
+					delete(host.Object, k)
+				}
+			}
+			for k, v := range tenant.Object {
+				if !envelope[k] {
+					host.Object[k] = runtime.DeepCopyJSONValue(v)
+				}
+			}
+			return nil
+		},
+		Up: unstructuredStatusUp,
+	}
+}
+
+// envelope are the top-level fields that are not the object's content.
+var envelope = map[string]bool{"apiVersion": true, "kind": true, "metadata": true, "status": true}
+
+// unstructuredStatusUp copies status up, through the status subresource
+// when the type has one, or else with the object.
+func unstructuredStatusUp(ctx context.Context, c client.Client, h, t client.Object) (bool, error) {
+	host, tenant := h.(*unstructured.Unstructured), t.(*unstructured.Unstructured)
+	status, found := host.Object["status"]
+	if !found || equality.Semantic.DeepEqual(status, tenant.Object["status"]) {
+		return false, nil
+	}
+	tenant.Object["status"] = runtime.DeepCopyJSONValue(status)
+	err := c.Status().Update(ctx, tenant)
+	if apierrors.IsNotFound(err) {
+		err = c.Update(ctx, tenant) // no status subresource: status is part of the object
+	}
+	if err != nil {
+		return false, fmt.Errorf("updating tenant status: %w", err)
+	}
+	return true, nil
+}
+
+// ParseGVK parses "group/version/Kind" (or "version/Kind" for the core
+// group), as used to enable custom-resource syncers from configuration.
+func ParseGVK(s string) (schema.GroupVersionKind, error) {
+	parts := strings.Split(s, "/")
+	switch {
+	case len(parts) == 3 && parts[0] != "" && parts[1] != "" && parts[2] != "":
+		return schema.GroupVersionKind{Group: parts[0], Version: parts[1], Kind: parts[2]}, nil
+	case len(parts) == 2 && parts[0] != "" && parts[1] != "":
+		return schema.GroupVersionKind{Version: parts[0], Kind: parts[1]}, nil
+	}
+	return schema.GroupVersionKind{}, fmt.Errorf("%q is not group/version/Kind", s)
+}

@@ -1,0 +1,174 @@
+// Package syncertest tests syncers, two ways:
+//
+//   - without API servers: Down shows the host copy a syncer makes of a
+//     tenant object, and Up what it writes back to the tenant, on a fake
+//     tenant client; both run the framework's own translation;
+//   - against real ones: NewWorld starts a host and tenant control planes
+//     (package testing), a Hub, and a registry that runs the syncers in
+//     every tenant, as the controller-manager does.
+package syncertest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+
+	"github.com/tenantry/tenantry/pkg/clusterregistry"
+	"github.com/tenantry/tenantry/pkg/syncer"
+	tenantrytest "github.com/tenantry/tenantry/pkg/testing"
+)
+
+// Down returns the host copy that s makes of tenant for cluster: a new one
+// when host is nil, else host updated.
+func Down(s syncer.Syncer, cluster string, tenant, host client.Object) (client.Object, error) {
+	return s.HostCopy(syncer.Translator{Cluster: cluster}, tenant, host)
+}
+
+// Up runs s's Up for host and tenant on a fake tenant client that holds
+// tenant, and returns the tenant object as the client then has it, and
+// whether Up changed it. scheme must know the type (nil: client-go's).
+func Up(ctx context.Context, s syncer.Syncer, scheme *runtime.Scheme, host, tenant client.Object) (client.Object, bool, error) {
+	if s.Up == nil {
+		return tenant, false, nil
+	}
+	if scheme == nil {
+		scheme = clientgoscheme.Scheme
+	}
+	c := fake.NewClientBuilder().WithScheme(scheme).WithObjects(tenant).WithStatusSubresource(tenant).Build()
+	stored := tenant.DeepCopyObject().(client.Object)
+	if err := c.Get(ctx, client.ObjectKeyFromObject(tenant), stored); err != nil {
+		return nil, false, err
+	}
+	changed, err := s.Up(ctx, c, host, stored)
+	if err != nil {
+		return nil, changed, err
+	}
+	after := tenant.DeepCopyObject().(client.Object)
+	if err := c.Get(ctx, client.ObjectKeyFromObject(tenant), after); err != nil {
+		return nil, changed, err
+	}
+	return after, changed, nil
+}
+
+// WorldOptions configure NewWorld.
+type WorldOptions struct {
+	// Tenants is how many tenant control planes to start. Defaults to 1.
+	Tenants int
+	// Scheme knows every synced type; defaults to client-go's types plus
+	// CustomResourceDefinitions.
+	Scheme *runtime.Scheme
+	// Syncers run in every tenant.
+	Syncers []syncer.Syncer
+	// Syncer tunes them; a short patrol period by default.
+	Syncer syncer.Options
+	// HostCRDDirectoryPaths are installed into the host before the tenants
+	// spawn.
+	HostCRDDirectoryPaths []string
+	// Logger receives the registry's and tenants' logs. Default: none.
+	Logger logr.Logger
+}
+
+// World is a host and tenants, synced.
+type World struct {
+	Env      *tenantrytest.Environment
+	Host     client.Client
+	Tenants  map[string]client.Client // by name: tenant-1, tenant-2, ...
+	Hub      *syncer.Hub
+	Registry *clusterregistry.RemoteClusterRegistry
+}
+
+// NewWorld starts a World for a test and stops it when the test ends.
+func NewWorld(t testing.TB, opts WorldOptions) *World {
+	t.Helper()
+	w, stop, err := StartWorld(context.Background(), opts)
+	if err != nil {
+		t.Fatalf("starting a synced world: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := stop(); err != nil {
+			t.Errorf("stopping the synced world: %v", err)
+		}
+	})
+	return w
+}
+
+// StartWorld starts a World; stop tears it down. For TestMain and other
+// places with no testing.TB.
+func StartWorld(ctx context.Context, opts WorldOptions) (_ *World, stop func() error, err error) {
+	if opts.Tenants <= 0 {
+		opts.Tenants = 1
+	}
+	if opts.Scheme == nil {
+		opts.Scheme = runtime.NewScheme()
+		if err := clientgoscheme.AddToScheme(opts.Scheme); err != nil {
+			return nil, nil, err
+		}
+		if err := apiextensionsv1.AddToScheme(opts.Scheme); err != nil {
+			return nil, nil, err
+		}
+	}
+	if opts.Syncer.PatrolPeriod == 0 {
+		opts.Syncer.PatrolPeriod = 300 * time.Millisecond
+	}
+	if opts.Logger.GetSink() == nil {
+		opts.Logger = logr.Discard()
+	}
+	env, err := tenantrytest.Start(ctx, tenantrytest.Options{Tenants: opts.Tenants, HostCRDDirectoryPaths: opts.HostCRDDirectoryPaths})
+	if err != nil {
+		return nil, nil, err
+	}
+	hubCtx, cancelHub := context.WithCancel(context.Background())
+	hubDone := make(chan error, 1)
+	w := &World{Env: env, Tenants: map[string]client.Client{}}
+	stop = func() error {
+		var errs []error
+		if w.Registry != nil {
+			errs = append(errs, w.Registry.Close(context.Background()))
+		}
+		cancelHub()
+		if w.Hub != nil {
+			errs = append(errs, <-hubDone)
+		}
+		errs = append(errs, env.Stop())
+		return errors.Join(errs...)
+	}
+	fail := func(err error) (*World, func() error, error) {
+		_ = stop()
+		return nil, nil, err
+	}
+
+	if w.Host, err = client.New(env.Host.Config(), client.Options{Scheme: opts.Scheme}); err != nil {
+		return fail(err)
+	}
+	if w.Hub, err = syncer.NewHub(env.Host.Config(), syncer.HubOptions{Scheme: opts.Scheme}); err != nil {
+		return fail(err)
+	}
+	go func() { hubDone <- w.Hub.Start(hubCtx) }()
+	w.Registry = clusterregistry.NewWithOptions(clusterregistry.Options{
+		Logger: opts.Logger, ManageClient: w.Host, Scheme: opts.Scheme,
+	}, syncer.TenantModule(w.Hub, opts.Syncer, opts.Syncers...))
+	for _, cp := range env.Tenants {
+		if w.Tenants[cp.Name()], err = client.New(cp.Config(), client.Options{Scheme: opts.Scheme}); err != nil {
+			return fail(err)
+		}
+		if err := w.Registry.Spawn(cp.Name(), cp.Config()); err != nil {
+			return fail(fmt.Errorf("spawning %s: %w", cp.Name(), err))
+		}
+	}
+	return w, stop, nil
+}
+
+// HostKey is where the host copy of tenant object namespace/name of
+// cluster lives.
+func (w *World) HostKey(cluster, namespace, name string) client.ObjectKey {
+	return client.ObjectKey{Namespace: syncer.HostNamespace(cluster, namespace), Name: name}
+}
