@@ -11,6 +11,7 @@ import (
 
 	"go.uber.org/fx"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 
@@ -25,12 +26,16 @@ import (
 // say that.
 //
 // +kubebuilder:rbac:groups="",resources=namespaces;configmaps;secrets;serviceaccounts;services;persistentvolumeclaims;pods,verbs=get;list;watch;create;update;patch;delete
+// +kubebuilder:rbac:groups=apiextensions.k8s.io,resources=customresourcedefinitions,verbs=get;list;watch
 
 // Options choose and tune the built-in syncers.
 type Options struct {
 	// Resources are the built-in syncers to run, by name (see
 	// builtin.Names). Namespaces are always synced.
 	Resources []string
+	// CustomResources are custom types to sync with the generic
+	// unstructured syncer (syncer.CustomResource): no Go code needed.
+	CustomResources []schema.GroupVersionKind
 	// Syncer tunes every syncer; see syncer.Options.
 	Syncer syncer.Options
 	// TenantQPS and TenantBurst limit each tenant's writes to the host.
@@ -50,6 +55,20 @@ func (o *Options) BindFlags(fs *flag.FlagSet) {
 		o.Resources = names
 		return nil
 	})
+	fs.Func("sync-custom-resources", "Comma-separated group/version/Kind of custom resources to sync generically (spec down, status up); each starts once its CRD is in the tenant.",
+		func(v string) error {
+			o.CustomResources = nil
+			for _, s := range strings.FieldsFunc(v, func(r rune) bool { return r == ',' || r == ' ' }) {
+				gvk, err := syncer.ParseGVK(s)
+				if err != nil {
+					return err
+				}
+				o.CustomResources = append(o.CustomResources, gvk)
+			}
+			return nil
+		})
+	fs.BoolVar(&o.Syncer.DisablePublicCRDs, "disable-public-crds", false,
+		`Do not copy host CRDs labelled tenancy.x-k8s.io/super.public: "true" into tenants.`)
 	fs.DurationVar(&o.Syncer.PatrolPeriod, "patrol-period", time.Minute,
 		"How often each tenant is compared with the host to repair drift; negative turns the patroller off.")
 	fs.IntVar(&o.Syncer.Workers, "sync-workers", 4, "Objects of one type one tenant syncs at once.")
@@ -73,6 +92,8 @@ type params struct {
 	Config  *rest.Config
 	Scheme  *runtime.Scheme
 	Options *Options `optional:"true"`
+	// Extra are syncers contributed by other modules (syncer.Provide).
+	Extra []syncer.Syncer `group:"syncers"`
 }
 
 func options(p params) Options {
@@ -92,6 +113,10 @@ func tenantModule(p params, hub *syncer.Hub) (fx.Option, error) {
 	syncers, err := builtin.ByName(o.Resources)
 	if err != nil {
 		return nil, err
+	}
+	syncers = append(syncers, p.Extra...)
+	for _, gvk := range o.CustomResources {
+		syncers = append(syncers, syncer.CustomResource(gvk))
 	}
 	return syncer.TenantModule(hub, o.Syncer, syncers...), nil
 }

@@ -152,3 +152,12 @@ func setup(mgr manager.Manager, cluster string, log logr.Logger, hub *Hub, opts 
 	}
 	return pending.setup(mgr, cluster)
 }
+
+// SyncersGroup is the fx value group from which the controller-manager
+// collects syncers beyond the built-in ones: `group:"syncers"`.
+const SyncersGroup = "syncers"
+
+// Provide contributes the syncer that newSyncer returns to SyncersGroup.
+func Provide(newSyncer func() Syncer) fx.Option {
+	return fx.Provide(fx.Annotate(newSyncer, fx.ResultTags(`group:"`+SyncersGroup+`"`)))
+}
