@@ -99,6 +99,38 @@ func TestPublicCRDsAndFoos(t *testing.T) {
 		}
 	}
 
+	t.Run("a CRD that stops being public is no longer synced, and its copy stays", func(t *testing.T) {
+		addShortName := func(name, short string, unlabel bool) {
+			var crd apiextensionsv1.CustomResourceDefinition
+			if err := w.Host.Get(ctx, client.ObjectKey{Name: name}, &crd); err != nil {
+				t.Fatal(err)
+			}
+			if unlabel {
+				delete(crd.Labels, syncer.LabelPublicCRD)
+			}
+			crd.Spec.Names.ShortNames = append(crd.Spec.Names.ShortNames, short)
+			if err := w.Host.Update(ctx, &crd); err != nil {
+				t.Fatal(err)
+			}
+		}
+		addShortName("gadgets.samples.tenantry.dev", "gd", true)
+		addShortName("foos.samples.tenantry.dev", "fo", false)
+		tenant := w.Tenants["tenant-1"]
+		// Once the public CRD's change has arrived, the other's would have too.
+		tenantrytest.Eventually(t, 20*time.Second, "public CRD change in tenant-1", func(ctx context.Context) (bool, error) {
+			var crd apiextensionsv1.CustomResourceDefinition
+			err := tenant.Get(ctx, client.ObjectKey{Name: "foos.samples.tenantry.dev"}, &crd)
+			return err == nil && len(crd.Spec.Names.ShortNames) == 1, err
+		})
+		var gadgets apiextensionsv1.CustomResourceDefinition
+		if err := tenant.Get(ctx, client.ObjectKey{Name: "gadgets.samples.tenantry.dev"}, &gadgets); err != nil {
+			t.Fatalf("the tenant copy of a no-longer-public CRD is gone: %v", err)
+		}
+		if len(gadgets.Spec.Names.ShortNames) != 0 {
+			t.Fatalf("a no-longer-public CRD is still synced: short names %v", gadgets.Spec.Names.ShortNames)
+		}
+	})
+
 	tenant := w.Tenants["tenant-1"]
 	f := &foov1alpha1.Foo{
 		ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "frobnicator"},
