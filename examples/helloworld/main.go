@@ -4,11 +4,7 @@ package main
 
 import (
 	"context"
-	"flag"
 	"fmt"
-	"os"
-	"os/signal"
-	"syscall"
 
 	"github.com/go-logr/logr"
 	"go.uber.org/fx"
@@ -36,13 +32,4 @@ var Module = fx.Module("helloworld", fx.Invoke(fx.Annotate(
 	fx.ParamTags(``, `name:"cluster-name"`, ``),
 )))
 
-func main() {
-	dir := flag.String("dir", "/tmp/tenantry", "Directory of kubeconfigs written by `tenantry dev --dir`.")
-	flag.Parse()
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	if err := devclusters.Run(ctx, *dir, devclusters.Logger(), Module); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-}
+func main() { devclusters.Main(Module) }

@@ -5,11 +5,7 @@ package main
 
 import (
 	"context"
-	"flag"
 	"fmt"
-	"os"
-	"os/signal"
-	"syscall"
 
 	"go.uber.org/fx"
 	corev1 "k8s.io/api/core/v1"
@@ -79,13 +75,4 @@ var Module = fx.Module("podghost", fx.Invoke(fx.Annotate(
 	fx.ParamTags(``, `name:"manage-client"`, `name:"cluster-name"`),
 )))
 
-func main() {
-	dir := flag.String("dir", "/tmp/tenantry", "Directory of kubeconfigs written by `tenantry dev --dir`.")
-	flag.Parse()
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	if err := devclusters.Run(ctx, *dir, devclusters.Logger(), Module); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-}
+func main() { devclusters.Main(Module) }

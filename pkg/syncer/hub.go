@@ -45,11 +45,12 @@ type Hub struct {
 	cache  cache.Cache
 
 	mu       sync.RWMutex
-	routes   map[routeKey]func(client.Object)
-	informed map[schema.GroupVersionKind]bool
+	routes map[routeKey]func(client.Object)
+	// informed holds the informers that have the hub's handler, by type
+	// (and "public CRDs").
+	informed map[string]bool
 	// crdWatchers get the name of every public CRD that changes.
 	crdWatchers map[string]func(name string)
-	crdInformed bool
 }
 
 type routeKey struct {
@@ -103,7 +104,7 @@ func NewHub(config *rest.Config, opts HubOptions) (*Hub, error) {
 		opts:        opts,
 		cache:       c,
 		routes:      map[routeKey]func(client.Object){},
-		informed:    map[schema.GroupVersionKind]bool{},
+		informed:    map[string]bool{},
 		crdWatchers: map[string]func(string){},
 	}, nil
 }
@@ -172,50 +173,54 @@ func (h *Hub) Route(ctx context.Context, obj client.Object, cluster string, hand
 	}, nil
 }
 
-// inform makes sure the type's informer runs with the hub's dispatcher.
+// inform makes sure the type's informer runs with the hub's dispatcher,
+// which routes each event by the object's cluster label.
 func (h *Hub) inform(ctx context.Context, gvk schema.GroupVersionKind, obj client.Object) error {
+	return h.handleOnce(ctx, gvk.String(), obj, func(o client.Object) {
+		h.mu.RLock()
+		handle := h.routes[routeKey{gvk: gvk, cluster: o.GetLabels()[LabelCluster]}]
+		h.mu.RUnlock()
+		if handle != nil {
+			handle(o)
+		}
+	})
+}
+
+// handleOnce adds handle to the informer of obj's type, once per key, for
+// every add, update and delete (tombstones unwrapped).
+func (h *Hub) handleOnce(ctx context.Context, key string, obj client.Object, handle func(client.Object)) error {
 	h.mu.RLock()
-	done := h.informed[gvk]
+	done := h.informed[key]
 	h.mu.RUnlock()
 	if done {
 		return nil
 	}
 	informer, err := h.cache.GetInformer(ctx, obj)
 	if err != nil {
-		return fmt.Errorf("host informer for %s: %w", gvk, err)
+		return fmt.Errorf("host informer for %s: %w", key, err)
 	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if h.informed[gvk] {
+	if h.informed[key] {
 		return nil
 	}
-	dispatch := func(o any) { h.dispatch(gvk, o) }
+	event := func(o any) {
+		if tombstone, ok := o.(toolscache.DeletedFinalStateUnknown); ok {
+			o = tombstone.Obj
+		}
+		if obj, ok := o.(client.Object); ok {
+			handle(obj)
+		}
+	}
 	if _, err := informer.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
-		AddFunc:    dispatch,
-		UpdateFunc: func(_, o any) { dispatch(o) },
-		DeleteFunc: dispatch,
+		AddFunc:    event,
+		UpdateFunc: func(_, o any) { event(o) },
+		DeleteFunc: event,
 	}); err != nil {
-		return fmt.Errorf("host event handler for %s: %w", gvk, err)
+		return fmt.Errorf("host event handler for %s: %w", key, err)
 	}
-	h.informed[gvk] = true
+	h.informed[key] = true
 	return nil
-}
-
-// dispatch routes one host event by the object's cluster label.
-func (h *Hub) dispatch(gvk schema.GroupVersionKind, o any) {
-	if tombstone, ok := o.(toolscache.DeletedFinalStateUnknown); ok {
-		o = tombstone.Obj
-	}
-	obj, ok := o.(client.Object)
-	if !ok {
-		return
-	}
-	h.mu.RLock()
-	handle := h.routes[routeKey{gvk: gvk, cluster: obj.GetLabels()[LabelCluster]}]
-	h.mu.RUnlock()
-	if handle != nil {
-		handle(obj)
-	}
 }
 
 func gvkOf(obj client.Object, scheme *runtime.Scheme) (schema.GroupVersionKind, error) {
@@ -250,30 +255,10 @@ func (h *Hub) WatchPublicCRDs(ctx context.Context, cluster string, handle func(n
 	}, nil
 }
 
+// informCRDs makes sure the public CRD informer runs, telling every
+// watcher the name of each CRD that changes.
 func (h *Hub) informCRDs(ctx context.Context) error {
-	h.mu.RLock()
-	done := h.crdInformed
-	h.mu.RUnlock()
-	if done {
-		return nil
-	}
-	informer, err := h.cache.GetInformer(ctx, &apiextensionsv1.CustomResourceDefinition{})
-	if err != nil {
-		return fmt.Errorf("host informer for public CRDs: %w", err)
-	}
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if h.crdInformed {
-		return nil
-	}
-	broadcast := func(o any) {
-		if tombstone, ok := o.(toolscache.DeletedFinalStateUnknown); ok {
-			o = tombstone.Obj
-		}
-		obj, ok := o.(client.Object)
-		if !ok {
-			return
-		}
+	return h.handleOnce(ctx, "public CRDs", &apiextensionsv1.CustomResourceDefinition{}, func(o client.Object) {
 		h.mu.RLock()
 		watchers := make([]func(string), 0, len(h.crdWatchers))
 		for _, w := range h.crdWatchers {
@@ -281,16 +266,7 @@ func (h *Hub) informCRDs(ctx context.Context) error {
 		}
 		h.mu.RUnlock()
 		for _, w := range watchers {
-			w(obj.GetName())
+			w(o.GetName())
 		}
-	}
-	if _, err := informer.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
-		AddFunc:    broadcast,
-		UpdateFunc: func(_, o any) { broadcast(o) },
-		DeleteFunc: broadcast,
-	}); err != nil {
-		return fmt.Errorf("host event handler for public CRDs: %w", err)
-	}
-	h.crdInformed = true
-	return nil
+	})
 }

@@ -5,8 +5,11 @@ package devclusters
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"os"
+	"os/signal"
+	"syscall"
 	"path/filepath"
 	"sort"
 	"strings"
@@ -75,4 +78,17 @@ func Run(ctx context.Context, dir string, log logr.Logger, modules ...fx.Option)
 // Logger is a console logger for the examples.
 func Logger() logr.Logger {
 	return funcr.New(func(prefix, args string) { fmt.Println(prefix, args) }, funcr.Options{})
+}
+
+// Main is an example's main: it runs the tenant modules against the
+// clusters in --dir until SIGINT or SIGTERM.
+func Main(modules ...fx.Option) {
+	dir := flag.String("dir", "/tmp/tenantry", "Directory of kubeconfigs written by `tenantry dev --dir`.")
+	flag.Parse()
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := Run(ctx, *dir, Logger(), modules...); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
 }
