@@ -44,7 +44,7 @@ type Hub struct {
 	opts   HubOptions
 	cache  cache.Cache
 
-	mu       sync.RWMutex
+	mu     sync.RWMutex
 	routes map[routeKey]func(client.Object)
 	// informed holds the informers that have the hub's handler, by type
 	// (and "public CRDs").

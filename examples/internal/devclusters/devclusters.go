@@ -9,10 +9,10 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
-	"syscall"
 	"path/filepath"
 	"sort"
 	"strings"
+	"syscall"
 
 	"github.com/go-logr/logr"
 	"github.com/go-logr/logr/funcr"
