@@ -61,14 +61,12 @@ build: ## Build the binaries into bin/.
 	$(GO) build -o $(BIN)/ ./cmd/...
 
 .PHONY: dev
-dev: build envtest ## Start a local host and two tenant control planes (Ctrl-C stops them).
+dev: build envtest ## A local host, two tenants and the controller-manager, until Ctrl-C.
 	$(BIN)/tenantry dev
 
 .PHONY: demo
-demo: ## The end-to-end demo (not there yet: see README).
-	@echo "make demo is not implemented yet: it lands with the demo issue (bin/tenantry dev plus a sample workload)." >&2
-	@echo "Until then, 'make dev' starts local control planes and 'make test' runs the suite." >&2
-	@exit 2
+demo: build envtest ## The end-to-end demo: sync a sample workload through two tenants, then exit.
+	$(BIN)/tenantry demo
 
 ##@ Tools
 

@@ -20,33 +20,22 @@ import (
 	"github.com/go-logr/logr"
 	"go.uber.org/fx"
 
-	"github.com/tenantry/tenantry/controllers/syncers"
-	"github.com/tenantry/tenantry/controllers/virtualcluster"
+	"github.com/tenantry/tenantry/cmd/internal/managerapp"
 	"github.com/tenantry/tenantry/providers"
 )
 
 // startTimeout bounds building and starting the app.
 const startTimeout = time.Minute
 
-// options are the manager's flags.
-type options struct {
-	providers.Options
-	VirtualCluster virtualcluster.Options
-	Syncers        syncers.Options
-}
-
 func main() {
 	os.Exit(run(os.Args[1:], os.Stderr))
 }
 
 func run(args []string, stderr io.Writer) int {
-	var opts options
+	var opts managerapp.Options
 	fs := flag.NewFlagSet("manager", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	opts.BindFlags(fs)
-	fs.IntVar(&opts.VirtualCluster.MaxConcurrentReconciles, "virtualcluster-concurrency", 4,
-		"VirtualClusters reconciled at once.")
-	opts.Syncers.BindFlags(fs)
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "Usage: manager [flags]\n\nTenantry's controller-manager: runs the controllers of every VirtualCluster's tenant cluster.\n\nFlags:")
 		fs.PrintDefaults()
@@ -63,7 +52,7 @@ func run(args []string, stderr io.Writer) int {
 	}
 
 	var log logr.Logger
-	app := newApp(opts, fx.Populate(&log))
+	app := managerapp.New(opts, fx.Populate(&log))
 	if err := app.Err(); err != nil {
 		fmt.Fprintf(stderr, "manager: %v\n", err)
 		return 1
@@ -76,34 +65,11 @@ func run(args []string, stderr io.Writer) int {
 		return 1
 	}
 	signal := <-app.Wait() // SIGINT, SIGTERM, or the manager stopping on its own
-	stopCtx, cancel := context.WithTimeout(context.Background(), stopTimeout(opts))
+	stopCtx, cancel := context.WithTimeout(context.Background(), managerapp.StopTimeout(opts))
 	defer cancel()
 	if err := app.Stop(stopCtx); err != nil {
 		fmt.Fprintf(stderr, "manager: stopping: %v\n", err)
 		return 1
 	}
 	return signal.ExitCode
-}
-
-// newApp wires the management app: the providers, then every controller.
-// Adding a host-side controller is adding its module here; adding a tenant
-// one is adding a clusterregistry.AsTenantModule.
-func newApp(opts options, extra ...fx.Option) *fx.App {
-	return fx.New(
-		fx.Supply(opts.Options, opts.VirtualCluster, &opts.Syncers),
-		fx.StopTimeout(stopTimeout(opts)),
-		providers.FxLogger,
-		providers.Module,
-		virtualcluster.Module,
-		syncers.Module,
-		fx.Options(extra...),
-	)
-}
-
-// stopTimeout leaves room for the tenant managers to drain, then the
-// management manager.
-func stopTimeout(opts options) time.Duration {
-	o := opts.Options
-	o.Default()
-	return 2*o.GracefulShutdownTimeout + 10*time.Second
 }

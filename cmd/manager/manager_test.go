@@ -25,6 +25,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
+	"github.com/tenantry/tenantry/cmd/internal/managerapp"
 	tenantryv1alpha1 "github.com/tenantry/tenantry/pkg/apis/tenantry/v1alpha1"
 	"github.com/tenantry/tenantry/pkg/clusterregistry"
 	tenantrytest "github.com/tenantry/tenantry/pkg/testing"
@@ -122,7 +123,7 @@ func TestManagementApp(t *testing.T) {
 
 	logs := &syncBuffer{}
 	probeAddr := freeAddr(t)
-	opts := options{Options: providers.Options{
+	opts := managerapp.Options{Options: providers.Options{
 		Kubeconfig:              hostKubeconfig,
 		MetricsBindAddress:      "0",
 		HealthProbeBindAddress:  probeAddr,
@@ -134,7 +135,7 @@ func TestManagementApp(t *testing.T) {
 	}}
 	tenants := &lifecycle{started: map[string][]string{}, stopped: map[string]int{}}
 	var registry *clusterregistry.RemoteClusterRegistry
-	app := newApp(opts, clusterregistry.AsTenantModule(tenants.module()), fx.Populate(&registry))
+	app := managerapp.New(opts, clusterregistry.AsTenantModule(tenants.module()), fx.Populate(&registry))
 	if err := app.Err(); err != nil {
 		t.Fatal(err)
 	}

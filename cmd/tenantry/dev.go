@@ -4,73 +4,55 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 
 	tenantrytest "github.com/tenantry/tenantry/pkg/testing"
-	"github.com/tenantry/tenantry/providers"
 )
 
 var devCommand = command{
-	name:    "dev",
-	summary: "Start a local host and tenant control planes, write a kubeconfig for each, and run until interrupted.",
+	name: "dev",
+	summary: "Start a local host and tenant control planes, the controller-manager with every built-in syncer, " +
+		"and a VirtualCluster per tenant; print a kubeconfig per cluster and run until interrupted.",
 	flags: func(fs *flag.FlagSet) func(context.Context) error {
-		var (
-			logOpts providers.LoggerOptions
-			tenants = fs.Int("tenants", 2, "Number of tenant control planes.")
-			dir     = fs.String("dir", "", "Directory for the kubeconfig files (default: a new temporary directory, removed on exit).")
-			assets  = fs.String("assets", "", "Directory holding kube-apiserver and etcd (default: $"+tenantrytest.AssetsEnv+", else this binary's own directory).")
-		)
-		logOpts.BindFlags(fs)
-		return func(ctx context.Context) error {
-			return runDev(ctx, logOpts, *tenants, *dir, *assets)
-		}
+		o := bindDevFlags(fs)
+		return func(ctx context.Context) error { return runDev(ctx, *o, os.Stdout) }
 	},
 }
 
-func runDev(ctx context.Context, logOpts providers.LoggerOptions, tenants int, dir, assets string) error {
-	log, err := providers.NewLogger(logOpts)
-	if err != nil {
-		return err
-	}
-	providers.SetProcessLoggers(log)
+// bindDevFlags registers the flags that dev and demo share.
+func bindDevFlags(fs *flag.FlagSet) *devOptions {
+	o := &devOptions{}
+	fs.IntVar(&o.tenants, "tenants", 2, "Number of tenant control planes.")
+	fs.StringVar(&o.dir, "dir", "", "Directory for the kubeconfigs and the manager's log (default: a new temporary directory, removed on exit).")
+	fs.StringVar(&o.assets, "assets", "", "Directory holding kube-apiserver and etcd (default: $"+tenantrytest.AssetsEnv+", else this binary's own directory).")
+	fs.StringVar(&o.metricsBindAddress, "metrics-bind-address", "0", `Address of the manager's metrics endpoint; "0" turns it off.`)
+	fs.StringVar(&o.healthProbeBindAddress, "health-probe-bind-address", "0", `Address of the manager's /healthz and /readyz; "0" turns them off.`)
+	o.logger.BindFlags(fs)
+	return o
+}
 
-	if dir == "" {
-		if dir, err = os.MkdirTemp("", "tenantry-dev-"); err != nil {
-			return fmt.Errorf("creating kubeconfig directory: %w", err)
-		}
-		defer os.RemoveAll(dir)
-	} else if err := os.MkdirAll(dir, 0o700); err != nil {
-		return fmt.Errorf("creating kubeconfig directory: %w", err)
+func runDev(ctx context.Context, o devOptions, out io.Writer) error {
+	if o.assets == "" {
+		o.assets = defaultAssets()
 	}
-
-	if assets == "" {
-		assets = defaultAssets()
-	}
-	log.Info("starting control planes", "tenants", tenants, "assets", assets)
-	env, err := tenantrytest.Start(ctx, tenantrytest.Options{Tenants: tenants, BinaryAssetsDirectory: assets})
+	d, err := startDev(ctx, o, func(step string) { fmt.Fprintln(out, "==>", step) })
 	if err != nil {
 		return err
 	}
 	defer func() {
-		log.Info("stopping control planes")
-		if err := env.Stop(); err != nil {
-			log.Error(err, "stopping control planes")
+		fmt.Fprintln(out, "==> stopping")
+		if err := d.stop(); err != nil {
+			fmt.Fprintln(out, "stopping:", err)
 		}
 	}()
-
-	for _, cp := range env.ControlPlanes() {
-		data, err := cp.Kubeconfig()
-		if err != nil {
-			return err
-		}
-		path := filepath.Join(dir, cp.Name()+".kubeconfig")
-		if err := os.WriteFile(path, data, 0o600); err != nil {
-			return fmt.Errorf("writing kubeconfig of %s: %w", cp.Name(), err)
-		}
-		fmt.Printf("%-10s https://%s  KUBECONFIG=%s\n", cp.Name(), cp.Address(), path)
+	fmt.Fprintln(out)
+	for _, cp := range d.env.ControlPlanes() {
+		fmt.Fprintf(out, "%-10s https://%-21s KUBECONFIG=%s\n", cp.Name(), cp.Address(), d.kubeconfigs[cp.Name()])
 	}
-	fmt.Println("Ready. Press Ctrl-C to stop.")
+	fmt.Fprintf(out, "\nEvery tenant is a Ready VirtualCluster; try:\n  kubectl --kubeconfig %s get virtualclusters\n", d.kubeconfigs["host"])
+	fmt.Fprintln(out, "Ready. Press Ctrl-C to stop.")
 	<-ctx.Done()
 	return nil
 }
@@ -92,3 +74,4 @@ func defaultAssets() string {
 	}
 	return dir
 }
+

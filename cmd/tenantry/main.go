@@ -1,6 +1,7 @@
 // Command tenantry is Tenantry's command-line tool.
 //
-//	tenantry dev    start a local host and tenant control planes
+//	tenantry dev    start a local host, tenants and the controller-manager
+//	tenantry demo   the same, with a sample workload synced end to end
 //
 // Run `tenantry <command> --help` for a command's flags.
 package main
@@ -23,7 +24,7 @@ type command struct {
 	flags   func(fs *flag.FlagSet) func(ctx context.Context) error
 }
 
-var commands = []command{devCommand}
+var commands = []command{devCommand, demoCommand}
 
 func main() {
 	os.Exit(run(os.Args[1:], os.Stderr))

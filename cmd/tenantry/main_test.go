@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestRunUsage(t *testing.T) {
@@ -23,6 +24,20 @@ func TestRunUsage(t *testing.T) {
 		var out bytes.Buffer
 		if code := run(tc.args, &out); code != tc.wantCode || !strings.Contains(out.String(), tc.wantOut) {
 			t.Errorf("run(%q) = %d with %q, want %d with %q", tc.args, code, out.String(), tc.wantCode, tc.wantOut)
+		}
+	}
+}
+
+// The demo, end to end, with one tenant: what `make demo` runs.
+func TestDemo(t *testing.T) {
+	var out bytes.Buffer
+	err := runDemo(t.Context(), devOptions{tenants: 1, metricsBindAddress: "0", healthProbeBindAddress: "0"}, time.Minute, &out)
+	if err != nil {
+		t.Fatalf("demo failed: %v\n%s", err, out.String())
+	}
+	for _, want := range []string{"6/6 synced", "cluster IP", "is Running on demo-node-1 with IP 10.244.1.10", "demo complete"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("demo output lacks %q:\n%s", want, out.String())
 		}
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"os"
 	"sync"
 
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
@@ -35,8 +36,8 @@ type ControlPlane struct {
 }
 
 // startControlPlane starts etcd and kube-apiserver behind a new proxy, and
-// installs the CRDs found in crdPaths.
-func startControlPlane(name string, opts *Options, crdPaths []string) (_ *ControlPlane, retErr error) {
+// installs the CRDs found in crdPaths and crds.
+func startControlPlane(name string, opts *Options, crdPaths []string, crds []*apiextensionsv1.CustomResourceDefinition) (_ *ControlPlane, retErr error) {
 	// A certificate directory of our own survives an API server restart, so
 	// the serving certificate and the client CA stay the same: clients built
 	// before the restart still trust the server, and the server them.
@@ -63,6 +64,7 @@ func startControlPlane(name string, opts *Options, crdPaths []string) (_ *Contro
 	env := &envtest.Environment{
 		BinaryAssetsDirectory:    opts.BinaryAssetsDirectory,
 		CRDDirectoryPaths:        crdPaths,
+		CRDs:                     deepCopyCRDs(crds),
 		ErrorIfCRDPathMissing:    true,
 		UseExistingCluster:       ptr.To(false),
 		ControlPlaneStartTimeout: opts.StartTimeout,
@@ -240,4 +242,14 @@ func (c *ControlPlane) stop() error {
 func (c *ControlPlane) apiServerAddr() string {
 	l := c.env.ControlPlane.APIServer.SecureServing.ListenAddr
 	return net.JoinHostPort(l.Address, l.Port)
+}
+
+// deepCopyCRDs keeps the caller's CRDs apart from what envtest writes into
+// them while installing.
+func deepCopyCRDs(crds []*apiextensionsv1.CustomResourceDefinition) []*apiextensionsv1.CustomResourceDefinition {
+	out := make([]*apiextensionsv1.CustomResourceDefinition, 0, len(crds))
+	for _, c := range crds {
+		out = append(out, c.DeepCopy())
+	}
+	return out
 }

@@ -9,6 +9,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 )
 
 // ErrStopped is returned by a ControlPlane whose Environment was stopped.
@@ -32,6 +34,10 @@ type Options struct {
 
 	// TenantCRDDirectoryPaths are installed into every tenant likewise.
 	TenantCRDDirectoryPaths []string
+
+	// HostCRDs are installed into the host too, from objects rather than
+	// files (for example, CRDs a binary embeds).
+	HostCRDs []*apiextensionsv1.CustomResourceDefinition
 
 	// BinaryAssetsDirectory holds kube-apiserver and etcd. Defaults to
 	// $KUBEBUILDER_ASSETS.
@@ -82,12 +88,12 @@ func Start(ctx context.Context, opts Options) (*Environment, error) {
 	errs := make([]error, len(names))
 	var wg sync.WaitGroup
 	for i, name := range names {
-		crds := opts.TenantCRDDirectoryPaths
+		crdPaths, crds := opts.TenantCRDDirectoryPaths, []*apiextensionsv1.CustomResourceDefinition(nil)
 		if i == 0 {
-			crds = opts.HostCRDDirectoryPaths
+			crdPaths, crds = opts.HostCRDDirectoryPaths, opts.HostCRDs
 		}
 		wg.Go(func() {
-			planes[i], errs[i] = startControlPlane(name, &opts, crds)
+			planes[i], errs[i] = startControlPlane(name, &opts, crdPaths, crds)
 		})
 	}
 	wg.Wait()

@@ -1,0 +1,53 @@
+// Package managerapp wires Tenantry's management app, the fx app that
+// bin/manager runs and that `tenantry dev` runs in-process: the providers,
+// then every controller.
+package managerapp
+
+import (
+	"flag"
+	"time"
+
+	"go.uber.org/fx"
+
+	"github.com/tenantry/tenantry/controllers/syncers"
+	"github.com/tenantry/tenantry/controllers/virtualcluster"
+	"github.com/tenantry/tenantry/providers"
+)
+
+// Options are every option of the management app.
+type Options struct {
+	providers.Options
+	VirtualCluster virtualcluster.Options
+	Syncers        syncers.Options
+}
+
+// BindFlags registers all the app's flags on fs, with their defaults.
+func (o *Options) BindFlags(fs *flag.FlagSet) {
+	o.Options.BindFlags(fs)
+	fs.IntVar(&o.VirtualCluster.MaxConcurrentReconciles, "virtualcluster-concurrency", 4,
+		"VirtualClusters reconciled at once.")
+	o.Syncers.BindFlags(fs)
+}
+
+// New builds the app. Adding a host-side controller is adding its module
+// here; adding a tenant one is adding a clusterregistry.AsTenantModule (or,
+// for a syncer, a syncer.Provide). extra options join the app as given.
+func New(opts Options, extra ...fx.Option) *fx.App {
+	return fx.New(
+		fx.Supply(opts.Options, opts.VirtualCluster, &opts.Syncers),
+		fx.StopTimeout(StopTimeout(opts)),
+		providers.FxLogger,
+		providers.Module,
+		virtualcluster.Module,
+		syncers.Module,
+		fx.Options(extra...),
+	)
+}
+
+// StopTimeout leaves room for the tenant managers to drain, then the
+// management manager.
+func StopTimeout(opts Options) time.Duration {
+	o := opts.Options
+	o.Default()
+	return 2*o.GracefulShutdownTimeout + 10*time.Second
+}

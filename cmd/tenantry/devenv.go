@@ -1,0 +1,252 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"time"
+
+	"go.uber.org/fx"
+	corev1 "k8s.io/api/core/v1"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/tenantry/tenantry/cmd/internal/managerapp"
+	tenantryconfig "github.com/tenantry/tenantry/config"
+	examplesconfig "github.com/tenantry/tenantry/examples/config"
+	tenantryv1alpha1 "github.com/tenantry/tenantry/pkg/apis/tenantry/v1alpha1"
+	"github.com/tenantry/tenantry/pkg/syncer"
+	"github.com/tenantry/tenantry/pkg/syncer/builtin"
+	tenantrytest "github.com/tenantry/tenantry/pkg/testing"
+	"github.com/tenantry/tenantry/providers"
+)
+
+// fooGVK is the example custom resource the dev environment syncs.
+var fooGVK = schema.GroupVersionKind{Group: "samples.tenantry.dev", Version: "v1alpha1", Kind: "Foo"}
+
+// secretsNamespace holds the tenants' kubeconfig Secrets in the host.
+const secretsNamespace = "tenantry-system"
+
+// readyTimeout bounds the wait for every VirtualCluster to be Ready.
+const readyTimeout = 2 * time.Minute
+
+// devOptions configure a dev environment.
+type devOptions struct {
+	tenants                int
+	dir                    string // kubeconfigs and manager.log; "" for a new temporary one
+	assets                 string
+	metricsBindAddress     string
+	healthProbeBindAddress string
+	logger                 providers.LoggerOptions
+}
+
+// devEnv is a running dev environment: a host and tenants, the
+// controller-manager in this process with every built-in syncer and the
+// Foo example type, and a VirtualCluster per tenant.
+type devEnv struct {
+	dir         string
+	ownDir      bool
+	env         *tenantrytest.Environment
+	app         *fx.App
+	scheme      *runtime.Scheme
+	host        client.Client
+	tenants     map[string]client.Client
+	kubeconfigs map[string]string // cluster name -> file
+	logFile     *os.File
+}
+
+// startDev brings a dev environment up, or nothing at all.
+func startDev(ctx context.Context, o devOptions, progress func(string)) (_ *devEnv, retErr error) {
+	d := &devEnv{dir: o.dir, tenants: map[string]client.Client{}, kubeconfigs: map[string]string{}}
+	defer func() {
+		if retErr != nil {
+			_ = d.stop()
+		}
+	}()
+	if d.dir == "" {
+		dir, err := os.MkdirTemp("", "tenantry-dev-")
+		if err != nil {
+			return nil, fmt.Errorf("creating a directory for kubeconfigs: %w", err)
+		}
+		d.dir, d.ownDir = dir, true
+	} else if err := os.MkdirAll(d.dir, 0o700); err != nil {
+		return nil, fmt.Errorf("creating %s: %w", d.dir, err)
+	}
+	var err error
+	if d.scheme, err = providers.NewScheme(); err != nil {
+		return nil, err
+	}
+
+	crds, err := devCRDs()
+	if err != nil {
+		return nil, err
+	}
+	progress(fmt.Sprintf("starting a host and %d tenant control planes", o.tenants))
+	if d.env, err = tenantrytest.Start(ctx, tenantrytest.Options{Tenants: o.tenants, BinaryAssetsDirectory: o.assets, HostCRDs: crds}); err != nil {
+		return nil, err
+	}
+	for _, cp := range d.env.ControlPlanes() {
+		data, err := cp.Kubeconfig()
+		if err != nil {
+			return nil, err
+		}
+		path := filepath.Join(d.dir, cp.Name()+".kubeconfig")
+		if err := os.WriteFile(path, data, 0o600); err != nil {
+			return nil, fmt.Errorf("writing kubeconfig of %s: %w", cp.Name(), err)
+		}
+		d.kubeconfigs[cp.Name()] = path
+		c, err := client.New(cp.Config(), client.Options{Scheme: d.scheme})
+		if err != nil {
+			return nil, err
+		}
+		if cp == d.env.Host {
+			d.host = c
+		} else {
+			d.tenants[cp.Name()] = c
+		}
+	}
+
+	progress("starting the controller-manager (log: " + filepath.Join(d.dir, "manager.log") + ")")
+	if d.logFile, err = os.Create(filepath.Join(d.dir, "manager.log")); err != nil {
+		return nil, fmt.Errorf("creating the manager log: %w", err)
+	}
+	o.logger.Output = d.logFile
+	opts := managerapp.Options{
+		Options: providers.Options{
+			Kubeconfig:             d.kubeconfigs["host"],
+			MetricsBindAddress:     o.metricsBindAddress,
+			HealthProbeBindAddress: o.healthProbeBindAddress,
+			Logger:                 o.logger,
+		},
+	}
+	opts.Syncers.Resources = builtin.Names()
+	opts.Syncers.CustomResources = []schema.GroupVersionKind{fooGVK}
+	d.app = managerapp.New(opts)
+	if err := d.app.Err(); err != nil {
+		return nil, err
+	}
+	if err := d.app.Start(ctx); err != nil {
+		return nil, fmt.Errorf("starting the controller-manager: %w", err)
+	}
+
+	progress("creating a VirtualCluster and its kubeconfig Secret per tenant")
+	if err := d.registerTenants(ctx); err != nil {
+		return nil, err
+	}
+	return d, nil
+}
+
+// devCRDs are the CRDs the dev host starts with: Tenantry's, and the Foo
+// example's, made public so that every tenant gets it.
+func devCRDs() ([]*apiextensionsv1.CustomResourceDefinition, error) {
+	crds, err := tenantryconfig.CRDs()
+	if err != nil {
+		return nil, err
+	}
+	examples, err := examplesconfig.CRDs()
+	if err != nil {
+		return nil, err
+	}
+	for _, crd := range examples {
+		crd.Labels = map[string]string{syncer.LabelPublicCRD: "true"}
+	}
+	return append(crds, examples...), nil
+}
+
+// registerTenants creates a Secret and a VirtualCluster per tenant, and
+// waits until all are Ready.
+func (d *devEnv) registerTenants(ctx context.Context) error {
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: secretsNamespace}}
+	if err := d.host.Create(ctx, ns); err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("creating namespace %s: %w", secretsNamespace, err)
+	}
+	for _, cp := range d.env.Tenants {
+		data, err := cp.Kubeconfig()
+		if err != nil {
+			return err
+		}
+		secret := &corev1.Secret{
+			ObjectMeta: metav1.ObjectMeta{Namespace: secretsNamespace, Name: cp.Name() + "-kubeconfig"},
+			Data:       map[string][]byte{tenantryv1alpha1.DefaultKubeconfigKey: data},
+		}
+		vc := &tenantryv1alpha1.VirtualCluster{
+			ObjectMeta: metav1.ObjectMeta{Name: cp.Name()},
+			Spec: tenantryv1alpha1.VirtualClusterSpec{KubeconfigSecretRef: tenantryv1alpha1.SecretKeyReference{
+				Namespace: secretsNamespace, Name: secret.Name,
+			}},
+		}
+		for _, o := range []client.Object{secret, vc} {
+			if err := d.host.Create(ctx, o); err != nil {
+				return fmt.Errorf("creating %T %s: %w", o, o.GetName(), err)
+			}
+		}
+	}
+	deadline, cancel := context.WithTimeout(ctx, readyTimeout)
+	defer cancel()
+	for _, cp := range d.env.Tenants {
+		if err := d.waitReady(deadline, cp.Name()); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (d *devEnv) waitReady(ctx context.Context, name string) error {
+	ticker := time.NewTicker(100 * time.Millisecond)
+	defer ticker.Stop()
+	var last string
+	for {
+		var vc tenantryv1alpha1.VirtualCluster
+		if err := d.host.Get(ctx, client.ObjectKey{Name: name}, &vc); err == nil {
+			if c := meta.FindStatusCondition(vc.Status.Conditions, tenantryv1alpha1.ConditionReady); c != nil {
+				if c.Status == metav1.ConditionTrue {
+					return nil
+				}
+				last = c.Reason + ": " + c.Message
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("VirtualCluster %s did not become Ready (%s): %w", name, last, ctx.Err())
+		case <-ticker.C:
+		}
+	}
+}
+
+// stop stops the manager (every tenant's controllers first), then the
+// control planes, and removes a temporary directory.
+func (d *devEnv) stop() error {
+	var errs []error
+	if d.app != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		errs = append(errs, d.app.Stop(ctx))
+		cancel()
+	}
+	if d.env != nil {
+		errs = append(errs, d.env.Stop())
+	}
+	if d.logFile != nil {
+		errs = append(errs, d.logFile.Close())
+	}
+	if d.ownDir {
+		errs = append(errs, os.RemoveAll(d.dir))
+	}
+	return errors.Join(errs...)
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}
