@@ -52,6 +52,10 @@ generate: $(CONTROLLER_GEN) ## Regenerate deepcopy code, CRDs and RBAC from kube
 	$(CONTROLLER_GEN) rbac:roleName=tenantry-manager paths=./controllers/... output:rbac:artifacts:config=config/rbac
 	$(CONTROLLER_GEN) object crd paths=./examples/... output:crd:artifacts:config=examples/config/crd
 
+.PHONY: bench
+bench: build envtest ## Benchmarks (spawn, memory, latency, throughput): a table, and bench/results/results.{json,md}.
+	$(BIN)/tenantry bench --out bench/results
+
 .PHONY: fuzz
 fuzz: ## Fuzz the host namespace translation for a minute (FUZZTIME=1m).
 	$(GO) test ./pkg/syncer/ -run '^$$' -fuzz FuzzHostNamespace -fuzztime $(or $(FUZZTIME),1m)

@@ -74,4 +74,3 @@ func defaultAssets() string {
 	}
 	return dir
 }
-

@@ -24,7 +24,7 @@ type command struct {
 	flags   func(fs *flag.FlagSet) func(ctx context.Context) error
 }
 
-var commands = []command{devCommand, demoCommand}
+var commands = []command{devCommand, demoCommand, benchCommand}
 
 func main() {
 	os.Exit(run(os.Args[1:], os.Stderr))

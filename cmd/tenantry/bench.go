@@ -1,0 +1,621 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strings"
+	"sync"
+	"text/tabwriter"
+	"time"
+
+	"github.com/go-logr/logr"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/rest"
+	toolscache "k8s.io/client-go/tools/cache"
+	ctrlcache "sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/tenantry/tenantry/pkg/clusterregistry"
+	"github.com/tenantry/tenantry/pkg/syncer"
+	"github.com/tenantry/tenantry/pkg/syncer/builtin"
+	tenantrytest "github.com/tenantry/tenantry/pkg/testing"
+	"github.com/tenantry/tenantry/providers"
+)
+
+var benchCommand = command{
+	name: "bench",
+	summary: "Measure spawn and stop times, memory per tenant, sync latency and throughput on local control planes; " +
+		"print a table and write it as JSON and Markdown.",
+	flags: func(fs *flag.FlagSet) func(context.Context) error {
+		o := benchOptions{}
+		fs.StringVar(&o.out, "out", "bench/results", "Directory for results.json and results.md.")
+		fs.StringVar(&o.assets, "assets", "", "Directory holding kube-apiserver and etcd (default: $"+tenantrytest.AssetsEnv+", else this binary's own directory).")
+		fs.IntVar(&o.spawnClusters, "spawn-clusters", 50, "Clusters spawned and stopped one by one for the spawn figures.")
+		fs.IntVar(&o.memoryClusters, "memory-clusters", 100, "Clusters spawned at once for the memory figure.")
+		fs.IntVar(&o.latencySamples, "latency-samples", 300, "Objects created for each latency figure.")
+		fs.Float64Var(&o.latencyRate, "latency-rate", 50, "Objects per second while measuring latency.")
+		fs.IntVar(&o.throughputTenants, "throughput-tenants", 10, "Tenants syncing at once for the throughput figure.")
+		fs.IntVar(&o.throughputObjects, "throughput-objects", 200, "ConfigMaps per tenant API server for the throughput figure.")
+		fs.Float64Var(&o.tenantQPS, "tenant-host-qps", 100, "Each tenant's host write rate; the raw baseline gets the same per client.")
+		return func(ctx context.Context) error { return runBench(ctx, o, os.Stdout) }
+	},
+}
+
+type benchOptions struct {
+	out, assets                          string
+	spawnClusters, memoryClusters        int
+	latencySamples                       int
+	latencyRate                          float64
+	throughputTenants, throughputObjects int
+	tenantQPS                            float64
+}
+
+// result is one row of the results table.
+type result struct {
+	Name   string  `json:"name"`
+	Value  float64 `json:"value"`
+	Unit   string  `json:"unit"`
+	Target string  `json:"target,omitempty"`
+	Met    *bool   `json:"met,omitempty"`
+	Note   string  `json:"note,omitempty"`
+}
+
+// report is what a bench run writes.
+type report struct {
+	Date    string   `json:"date"`
+	Command string   `json:"command"`
+	Machine string   `json:"machine"`
+	Results []result `json:"results"`
+}
+
+// bench is the machinery of one run: a host and two tenant API servers,
+// a hub and a registry with every built-in syncer.
+type bench struct {
+	o        benchOptions
+	env      *tenantrytest.Environment
+	host     client.Client
+	hub      *syncer.Hub
+	registry *clusterregistry.RemoteClusterRegistry
+	tenants  []*rest.Config
+}
+
+func runBench(ctx context.Context, o benchOptions, out io.Writer) error {
+	if o.assets == "" {
+		o.assets = defaultAssets()
+	}
+	fmt.Fprintln(out, "==> starting a host and 2 tenant API servers")
+	env, err := tenantrytest.Start(ctx, tenantrytest.Options{Tenants: 2, BinaryAssetsDirectory: o.assets})
+	if err != nil {
+		return err
+	}
+	defer func() { _ = env.Stop() }()
+	b := &bench{o: o, env: env}
+	for _, cp := range env.Tenants {
+		b.tenants = append(b.tenants, cp.Config())
+	}
+	scheme, err := providers.NewScheme()
+	if err != nil {
+		return err
+	}
+	if b.host, err = client.New(env.Host.Config(), client.Options{Scheme: scheme}); err != nil {
+		return err
+	}
+	if b.hub, err = syncer.NewHub(env.Host.Config(), syncer.HubOptions{Scheme: scheme, TenantQPS: float32(o.tenantQPS), TenantBurst: int(2 * o.tenantQPS)}); err != nil {
+		return err
+	}
+	hubCtx, stopHub := context.WithCancel(ctx)
+	defer stopHub()
+	go func() { _ = b.hub.Start(hubCtx) }()
+	b.registry = clusterregistry.NewWithOptions(clusterregistry.Options{
+		Logger: logr.Discard(), ManageClient: b.host, Scheme: scheme,
+	}, syncer.TenantModule(b.hub, syncer.Options{}, builtin.All()...))
+	defer func() { _ = b.registry.Close(context.Background()) }()
+
+	var results []result
+	for _, step := range []struct {
+		what string
+		run  func(context.Context) ([]result, error)
+	}{
+		{"spawn and stop", b.spawn},
+		{"memory per tenant", b.memory},
+		{"sync latency", b.latency},
+		{"throughput", b.throughput},
+	} {
+		fmt.Fprintln(out, "==> measuring", step.what)
+		rs, err := step.run(ctx)
+		if err != nil {
+			return fmt.Errorf("%s: %w", step.what, err)
+		}
+		results = append(results, rs...)
+	}
+
+	rep := report{
+		Date:    time.Now().UTC().Format(time.RFC3339),
+		Command: "make bench (bin/tenantry bench " + strings.Join(os.Args[2:], " ") + ")",
+		Machine: machine(),
+		Results: results,
+	}
+	table := rep.table()
+	fmt.Fprint(out, "\n"+table)
+	return rep.write(o.out)
+}
+
+// spawn measures Spawn (to caches synced) and Stop, one cluster at a time,
+// and counts goroutines left once all are stopped.
+func (b *bench) spawn(ctx context.Context) ([]result, error) {
+	// Warm the process-wide lazies (informers of the hub, client caches).
+	if err := b.registry.Spawn("warmup", b.tenants[0]); err != nil {
+		return nil, err
+	}
+	if err := b.registry.Stop(ctx, "warmup"); err != nil {
+		return nil, err
+	}
+	before := settledGoroutines(0)
+	var spawns, stops []time.Duration
+	for i := range b.o.spawnClusters {
+		name := fmt.Sprintf("spawn-%d", i)
+		began := time.Now()
+		if err := b.registry.Spawn(name, b.tenants[i%len(b.tenants)]); err != nil {
+			return nil, err
+		}
+		spawns = append(spawns, time.Since(began))
+		began = time.Now()
+		if err := b.registry.Stop(ctx, name); err != nil {
+			return nil, err
+		}
+		stops = append(stops, time.Since(began))
+	}
+	left := settledGoroutines(before) - before
+	n := fmt.Sprintf("%d clusters, every built-in syncer", b.o.spawnClusters)
+	return []result{
+		ms("spawn p50 (to caches synced)", percentile(spawns, 50), "<= 100 ms", n),
+		ms("spawn p99", percentile(spawns, 99), "<= 300 ms", n),
+		ms("stop p50", percentile(stops, 50), "", n),
+		ms("stop p99", percentile(stops, 99), "", n),
+		{Name: "goroutines left after stops", Value: float64(left), Unit: "goroutines", Target: "0", Met: ptrBool(left <= 0)},
+	}, nil
+}
+
+// memory measures the heap that idle spawned tenants hold.
+func (b *bench) memory(ctx context.Context) ([]result, error) {
+	before := heapInUse()
+	names := make([]string, b.o.memoryClusters)
+	for i := range names {
+		names[i] = fmt.Sprintf("memory-%d", i)
+		if err := b.registry.Spawn(names[i], b.tenants[i%len(b.tenants)]); err != nil {
+			return nil, err
+		}
+	}
+	after := heapInUse()
+	for _, name := range names {
+		if err := b.registry.Stop(ctx, name); err != nil {
+			return nil, err
+		}
+	}
+	per := float64(after-before) / float64(len(names)) / (1 << 20)
+	return []result{{
+		Name: "heap per idle tenant", Value: round(per, 2), Unit: "MiB", Target: "<= 4 MiB", Met: ptrBool(per <= 4),
+		Note: fmt.Sprintf("%d VirtualClusters over 2 tenant API servers, every built-in syncer", len(names)),
+	}}, nil
+}
+
+// latency measures tenant create -> host copy, and host status -> tenant,
+// at latencyRate objects per second.
+func (b *bench) latency(ctx context.Context) ([]result, error) {
+	const cluster = "latency"
+	if err := b.registry.Spawn(cluster, b.tenants[0]); err != nil {
+		return nil, err
+	}
+	defer func() { _ = b.registry.Stop(context.Background(), cluster) }()
+	tenant, err := client.New(b.tenants[0], client.Options{})
+	if err != nil {
+		return nil, err
+	}
+	hostNS := syncer.HostNamespace(cluster, "bench-latency")
+	if err := tenant.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "bench-latency"}}); err != nil {
+		return nil, err
+	}
+
+	// Down: watch the host for the copies' arrival.
+	arrivals, stopHost, err := watchArrivals(ctx, b.env.Host.Config(), &corev1.ConfigMap{}, hostNS, func(o client.Object) bool { return true })
+	if err != nil {
+		return nil, err
+	}
+	defer stopHost()
+	created := map[string]time.Time{}
+	tick := time.NewTicker(time.Duration(float64(time.Second) / b.o.latencyRate))
+	defer tick.Stop()
+	for i := range b.o.latencySamples {
+		<-tick.C
+		name := fmt.Sprintf("cm-%d", i)
+		created[name] = time.Now()
+		if err := tenant.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "bench-latency", Name: name}}); err != nil {
+			return nil, err
+		}
+	}
+	down, err := arrivals.wait(ctx, created, time.Minute)
+	if err != nil {
+		return nil, fmt.Errorf("down: %w", err)
+	}
+
+	// Up: write a status on host claims, watch the tenant for it.
+	for i := range b.o.latencySamples {
+		pvc := &corev1.PersistentVolumeClaim{
+			ObjectMeta: metav1.ObjectMeta{Namespace: "bench-latency", Name: fmt.Sprintf("pvc-%d", i)},
+			Spec: corev1.PersistentVolumeClaimSpec{AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+				Resources: corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")}}},
+		}
+		if err := tenant.Create(ctx, pvc); err != nil {
+			return nil, err
+		}
+	}
+	bound := func(o client.Object) bool { return o.(*corev1.PersistentVolumeClaim).Status.Phase == corev1.ClaimBound }
+	ups, stopTenant, err := watchArrivals(ctx, b.tenants[0], &corev1.PersistentVolumeClaim{}, "bench-latency", bound)
+	if err != nil {
+		return nil, err
+	}
+	defer stopTenant()
+	written := map[string]time.Time{}
+	for i := range b.o.latencySamples {
+		<-tick.C
+		name := fmt.Sprintf("pvc-%d", i)
+		var pvc corev1.PersistentVolumeClaim
+		if err := waitGet(ctx, b.host, client.ObjectKey{Namespace: hostNS, Name: name}, &pvc); err != nil {
+			return nil, err
+		}
+		pvc.Status.Phase = corev1.ClaimBound
+		written[name] = time.Now()
+		if err := b.host.Status().Update(ctx, &pvc); err != nil {
+			return nil, err
+		}
+	}
+	up, err := ups.wait(ctx, written, time.Minute)
+	if err != nil {
+		return nil, fmt.Errorf("up: %w", err)
+	}
+	n := fmt.Sprintf("%d objects at %g/s", b.o.latencySamples, b.o.latencyRate)
+	return []result{
+		ms("down-sync p50 (tenant create -> host copy)", percentile(down, 50), "<= 50 ms", n),
+		ms("down-sync p99", percentile(down, 99), "<= 200 ms", n),
+		ms("up-sync p50 (host status -> tenant)", percentile(up, 50), "", n),
+		ms("up-sync p99", percentile(up, 99), "", n),
+	}, nil
+}
+
+// throughput measures, once the tenants run, how many ConfigMaps per
+// second reach the host while the tenants' API servers receive them as fast
+// as they can, against the rate of creating as many host ConfigMaps
+// directly, with as many clients of the same rate limit and concurrency.
+func (b *bench) throughput(ctx context.Context) ([]result, error) {
+	names := make([]string, b.o.throughputTenants)
+	for i := range names {
+		names[i] = fmt.Sprintf("throughput-%d", i)
+	}
+	if err := parallelNames(names, func(i int, name string) error { return b.registry.Spawn(name, b.tenants[i%len(b.tenants)]) }); err != nil {
+		return nil, err
+	}
+	defer func() {
+		for _, name := range names {
+			_ = b.registry.Stop(context.Background(), name)
+		}
+	}()
+	tenants := make([]client.Client, len(b.tenants))
+	for i, cfg := range b.tenants {
+		c := rest.CopyConfig(cfg)
+		c.QPS, c.Burst = 1000, 2000
+		var err error
+		if tenants[i], err = client.New(c, client.Options{}); err != nil {
+			return nil, err
+		}
+		if err := tenants[i].Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "bench-throughput"}}); err != nil {
+			return nil, err
+		}
+	}
+	copies := b.o.throughputTenants * b.o.throughputObjects // every tenant syncs every object of its API server
+
+	began := time.Now()
+	if err := parallel(len(tenants), len(tenants), func(i int) error {
+		return parallel(8, b.o.throughputObjects, func(j int) error {
+			return tenants[i].Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "bench-throughput", Name: fmt.Sprintf("cm-%d", j)}})
+		})
+	}); err != nil {
+		return nil, err
+	}
+	if err := waitCount(ctx, b.host, names, "bench-throughput", b.o.throughputObjects, 5*time.Minute); err != nil {
+		return nil, err
+	}
+	synced := float64(copies) / time.Since(began).Seconds()
+
+	began = time.Now()
+	if err := parallelNames(names, func(i int, _ string) error {
+		cfg := b.env.Host.Config()
+		cfg.QPS, cfg.Burst = float32(b.o.tenantQPS), int(2*b.o.tenantQPS)
+		c, err := client.New(cfg, client.Options{})
+		if err != nil {
+			return err
+		}
+		ns := fmt.Sprintf("raw-%d", i)
+		if err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
+			return err
+		}
+		return parallel(4, b.o.throughputObjects, func(j int) error { // 4: a syncer's workers
+			return c.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: fmt.Sprintf("cm-%d", j)}})
+		})
+	}); err != nil {
+		return nil, err
+	}
+	raw := float64(copies) / time.Since(began).Seconds()
+	ratio := synced / raw
+	note := fmt.Sprintf("%d tenants over 2 API servers, %d ConfigMaps per server; per-tenant host QPS %g", len(names), b.o.throughputObjects, b.o.tenantQPS)
+	return []result{
+		{Name: "throughput synced down", Value: round(synced, 0), Unit: "objects/s", Note: note},
+		{Name: "raw host create rate (direct clients)", Value: round(raw, 0), Unit: "objects/s", Note: note},
+		{Name: "throughput ratio synced/raw", Value: round(ratio, 2), Unit: "", Target: ">= 0.8", Met: ptrBool(ratio >= 0.8)},
+	}, nil
+}
+
+// arrivals records when each object first satisfied a condition.
+type arrivals struct {
+	mu   sync.Mutex
+	seen map[string]time.Time
+}
+
+func watchArrivals(ctx context.Context, cfg *rest.Config, obj client.Object, ns string, cond func(client.Object) bool) (*arrivals, func(), error) {
+	c, err := ctrlcache.New(cfg, ctrlcache.Options{DefaultNamespaces: map[string]ctrlcache.Config{ns: {}}})
+	if err != nil {
+		return nil, nil, err
+	}
+	a := &arrivals{seen: map[string]time.Time{}}
+	informer, err := c.GetInformer(ctx, obj, ctrlcache.BlockUntilSynced(false))
+	if err != nil {
+		return nil, nil, err
+	}
+	record := func(o any) {
+		if co, ok := o.(client.Object); ok && cond(co) {
+			a.mu.Lock()
+			if _, dup := a.seen[co.GetName()]; !dup {
+				a.seen[co.GetName()] = time.Now()
+			}
+			a.mu.Unlock()
+		}
+	}
+	if _, err := informer.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
+		AddFunc: record, UpdateFunc: func(_, o any) { record(o) },
+	}); err != nil {
+		return nil, nil, err
+	}
+	cctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() { defer close(done); _ = c.Start(cctx) }()
+	if !c.WaitForCacheSync(ctx) {
+		cancel()
+		return nil, nil, fmt.Errorf("watch did not sync")
+	}
+	return a, func() { cancel(); <-done }, nil
+}
+
+// wait returns, for each name in since, how long after its time it arrived.
+func (a *arrivals) wait(ctx context.Context, since map[string]time.Time, timeout time.Duration) ([]time.Duration, error) {
+	deadline := time.Now().Add(timeout)
+	for {
+		a.mu.Lock()
+		var lat []time.Duration
+		for name, t := range since {
+			if at, ok := a.seen[name]; ok {
+				lat = append(lat, at.Sub(t))
+			}
+		}
+		a.mu.Unlock()
+		if len(lat) == len(since) {
+			return lat, nil
+		}
+		if time.Now().After(deadline) {
+			return nil, fmt.Errorf("%d of %d arrived within %s", len(lat), len(since), timeout)
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+func waitGet(ctx context.Context, c client.Client, key client.ObjectKey, obj client.Object) error {
+	deadline := time.Now().Add(time.Minute)
+	for {
+		err := c.Get(ctx, key, obj)
+		if err == nil || time.Now().After(deadline) {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+// waitCount waits until every cluster's host namespace holds n ConfigMaps.
+func waitCount(ctx context.Context, host client.Client, clusters []string, ns string, n int, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	for _, cluster := range clusters {
+		for {
+			var list corev1.ConfigMapList
+			if err := host.List(ctx, &list, client.InNamespace(syncer.HostNamespace(cluster, ns))); err != nil {
+				return err
+			}
+			if len(list.Items) >= n {
+				break
+			}
+			if time.Now().After(deadline) {
+				return fmt.Errorf("%s: %d of %d ConfigMaps synced within %s", cluster, len(list.Items), n, timeout)
+			}
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-time.After(50 * time.Millisecond):
+			}
+		}
+	}
+	return nil
+}
+
+func parallel(workers, n int, f func(i int) error) error {
+	var (
+		wg   sync.WaitGroup
+		mu   sync.Mutex
+		errs []error
+	)
+	for w := range workers {
+		wg.Go(func() {
+			for i := w; i < n; i += workers {
+				if err := f(i); err != nil {
+					mu.Lock()
+					errs = append(errs, err)
+					mu.Unlock()
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if len(errs) > 0 {
+		return errs[0]
+	}
+	return nil
+}
+
+func parallelNames(names []string, f func(i int, name string) error) error {
+	return parallel(len(names), len(names), func(i int) error { return f(i, names[i]) })
+}
+
+// settledGoroutines waits, up to a few seconds, for the goroutine count to
+// come down to target, and returns it.
+func settledGoroutines(target int) int {
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		n := runtime.NumGoroutine()
+		if target == 0 || n <= target || time.Now().After(deadline) {
+			return n
+		}
+		<-time.After(50 * time.Millisecond) // poll: the count has no event to wait on
+	}
+}
+
+func heapInUse() uint64 {
+	runtime.GC()
+	runtime.GC()
+	var m runtime.MemStats
+	runtime.ReadMemStats(&m)
+	return m.HeapInuse
+}
+
+func percentile(d []time.Duration, p float64) time.Duration {
+	if len(d) == 0 {
+		return 0
+	}
+	s := slices.Clone(d)
+	slices.Sort(s)
+	i := int(float64(len(s)-1) * p / 100)
+	return s[i]
+}
+
+func ms(name string, d time.Duration, target, note string) result {
+	r := result{Name: name, Value: round(float64(d)/float64(time.Millisecond), 1), Unit: "ms", Target: target, Note: note}
+	if target != "" {
+		var limit float64
+		if _, err := fmt.Sscanf(target, "<= %g ms", &limit); err == nil {
+			r.Met = ptrBool(r.Value <= limit)
+		}
+	}
+	return r
+}
+
+func round(v float64, digits int) float64 {
+	p := 1.0
+	for range digits {
+		p *= 10
+	}
+	return float64(int64(v*p+0.5)) / p
+}
+
+func ptrBool(b bool) *bool { return &b }
+
+func machine() string {
+	model := "unknown CPU"
+	if data, err := os.ReadFile("/proc/cpuinfo"); err == nil {
+		for _, line := range strings.Split(string(data), "\n") {
+			if strings.HasPrefix(line, "model name") {
+				model = strings.TrimSpace(strings.SplitN(line, ":", 2)[1])
+				break
+			}
+		}
+	}
+	mem := ""
+	if data, err := os.ReadFile("/proc/meminfo"); err == nil {
+		var kb int
+		if _, err := fmt.Sscanf(strings.SplitN(string(data), "\n", 2)[0], "MemTotal: %d kB", &kb); err == nil {
+			mem = fmt.Sprintf(", %d GiB", (kb+(1<<19))>>20)
+		}
+	}
+	return fmt.Sprintf("%d cores (%s)%s, %s %s/%s", runtime.NumCPU(), model, mem, runtime.Version(), runtime.GOOS, runtime.GOARCH)
+}
+
+func (r report) table() string {
+	var b strings.Builder
+	tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "MEASURE\tVALUE\tTARGET\tMET\tNOTE")
+	for _, x := range r.Results {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", x.Name, x.value(), x.Target, x.met(), x.Note)
+	}
+	_ = tw.Flush()
+	fmt.Fprintf(&b, "\nMachine: %s\n", r.Machine)
+	return b.String()
+}
+
+func (r report) markdown() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "# Benchmark results\n\n%s, `%s`, on %s.\n\n", r.Date, r.Command, r.Machine)
+	fmt.Fprintln(&b, "| measure | value | target | met | note |\n| --- | --- | --- | --- | --- |")
+	for _, x := range r.Results {
+		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s |\n", x.Name, x.value(), x.Target, x.met(), x.Note)
+	}
+	return b.String()
+}
+
+func (r report) write(dir string) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	data, err := json.MarshalIndent(r, "", "  ")
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(dir, "results.json"), append(data, '\n'), 0o644); err != nil {
+		return err
+	}
+	return os.WriteFile(filepath.Join(dir, "results.md"), []byte(r.markdown()), 0o644)
+}
+
+func (x result) value() string {
+	return strings.TrimSpace(fmt.Sprintf("%g %s", x.Value, x.Unit))
+}
+
+func (x result) met() string {
+	switch {
+	case x.Met == nil:
+		return ""
+	case *x.Met:
+		return "yes"
+	}
+	return "NO"
+}
