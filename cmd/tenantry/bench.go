@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"runtime/pprof"
 	"slices"
 	"strings"
 	"sync"
@@ -46,6 +47,7 @@ var benchCommand = command{
 		fs.IntVar(&o.throughputTenants, "throughput-tenants", 10, "Tenants syncing at once for the throughput figure.")
 		fs.IntVar(&o.throughputObjects, "throughput-objects", 200, "ConfigMaps per tenant API server for the throughput figure.")
 		fs.Float64Var(&o.tenantQPS, "tenant-host-qps", 100, "Each tenant's host write rate; the raw baseline gets the same per client.")
+		fs.StringVar(&o.cpuProfile, "cpuprofile", "", "Write a CPU profile of the throughput run to this file (read it with go tool pprof).")
 		return func(ctx context.Context) error { return runBench(ctx, o, os.Stdout) }
 	},
 }
@@ -57,6 +59,7 @@ type benchOptions struct {
 	latencyRate                          float64
 	throughputTenants, throughputObjects int
 	tenantQPS                            float64
+	cpuProfile                           string
 }
 
 // result is one row of the results table.
@@ -174,7 +177,7 @@ func (b *bench) spawn(ctx context.Context) ([]result, error) {
 		}
 		stops = append(stops, time.Since(began))
 	}
-	left := settledGoroutines(before) - before
+	left := max(settledGoroutines(before)-before, 0)
 	n := fmt.Sprintf("%d clusters, every built-in syncer", b.o.spawnClusters)
 	return []result{
 		ms("spawn p50 (to caches synced)", percentile(spawns, 50), "<= 100 ms", n),
@@ -322,6 +325,17 @@ func (b *bench) throughput(ctx context.Context) ([]result, error) {
 	}
 	copies := b.o.throughputTenants * b.o.throughputObjects // every tenant syncs every object of its API server
 
+	if b.o.cpuProfile != "" {
+		f, err := os.Create(b.o.cpuProfile)
+		if err != nil {
+			return nil, err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return nil, err
+		}
+		defer pprof.StopCPUProfile()
+	}
 	began := time.Now()
 	if err := parallel(len(tenants), len(tenants), func(i int) error {
 		return parallel(8, b.o.throughputObjects, func(j int) error {
@@ -334,6 +348,9 @@ func (b *bench) throughput(ctx context.Context) ([]result, error) {
 		return nil, err
 	}
 	synced := float64(copies) / time.Since(began).Seconds()
+	if b.o.cpuProfile != "" {
+		pprof.StopCPUProfile()
+	}
 
 	began = time.Now()
 	if err := parallelNames(names, func(i int, _ string) error {

@@ -17,6 +17,8 @@ var devCommand = command{
 		"and a VirtualCluster per tenant; print a kubeconfig per cluster and run until interrupted.",
 	flags: func(fs *flag.FlagSet) func(context.Context) error {
 		o := bindDevFlags(fs)
+		fs.BoolVar(&o.controlPlanesOnly, "control-planes-only", false,
+			"Start only the control planes: no CRDs, no controller-manager, no VirtualClusters (to run bin/manager yourself).")
 		return func(ctx context.Context) error { return runDev(ctx, *o, os.Stdout) }
 	},
 }
@@ -51,7 +53,9 @@ func runDev(ctx context.Context, o devOptions, out io.Writer) error {
 	for _, cp := range d.env.ControlPlanes() {
 		fmt.Fprintf(out, "%-10s https://%-21s KUBECONFIG=%s\n", cp.Name(), cp.Address(), d.kubeconfigs[cp.Name()])
 	}
-	fmt.Fprintf(out, "\nEvery tenant is a Ready VirtualCluster; try:\n  kubectl --kubeconfig %s get virtualclusters\n", d.kubeconfigs["host"])
+	if !o.controlPlanesOnly {
+		fmt.Fprintf(out, "\nEvery tenant is a Ready VirtualCluster; try:\n  kubectl --kubeconfig %s get virtualclusters\n", d.kubeconfigs["host"])
+	}
 	fmt.Fprintln(out, "Ready. Press Ctrl-C to stop.")
 	<-ctx.Done()
 	return nil

@@ -46,6 +46,9 @@ type devOptions struct {
 	metricsBindAddress     string
 	healthProbeBindAddress string
 	logger                 providers.LoggerOptions
+	// controlPlanesOnly starts bare control planes: no CRDs, no manager,
+	// no VirtualClusters (to run bin/manager by hand against them).
+	controlPlanesOnly bool
 }
 
 // devEnv is a running dev environment: a host and tenants, the
@@ -85,9 +88,11 @@ func startDev(ctx context.Context, o devOptions, progress func(string)) (_ *devE
 		return nil, err
 	}
 
-	crds, err := devCRDs()
-	if err != nil {
-		return nil, err
+	var crds []*apiextensionsv1.CustomResourceDefinition
+	if !o.controlPlanesOnly {
+		if crds, err = devCRDs(); err != nil {
+			return nil, err
+		}
 	}
 	progress(fmt.Sprintf("starting a host and %d tenant control planes", o.tenants))
 	if d.env, err = tenantrytest.Start(ctx, tenantrytest.Options{Tenants: o.tenants, BinaryAssetsDirectory: o.assets, HostCRDs: crds}); err != nil {
@@ -114,6 +119,9 @@ func startDev(ctx context.Context, o devOptions, progress func(string)) (_ *devE
 		}
 	}
 
+	if o.controlPlanesOnly {
+		return d, nil
+	}
 	progress("starting the controller-manager (log: " + filepath.Join(d.dir, "manager.log") + ")")
 	if d.logFile, err = os.Create(filepath.Join(d.dir, "manager.log")); err != nil {
 		return nil, fmt.Errorf("creating the manager log: %w", err)
