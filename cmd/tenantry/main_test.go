@@ -2,6 +2,9 @@ package main
 
 import (
 	"bytes"
+	"encoding/json"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -39,5 +42,41 @@ func TestDemo(t *testing.T) {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("demo output lacks %q:\n%s", want, out.String())
 		}
+	}
+}
+
+// The benchmark program, at a tiny size: every measure runs and is written.
+func TestBenchSmall(t *testing.T) {
+	out := t.TempDir()
+	var log bytes.Buffer
+	err := runBench(t.Context(), benchOptions{
+		out: out, spawnClusters: 2, memoryClusters: 2, latencySamples: 5, latencyRate: 50,
+		throughputTenants: 2, throughputObjects: 10, tenantQPS: 100,
+	}, &log)
+	if err != nil {
+		t.Fatalf("bench failed: %v\n%s", err, log.String())
+	}
+	data, err := os.ReadFile(filepath.Join(out, "results.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rep report
+	if err := json.Unmarshal(data, &rep); err != nil {
+		t.Fatal(err)
+	}
+	names := map[string]bool{}
+	for _, r := range rep.Results {
+		names[r.Name] = true
+		if r.Value < 0 {
+			t.Errorf("%s = %v", r.Name, r.Value)
+		}
+	}
+	for _, want := range []string{"spawn p50 (to caches synced)", "heap per idle tenant", "down-sync p99", "up-sync p50 (host status -> tenant)", "throughput ratio synced/raw"} {
+		if !names[want] {
+			t.Errorf("results lack %q", want)
+		}
+	}
+	if md, err := os.ReadFile(filepath.Join(out, "results.md")); err != nil || !strings.Contains(string(md), "| spawn p99 |") {
+		t.Errorf("results.md: %v", err)
 	}
 }
