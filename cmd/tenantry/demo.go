@@ -45,19 +45,11 @@ type item struct {
 }
 
 func runDemo(ctx context.Context, o devOptions, timeout time.Duration, out io.Writer) error {
-	if o.assets == "" {
-		o.assets = defaultAssets()
-	}
-	d, err := startDev(ctx, o, func(step string) { fmt.Fprintln(out, "==>", step) })
-	if err != nil {
-		return err
-	}
-	defer func() {
-		fmt.Fprintln(out, "==> stopping")
-		if err := d.stop(); err != nil {
-			fmt.Fprintln(out, "stopping:", err)
-		}
-	}()
+	return withDev(ctx, o, out, func(d *devEnv) error { return demo(ctx, d, timeout, out) })
+}
+
+// demo applies the workload in d's tenants and follows it.
+func demo(ctx context.Context, d *devEnv, timeout time.Duration, out io.Writer) error {
 
 	fmt.Fprintln(out, "==> applying a Namespace, ConfigMap, Secret, Service, Pod and Foo in each tenant")
 	var items []*item

@@ -36,6 +36,14 @@ func bindDevFlags(fs *flag.FlagSet) *devOptions {
 }
 
 func runDev(ctx context.Context, o devOptions, out io.Writer) error {
+	return withDev(ctx, o, out, func(d *devEnv) error {
+		return showDev(ctx, d, o, out)
+	})
+}
+
+// withDev runs f in a dev environment, reporting each step to out, and
+// stops the environment when f returns.
+func withDev(ctx context.Context, o devOptions, out io.Writer, f func(*devEnv) error) error {
 	if o.assets == "" {
 		o.assets = defaultAssets()
 	}
@@ -49,6 +57,11 @@ func runDev(ctx context.Context, o devOptions, out io.Writer) error {
 			fmt.Fprintln(out, "stopping:", err)
 		}
 	}()
+	return f(d)
+}
+
+// showDev prints where the clusters are and waits for ctx to end.
+func showDev(ctx context.Context, d *devEnv, o devOptions, out io.Writer) error {
 	fmt.Fprintln(out)
 	for _, cp := range d.env.ControlPlanes() {
 		fmt.Fprintf(out, "%-10s https://%-21s KUBECONFIG=%s\n", cp.Name(), cp.Address(), d.kubeconfigs[cp.Name()])
