@@ -32,7 +32,8 @@ const (
 // server's serving certificate names 127.0.0.1, which is where the proxy
 // listens.
 type tcpProxy struct {
-	addr string
+	addr    string
+	reserve *portReservation
 
 	mu       sync.Mutex
 	listener net.Listener // nil while refusing
@@ -48,16 +49,14 @@ type tcpProxy struct {
 // it stops refusing.
 const relistenTimeout = 10 * time.Second
 
-// newTCPProxy listens on a free loopback port, refusing connections until
+// newTCPProxy reserves a free loopback port, refusing connections until
 // set names a backend.
 func newTCPProxy() (*tcpProxy, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	r, err := reservePort()
 	if err != nil {
-		return nil, fmt.Errorf("listening for the API server proxy: %w", err)
+		return nil, fmt.Errorf("the API server proxy: %w", err)
 	}
-	p := &tcpProxy{addr: l.Addr().String(), conns: map[net.Conn]struct{}{}, mode: refuse}
-	_ = l.Close()
-	return p, nil
+	return &tcpProxy{addr: r.addr, reserve: r, conns: map[net.Conn]struct{}{}, mode: refuse}, nil
 }
 
 // Addr is the stable host:port that clients connect to.
@@ -84,7 +83,7 @@ func (p *tcpProxy) set(mode proxyMode, backend string) error {
 	if p.listener != nil {
 		return nil
 	}
-	l, err := listenAgain(p.addr)
+	l, err := listenAgain(p.reserve)
 	if err != nil {
 		return err
 	}
@@ -94,21 +93,21 @@ func (p *tcpProxy) set(mode proxyMode, backend string) error {
 	return nil
 }
 
-// listenAgain takes the proxy's address back after a period of refusing.
-// Another socket may hold the port for a moment (an outgoing connection
-// that the kernel gave it); keep trying for a while.
-func listenAgain(addr string) (net.Listener, error) {
+// listenAgain listens on the proxy's reserved address again. Where ports
+// cannot be shared, another socket may hold it for a moment; keep trying
+// for a while.
+func listenAgain(r *portReservation) (net.Listener, error) {
 	var (
 		l       net.Listener
 		lastErr error
 	)
 	err := wait.PollUntilContextTimeout(context.Background(), 50*time.Millisecond, relistenTimeout, true,
 		func(context.Context) (bool, error) {
-			l, lastErr = net.Listen("tcp", addr)
+			l, lastErr = r.listen()
 			return lastErr == nil, nil
 		})
 	if err != nil {
-		return nil, fmt.Errorf("listening again at %s: %w", addr, errors.Join(err, lastErr))
+		return nil, fmt.Errorf("listening again at %s: %w", r.addr, errors.Join(err, lastErr))
 	}
 	return l, nil
 }
@@ -125,6 +124,7 @@ func (p *tcpProxy) close() {
 	}
 	p.mu.Unlock()
 	p.wg.Wait()
+	p.reserve.release()
 }
 
 func (p *tcpProxy) cutLocked() {
