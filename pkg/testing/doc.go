@@ -24,7 +24,9 @@
 //
 // # Faults
 //
-// Every control plane sits behind a TCP proxy, so its address never changes.
+// Every control plane sits behind a TCP proxy on a loopback port that it
+// keeps reserved for its whole life, so its address never changes and no
+// other process can take it while the API server is down.
 // That lets a test inject faults into one cluster while the others run on:
 //
 //   - ControlPlane.StopAPIServer and StartAPIServer stop the kube-apiserver
