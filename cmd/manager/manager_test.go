@@ -28,6 +28,7 @@ import (
 	"github.com/tenantry/tenantry/cmd/internal/managerapp"
 	tenantryv1alpha1 "github.com/tenantry/tenantry/pkg/apis/tenantry/v1alpha1"
 	"github.com/tenantry/tenantry/pkg/clusterregistry"
+	"github.com/tenantry/tenantry/pkg/syncer"
 	tenantrytest "github.com/tenantry/tenantry/pkg/testing"
 	"github.com/tenantry/tenantry/providers"
 )
@@ -257,8 +258,19 @@ func TestManagementApp(t *testing.T) {
 		expectReady(t, host, "alpha", metav1.ConditionTrue, tenantryv1alpha1.ReasonSpawned)
 	})
 
-	t.Run("delete stops the tenant app and removes the finalizer", func(t *testing.T) {
+	t.Run("delete stops the tenant app, deletes its host namespaces and removes the finalizer", func(t *testing.T) {
 		stopsBefore := tenants.stops("alpha")
+		hostNamespace := func(name, cluster string) *corev1.Namespace {
+			return &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{
+				syncer.LabelManagedBy: syncer.ManagedByValue, syncer.LabelCluster: cluster,
+			}}}
+		}
+		alphas, lates := hostNamespace("alpha-copies", "alpha"), hostNamespace("late-copies", "late")
+		for _, ns := range []*corev1.Namespace{alphas, lates} {
+			if err := host.Create(t.Context(), ns); err != nil {
+				t.Fatal(err)
+			}
+		}
 		vc := &tenantryv1alpha1.VirtualCluster{ObjectMeta: metav1.ObjectMeta{Name: "alpha"}}
 		if err := host.Delete(t.Context(), vc); err != nil {
 			t.Fatal(err)
@@ -273,6 +285,14 @@ func TestManagementApp(t *testing.T) {
 		if tenants.stops("alpha") != stopsBefore+1 {
 			t.Fatal("alpha's tenant app was not stopped")
 		}
+		// envtest runs no namespace controller: deletion asked for is what counts.
+		if err := host.Get(t.Context(), client.ObjectKeyFromObject(alphas), alphas); err == nil && alphas.DeletionTimestamp.IsZero() {
+			t.Fatal("alpha's host namespace was not deleted")
+		}
+		if err := host.Get(t.Context(), client.ObjectKeyFromObject(lates), lates); err != nil || !lates.DeletionTimestamp.IsZero() {
+			t.Fatalf("another cluster's host namespace was touched: %v", err)
+		}
+		expectEvent(t, host, "alpha", "HostCleanup")
 	})
 
 	t.Run("shutdown stops every tenant app", func(t *testing.T) {

@@ -31,6 +31,7 @@ import (
 // +kubebuilder:rbac:groups=tenantry.dev,resources=virtualclusters/status,verbs=get;update;patch
 // +kubebuilder:rbac:groups=tenantry.dev,resources=virtualclusters/finalizers,verbs=update
 // +kubebuilder:rbac:groups="",resources=secrets,verbs=get;list;watch
+// +kubebuilder:rbac:groups="",resources=namespaces,verbs=list;delete
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 
 // ControllerName names the controller, its logger and its Events.
@@ -51,10 +52,10 @@ type Options struct {
 type params struct {
 	fx.In
 
-	Manager  manager.Manager
-	Registry *clusterregistry.RemoteClusterRegistry
-	Secrets  client.Reader `name:"no-cache"`
-	Options  Options       `optional:"true"`
+	Manager   manager.Manager
+	Registry  *clusterregistry.RemoteClusterRegistry
+	APIReader client.Reader `name:"no-cache"`
+	Options   Options       `optional:"true"`
 }
 
 // Module adds the VirtualCluster controller to the management app.
@@ -66,10 +67,10 @@ func setup(p params) error {
 		workers = 4
 	}
 	r := &Reconciler{
-		Client:   p.Manager.GetClient(),
-		Secrets:  p.Secrets,
-		Registry: p.Registry,
-		Recorder: p.Manager.GetEventRecorder("tenantry-" + ControllerName),
+		Client:    p.Manager.GetClient(),
+		APIReader: p.APIReader,
+		Registry:  p.Registry,
+		Recorder:  p.Manager.GetEventRecorder("tenantry-" + ControllerName),
 	}
 	if err := p.Manager.GetFieldIndexer().IndexField(context.Background(), &tenantryv1alpha1.VirtualCluster{}, secretRefIndex,
 		func(o client.Object) []string {

@@ -20,6 +20,7 @@ import (
 
 	tenantryv1alpha1 "github.com/tenantry/tenantry/pkg/apis/tenantry/v1alpha1"
 	"github.com/tenantry/tenantry/pkg/clusterregistry"
+	"github.com/tenantry/tenantry/pkg/syncer"
 )
 
 // stopTimeout bounds stopping a tenant cluster's app from a reconcile.
@@ -31,9 +32,10 @@ const stopTimeout = time.Minute
 type Reconciler struct {
 	// Client reads VirtualClusters (cached) and writes them.
 	Client client.Client
-	// Secrets reads kubeconfig Secrets from the API server, so that their
-	// contents are never cached.
-	Secrets client.Reader
+	// APIReader reads from the API server, uncached: kubeconfig Secrets (so
+	// that their contents are never cached) and, at deletion, the cluster's
+	// host namespaces.
+	APIReader client.Reader
 	// Registry runs the tenant clusters' apps.
 	Registry *clusterregistry.RemoteClusterRegistry
 	// Recorder records Events on VirtualClusters.
@@ -160,7 +162,7 @@ func (r *Reconciler) loadKubeconfig(ctx context.Context, vc *tenantryv1alpha1.Vi
 	ref := vc.Spec.KubeconfigSecretRef
 	key := ref.KubeconfigKey()
 	var secret corev1.Secret
-	if err := r.Secrets.Get(ctx, client.ObjectKey{Namespace: ref.Namespace, Name: ref.Name}, &secret); err != nil {
+	if err := r.APIReader.Get(ctx, client.ObjectKey{Namespace: ref.Namespace, Name: ref.Name}, &secret); err != nil {
 		if apierrors.IsNotFound(err) {
 			msg := fmt.Sprintf("Secret %s/%s does not exist.", ref.Namespace, ref.Name)
 			out := notReady(tenantryv1alpha1.ReasonSecretNotFound, msg, errors.New(msg))
@@ -193,12 +195,47 @@ func (r *Reconciler) finalize(ctx context.Context, vc *tenantryv1alpha1.VirtualC
 		r.Recorder.Eventf(vc, nil, corev1.EventTypeWarning, "StopFailed", "Stop", "Stopping the cluster's controllers failed: %v", err)
 		return err
 	}
+	if err := r.deleteHostNamespaces(ctx, vc); err != nil {
+		r.Recorder.Eventf(vc, nil, corev1.EventTypeWarning, "CleanupFailed", "Delete", "Deleting the cluster's host namespaces failed: %v", err)
+		return err
+	}
 	patch := client.MergeFrom(vc.DeepCopy())
 	controllerutil.RemoveFinalizer(vc, tenantryv1alpha1.Finalizer)
 	if err := r.Client.Patch(ctx, vc, patch); err != nil {
 		return fmt.Errorf("removing finalizer from %s: %w", vc.Name, client.IgnoreNotFound(err))
 	}
 	ctrl.LoggerFrom(ctx).Info("cluster stopped for deletion")
+	return nil
+}
+
+// deleteHostNamespaces deletes the host namespaces that Tenantry made for
+// the cluster, and with them every copy in them: with the VirtualCluster
+// gone, nothing would keep them in step. Only namespaces carrying both of
+// Tenantry's labels for this cluster are touched; the tenant keeps all its
+// objects.
+func (r *Reconciler) deleteHostNamespaces(ctx context.Context, vc *tenantryv1alpha1.VirtualCluster) error {
+	var list corev1.NamespaceList
+	if err := r.APIReader.List(ctx, &list, client.MatchingLabels{
+		syncer.LabelManagedBy: syncer.ManagedByValue,
+		syncer.LabelCluster:   vc.Name,
+	}); err != nil {
+		return fmt.Errorf("listing host namespaces of %s: %w", vc.Name, err)
+	}
+	deleted := 0
+	for i := range list.Items {
+		ns := &list.Items[i]
+		if !ns.DeletionTimestamp.IsZero() {
+			continue
+		}
+		if err := r.Client.Delete(ctx, ns, client.Preconditions{UID: &ns.UID}); client.IgnoreNotFound(err) != nil {
+			return fmt.Errorf("deleting host namespace %s: %w", ns.Name, err)
+		}
+		deleted++
+	}
+	if deleted > 0 {
+		ctrl.LoggerFrom(ctx).Info("deleting the cluster's host namespaces", "count", deleted)
+		r.Recorder.Eventf(vc, nil, corev1.EventTypeNormal, "HostCleanup", "Delete", "Deleting %d host namespaces of the cluster", deleted)
+	}
 	return nil
 }
 

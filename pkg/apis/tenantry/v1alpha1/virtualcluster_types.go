@@ -88,7 +88,8 @@ type VirtualClusterStatus struct {
 }
 
 // VirtualCluster is one tenant cluster that Tenantry syncs with the
-// management cluster.
+// management cluster. Deleting it stops the syncing and deletes the host
+// namespaces Tenantry made for it; the tenant cluster keeps its objects.
 //
 // +kubebuilder:object:root=true
 // +kubebuilder:resource:scope=Cluster,shortName=vc,categories=tenantry
