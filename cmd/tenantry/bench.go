@@ -422,65 +422,42 @@ func watchArrivals(ctx context.Context, cfg *rest.Config, obj client.Object, ns 
 
 // wait returns, for each name in since, how long after its time it arrived.
 func (a *arrivals) wait(ctx context.Context, since map[string]time.Time, timeout time.Duration) ([]time.Duration, error) {
-	deadline := time.Now().Add(timeout)
-	for {
+	var lat []time.Duration
+	err := poll(ctx, 20*time.Millisecond, timeout, func(context.Context) (bool, error) {
 		a.mu.Lock()
-		var lat []time.Duration
+		defer a.mu.Unlock()
+		lat = lat[:0]
 		for name, t := range since {
 			if at, ok := a.seen[name]; ok {
 				lat = append(lat, at.Sub(t))
 			}
 		}
-		a.mu.Unlock()
-		if len(lat) == len(since) {
-			return lat, nil
-		}
-		if time.Now().After(deadline) {
-			return nil, fmt.Errorf("%d of %d arrived within %s", len(lat), len(since), timeout)
-		}
-		select {
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		case <-time.After(20 * time.Millisecond):
-		}
-	}
+		return len(lat) == len(since), fmt.Errorf("%d of %d arrived", len(lat), len(since))
+	})
+	return lat, err
 }
 
 func waitGet(ctx context.Context, c client.Client, key client.ObjectKey, obj client.Object) error {
-	deadline := time.Now().Add(time.Minute)
-	for {
+	return poll(ctx, 20*time.Millisecond, time.Minute, func(ctx context.Context) (bool, error) {
 		err := c.Get(ctx, key, obj)
-		if err == nil || time.Now().After(deadline) {
-			return err
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(20 * time.Millisecond):
-		}
-	}
+		return err == nil, err
+	})
 }
 
 // waitCount waits until every cluster's host namespace holds n ConfigMaps.
 func waitCount(ctx context.Context, host client.Client, clusters []string, ns string, n int, timeout time.Duration) error {
-	deadline := time.Now().Add(timeout)
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
 	for _, cluster := range clusters {
-		for {
+		err := poll(ctx, 50*time.Millisecond, 0, func(ctx context.Context) (bool, error) {
 			var list corev1.ConfigMapList
 			if err := host.List(ctx, &list, client.InNamespace(syncer.HostNamespace(cluster, ns))); err != nil {
-				return err
+				return false, err
 			}
-			if len(list.Items) >= n {
-				break
-			}
-			if time.Now().After(deadline) {
-				return fmt.Errorf("%s: %d of %d ConfigMaps synced within %s", cluster, len(list.Items), n, timeout)
-			}
-			select {
-			case <-ctx.Done():
-				return ctx.Err()
-			case <-time.After(50 * time.Millisecond):
-			}
+			return len(list.Items) >= n, fmt.Errorf("%d of %d ConfigMaps synced", len(list.Items), n)
+		})
+		if err != nil {
+			return fmt.Errorf("%s: %w", cluster, err)
 		}
 	}
 	return nil
@@ -518,14 +495,15 @@ func parallelNames(names []string, f func(i int, name string) error) error {
 // settledGoroutines waits, up to a few seconds, for the goroutine count to
 // come down to target, and returns it.
 func settledGoroutines(target int) int {
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		n := runtime.NumGoroutine()
-		if target == 0 || n <= target || time.Now().After(deadline) {
-			return n
-		}
-		<-time.After(50 * time.Millisecond) // poll: the count has no event to wait on
+	n := runtime.NumGoroutine()
+	if target == 0 {
+		return n
 	}
+	_ = poll(context.Background(), 50*time.Millisecond, 5*time.Second, func(context.Context) (bool, error) {
+		n = runtime.NumGoroutine()
+		return n <= target, nil
+	})
+	return n
 }
 
 func heapInUse() uint64 {

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -68,22 +69,17 @@ func demo(ctx context.Context, d *devEnv, timeout time.Duration, out io.Writer) 
 	deadline, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	live := newLiveTable(out)
-	for {
+	if err := poll(deadline, 200*time.Millisecond, 0, func(ctx context.Context) (bool, error) {
 		for _, it := range items {
 			if !it.done {
-				it.done, it.detail = d.arrived(deadline, it)
+				it.done, it.detail = d.arrived(ctx, it)
 			}
 		}
 		live.show(items)
 		pending := notDone(items)
-		if len(pending) == 0 {
-			break
-		}
-		select {
-		case <-deadline.Done():
-			return fmt.Errorf("did not reach the host within %s: %s", timeout, strings.Join(pending, ", "))
-		case <-time.After(200 * time.Millisecond):
-		}
+		return len(pending) == 0, errors.New("waiting for " + strings.Join(pending, ", "))
+	}); err != nil {
+		return fmt.Errorf("did not reach the host within %s: %w", timeout, err)
 	}
 
 	fmt.Fprintln(out, "==> the host schedules each Pod and reports it Running; the tenants see it")
@@ -139,17 +135,14 @@ func applyWorkload(ctx context.Context, c client.Client) error {
 		}
 	}
 	// The Foo CRD reaches the tenant through public CRD sync: wait for it.
-	for {
+	err := poll(ctx, 200*time.Millisecond, 0, func(ctx context.Context) (bool, error) {
 		err := c.Create(ctx, foo)
-		if err == nil || apierrors.IsAlreadyExists(err) {
-			return nil
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("creating Foo %s: %w", foo.GetName(), err)
-		case <-time.After(200 * time.Millisecond):
-		}
+		return err == nil || apierrors.IsAlreadyExists(err), err
+	})
+	if err != nil {
+		return fmt.Errorf("creating Foo %s: %w", foo.GetName(), err)
 	}
+	return nil
 }
 
 // arrived says whether an item's host copy is there, and what to show.
@@ -206,19 +199,18 @@ func (d *devEnv) runHostPod(ctx context.Context, tenant, node, ip string) error 
 }
 
 func (d *devEnv) waitTenantPod(ctx context.Context, tenant, node, ip string) (*corev1.Pod, error) {
-	for {
-		var pod corev1.Pod
-		err := d.tenants[tenant].Get(ctx, client.ObjectKey{Namespace: demoNamespace, Name: "web"}, &pod)
-		if err == nil && pod.Spec.NodeName == node && pod.Status.PodIP == ip && pod.Status.Phase == corev1.PodRunning {
-			return &pod, nil
+	var pod corev1.Pod
+	err := poll(ctx, 100*time.Millisecond, 0, func(ctx context.Context) (bool, error) {
+		if err := d.tenants[tenant].Get(ctx, client.ObjectKey{Namespace: demoNamespace, Name: "web"}, &pod); err != nil {
+			return false, err
 		}
-		select {
-		case <-ctx.Done():
-			return nil, fmt.Errorf("the host Pod's status did not reach %s's Pod (node %q, IP %q, phase %q)",
-				tenant, pod.Spec.NodeName, pod.Status.PodIP, pod.Status.Phase)
-		case <-time.After(100 * time.Millisecond):
-		}
+		ok := pod.Spec.NodeName == node && pod.Status.PodIP == ip && pod.Status.Phase == corev1.PodRunning
+		return ok, fmt.Errorf("node %q, IP %q, phase %q", pod.Spec.NodeName, pod.Status.PodIP, pod.Status.Phase)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("the host Pod's status did not reach %s's Pod: %w", tenant, err)
 	}
+	return &pod, nil
 }
 
 func notDone(items []*item) []string {

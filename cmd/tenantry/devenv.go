@@ -208,25 +208,21 @@ func (d *devEnv) registerTenants(ctx context.Context) error {
 }
 
 func (d *devEnv) waitReady(ctx context.Context, name string) error {
-	ticker := time.NewTicker(100 * time.Millisecond)
-	defer ticker.Stop()
-	var last string
-	for {
+	err := poll(ctx, 100*time.Millisecond, 0, func(ctx context.Context) (bool, error) {
 		var vc tenantryv1alpha1.VirtualCluster
-		if err := d.host.Get(ctx, client.ObjectKey{Name: name}, &vc); err == nil {
-			if c := meta.FindStatusCondition(vc.Status.Conditions, tenantryv1alpha1.ConditionReady); c != nil {
-				if c.Status == metav1.ConditionTrue {
-					return nil
-				}
-				last = c.Reason + ": " + c.Message
-			}
+		if err := d.host.Get(ctx, client.ObjectKey{Name: name}, &vc); err != nil {
+			return false, err
 		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("VirtualCluster %s did not become Ready (%s): %w", name, last, ctx.Err())
-		case <-ticker.C:
+		c := meta.FindStatusCondition(vc.Status.Conditions, tenantryv1alpha1.ConditionReady)
+		if c == nil {
+			return false, errors.New("no Ready condition yet")
 		}
+		return c.Status == metav1.ConditionTrue, errors.New(c.Reason + ": " + c.Message)
+	})
+	if err != nil {
+		return fmt.Errorf("VirtualCluster %s did not become Ready: %w", name, err)
 	}
+	return nil
 }
 
 // stop stops the manager (every tenant's controllers first), then the

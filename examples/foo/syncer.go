@@ -7,7 +7,6 @@ package foo
 
 import (
 	"go.uber.org/fx"
-	"k8s.io/apimachinery/pkg/api/equality"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	foov1alpha1 "github.com/tenantry/tenantry/examples/foo/api/v1alpha1"
@@ -24,14 +23,7 @@ func Syncer() syncer.Syncer {
 			h.(*foov1alpha1.Foo).Spec = *t.(*foov1alpha1.Foo).Spec.DeepCopy()
 			return nil
 		},
-		Up: syncer.StatusUp(func(h, t client.Object) bool {
-			host, tenant := h.(*foov1alpha1.Foo), t.(*foov1alpha1.Foo)
-			if equality.Semantic.DeepEqual(host.Status, tenant.Status) {
-				return false
-			}
-			tenant.Status = host.Status
-			return true
-		}),
+		Up: syncer.StatusUp(syncer.CopyStatus(func(f *foov1alpha1.Foo) *foov1alpha1.FooStatus { return &f.Status })),
 	}
 }
 

@@ -197,9 +197,6 @@ func (t *tenant) stopManager(ctx context.Context) error {
 
 // stop tears the app down and closes the cluster's connections.
 func (t *tenant) stop(ctx context.Context) error {
-	if ctx == nil {
-		ctx = context.Background()
-	}
 	err := t.app.Stop(ctx)
 	t.dialer.Close()
 	if err != nil {

@@ -17,7 +17,7 @@
 //		},
 //	}
 //
-// Up (often built with StatusUp) brings status and host-allocated fields up;
+// Up (often StatusUp of CopyStatus) brings status and host-allocated fields up;
 // Filter skips objects; OnlyExisting, ClusterScoped and FinishDelete cover
 // the rarer cases. Object may return an *unstructured.Unstructured with its
 // apiVersion and kind, for types with no Go struct. Package builtin declares

@@ -26,17 +26,10 @@ import (
 	tenantrytest "github.com/tenantry/tenantry/pkg/testing"
 )
 
-// world is a host and two tenants, each spawned with every built-in
-// syncer through one hub.
-type world struct {
-	*syncertest.World
-	host    client.Client
-	tenants map[string]client.Client
-	env     *tenantrytest.Environment
-}
-
+// shared is a host and two tenants, each spawned with every built-in syncer
+// through one hub.
 var (
-	shared    *world
+	shared    *syncertest.World
 	sharedErr error
 	stopWorld func() error
 	startOnce sync.Once
@@ -51,13 +44,9 @@ func useWorld(t *testing.T) {
 		if os.Getenv("TENANTRY_TEST_LOG") != "" {
 			log = funcr.New(func(prefix, args string) { fmt.Fprintln(os.Stderr, prefix, args) }, funcr.Options{Verbosity: 1})
 		}
-		var w *syncertest.World
-		w, stopWorld, sharedErr = syncertest.StartWorld(context.Background(), syncertest.WorldOptions{
+		shared, stopWorld, sharedErr = syncertest.StartWorld(context.Background(), syncertest.WorldOptions{
 			Tenants: 2, Syncers: builtin.All(), Logger: log,
 		})
-		if sharedErr == nil {
-			shared = &world{World: w, host: w.Host, tenants: w.Tenants, env: w.Env}
-		}
 	})
 	if sharedErr != nil {
 		t.Fatalf("starting host and tenants: %v", sharedErr)
@@ -92,7 +81,7 @@ func expectHostConfigMap(t *testing.T, cluster, name string, data map[string]str
 	t.Helper()
 	var cm corev1.ConfigMap
 	eventually(t, 10*time.Second, fmt.Sprintf("host copy of %s default/%s = %v", cluster, name, data), func(ctx context.Context) (bool, error) {
-		if err := shared.host.Get(ctx, client.ObjectKey{Namespace: hostNS(cluster, "default"), Name: name}, &cm); err != nil {
+		if err := shared.Host.Get(ctx, client.ObjectKey{Namespace: hostNS(cluster, "default"), Name: name}, &cm); err != nil {
 			return false, err
 		}
 		return fmt.Sprint(cm.Data) == fmt.Sprint(data), fmt.Errorf("data %v", cm.Data)
@@ -103,7 +92,7 @@ func expectHostConfigMap(t *testing.T, cluster, name string, data map[string]str
 func expectHostGone(t *testing.T, obj client.Object) {
 	t.Helper()
 	eventually(t, 10*time.Second, fmt.Sprintf("host %T %s removed", obj, client.ObjectKeyFromObject(obj)), func(ctx context.Context) (bool, error) {
-		err := shared.host.Get(ctx, client.ObjectKeyFromObject(obj), obj)
+		err := shared.Host.Get(ctx, client.ObjectKeyFromObject(obj), obj)
 		return apierrors.IsNotFound(err), err
 	})
 }
@@ -113,7 +102,7 @@ func TestConfigMapSync(t *testing.T) {
 	ctx := t.Context()
 	name := unique("app")
 	for cluster, value := range map[string]string{"tenant-1": "one", "tenant-2": "two"} {
-		if err := shared.tenants[cluster].Create(ctx, configMap(name, map[string]string{"value": value})); err != nil {
+		if err := shared.Tenants[cluster].Create(ctx, configMap(name, map[string]string{"value": value})); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -122,7 +111,7 @@ func TestConfigMapSync(t *testing.T) {
 	for cluster, value := range map[string]string{"tenant-1": "one", "tenant-2": "two"} {
 		cm := expectHostConfigMap(t, cluster, name, map[string]string{"value": value})
 		var tenantCM corev1.ConfigMap
-		if err := shared.tenants[cluster].Get(ctx, client.ObjectKey{Namespace: "default", Name: name}, &tenantCM); err != nil {
+		if err := shared.Tenants[cluster].Get(ctx, client.ObjectKey{Namespace: "default", Name: name}, &tenantCM); err != nil {
 			t.Fatal(err)
 		}
 		wantLabels := map[string]string{syncer.LabelManagedBy: syncer.ManagedByValue, syncer.LabelCluster: cluster}
@@ -142,7 +131,7 @@ func TestConfigMapSync(t *testing.T) {
 			}
 		}
 		var ns corev1.Namespace
-		if err := shared.host.Get(ctx, client.ObjectKey{Name: cm.Namespace}, &ns); err != nil {
+		if err := shared.Host.Get(ctx, client.ObjectKey{Name: cm.Namespace}, &ns); err != nil {
 			t.Fatal(err)
 		}
 		if ns.Labels[syncer.LabelCluster] != cluster || ns.Annotations[syncer.AnnotationTenantName] != "default" ||
@@ -156,7 +145,7 @@ func TestConfigMapSync(t *testing.T) {
 
 	t.Run("a tenant edit propagates", func(t *testing.T) {
 		patch := client.MergeFrom(configMap(name, nil))
-		if err := shared.tenants["tenant-1"].Patch(ctx, configMap(name, map[string]string{"value": "uno"}), patch); err != nil {
+		if err := shared.Tenants["tenant-1"].Patch(ctx, configMap(name, map[string]string{"value": "uno"}), patch); err != nil {
 			t.Fatal(err)
 		}
 		expectHostConfigMap(t, "tenant-1", name, map[string]string{"value": "uno"})
@@ -165,11 +154,11 @@ func TestConfigMapSync(t *testing.T) {
 
 	t.Run("a hand edit of the host copy is reverted", func(t *testing.T) {
 		var cm corev1.ConfigMap
-		if err := shared.host.Get(ctx, client.ObjectKey{Namespace: hostNS("tenant-1", "default"), Name: name}, &cm); err != nil {
+		if err := shared.Host.Get(ctx, client.ObjectKey{Namespace: hostNS("tenant-1", "default"), Name: name}, &cm); err != nil {
 			t.Fatal(err)
 		}
 		cm.Data = map[string]string{"value": "tampered"}
-		if err := shared.host.Update(ctx, &cm); err != nil {
+		if err := shared.Host.Update(ctx, &cm); err != nil {
 			t.Fatal(err)
 		}
 		expectHostConfigMap(t, "tenant-1", name, map[string]string{"value": "uno"})
@@ -177,7 +166,7 @@ func TestConfigMapSync(t *testing.T) {
 
 	t.Run("a hand delete of the host copy is recreated", func(t *testing.T) {
 		cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: hostNS("tenant-1", "default"), Name: name}}
-		if err := shared.host.Delete(ctx, cm); err != nil {
+		if err := shared.Host.Delete(ctx, cm); err != nil {
 			t.Fatal(err)
 		}
 		recreated := expectHostConfigMap(t, "tenant-1", name, map[string]string{"value": "uno"})
@@ -187,7 +176,7 @@ func TestConfigMapSync(t *testing.T) {
 	})
 
 	t.Run("a tenant delete removes the host copy", func(t *testing.T) {
-		if err := shared.tenants["tenant-2"].Delete(ctx, configMap(name, nil)); err != nil {
+		if err := shared.Tenants["tenant-2"].Delete(ctx, configMap(name, nil)); err != nil {
 			t.Fatal(err)
 		}
 		expectHostGone(t, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: hostNS("tenant-2", "default"), Name: name}})
@@ -204,17 +193,17 @@ func TestOrphansAndStaleCopies(t *testing.T) {
 	ensureHostCopyNamespace(t)
 
 	orphan := hostCopy(ns, unique("orphan"), "tenant-1", "no-such-uid", map[string]string{"left": "behind"})
-	if err := shared.host.Create(ctx, orphan); err != nil {
+	if err := shared.Host.Create(ctx, orphan); err != nil {
 		t.Fatal(err)
 	}
 	expectHostGone(t, orphan)
 
 	name := unique("stale")
 	stale := hostCopy(ns, name, "tenant-1", "uid-of-an-earlier-object", map[string]string{"stale": "yes"})
-	if err := shared.host.Create(ctx, stale); err != nil {
+	if err := shared.Host.Create(ctx, stale); err != nil {
 		t.Fatal(err)
 	}
-	if err := shared.tenants["tenant-1"].Create(ctx, configMap(name, map[string]string{"fresh": "yes"})); err != nil {
+	if err := shared.Tenants["tenant-1"].Create(ctx, configMap(name, map[string]string{"fresh": "yes"})); err != nil {
 		t.Fatal(err)
 	}
 	replaced := expectHostConfigMap(t, "tenant-1", name, map[string]string{"fresh": "yes"})
@@ -233,16 +222,16 @@ func TestForeignHostObjectsAreLeftAlone(t *testing.T) {
 		ObjectMeta: metav1.ObjectMeta{Namespace: hostNS("tenant-1", "default"), Name: name},
 		Data:       map[string]string{"owner": "someone else"},
 	}
-	if err := shared.host.Create(ctx, foreign); err != nil {
+	if err := shared.Host.Create(ctx, foreign); err != nil {
 		t.Fatal(err)
 	}
 	tenantCM := configMap(name, map[string]string{"owner": "tenant"})
-	if err := shared.tenants["tenant-1"].Create(ctx, tenantCM); err != nil {
+	if err := shared.Tenants["tenant-1"].Create(ctx, tenantCM); err != nil {
 		t.Fatal(err)
 	}
 	eventually(t, 10*time.Second, "HostConflict event on the tenant ConfigMap", func(ctx context.Context) (bool, error) {
 		var list eventsv1.EventList
-		if err := shared.tenants["tenant-1"].List(ctx, &list, client.InNamespace("default")); err != nil {
+		if err := shared.Tenants["tenant-1"].List(ctx, &list, client.InNamespace("default")); err != nil {
 			return false, err
 		}
 		for _, e := range list.Items {
@@ -253,21 +242,21 @@ func TestForeignHostObjectsAreLeftAlone(t *testing.T) {
 		return false, nil
 	})
 	var after corev1.ConfigMap
-	if err := shared.host.Get(ctx, client.ObjectKeyFromObject(foreign), &after); err != nil {
+	if err := shared.Host.Get(ctx, client.ObjectKeyFromObject(foreign), &after); err != nil {
 		t.Fatal(err)
 	}
 	if after.Data["owner"] != "someone else" || after.ResourceVersion != foreign.ResourceVersion {
 		t.Fatalf("foreign host object changed: %v", after.Data)
 	}
 	// Deleting the tenant object leaves the foreign one too.
-	if err := shared.tenants["tenant-1"].Delete(ctx, tenantCM); err != nil {
+	if err := shared.Tenants["tenant-1"].Delete(ctx, tenantCM); err != nil {
 		t.Fatal(err)
 	}
 	eventually(t, 5*time.Second, "tenant object gone", func(ctx context.Context) (bool, error) {
-		err := shared.tenants["tenant-1"].Get(ctx, client.ObjectKeyFromObject(tenantCM), &corev1.ConfigMap{})
+		err := shared.Tenants["tenant-1"].Get(ctx, client.ObjectKeyFromObject(tenantCM), &corev1.ConfigMap{})
 		return apierrors.IsNotFound(err), nil
 	})
-	if err := shared.host.Get(ctx, client.ObjectKeyFromObject(foreign), &after); err != nil {
+	if err := shared.Host.Get(ctx, client.ObjectKeyFromObject(foreign), &after); err != nil {
 		t.Fatalf("foreign host object deleted: %v", err)
 	}
 }
@@ -275,7 +264,7 @@ func TestForeignHostObjectsAreLeftAlone(t *testing.T) {
 func TestPodSync(t *testing.T) {
 	useWorld(t)
 	ctx := t.Context()
-	tenant := shared.tenants["tenant-1"]
+	tenant := shared.Tenants["tenant-1"]
 	name := unique("web")
 	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: name, Labels: map[string]string{"app": "web"}},
@@ -307,7 +296,7 @@ func TestPodSync(t *testing.T) {
 	var hostPod corev1.Pod
 	hostKey := client.ObjectKey{Namespace: hostNS("tenant-1", "default"), Name: name}
 	eventually(t, 10*time.Second, "host Pod", func(ctx context.Context) (bool, error) {
-		err := shared.host.Get(ctx, hostKey, &hostPod)
+		err := shared.Host.Get(ctx, hostKey, &hostPod)
 		return err == nil, err
 	})
 	spec := hostPod.Spec
@@ -332,17 +321,17 @@ func TestPodSync(t *testing.T) {
 		ObjectMeta: metav1.ObjectMeta{Namespace: hostPod.Namespace, Name: hostPod.Name},
 		Target:     corev1.ObjectReference{Kind: "Node", Name: "node-1"},
 	}
-	if err := shared.host.SubResource("binding").Create(ctx, &hostPod, binding); err != nil {
+	if err := shared.Host.SubResource("binding").Create(ctx, &hostPod, binding); err != nil {
 		t.Fatal(err)
 	}
-	if err := shared.host.Get(ctx, hostKey, &hostPod); err != nil {
+	if err := shared.Host.Get(ctx, hostKey, &hostPod); err != nil {
 		t.Fatal(err)
 	}
 	hostPod.Status.Phase = corev1.PodRunning
 	hostPod.Status.PodIP = "10.244.1.7"
 	hostPod.Status.PodIPs = []corev1.PodIP{{IP: "10.244.1.7"}}
 	hostPod.Status.HostIP = "192.168.0.11"
-	if err := shared.host.Status().Update(ctx, &hostPod); err != nil {
+	if err := shared.Host.Status().Update(ctx, &hostPod); err != nil {
 		t.Fatal(err)
 	}
 	eventually(t, 10*time.Second, "tenant Pod bound and running", func(ctx context.Context) (bool, error) {
@@ -359,12 +348,12 @@ func TestPodSync(t *testing.T) {
 			t.Fatal(err)
 		}
 		eventually(t, 10*time.Second, "host Pod deletion requested", func(ctx context.Context) (bool, error) {
-			err := shared.host.Get(ctx, hostKey, &hostPod)
+			err := shared.Host.Get(ctx, hostKey, &hostPod)
 			return err == nil && !hostPod.DeletionTimestamp.IsZero(), err
 		})
 		// The host's kubelet would end the Pod after its grace period; envtest
 		// has none, so end it as the kubelet would.
-		if err := shared.host.Delete(ctx, &hostPod, client.GracePeriodSeconds(0)); client.IgnoreNotFound(err) != nil {
+		if err := shared.Host.Delete(ctx, &hostPod, client.GracePeriodSeconds(0)); client.IgnoreNotFound(err) != nil {
 			t.Fatal(err)
 		}
 		eventually(t, 10*time.Second, "tenant Pod gone", func(ctx context.Context) (bool, error) {
@@ -383,10 +372,10 @@ func TestPodCannotReachOthersSecrets(t *testing.T) {
 	secret := func(ns string) *corev1.Secret {
 		return &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: secretName}, StringData: map[string]string{"k": "v"}}
 	}
-	if err := shared.tenants["tenant-2"].Create(ctx, secret("default")); err != nil {
+	if err := shared.Tenants["tenant-2"].Create(ctx, secret("default")); err != nil {
 		t.Fatal(err)
 	}
-	if err := shared.host.Create(ctx, secret("default")); err != nil {
+	if err := shared.Host.Create(ctx, secret("default")); err != nil {
 		t.Fatal(err)
 	}
 	expectHostCopy(t, &corev1.Secret{}, "tenant-2", secretName) // tenant-2's copy is in tenant-2's host namespace
@@ -400,7 +389,7 @@ func TestPodCannotReachOthersSecrets(t *testing.T) {
 				Secret: &corev1.SecretVolumeSource{SecretName: secretName}}}},
 		},
 	}
-	if err := shared.tenants["tenant-1"].Create(ctx, pod); err != nil {
+	if err := shared.Tenants["tenant-1"].Create(ctx, pod); err != nil {
 		t.Fatal(err)
 	}
 	hostPod := expectHostCopy(t, &corev1.Pod{}, "tenant-1", name).(*corev1.Pod)
@@ -411,7 +400,7 @@ func TestPodCannotReachOthersSecrets(t *testing.T) {
 		t.Fatalf("secret volume names %q", got)
 	}
 	// The kubelet looks the Secret up in the Pod's namespace: it is not there.
-	err := shared.host.Get(ctx, client.ObjectKey{Namespace: hostPod.Namespace, Name: secretName}, &corev1.Secret{})
+	err := shared.Host.Get(ctx, client.ObjectKey{Namespace: hostPod.Namespace, Name: secretName}, &corev1.Secret{})
 	if !apierrors.IsNotFound(err) {
 		t.Fatalf("Secret %s in tenant-1's host namespace: %v, want NotFound", secretName, err)
 	}
@@ -429,7 +418,7 @@ func TestServiceGetsHostClusterIP(t *testing.T) {
 			ExternalIPs: []string{"203.0.113.9"},
 		},
 	}
-	tenant := shared.tenants["tenant-2"]
+	tenant := shared.Tenants["tenant-2"]
 	if err := tenant.Create(ctx, svc); err != nil {
 		t.Fatal(err)
 	}
@@ -447,7 +436,7 @@ func TestServiceGetsHostClusterIP(t *testing.T) {
 		return ok, fmt.Errorf("tenant: type %s, IP %s, annotations %v", s.Spec.Type, s.Spec.ClusterIP, s.Annotations)
 	})
 	var after corev1.Service
-	if err := shared.host.Get(ctx, client.ObjectKeyFromObject(hostSvc), &after); err != nil {
+	if err := shared.Host.Get(ctx, client.ObjectKeyFromObject(hostSvc), &after); err != nil {
 		t.Fatal(err)
 	}
 	if after.Spec.ClusterIP != hostSvc.Spec.ClusterIP || after.Spec.Type != corev1.ServiceTypeClusterIP {
@@ -460,7 +449,7 @@ func TestServiceGetsHostClusterIP(t *testing.T) {
 func TestFairness(t *testing.T) {
 	useWorld(t)
 	ctx := t.Context()
-	cfg := shared.env.Tenants[0].Config()
+	cfg := shared.Env.Tenants[0].Config()
 	cfg.QPS, cfg.Burst = 5000, 5000
 	busy, err := client.New(cfg, client.Options{})
 	if err != nil {
@@ -482,7 +471,7 @@ func TestFairness(t *testing.T) {
 	// Wait until the flood is well under way in the host.
 	eventually(t, 30*time.Second, "flood reaching the host", func(ctx context.Context) (bool, error) {
 		var list corev1.ConfigMapList
-		if err := shared.host.List(ctx, &list, client.InNamespace(hostNS("tenant-1", "default"))); err != nil {
+		if err := shared.Host.List(ctx, &list, client.InNamespace(hostNS("tenant-1", "default"))); err != nil {
 			return false, err
 		}
 		n := 0
@@ -496,7 +485,7 @@ func TestFairness(t *testing.T) {
 
 	quiet := unique("quiet")
 	began := time.Now()
-	if err := shared.tenants["tenant-2"].Create(ctx, configMap(quiet, map[string]string{"v": "1"})); err != nil {
+	if err := shared.Tenants["tenant-2"].Create(ctx, configMap(quiet, map[string]string{"v": "1"})); err != nil {
 		t.Fatal(err)
 	}
 	expectHostConfigMap(t, "tenant-2", quiet, map[string]string{"v": "1"})
@@ -517,7 +506,7 @@ func TestFairness(t *testing.T) {
 func expectHostCopy(t *testing.T, obj client.Object, cluster, name string) client.Object {
 	t.Helper()
 	eventually(t, 10*time.Second, fmt.Sprintf("host copy of %T %s default/%s", obj, cluster, name), func(ctx context.Context) (bool, error) {
-		err := shared.host.Get(ctx, client.ObjectKey{Namespace: hostNS(cluster, "default"), Name: name}, obj)
+		err := shared.Host.Get(ctx, client.ObjectKey{Namespace: hostNS(cluster, "default"), Name: name}, obj)
 		return err == nil, err
 	})
 	return obj
@@ -528,7 +517,7 @@ func expectHostCopy(t *testing.T, obj client.Object, cluster, name string) clien
 func ensureHostCopyNamespace(t *testing.T) {
 	t.Helper()
 	name := unique("ns-opener")
-	if err := shared.tenants["tenant-1"].Create(t.Context(), configMap(name, map[string]string{"k": "v"})); err != nil {
+	if err := shared.Tenants["tenant-1"].Create(t.Context(), configMap(name, map[string]string{"k": "v"})); err != nil {
 		t.Fatal(err)
 	}
 	expectHostConfigMap(t, "tenant-1", name, map[string]string{"k": "v"})
@@ -554,7 +543,7 @@ func hostCopy(ns, name, cluster, uid string, data map[string]string) *corev1.Con
 func TestSecretsServiceAccountsAndClaims(t *testing.T) {
 	useWorld(t)
 	ctx := t.Context()
-	tenant := shared.tenants["tenant-1"]
+	tenant := shared.Tenants["tenant-1"]
 	secretName, tokenName, saName, pvcName := unique("creds"), unique("token"), unique("robot"), unique("data")
 	objects := []client.Object{
 		&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: secretName}, StringData: map[string]string{"password": "s3cret"}},
@@ -589,14 +578,14 @@ func TestSecretsServiceAccountsAndClaims(t *testing.T) {
 		t.Errorf("host claim picks host volumes: volumeName %q, selector %v", pvc.Spec.VolumeName, pvc.Spec.Selector)
 	}
 	// Everything else of the namespace is synced by now; the token is not.
-	err := shared.host.Get(ctx, client.ObjectKey{Namespace: hostNS("tenant-1", "default"), Name: tokenName}, &corev1.Secret{})
+	err := shared.Host.Get(ctx, client.ObjectKey{Namespace: hostNS("tenant-1", "default"), Name: tokenName}, &corev1.Secret{})
 	if !apierrors.IsNotFound(err) {
 		t.Fatalf("service account token Secret synced to the host: %v", err)
 	}
 
 	pvc.Status.Phase = corev1.ClaimBound
 	pvc.Status.Capacity = corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")}
-	if err := shared.host.Status().Update(ctx, pvc); err != nil {
+	if err := shared.Host.Status().Update(ctx, pvc); err != nil {
 		t.Fatal(err)
 	}
 	eventually(t, 10*time.Second, "tenant claim Bound", func(ctx context.Context) (bool, error) {
@@ -613,14 +602,14 @@ func TestSecretsServiceAccountsAndClaims(t *testing.T) {
 func TestNamespaceLifecycle(t *testing.T) {
 	useWorld(t)
 	ctx := t.Context()
-	tenant := shared.tenants["tenant-2"]
+	tenant := shared.Tenants["tenant-2"]
 	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: unique("team")}}
 	if err := tenant.Create(ctx, ns); err != nil {
 		t.Fatal(err)
 	}
 	hostNamespace := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: hostNS("tenant-2", ns.Name)}}
 	// No object yet, no host namespace: they are made on demand.
-	if err := shared.host.Get(ctx, client.ObjectKeyFromObject(hostNamespace), hostNamespace); !apierrors.IsNotFound(err) {
+	if err := shared.Host.Get(ctx, client.ObjectKeyFromObject(hostNamespace), hostNamespace); !apierrors.IsNotFound(err) {
 		t.Fatalf("host namespace made before any object: %v", err)
 	}
 	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns.Name, Name: "first"}}
@@ -628,7 +617,7 @@ func TestNamespaceLifecycle(t *testing.T) {
 		t.Fatal(err)
 	}
 	eventually(t, 10*time.Second, "host namespace and copy", func(ctx context.Context) (bool, error) {
-		err := shared.host.Get(ctx, client.ObjectKey{Namespace: hostNamespace.Name, Name: "first"}, &corev1.ConfigMap{})
+		err := shared.Host.Get(ctx, client.ObjectKey{Namespace: hostNamespace.Name, Name: "first"}, &corev1.ConfigMap{})
 		return err == nil, err
 	})
 
@@ -638,7 +627,7 @@ func TestNamespaceLifecycle(t *testing.T) {
 	// Without a namespace controller (envtest runs none) a namespace stays
 	// Terminating: its deletion having been asked for is what counts.
 	eventually(t, 10*time.Second, "host namespace deleted", func(ctx context.Context) (bool, error) {
-		err := shared.host.Get(ctx, client.ObjectKeyFromObject(hostNamespace), hostNamespace)
+		err := shared.Host.Get(ctx, client.ObjectKeyFromObject(hostNamespace), hostNamespace)
 		return apierrors.IsNotFound(err) || err == nil && !hostNamespace.DeletionTimestamp.IsZero(), err
 	})
 }

@@ -111,6 +111,20 @@ func StatusUp(copyStatus func(host, tenant client.Object) bool) func(context.Con
 	}
 }
 
+// CopyStatus builds, for StatusUp, the common status copy for objects of
+// type T: status picks the status field out of an object, and the host's
+// replaces the tenant's when the two differ.
+func CopyStatus[T client.Object, S any](status func(T) *S) func(host, tenant client.Object) bool {
+	return func(h, t client.Object) bool {
+		hs, ts := status(h.(T)), status(t.(T))
+		if equality.Semantic.DeepEqual(*hs, *ts) {
+			return false
+		}
+		*ts = *hs
+		return true
+	}
+}
+
 // UpAll runs several Ups in turn, each on the tenant object as the one
 // before left it, and reports whether any changed it.
 func UpAll(ups ...func(context.Context, client.Client, client.Object, client.Object) (bool, error)) func(context.Context, client.Client, client.Object, client.Object) (bool, error) {

@@ -5,7 +5,6 @@ import (
 	"fmt"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -112,15 +111,10 @@ func podUp(ctx context.Context, c client.Client, h, t client.Object) (bool, erro
 		}
 		return true, nil // the binding changes the tenant Pod: its event brings the status
 	}
-	if equality.Semantic.DeepEqual(host.Status, tenant.Status) {
-		return false, nil
-	}
-	tenant.Status = host.Status
-	if err := c.Status().Update(ctx, tenant); err != nil {
-		return false, fmt.Errorf("updating tenant Pod status: %w", err)
-	}
-	return true, nil
+	return copyPodStatus(ctx, c, h, t)
 }
+
+var copyPodStatus = syncer.StatusUp(syncer.CopyStatus(func(p *corev1.Pod) *corev1.PodStatus { return &p.Status }))
 
 // finishPodDelete removes a terminating tenant Pod once its host Pod is
 // gone: the tenant's kubelet would, but a tenant has none.

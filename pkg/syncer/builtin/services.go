@@ -5,7 +5,6 @@ import (
 	"fmt"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -41,14 +40,9 @@ func Services() syncer.Syncer {
 			host.Spec = serviceSpecDown(tenant.Spec, host.Spec, host.ResourceVersion == "")
 			return nil
 		},
-		Up: syncer.UpAll(serviceClusterIPUp, syncer.StatusUp(func(h, t client.Object) bool {
-			host, tenant := h.(*corev1.Service), t.(*corev1.Service)
-			if equality.Semantic.DeepEqual(host.Status, tenant.Status) {
-				return false
-			}
-			tenant.Status = host.Status
-			return true
-		})),
+		Up: syncer.UpAll(serviceClusterIPUp, syncer.StatusUp(syncer.CopyStatus(func(s *corev1.Service) *corev1.ServiceStatus {
+			return &s.Status
+		}))),
 	}
 }
 

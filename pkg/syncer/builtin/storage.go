@@ -2,7 +2,6 @@ package builtin
 
 import (
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/equality"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/tenantry/tenantry/pkg/syncer"
@@ -34,13 +33,8 @@ func PersistentVolumeClaims() syncer.Syncer {
 			host.Spec.Resources.Requests = tenant.Spec.Resources.Requests
 			return nil
 		},
-		Up: syncer.StatusUp(func(h, t client.Object) bool {
-			host, tenant := h.(*corev1.PersistentVolumeClaim), t.(*corev1.PersistentVolumeClaim)
-			if equality.Semantic.DeepEqual(host.Status, tenant.Status) {
-				return false
-			}
-			tenant.Status = host.Status
-			return true
-		}),
+		Up: syncer.StatusUp(syncer.CopyStatus(func(c *corev1.PersistentVolumeClaim) *corev1.PersistentVolumeClaimStatus {
+			return &c.Status
+		})),
 	}
 }
