@@ -8,6 +8,10 @@ GO      ?= go
 BIN     := $(abspath bin)
 TOOLS   := hack/tools
 TOOLS_DEPS := $(TOOLS)/go.mod $(TOOLS)/go.sum
+# KWOK builds against another Kubernetes release: a module of its own.
+KWOK_TOOLS := hack/kwok
+KWOK_DEPS  := $(KWOK_TOOLS)/go.mod $(KWOK_TOOLS)/go.sum
+KWOK_VERSION := $(shell awk '{ for (i = 1; i < NF; i++) if ($$i == "sigs.k8s.io/kwok") print $$(i+1) }' $(KWOK_TOOLS)/go.mod)
 
 # The Kubernetes release the test control planes run, as pinned in the tools module.
 KUBE_VERSION := $(shell awk '$$1 == "k8s.io/kubernetes" { print $$2 }' $(TOOLS)/go.mod)
@@ -17,12 +21,14 @@ KUBE_LDFLAGS := -X k8s.io/component-base/version.gitVersion=$(KUBE_VERSION) \
                 -X k8s.io/component-base/version.gitMinor=$(KUBE_MINOR) \
                 -X k8s.io/component-base/version.gitTreeState=clean
 
-# Tests and binaries find kube-apiserver and etcd here; a value the caller
-# already set wins.
+# Tests and binaries find the control-plane binaries here; a value the
+# caller already set wins.
 KUBEBUILDER_ASSETS ?= $(BIN)
 export KUBEBUILDER_ASSETS
 
 CONTROLLER_GEN := $(BIN)/controller-gen
+# What `make envtest` builds: the test control planes' programs.
+ENVTEST_BINS := $(addprefix $(BIN)/,kube-apiserver etcd kube-controller-manager kube-scheduler kwok)
 
 ##@ Development
 
@@ -75,10 +81,13 @@ demo: build envtest ## The end-to-end demo: sync a sample workload through two t
 ##@ Tools
 
 .PHONY: envtest
-envtest: $(BIN)/kube-apiserver $(BIN)/etcd ## Build kube-apiserver and etcd from source into bin/ (once).
+envtest: $(ENVTEST_BINS) ## Build kube-apiserver, etcd, kube-controller-manager, kube-scheduler and kwok from source into bin/ (once).
 
-$(BIN)/kube-apiserver: $(TOOLS_DEPS)
-	cd $(TOOLS) && $(GO) build -ldflags '$(KUBE_LDFLAGS)' -o $@ k8s.io/kubernetes/cmd/kube-apiserver
+$(BIN)/kube-apiserver $(BIN)/kube-controller-manager $(BIN)/kube-scheduler: $(BIN)/%: $(TOOLS_DEPS)
+	cd $(TOOLS) && $(GO) build -ldflags '$(KUBE_LDFLAGS)' -o $@ k8s.io/kubernetes/cmd/$*
+
+$(BIN)/kwok: $(KWOK_DEPS)
+	cd $(KWOK_TOOLS) && $(GO) build -ldflags '-X sigs.k8s.io/kwok/pkg/consts.Version=$(KWOK_VERSION)' -o $@ sigs.k8s.io/kwok/cmd/kwok
 
 $(BIN)/etcd: $(TOOLS_DEPS) $(TOOLS)/cmd/etcd/main.go
 	cd $(TOOLS) && $(GO) build -o $@ ./cmd/etcd

@@ -1,11 +1,14 @@
 package testing
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"sync"
+	"time"
 
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	"k8s.io/client-go/rest"
@@ -23,11 +26,15 @@ import (
 // server is stopped and started again, or after a network cut is healed.
 // All methods are safe for concurrent use.
 type ControlPlane struct {
-	name    string
-	certDir string
-	env     *envtest.Environment
-	proxy   *tcpProxy
-	config  *rest.Config
+	name   string
+	dir    string // certificates, kubeconfigs and component files
+	env    *envtest.Environment
+	proxy  *tcpProxy
+	config *rest.Config
+	// processes are the components beside the API server, and logs every
+	// process's output, the API server's and etcd's included.
+	processes []*process
+	logs      []*processLog
 
 	mu           sync.Mutex
 	apiServerUp  bool
@@ -35,33 +42,40 @@ type ControlPlane struct {
 	stopped      bool
 }
 
-// startControlPlane starts etcd and kube-apiserver behind a new proxy, and
-// installs the CRDs found in crdPaths and crds.
-func startControlPlane(name string, opts *Options, crdPaths []string, crds []*apiextensionsv1.CustomResourceDefinition) (_ *ControlPlane, retErr error) {
+// hostName is the host control plane's name.
+const hostName = "host"
+
+// startControlPlane starts etcd and kube-apiserver behind a new proxy,
+// installs the CRDs found in crdPaths and crds, then starts the components
+// that opts ask this cluster to run and waits until they are ready.
+func startControlPlane(ctx context.Context, name string, opts *Options, crdPaths []string, crds []*apiextensionsv1.CustomResourceDefinition) (_ *ControlPlane, retErr error) {
 	// A certificate directory of our own survives an API server restart, so
 	// the serving certificate and the client CA stay the same: clients built
 	// before the restart still trust the server, and the server them.
-	certDir, err := os.MkdirTemp("", "tenantry-"+name+"-")
+	dir, err := os.MkdirTemp("", "tenantry-"+name+"-")
 	if err != nil {
-		return nil, fmt.Errorf("control plane %q: creating certificate directory: %w", name, err)
+		return nil, fmt.Errorf("control plane %q: creating its directory: %w", name, err)
 	}
+	cp := &ControlPlane{name: name, dir: dir}
 	defer func() {
 		if retErr != nil {
-			_ = os.RemoveAll(certDir)
+			retErr = errors.Join(retErr, cp.stop())
 		}
 	}()
 
-	proxy, err := newTCPProxy()
-	if err != nil {
+	if cp.proxy, err = newTCPProxy(); err != nil {
 		return nil, fmt.Errorf("control plane %q: %w", name, err)
 	}
-	defer func() {
-		if retErr != nil {
-			proxy.close()
-		}
-	}()
+	etcdLog, err := cp.openLog(opts, "etcd", os.Stderr)
+	if err != nil {
+		return nil, err
+	}
+	apiServerLog, err := cp.openLog(opts, "kube-apiserver", os.Stderr)
+	if err != nil {
+		return nil, err
+	}
 
-	env := &envtest.Environment{
+	cp.env = &envtest.Environment{
 		BinaryAssetsDirectory:    opts.BinaryAssetsDirectory,
 		CRDDirectoryPaths:        crdPaths,
 		CRDs:                     deepCopyCRDs(crds),
@@ -71,29 +85,50 @@ func startControlPlane(name string, opts *Options, crdPaths []string, crds []*ap
 		ControlPlaneStopTimeout:  opts.StopTimeout,
 		AttachControlPlaneOutput: opts.AttachControlPlaneOutput,
 	}
-	env.ControlPlane.APIServer = &envtest.APIServer{CertDir: certDir}
-	env.ControlPlane.APIServer.Configure().Set("service-account-issuer", "https://"+proxy.Addr())
+	cp.env.ControlPlane.Etcd = &envtest.Etcd{Out: etcdLog, Err: etcdLog}
+	apiServer := &envtest.APIServer{CertDir: dir, Out: apiServerLog, Err: apiServerLog}
+	apiServer.Configure().Set("service-account-issuer", "https://"+cp.proxy.Addr())
+	if cp.runsControllerManager(opts) {
+		// envtest turns the ServiceAccount admission plugin off because no
+		// controller makes the default ServiceAccounts it requires; a
+		// controller-manager does, so the cluster admits Pods as a real one.
+		apiServer.Configure().Disable("disable-admission-plugins")
+	}
+	cp.env.ControlPlane.APIServer = apiServer
 
-	cfg, err := env.Start()
+	cfg, err := cp.env.Start()
 	if err != nil {
-		_ = env.Stop()
-		return nil, fmt.Errorf("control plane %q: starting envtest: %w", name, err)
+		return nil, fmt.Errorf("control plane %q: starting etcd and kube-apiserver: %w\n%s\n%s", name, err, etcdLog.tailReport(), apiServerLog.tailReport())
+	}
+	cp.apiServerUp = true
+	cp.config = rest.CopyConfig(cfg)
+	cp.config.Host = "https://" + cp.proxy.Addr()
+	if err := cp.routeLocked(); err != nil {
+		return nil, err
 	}
 
-	cp := &ControlPlane{
-		name:        name,
-		certDir:     certDir,
-		env:         env,
-		proxy:       proxy,
-		config:      rest.CopyConfig(cfg),
-		apiServerUp: true,
+	specs, err := cp.components(opts)
+	if err != nil {
+		return nil, err
 	}
-	cp.config.Host = "https://" + proxy.Addr()
-	if err := cp.routeLocked(); err != nil {
-		_ = env.Stop()
+	if err := cp.startComponents(ctx, opts, specs); err != nil {
 		return nil, err
 	}
 	return cp, nil
+}
+
+// openLog opens the log of one of the control plane's processes (see
+// Options.LogDirectory); attached output goes to attach.
+func (c *ControlPlane) openLog(opts *Options, process string, attach io.Writer) (*processLog, error) {
+	if !opts.attachOutput() {
+		attach = nil
+	}
+	l, err := newProcessLog(c.name, process, opts.LogDirectory, attach)
+	if err != nil {
+		return nil, err
+	}
+	c.logs = append(c.logs, l)
+	return l, nil
 }
 
 // Name is the control plane's name: "host", or "tenant-<i>" for the i-th
@@ -219,7 +254,10 @@ func (c *ControlPlane) routeLocked() error {
 	return nil
 }
 
-// stop tears the control plane down for good and removes its files.
+// stop tears the control plane down for good and removes its files: the
+// components first, so that they do not fight a vanishing API server, then
+// the proxy, the API server and etcd. It also cleans up after a start that
+// failed halfway.
 func (c *ControlPlane) stop() error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -227,16 +265,39 @@ func (c *ControlPlane) stop() error {
 		return nil
 	}
 	c.stopped = true
-	c.proxy.close()
-	var errs []error
-	if err := c.env.Stop(); err != nil {
-		errs = append(errs, fmt.Errorf("control plane %q: stopping envtest: %w", c.name, err))
+	var (
+		wg   sync.WaitGroup
+		mu   sync.Mutex
+		errs []error
+	)
+	for _, p := range c.processes {
+		wg.Go(func() {
+			if err := p.stop(processStopTimeout); err != nil {
+				mu.Lock()
+				errs = append(errs, err)
+				mu.Unlock()
+			}
+		})
 	}
-	if err := os.RemoveAll(c.certDir); err != nil {
-		errs = append(errs, fmt.Errorf("control plane %q: removing certificates: %w", c.name, err))
+	wg.Wait()
+	if c.proxy != nil {
+		c.proxy.close()
+	}
+	if c.env != nil {
+		if err := c.env.Stop(); err != nil {
+			errs = append(errs, fmt.Errorf("control plane %q: stopping etcd and kube-apiserver: %w", c.name, err))
+		}
+	}
+	errs = append(errs, closeLogs(c.logs...))
+	if err := os.RemoveAll(c.dir); err != nil {
+		errs = append(errs, fmt.Errorf("control plane %q: removing its directory: %w", c.name, err))
 	}
 	return errors.Join(errs...)
 }
+
+// processStopTimeout bounds how long a component may take to end on
+// SIGTERM before it is killed.
+const processStopTimeout = 10 * time.Second
 
 // apiServerAddr is where the kube-apiserver process itself listens.
 func (c *ControlPlane) apiServerAddr() string {

@@ -16,11 +16,45 @@
 //
 // # Binaries
 //
-// The harness runs the kube-apiserver and etcd binaries found in
-// Options.BinaryAssetsDirectory, or else in $KUBEBUILDER_ASSETS. In this
-// repository `make envtest` builds both from source into bin/ and `make test`
-// exports the variable; elsewhere, any envtest assets of a recent Kubernetes
-// release do.
+// The harness runs the programs found in Options.BinaryAssetsDirectory, or
+// else in $KUBEBUILDER_ASSETS: kube-apiserver and etcd always, and
+// kube-controller-manager, kube-scheduler and kwok when the options below
+// ask for them. In this repository `make envtest` builds all five from
+// source into bin/ and `make test` exports the variable; elsewhere, envtest
+// assets of a recent Kubernetes release and a kwok binary do.
+//
+// # Clusters that run workloads
+//
+// Bare API servers store objects and nothing else happens to them. Two
+// options bring in the rest of a cluster, each process started in parallel
+// with the others and reaching its API server through the same proxy as
+// every client (so the fault tools below affect it too):
+//
+//   - Options.HostNodes > 0: the host also runs kube-scheduler,
+//     kube-controller-manager and kwok, with that many Ready simulated nodes
+//     (kwok-node-1, ...; each with its own pod CIDR and address). Pods are
+//     scheduled and run: Running and Ready with an IP, a Job's Pods succeed,
+//     deleted Pods go. kwok-stages.yaml says exactly what kwok does.
+//   - Options.TenantControllerManager: every tenant runs its own
+//     kube-controller-manager, as a virtual cluster does: Deployments,
+//     ReplicaSets, Jobs, StatefulSets, garbage collection, namespace
+//     deletion, PodGC. Tenants have no scheduler and no nodes; their Pods
+//     are meant to run in the host. The storage controllers are off: the
+//     host binds volumes.
+//
+// A cluster that runs a controller-manager also admits Pods with the
+// ServiceAccount admission plugin, as a real cluster does (envtest turns it
+// off otherwise): a Pod needs its ServiceAccount to exist, which the
+// controller-manager creates for every namespace a moment after the
+// namespace itself.
+//
+// No component uses leader election: a lost lease ends the process, which
+// would wedge a cluster whose API server a test stops for a while. Each
+// reconnects on its own when its API server is back.
+//
+// Each process's output goes to Options.LogDirectory when set, and to this
+// process's stderr with Options.AttachControlPlaneOutput. A process that
+// fails to start is named in Start's error with its last lines of output.
 //
 // # Faults
 //
@@ -45,6 +79,8 @@
 // # Cost
 //
 // A control plane starts in about three seconds and takes a few hundred MiB
-// of memory; Start brings them up in parallel. Stop, or the cleanup that New
-// registers, stops every process and removes all their files.
+// of memory; Start brings them up in parallel. The components cost only
+// those who ask for them (see the README for measured figures). Stop, or the
+// cleanup that New registers, stops every process (components first) and
+// removes all their files; no process outlives it.
 package testing

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -17,15 +18,34 @@ import (
 var ErrStopped = errors.New("control plane has been stopped")
 
 // AssetsEnv is the environment variable naming the directory that holds the
-// kube-apiserver and etcd binaries (envtest's convention). `make envtest`
-// builds them into bin/, and the Makefile exports this variable for tests.
+// control-plane binaries (envtest's convention). `make envtest` builds them
+// into bin/, and the Makefile exports this variable for tests.
 const AssetsEnv = "KUBEBUILDER_ASSETS"
+
+// attachEnv, set to "true", attaches the control planes' output as
+// Options.AttachControlPlaneOutput does (envtest's convention).
+const attachEnv = "KUBEBUILDER_ATTACH_CONTROL_PLANE_OUTPUT"
 
 // Options configure an Environment. The zero value starts a host and no
 // tenants, with the binaries from $KUBEBUILDER_ASSETS.
 type Options struct {
 	// Tenants is how many tenant control planes to start besides the host.
 	Tenants int
+
+	// HostNodes, when greater than zero, makes the host a cluster that runs
+	// Pods: it also runs kube-scheduler, kube-controller-manager and kwok,
+	// and has that many Ready simulated nodes, named kwok-node-1, ... (see
+	// NodeNamePrefix). A Pod created in the host is scheduled, runs (Running
+	// and Ready, with an IP from its node's pod CIDR), and a Pod of a Job
+	// succeeds a second later; a deleted Pod is removed at once.
+	HostNodes int
+
+	// TenantControllerManager runs a kube-controller-manager in every
+	// tenant, as a real virtual cluster does: Deployments, ReplicaSets,
+	// Jobs, StatefulSets, garbage collection, namespace deletion, PodGC and
+	// the rest, but not the storage controllers (the host binds volumes).
+	// Tenants have no scheduler and no nodes: their Pods run in the host.
+	TenantControllerManager bool
 
 	// HostCRDDirectoryPaths are files or directories of CustomResourceDefinition
 	// manifests installed into the host before Start returns. A missing path
@@ -39,18 +59,53 @@ type Options struct {
 	// files (for example, CRDs a binary embeds).
 	HostCRDs []*apiextensionsv1.CustomResourceDefinition
 
-	// BinaryAssetsDirectory holds kube-apiserver and etcd. Defaults to
-	// $KUBEBUILDER_ASSETS.
+	// BinaryAssetsDirectory holds kube-apiserver and etcd, and
+	// kube-controller-manager, kube-scheduler and kwok when the options
+	// above ask for them. Defaults to $KUBEBUILDER_ASSETS.
 	BinaryAssetsDirectory string
 
-	// StartTimeout bounds the start of each etcd and kube-apiserver process,
-	// and StopTimeout their stop. Default to envtest's 60s each.
+	// StartTimeout bounds the start of each process until it is ready (for
+	// kwok, until every node is Ready), and StopTimeout the stop of etcd and
+	// kube-apiserver. Default to envtest's 60s each.
 	StartTimeout time.Duration
 	StopTimeout  time.Duration
 
 	// AttachControlPlaneOutput sends the processes' output to this process's
-	// stdout and stderr, to debug a control plane that does not start.
+	// stdout and stderr, to debug a control plane that does not start; so
+	// does $KUBEBUILDER_ATTACH_CONTROL_PLANE_OUTPUT=true.
 	AttachControlPlaneOutput bool
+
+	// LogDirectory, if set, receives the output of every process as
+	// <cluster>-<process>.log (host-kube-scheduler.log, tenant-1-etcd.log,
+	// ...), appended across API server restarts; it is created if missing
+	// and kept after Stop. Whatever the options, a process that fails to
+	// start is reported with its last lines of output.
+	LogDirectory string
+}
+
+// startTimeout is StartTimeout or its default.
+func (o *Options) startTimeout() time.Duration {
+	if o.StartTimeout > 0 {
+		return o.StartTimeout
+	}
+	return 60 * time.Second
+}
+
+// attachOutput says whether the processes' output goes to this process's.
+func (o *Options) attachOutput() bool {
+	return o.AttachControlPlaneOutput || os.Getenv(attachEnv) == "true"
+}
+
+// binaries are the programs that opts need.
+func (o *Options) binaries() []string {
+	bins := []string{"kube-apiserver", "etcd"}
+	if o.HostNodes > 0 || o.TenantControllerManager {
+		bins = append(bins, binaryControllerManager)
+	}
+	if o.HostNodes > 0 {
+		bins = append(bins, binaryScheduler, binaryKwok)
+	}
+	return bins
 }
 
 // Environment is a host control plane and any number of tenant control
@@ -63,23 +118,33 @@ type Environment struct {
 	Tenants []*ControlPlane
 }
 
-// Start starts the host and opts.Tenants tenant control planes in parallel
-// and returns once all of them serve. If any fails to start, the ones that did
-// are stopped again and the error names the one that failed. A process start
-// cannot be interrupted (StartTimeout bounds it); if ctx ends meanwhile, Start
-// stops what it started and returns ctx's error.
+// Start starts the host and opts.Tenants tenant control planes in parallel,
+// each with the components opts ask for, and returns once all of them serve
+// and every component is ready. If any fails to start, the ones that did are
+// stopped again and the error names the cluster and the process that
+// failed, with its last lines of output. Starting etcd or kube-apiserver
+// cannot be interrupted (StartTimeout bounds it); if ctx ends meanwhile,
+// Start stops what it started and returns ctx's error.
 func Start(ctx context.Context, opts Options) (*Environment, error) {
 	if opts.Tenants < 0 {
 		return nil, fmt.Errorf("tenant count must not be negative, got %d", opts.Tenants)
 	}
+	if opts.HostNodes < 0 {
+		return nil, fmt.Errorf("host node count must not be negative, got %d", opts.HostNodes)
+	}
 	if opts.BinaryAssetsDirectory == "" {
 		opts.BinaryAssetsDirectory = os.Getenv(AssetsEnv)
 	}
-	if err := checkAssets(opts.BinaryAssetsDirectory); err != nil {
+	if err := checkAssets(opts.BinaryAssetsDirectory, opts.binaries()); err != nil {
 		return nil, err
 	}
+	if opts.LogDirectory != "" {
+		if err := os.MkdirAll(opts.LogDirectory, 0o755); err != nil {
+			return nil, fmt.Errorf("creating the log directory: %w", err)
+		}
+	}
 
-	names := []string{"host"}
+	names := []string{hostName}
 	for i := 1; i <= opts.Tenants; i++ {
 		names = append(names, fmt.Sprintf("tenant-%d", i))
 	}
@@ -93,7 +158,7 @@ func Start(ctx context.Context, opts Options) (*Environment, error) {
 			crdPaths, crds = opts.HostCRDDirectoryPaths, opts.HostCRDs
 		}
 		wg.Go(func() {
-			planes[i], errs[i] = startControlPlane(name, &opts, crdPaths, crds)
+			planes[i], errs[i] = startControlPlane(ctx, name, &opts, crdPaths, crds)
 		})
 	}
 	wg.Wait()
@@ -147,12 +212,12 @@ func (e *Environment) Stop() error {
 	return errors.Join(errs...)
 }
 
-// checkAssets fails early, and says what to do, when the binaries are missing.
-func checkAssets(dir string) error {
+// checkAssets fails early, and says what to do, when binaries are missing.
+func checkAssets(dir string, binaries []string) error {
 	if dir == "" {
-		return fmt.Errorf("no control plane binaries: set %s to a directory holding kube-apiserver and etcd (run `make envtest`, which builds them into bin/)", AssetsEnv)
+		return fmt.Errorf("no control plane binaries: set %s to a directory holding %s (run `make envtest`, which builds them into bin/)", AssetsEnv, strings.Join(binaries, ", "))
 	}
-	for _, bin := range []string{"kube-apiserver", "etcd"} {
+	for _, bin := range binaries {
 		path := filepath.Join(dir, bin)
 		info, err := os.Stat(path)
 		if err != nil {

@@ -1,0 +1,332 @@
+package testing
+
+import (
+	"context"
+	"crypto/tls"
+	_ "embed"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+)
+
+// The binaries of the components beside kube-apiserver and etcd, looked up
+// in Options.BinaryAssetsDirectory like those.
+const (
+	binaryControllerManager = "kube-controller-manager"
+	binaryScheduler         = "kube-scheduler"
+	binaryKwok              = "kwok"
+)
+
+// NodeNamePrefix starts the name of every simulated host node:
+// kwok-node-1, kwok-node-2, ... (Options.HostNodes).
+const NodeNamePrefix = "kwok-node-"
+
+// kwokNodeAnnotation marks the nodes kwok manages; it leaves others alone.
+const kwokNodeAnnotation = "kwok.x-k8s.io/node"
+
+// tenantDisabledControllers are kube-controller-manager's controllers a
+// tenant does not run. Storage is bound, attached and expanded in the host,
+// where the volumes are: a tenant's own volume binder would find a claim
+// that the host bound (its status synced up) bound to a volume the tenant
+// does not have, and mark it Lost.
+var tenantDisabledControllers = []string{
+	"persistentvolume-binder-controller",
+	"persistentvolume-attach-detach-controller",
+	"persistentvolume-expander-controller",
+}
+
+//go:embed kwok-stages.yaml
+var kwokStages []byte
+
+// componentSpec is one component to run beside a cluster's API server.
+type componentSpec struct {
+	name string
+	args []string
+	env  []string
+	// ready says why the component is not ready yet, or nil once it is.
+	ready func(context.Context) error
+}
+
+// components are what a cluster runs besides etcd and kube-apiserver: for
+// the host with nodes, kube-controller-manager, kube-scheduler and kwok; for
+// a tenant, kube-controller-manager if asked for.
+func (c *ControlPlane) components(opts *Options) ([]componentSpec, error) {
+	kubeconfig := filepath.Join(c.dir, "admin.kubeconfig")
+	data, err := c.Kubeconfig()
+	if err != nil {
+		return nil, err
+	}
+	if err := os.WriteFile(kubeconfig, data, 0o600); err != nil {
+		return nil, fmt.Errorf("control plane %q: writing the components' kubeconfig: %w", c.name, err)
+	}
+	clientset, err := kubernetes.NewForConfig(c.Config())
+	if err != nil {
+		return nil, fmt.Errorf("control plane %q: %w", c.name, err)
+	}
+
+	var specs []componentSpec
+	if c.runsControllerManager(opts) {
+		specs = append(specs, c.controllerManager(kubeconfig, clientset))
+	}
+	if c.isHost() && opts.HostNodes > 0 {
+		scheduler, err := c.scheduler(kubeconfig)
+		if err != nil {
+			return nil, err
+		}
+		kwok, err := c.kwok(kubeconfig, clientset, opts.HostNodes)
+		if err != nil {
+			return nil, err
+		}
+		specs = append(specs, scheduler, kwok)
+	}
+	return specs, nil
+}
+
+func (c *ControlPlane) isHost() bool { return c.name == hostName }
+
+// runsControllerManager says whether opts give this cluster a
+// kube-controller-manager.
+func (c *ControlPlane) runsControllerManager(opts *Options) bool {
+	if c.isHost() {
+		return opts.HostNodes > 0
+	}
+	return opts.TenantControllerManager
+}
+
+// controllerManager runs every default controller, without leader
+// election (a lost lease would end the process when a test stops the API
+// server) and without a serving port (it would be one more port to
+// allocate). It is ready once its service account controller has given the
+// default namespace its ServiceAccount: its controllers run.
+func (c *ControlPlane) controllerManager(kubeconfig string, clientset kubernetes.Interface) componentSpec {
+	controllers := "*"
+	if !c.isHost() {
+		controllers += ",-" + strings.Join(tenantDisabledControllers, ",-")
+	}
+	return componentSpec{
+		name: binaryControllerManager,
+		args: []string{
+			"--kubeconfig=" + kubeconfig,
+			"--leader-elect=false",
+			"--secure-port=0",
+			"--controllers=" + controllers,
+			// Signs the tokens of service account token Secrets, with the
+			// key the API server verifies them with.
+			"--service-account-private-key-file=" + filepath.Join(c.dir, "sa-signer.key"),
+		},
+		ready: func(ctx context.Context) error {
+			_, err := clientset.CoreV1().ServiceAccounts(metav1.NamespaceDefault).Get(ctx, "default", metav1.GetOptions{})
+			if err != nil {
+				return fmt.Errorf("no default ServiceAccount yet: %w", err)
+			}
+			return nil
+		},
+	}
+}
+
+// scheduler runs kube-scheduler without leader election, serving its
+// health endpoints on a free loopback port: it is ready when /readyz says
+// its informers and handlers have synced.
+func (c *ControlPlane) scheduler(kubeconfig string) (componentSpec, error) {
+	port, err := freePort()
+	if err != nil {
+		return componentSpec{}, fmt.Errorf("control plane %q: a port for %s: %w", c.name, binaryScheduler, err)
+	}
+	readyz := "https://" + net.JoinHostPort("127.0.0.1", strconv.Itoa(port)) + "/readyz"
+	probe := &http.Client{
+		Timeout: 2 * time.Second,
+		// The scheduler serves with a certificate it made itself; the probe
+		// reads nothing secret.
+		Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}, //nolint:gosec
+	}
+	return componentSpec{
+		name: binaryScheduler,
+		args: []string{
+			"--kubeconfig=" + kubeconfig,
+			"--authentication-kubeconfig=" + kubeconfig,
+			"--authorization-kubeconfig=" + kubeconfig,
+			"--leader-elect=false",
+			"--bind-address=127.0.0.1",
+			"--secure-port=" + strconv.Itoa(port),
+			"--cert-dir=" + filepath.Join(c.dir, binaryScheduler),
+		},
+		ready: func(ctx context.Context) error {
+			req, err := http.NewRequestWithContext(ctx, http.MethodGet, readyz, nil)
+			if err != nil {
+				return err
+			}
+			resp, err := probe.Do(req)
+			if err != nil {
+				return err
+			}
+			_ = resp.Body.Close()
+			probe.CloseIdleConnections()
+			if resp.StatusCode != http.StatusOK {
+				return fmt.Errorf("GET /readyz: %s", resp.Status)
+			}
+			return nil
+		},
+	}, nil
+}
+
+// kwok runs kwok with the stages of kwok-stages.yaml for the nodes made
+// by createNodes, which it manages. It is ready when every node is Ready
+// and carries no taint that keeps Pods away.
+func (c *ControlPlane) kwok(kubeconfig string, clientset kubernetes.Interface, nodes int) (componentSpec, error) {
+	stages := filepath.Join(c.dir, "kwok-stages.yaml")
+	if err := os.WriteFile(stages, kwokStages, 0o600); err != nil {
+		return componentSpec{}, fmt.Errorf("control plane %q: writing kwok's stages: %w", c.name, err)
+	}
+	var once sync.Once
+	var createErr error
+	return componentSpec{
+		name: binaryKwok,
+		args: []string{
+			"--kubeconfig=" + kubeconfig,
+			"--config=" + stages,
+			"--manage-all-nodes=false",
+			"--manage-nodes-with-annotation-selector=" + kwokNodeAnnotation + "=fake",
+			"--node-lease-duration-seconds=40",
+		},
+		// kwok reads ~/.kwok/kwok.yaml besides --config unless its work
+		// directory is elsewhere: a developer's own settings stay out.
+		env: []string{"KWOK_WORKDIR=" + filepath.Join(c.dir, "kwok")},
+		ready: func(ctx context.Context) error {
+			once.Do(func() { createErr = createNodes(ctx, clientset, nodes) })
+			if createErr != nil {
+				return createErr
+			}
+			return nodesReady(ctx, clientset, nodes)
+		},
+	}, nil
+}
+
+// createNodes registers the simulated nodes, as kubelets would: each with
+// its own pod CIDR (kwok gives Pods IPs from it) and address.
+func createNodes(ctx context.Context, clientset kubernetes.Interface, n int) error {
+	for i := 1; i <= n; i++ {
+		name := NodeNamePrefix + strconv.Itoa(i)
+		cidr := fmt.Sprintf("10.244.%d.0/24", i)
+		node := &corev1.Node{
+			ObjectMeta: metav1.ObjectMeta{
+				Name: name,
+				Labels: map[string]string{
+					corev1.LabelHostname: name,
+					corev1.LabelOSStable: "linux", corev1.LabelArchStable: "amd64",
+					"type": "kwok",
+				},
+				Annotations: map[string]string{kwokNodeAnnotation: "fake"},
+			},
+			Spec: corev1.NodeSpec{PodCIDR: cidr, PodCIDRs: []string{cidr}},
+		}
+		if _, err := clientset.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{}); err != nil {
+			return fmt.Errorf("registering node %s: %w", name, err)
+		}
+		// A node's status cannot be set on create. kwok keeps an address
+		// that is there, whether this lands before its first status or after.
+		patch := fmt.Sprintf(`{"status":{"addresses":[{"type":"InternalIP","address":"10.240.0.%d"},{"type":"Hostname","address":%q}]}}`, i, name)
+		if _, err := clientset.CoreV1().Nodes().Patch(ctx, name, types.StrategicMergePatchType, []byte(patch), metav1.PatchOptions{}, "status"); err != nil {
+			return fmt.Errorf("setting the address of node %s: %w", name, err)
+		}
+	}
+	return nil
+}
+
+// nodesReady says which of the n nodes cannot take Pods yet.
+func nodesReady(ctx context.Context, clientset kubernetes.Interface, n int) error {
+	list, err := clientset.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return err
+	}
+	var waiting []string
+	ready := 0
+	for _, node := range list.Items {
+		if why := notSchedulable(&node); why != "" {
+			waiting = append(waiting, node.Name+": "+why)
+			continue
+		}
+		ready++
+	}
+	if ready < n {
+		return fmt.Errorf("%d of %d nodes ready (%s)", ready, n, strings.Join(waiting, "; "))
+	}
+	return nil
+}
+
+// notSchedulable says why a node cannot take Pods, or "" if it can.
+func notSchedulable(node *corev1.Node) string {
+	readyStatus := corev1.ConditionUnknown
+	for _, c := range node.Status.Conditions {
+		if c.Type == corev1.NodeReady {
+			readyStatus = c.Status
+		}
+	}
+	if readyStatus != corev1.ConditionTrue {
+		return "Ready is " + string(readyStatus)
+	}
+	for _, t := range node.Spec.Taints {
+		if t.Effect == corev1.TaintEffectNoSchedule || t.Effect == corev1.TaintEffectNoExecute {
+			return "tainted " + t.Key
+		}
+	}
+	return ""
+}
+
+// startComponents starts every component in parallel and waits until each
+// is ready. On failure, the ones started are stopped again.
+func (c *ControlPlane) startComponents(ctx context.Context, opts *Options, specs []componentSpec) error {
+	procs := make([]*process, len(specs))
+	errs := make([]error, len(specs))
+	var wg sync.WaitGroup
+	for i, spec := range specs {
+		wg.Go(func() {
+			procs[i], errs[i] = c.startComponent(ctx, opts, spec)
+		})
+	}
+	wg.Wait()
+	for _, p := range procs {
+		if p != nil {
+			c.processes = append(c.processes, p)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func (c *ControlPlane) startComponent(ctx context.Context, opts *Options, spec componentSpec) (*process, error) {
+	log, err := c.openLog(opts, spec.name, os.Stderr)
+	if err != nil {
+		return nil, err
+	}
+	p, err := startProcess(c.name, spec.name, filepath.Join(opts.BinaryAssetsDirectory, spec.name), spec.args, spec.env, log)
+	if err != nil {
+		return nil, err
+	}
+	if err := p.waitReady(ctx, opts.startTimeout(), spec.ready); err != nil {
+		return p, err
+	}
+	return p, nil
+}
+
+// freePort asks the kernel for a free loopback port. Another process may
+// take it before the component listens, as with envtest's own ports; the
+// component then fails to start, naming the port.
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
