@@ -26,8 +26,10 @@ import (
 	tenantrytest "github.com/tenantry/tenantry/pkg/testing"
 )
 
-// shared is a host and two tenants, each spawned with every built-in syncer
-// through one hub.
+// shared is a host that schedules and runs Pods on two simulated nodes, and
+// two tenants that run their own kube-controller-manager, each spawned with
+// every built-in syncer through one hub: what a real installation looks
+// like.
 var (
 	shared    *syncertest.World
 	sharedErr error
@@ -45,7 +47,7 @@ func useWorld(t *testing.T) {
 			log = funcr.New(func(prefix, args string) { fmt.Fprintln(os.Stderr, prefix, args) }, funcr.Options{Verbosity: 1})
 		}
 		shared, stopWorld, sharedErr = syncertest.StartWorld(context.Background(), syncertest.WorldOptions{
-			Tenants: 2, Syncers: builtin.All(), Logger: log,
+			Tenants: 2, HostNodes: 2, TenantControllerManager: true, Syncers: builtin.All(), Logger: log,
 		})
 	})
 	if sharedErr != nil {
@@ -316,30 +318,26 @@ func TestPodSync(t *testing.T) {
 		t.Errorf("host Pod labels = %v", hostPod.Labels)
 	}
 
-	// The host "schedules" and the "kubelet" reports: the tenant sees both.
-	binding := &corev1.Binding{
-		ObjectMeta: metav1.ObjectMeta{Namespace: hostPod.Namespace, Name: hostPod.Name},
-		Target:     corev1.ObjectReference{Kind: "Node", Name: "node-1"},
+	// The host's scheduler binds it to a node and kwok runs it there: the
+	// tenant Pod takes the node, the IP and the Ready condition.
+	var running corev1.Pod
+	eventually(t, 30*time.Second, "host Pod scheduled and Running", func(ctx context.Context) (bool, error) {
+		if err := shared.Host.Get(ctx, hostKey, &running); err != nil {
+			return false, err
+		}
+		ok := running.Spec.NodeName != "" && running.Status.Phase == corev1.PodRunning && running.Status.PodIP != ""
+		return ok, fmt.Errorf("node %q phase %q ip %q", running.Spec.NodeName, running.Status.Phase, running.Status.PodIP)
+	})
+	if !strings.HasPrefix(running.Spec.NodeName, tenantrytest.NodeNamePrefix) {
+		t.Errorf("host Pod runs on %q, not on a kwok node", running.Spec.NodeName)
 	}
-	if err := shared.Host.SubResource("binding").Create(ctx, &hostPod, binding); err != nil {
-		t.Fatal(err)
-	}
-	if err := shared.Host.Get(ctx, hostKey, &hostPod); err != nil {
-		t.Fatal(err)
-	}
-	hostPod.Status.Phase = corev1.PodRunning
-	hostPod.Status.PodIP = "10.244.1.7"
-	hostPod.Status.PodIPs = []corev1.PodIP{{IP: "10.244.1.7"}}
-	hostPod.Status.HostIP = "192.168.0.11"
-	if err := shared.Host.Status().Update(ctx, &hostPod); err != nil {
-		t.Fatal(err)
-	}
-	eventually(t, 10*time.Second, "tenant Pod bound and running", func(ctx context.Context) (bool, error) {
+	eventually(t, 10*time.Second, "tenant Pod bound, Running and Ready like its host Pod", func(ctx context.Context) (bool, error) {
 		var p corev1.Pod
 		if err := tenant.Get(ctx, client.ObjectKeyFromObject(pod), &p); err != nil {
 			return false, err
 		}
-		ok := p.Spec.NodeName == "node-1" && p.Status.Phase == corev1.PodRunning && p.Status.PodIP == "10.244.1.7"
+		ok := p.Spec.NodeName == running.Spec.NodeName && p.Status.Phase == corev1.PodRunning &&
+			p.Status.PodIP == running.Status.PodIP && podReady(&p)
 		return ok, fmt.Errorf("node %q phase %q ip %q", p.Spec.NodeName, p.Status.Phase, p.Status.PodIP)
 	})
 
@@ -347,15 +345,8 @@ func TestPodSync(t *testing.T) {
 		if err := tenant.Delete(ctx, pod); err != nil { // graceful: no kubelet ends it in the tenant
 			t.Fatal(err)
 		}
-		eventually(t, 10*time.Second, "host Pod deletion requested", func(ctx context.Context) (bool, error) {
-			err := shared.Host.Get(ctx, hostKey, &hostPod)
-			return err == nil && !hostPod.DeletionTimestamp.IsZero(), err
-		})
-		// The host's kubelet would end the Pod after its grace period; envtest
-		// has none, so end it as the kubelet would.
-		if err := shared.Host.Delete(ctx, &hostPod, client.GracePeriodSeconds(0)); client.IgnoreNotFound(err) != nil {
-			t.Fatal(err)
-		}
+		// The host's kubelet (kwok) ends the host Pod; the tenant Pod follows.
+		expectHostGone(t, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: hostKey.Namespace, Name: hostKey.Name}})
 		eventually(t, 10*time.Second, "tenant Pod gone", func(ctx context.Context) (bool, error) {
 			err := tenant.Get(ctx, client.ObjectKeyFromObject(pod), &corev1.Pod{})
 			return apierrors.IsNotFound(err), err
@@ -583,12 +574,22 @@ func TestSecretsServiceAccountsAndClaims(t *testing.T) {
 		t.Fatalf("service account token Secret synced to the host: %v", err)
 	}
 
-	pvc.Status.Phase = corev1.ClaimBound
-	pvc.Status.Capacity = corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")}
-	if err := shared.Host.Status().Update(ctx, pvc); err != nil {
+	// A host administrator provides a volume for the host claim; the host's
+	// volume controller binds the two, and the tenant claim reports Bound.
+	pv := &corev1.PersistentVolume{
+		ObjectMeta: metav1.ObjectMeta{Name: unique("volume")},
+		Spec: corev1.PersistentVolumeSpec{
+			Capacity:               corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")},
+			AccessModes:            []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+			PersistentVolumeSource: corev1.PersistentVolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: "/srv/" + pvcName}},
+			ClaimRef:               &corev1.ObjectReference{Namespace: pvc.Namespace, Name: pvc.Name},
+		},
+	}
+	if err := shared.Host.Create(ctx, pv); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 10*time.Second, "tenant claim Bound", func(ctx context.Context) (bool, error) {
+	t.Cleanup(func() { _ = shared.Host.Delete(context.Background(), pv) })
+	eventually(t, 30*time.Second, "tenant claim Bound", func(ctx context.Context) (bool, error) {
 		var c corev1.PersistentVolumeClaim
 		if err := tenant.Get(ctx, client.ObjectKey{Namespace: "default", Name: pvcName}, &c); err != nil {
 			return false, err
@@ -621,13 +622,14 @@ func TestNamespaceLifecycle(t *testing.T) {
 		return err == nil, err
 	})
 
+	// The tenant's namespace controller empties the namespace and removes
+	// it; the host namespace goes with it, emptied by the host's.
 	if err := tenant.Delete(ctx, ns); err != nil {
 		t.Fatal(err)
 	}
-	// Without a namespace controller (envtest runs none) a namespace stays
-	// Terminating: its deletion having been asked for is what counts.
-	eventually(t, 10*time.Second, "host namespace deleted", func(ctx context.Context) (bool, error) {
-		err := shared.Host.Get(ctx, client.ObjectKeyFromObject(hostNamespace), hostNamespace)
-		return apierrors.IsNotFound(err) || err == nil && !hostNamespace.DeletionTimestamp.IsZero(), err
+	eventually(t, 60*time.Second, "tenant and host namespaces gone", func(ctx context.Context) (bool, error) {
+		tenantErr := tenant.Get(ctx, client.ObjectKeyFromObject(ns), &corev1.Namespace{})
+		hostErr := shared.Host.Get(ctx, client.ObjectKeyFromObject(hostNamespace), &corev1.Namespace{})
+		return apierrors.IsNotFound(tenantErr) && apierrors.IsNotFound(hostErr), fmt.Errorf("tenant: %v; host: %v", tenantErr, hostErr)
 	})
 }

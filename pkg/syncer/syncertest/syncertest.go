@@ -63,6 +63,12 @@ func Up(ctx context.Context, s syncer.Syncer, scheme *runtime.Scheme, host, tena
 type WorldOptions struct {
 	// Tenants is how many tenant control planes to start. Defaults to 1.
 	Tenants int
+	// HostNodes and TenantControllerManager make the clusters run
+	// workloads, as the same options of package testing do: a host that
+	// schedules and runs Pods on that many simulated nodes, and tenants that
+	// run their own kube-controller-manager.
+	HostNodes               int
+	TenantControllerManager bool
 	// Scheme knows every synced type; defaults to client-go's types plus
 	// CustomResourceDefinitions.
 	Scheme *runtime.Scheme
@@ -122,7 +128,12 @@ func StartWorld(ctx context.Context, opts WorldOptions) (_ *World, stop func() e
 	if opts.Logger.GetSink() == nil {
 		opts.Logger = logr.Discard()
 	}
-	env, err := tenantrytest.Start(ctx, tenantrytest.Options{Tenants: opts.Tenants, HostCRDDirectoryPaths: opts.HostCRDDirectoryPaths})
+	env, err := tenantrytest.Start(ctx, tenantrytest.Options{
+		Tenants:                 opts.Tenants,
+		HostNodes:               opts.HostNodes,
+		TenantControllerManager: opts.TenantControllerManager,
+		HostCRDDirectoryPaths:   opts.HostCRDDirectoryPaths,
+	})
 	if err != nil {
 		return nil, nil, err
 	}

@@ -1,0 +1,126 @@
+package syncer_test
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	tenantrytest "github.com/tenantry/tenantry/pkg/testing"
+)
+
+// A Deployment in a tenant becomes Available as on a cluster of its own:
+// the tenant's controller-manager makes its Pods, Tenantry runs them in the
+// host, where the scheduler puts them on nodes and the kubelet (kwok) runs
+// them, and their status comes back up. The host Service of the tenant's
+// Service routes to them.
+func TestDeploymentBecomesAvailable(t *testing.T) {
+	useWorld(t)
+	ctx := t.Context()
+	tenant := shared.Tenants["tenant-1"]
+	name := unique("shop")
+	labels := map[string]string{"app": name}
+	deploy := &appsv1.Deployment{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: name},
+		Spec: appsv1.DeploymentSpec{
+			Replicas: ptr.To[int32](2),
+			Selector: &metav1.LabelSelector{MatchLabels: labels},
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: labels},
+				Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "shop", Image: "nginx"}}},
+			},
+		},
+	}
+	svc := &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: name},
+		Spec:       corev1.ServiceSpec{Selector: labels, Ports: []corev1.ServicePort{{Port: 80, Protocol: corev1.ProtocolTCP}}},
+	}
+	for _, o := range []client.Object{deploy, svc} {
+		if err := tenant.Create(ctx, o); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Its Pods would keep running in the host for the other tests.
+	t.Cleanup(func() { _ = tenant.Delete(context.Background(), deploy) })
+
+	eventually(t, 60*time.Second, "Deployment 2/2 Available in the tenant", func(ctx context.Context) (bool, error) {
+		var d appsv1.Deployment
+		if err := tenant.Get(ctx, client.ObjectKeyFromObject(deploy), &d); err != nil {
+			return false, err
+		}
+		available := false
+		for _, c := range d.Status.Conditions {
+			available = available || c.Type == appsv1.DeploymentAvailable && c.Status == corev1.ConditionTrue
+		}
+		return available && d.Status.AvailableReplicas == 2, fmt.Errorf("%d/%d available", d.Status.AvailableReplicas, *d.Spec.Replicas)
+	})
+
+	var pods corev1.PodList
+	if err := tenant.List(ctx, &pods, client.InNamespace("default"), client.MatchingLabels(labels)); err != nil {
+		t.Fatal(err)
+	}
+	var ips []string
+	for _, p := range pods.Items {
+		if p.DeletionTimestamp != nil {
+			continue
+		}
+		var host corev1.Pod
+		if err := shared.Host.Get(ctx, shared.HostKey("tenant-1", p.Namespace, p.Name), &host); err != nil {
+			t.Fatalf("host copy of Pod %s: %v", p.Name, err)
+		}
+		if !strings.HasPrefix(host.Spec.NodeName, tenantrytest.NodeNamePrefix) || host.Status.Phase != corev1.PodRunning {
+			t.Errorf("host Pod %s: node %q, phase %q; want Running on a kwok node", host.Name, host.Spec.NodeName, host.Status.Phase)
+		}
+		if p.Spec.NodeName != host.Spec.NodeName || p.Status.PodIP != host.Status.PodIP {
+			t.Errorf("tenant Pod %s on %q with IP %q, its host Pod on %q with %q", p.Name, p.Spec.NodeName, p.Status.PodIP, host.Spec.NodeName, host.Status.PodIP)
+		}
+		ips = append(ips, host.Status.PodIP)
+		t.Logf("Pod %s runs on %s with IP %s", p.Name, p.Spec.NodeName, p.Status.PodIP)
+	}
+	slices.Sort(ips)
+	if len(ips) != 2 {
+		t.Fatalf("%d running Pods, want 2", len(ips))
+	}
+
+	eventually(t, 30*time.Second, fmt.Sprintf("the host Service's endpoints are the Pods' IPs %v", ips), func(ctx context.Context) (bool, error) {
+		var list discoveryv1.EndpointSliceList
+		if err := shared.Host.List(ctx, &list, client.InNamespace(hostNS("tenant-1", "default")),
+			client.MatchingLabels{discoveryv1.LabelServiceName: name}); err != nil {
+			return false, err
+		}
+		got := readyAddresses(list.Items)
+		return fmt.Sprint(got) == fmt.Sprint(ips), fmt.Errorf("endpoints %v", got)
+	})
+}
+
+// readyAddresses are the sorted addresses of the ready endpoints in slices.
+func readyAddresses(items []discoveryv1.EndpointSlice) []string {
+	var addrs []string
+	for _, s := range items {
+		for _, e := range s.Endpoints {
+			if e.Conditions.Ready != nil && *e.Conditions.Ready {
+				addrs = append(addrs, e.Addresses...)
+			}
+		}
+	}
+	slices.Sort(addrs)
+	return addrs
+}
+
+func podReady(p *corev1.Pod) bool {
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
