@@ -7,14 +7,18 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
+	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/tenantry/tenantry/pkg/syncer"
@@ -22,8 +26,8 @@ import (
 
 var demoCommand = command{
 	name: "demo",
-	summary: "Run the dev environment, apply a sample workload in each tenant, show what syncs where, " +
-		"write a status to a host Pod and show it arrive in the tenant, then exit (non-zero naming what did not converge).",
+	summary: "Run the dev environment, apply a sample workload (a Deployment, Service, ConfigMap, Secret, Job and Foo) " +
+		"in each tenant, show what syncs where and runs on which host node, then exit (non-zero naming what did not converge).",
 	flags: func(fs *flag.FlagSet) func(context.Context) error {
 		o := bindDevFlags(fs)
 		timeout := fs.Duration("timeout", 2*time.Minute, "How long the workload may take to converge.")
@@ -34,25 +38,28 @@ var demoCommand = command{
 // demoNamespace is the tenant namespace of the sample workload.
 const demoNamespace = "demo"
 
+// demoReplicas is how many Pods the sample Deployment runs.
+const demoReplicas = 2
+
 // item is one object of the sample workload in one tenant, and how to tell
-// that it arrived where it should.
+// that it converged.
 type item struct {
 	tenant string
 	kind   string
 	name   string
 	where  string // the host namespace (or, for the Namespace, its host name)
 	done   bool
-	detail string
+	detail string // what was last seen: why it is done, or what it waits for
 }
 
 func runDemo(ctx context.Context, o devOptions, timeout time.Duration, out io.Writer) error {
 	return withDev(ctx, o, out, func(d *devEnv) error { return demo(ctx, d, timeout, out) })
 }
 
-// demo applies the workload in d's tenants and follows it.
+// demo applies the workload in d's tenants and follows it until every
+// item converged.
 func demo(ctx context.Context, d *devEnv, timeout time.Duration, out io.Writer) error {
-
-	fmt.Fprintln(out, "==> applying a Namespace, ConfigMap, Secret, Service, Pod and Foo in each tenant")
+	fmt.Fprintln(out, "==> applying a Namespace, Deployment, Service, ConfigMap, Secret, Job and Foo in each tenant")
 	var items []*item
 	for _, name := range sortedKeys(d.tenants) {
 		if err := applyWorkload(ctx, d.tenants[name]); err != nil {
@@ -60,40 +67,27 @@ func demo(ctx context.Context, d *devEnv, timeout time.Duration, out io.Writer) 
 		}
 		hostNS := syncer.HostNamespace(name, demoNamespace)
 		items = append(items, &item{tenant: name, kind: "Namespace", name: demoNamespace, where: hostNS})
-		for _, kind := range []string{"ConfigMap", "Secret", "Service", "Pod", "Foo"} {
+		for _, kind := range []string{"ConfigMap", "Secret", "Service", "Deployment", "Job", "Foo"} {
 			items = append(items, &item{tenant: name, kind: kind, name: workloadName(kind), where: hostNS})
 		}
 	}
 
-	fmt.Fprintln(out, "==> waiting for every object to reach the host")
+	fmt.Fprintln(out, "==> waiting for the workload to sync and run: the Deployment's Pods and the Job's run in the host, on its nodes")
 	deadline, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	live := newLiveTable(out)
-	if err := poll(deadline, 200*time.Millisecond, 0, func(ctx context.Context) (bool, error) {
+	err := poll(deadline, 200*time.Millisecond, 0, func(ctx context.Context) (bool, error) {
 		for _, it := range items {
 			if !it.done {
-				it.done, it.detail = d.arrived(ctx, it)
+				it.done, it.detail = d.converged(ctx, it)
 			}
 		}
 		live.show(items)
 		pending := notDone(items)
 		return len(pending) == 0, errors.New("waiting for " + strings.Join(pending, ", "))
-	}); err != nil {
-		return fmt.Errorf("did not reach the host within %s: %w", timeout, err)
-	}
-
-	fmt.Fprintln(out, "==> the host schedules each Pod and reports it Running; the tenants see it")
-	for i, name := range sortedKeys(d.tenants) {
-		node, ip := fmt.Sprintf("demo-node-%d", i+1), fmt.Sprintf("10.244.%d.10", i+1)
-		if err := d.runHostPod(deadline, name, node, ip); err != nil {
-			return err
-		}
-		pod, err := d.waitTenantPod(deadline, name, node, ip)
-		if err != nil {
-			return err
-		}
-		fmt.Fprintf(out, "    %s: Pod %s/web is %s on %s with IP %s (written in the host, read in the tenant)\n",
-			name, demoNamespace, pod.Status.Phase, pod.Spec.NodeName, pod.Status.PodIP)
+	})
+	if err != nil {
+		return fmt.Errorf("the workload did not converge within %s: %s", timeout, strings.Join(notDone(items), "; "))
 	}
 	fmt.Fprintln(out, "==> demo complete: everything converged")
 	return nil
@@ -105,6 +99,8 @@ func workloadName(kind string) string {
 		return "settings"
 	case "Secret":
 		return "credentials"
+	case "Job":
+		return "migrate"
 	case "Foo":
 		return "frobnicator"
 	}
@@ -124,10 +120,26 @@ func applyWorkload(ctx context.Context, c client.Client) error {
 			Data: map[string]string{"greeting": "hello from the tenant"}},
 		&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: demoNamespace, Name: workloadName("Secret")},
 			StringData: map[string]string{"password": "correct horse battery staple"}},
-		&corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: demoNamespace, Name: "web"},
+		&corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: demoNamespace, Name: workloadName("Service")},
 			Spec: corev1.ServiceSpec{Selector: labels, Ports: []corev1.ServicePort{{Port: 80, Protocol: corev1.ProtocolTCP}}}},
-		&corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: demoNamespace, Name: "web", Labels: labels},
-			Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "web", Image: "nginx"}}}},
+		&appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: demoNamespace, Name: workloadName("Deployment")},
+			Spec: appsv1.DeploymentSpec{
+				Replicas: ptr.To[int32](demoReplicas),
+				Selector: &metav1.LabelSelector{MatchLabels: labels},
+				Template: corev1.PodTemplateSpec{
+					ObjectMeta: metav1.ObjectMeta{Labels: labels},
+					Spec: corev1.PodSpec{Containers: []corev1.Container{{
+						Name: "web", Image: "nginx",
+						EnvFrom: []corev1.EnvFromSource{{ConfigMapRef: &corev1.ConfigMapEnvSource{
+							LocalObjectReference: corev1.LocalObjectReference{Name: workloadName("ConfigMap")}}}},
+					}}},
+				},
+			}},
+		&batchv1.Job{ObjectMeta: metav1.ObjectMeta{Namespace: demoNamespace, Name: workloadName("Job")},
+			Spec: batchv1.JobSpec{Template: corev1.PodTemplateSpec{Spec: corev1.PodSpec{
+				RestartPolicy: corev1.RestartPolicyNever,
+				Containers:    []corev1.Container{{Name: "migrate", Image: "busybox", Command: []string{"true"}}},
+			}}}},
 	}
 	for _, obj := range objects {
 		if err := c.Create(ctx, obj); err != nil && !apierrors.IsAlreadyExists(err) {
@@ -145,79 +157,95 @@ func applyWorkload(ctx context.Context, c client.Client) error {
 	return nil
 }
 
-// arrived says whether an item's host copy is there, and what to show.
-func (d *devEnv) arrived(ctx context.Context, it *item) (bool, string) {
+// converged says whether an item is where it should be, and what to show.
+func (d *devEnv) converged(ctx context.Context, it *item) (bool, string) {
+	tenant := d.tenants[it.tenant]
+	hostKey := client.ObjectKey{Namespace: it.where, Name: it.name}
 	switch it.kind {
 	case "Namespace":
 		var ns corev1.Namespace
-		err := d.host.Get(ctx, client.ObjectKey{Name: it.where}, &ns)
-		return err == nil, "host namespace"
+		return d.host.Get(ctx, client.ObjectKey{Name: it.where}, &ns) == nil, "host namespace"
 	case "Service":
-		var host, tenant corev1.Service
-		key := client.ObjectKey{Namespace: demoNamespace, Name: it.name}
-		if d.host.Get(ctx, client.ObjectKey{Namespace: it.where, Name: it.name}, &host) != nil ||
-			d.tenants[it.tenant].Get(ctx, key, &tenant) != nil {
-			return false, ""
+		var host, ten corev1.Service
+		if d.host.Get(ctx, hostKey, &host) != nil || tenant.Get(ctx, client.ObjectKey{Namespace: demoNamespace, Name: it.name}, &ten) != nil {
+			return false, "no host copy yet"
 		}
-		ok := host.Spec.ClusterIP != "" && tenant.Spec.ClusterIP == host.Spec.ClusterIP
+		ok := host.Spec.ClusterIP != "" && ten.Spec.ClusterIP == host.Spec.ClusterIP
 		return ok, "cluster IP " + host.Spec.ClusterIP + " in both"
+	case "Deployment":
+		return d.deploymentRuns(ctx, it)
+	case "Job":
+		return d.jobCompleted(ctx, it)
 	case "Foo":
 		u := &unstructured.Unstructured{}
 		u.SetGroupVersionKind(fooGVK)
-		err := d.host.Get(ctx, client.ObjectKey{Namespace: it.where, Name: it.name}, u)
-		return err == nil, "custom resource"
+		return d.host.Get(ctx, hostKey, u) == nil, "custom resource"
 	}
-	obj := map[string]client.Object{"ConfigMap": &corev1.ConfigMap{}, "Secret": &corev1.Secret{}, "Pod": &corev1.Pod{}}[it.kind]
-	err := d.host.Get(ctx, client.ObjectKey{Namespace: it.where, Name: it.name}, obj)
-	return err == nil, ""
+	obj := map[string]client.Object{"ConfigMap": &corev1.ConfigMap{}, "Secret": &corev1.Secret{}}[it.kind]
+	return d.host.Get(ctx, hostKey, obj) == nil, ""
 }
 
-// runHostPod does, in the host, what a scheduler and a kubelet would: bind
-// the Pod to a node and report it Running with an IP.
-func (d *devEnv) runHostPod(ctx context.Context, tenant, node, ip string) error {
-	key := client.ObjectKey{Namespace: syncer.HostNamespace(tenant, demoNamespace), Name: "web"}
-	var pod corev1.Pod
-	if err := d.host.Get(ctx, key, &pod); err != nil {
-		return fmt.Errorf("reading the host Pod of %s: %w", tenant, err)
+// deploymentRuns: the tenant's Deployment is fully available, and each of
+// its Pods runs in the host on the node and with the IP the tenant sees.
+func (d *devEnv) deploymentRuns(ctx context.Context, it *item) (bool, string) {
+	var deploy appsv1.Deployment
+	if err := d.tenants[it.tenant].Get(ctx, client.ObjectKey{Namespace: demoNamespace, Name: it.name}, &deploy); err != nil {
+		return false, err.Error()
 	}
-	binding := &corev1.Binding{ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: key.Name},
-		Target: corev1.ObjectReference{Kind: "Node", Name: node}}
-	if err := d.host.SubResource("binding").Create(ctx, &pod, binding); err != nil {
-		return fmt.Errorf("binding the host Pod of %s: %w", tenant, err)
+	available := fmt.Sprintf("%d/%d available", deploy.Status.AvailableReplicas, demoReplicas)
+	if deploy.Status.AvailableReplicas != demoReplicas {
+		return false, available
 	}
-	if err := d.host.Get(ctx, key, &pod); err != nil {
-		return err
+	var pods corev1.PodList
+	if err := d.tenants[it.tenant].List(ctx, &pods, client.InNamespace(demoNamespace), client.MatchingLabels(deploy.Spec.Selector.MatchLabels)); err != nil {
+		return false, err.Error()
 	}
-	now := metav1.Now()
-	pod.Status.Phase = corev1.PodRunning
-	pod.Status.PodIP, pod.Status.PodIPs = ip, []corev1.PodIP{{IP: ip}}
-	pod.Status.StartTime = &now
-	if err := d.host.Status().Update(ctx, &pod); err != nil {
-		return fmt.Errorf("writing the host Pod status of %s: %w", tenant, err)
-	}
-	return nil
-}
-
-func (d *devEnv) waitTenantPod(ctx context.Context, tenant, node, ip string) (*corev1.Pod, error) {
-	var pod corev1.Pod
-	err := poll(ctx, 100*time.Millisecond, 0, func(ctx context.Context) (bool, error) {
-		if err := d.tenants[tenant].Get(ctx, client.ObjectKey{Namespace: demoNamespace, Name: "web"}, &pod); err != nil {
-			return false, err
+	var placed []string
+	for _, p := range pods.Items {
+		if p.DeletionTimestamp != nil || p.Status.Phase != corev1.PodRunning {
+			continue
 		}
-		ok := pod.Spec.NodeName == node && pod.Status.PodIP == ip && pod.Status.Phase == corev1.PodRunning
-		return ok, fmt.Errorf("node %q, IP %q, phase %q", pod.Spec.NodeName, pod.Status.PodIP, pod.Status.Phase)
-	})
-	if err != nil {
-		return nil, fmt.Errorf("the host Pod's status did not reach %s's Pod: %w", tenant, err)
+		var host corev1.Pod
+		if err := d.host.Get(ctx, client.ObjectKey{Namespace: it.where, Name: p.Name}, &host); err != nil {
+			return false, available + ", Pod " + p.Name + " not in the host"
+		}
+		if host.Status.Phase != corev1.PodRunning || host.Spec.NodeName != p.Spec.NodeName || host.Status.PodIP != p.Status.PodIP {
+			return false, available + ", Pod " + p.Name + " not yet as in the host"
+		}
+		placed = append(placed, fmt.Sprintf("%s %s", p.Spec.NodeName, p.Status.PodIP))
 	}
-	return &pod, nil
+	if len(placed) != demoReplicas {
+		return false, fmt.Sprintf("%s, %d Pods Running", available, len(placed))
+	}
+	slices.Sort(placed)
+	return true, available + ", Pods Running on " + strings.Join(placed, ", ")
 }
 
+// jobCompleted: the tenant's Job is Complete, its Pod having run in the
+// host.
+func (d *devEnv) jobCompleted(ctx context.Context, it *item) (bool, string) {
+	var job batchv1.Job
+	if err := d.tenants[it.tenant].Get(ctx, client.ObjectKey{Namespace: demoNamespace, Name: it.name}, &job); err != nil {
+		return false, err.Error()
+	}
+	for _, c := range job.Status.Conditions {
+		if c.Type == batchv1.JobComplete && c.Status == corev1.ConditionTrue {
+			return true, fmt.Sprintf("Complete, %d Pod succeeded in the host", job.Status.Succeeded)
+		}
+	}
+	return false, fmt.Sprintf("%d active, %d succeeded", job.Status.Active, job.Status.Succeeded)
+}
+
+// notDone names the items still waiting, with what they wait for.
 func notDone(items []*item) []string {
 	var pending []string
 	for _, it := range items {
 		if !it.done {
-			pending = append(pending, fmt.Sprintf("%s %s of %s", it.kind, it.name, it.tenant))
+			what := fmt.Sprintf("%s %s of %s", it.kind, it.name, it.tenant)
+			if it.detail != "" {
+				what += " (" + it.detail + ")"
+			}
+			pending = append(pending, what)
 		}
 	}
 	return pending
@@ -245,20 +273,20 @@ func newLiveTable(out io.Writer) *liveTable {
 func (t *liveTable) show(items []*item) {
 	var b strings.Builder
 	tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "TENANT\tKIND\tNAME\tHOST NAMESPACE\tSYNCED\t")
+	fmt.Fprintln(tw, "TENANT\tKIND\tNAME\tHOST NAMESPACE\tSTATE")
 	done := 0
 	for _, it := range items {
-		mark := "waiting"
+		state := "waiting"
 		if it.done {
-			mark, done = "yes", done+1
-			if it.detail != "" {
-				mark += " (" + it.detail + ")"
-			}
+			state, done = "done", done+1
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t\n", it.tenant, it.kind, it.name, it.where, mark)
+		if it.detail != "" {
+			state += " (" + it.detail + ")"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", it.tenant, it.kind, it.name, it.where, state)
 	}
 	_ = tw.Flush()
-	fmt.Fprintf(&b, "%d/%d synced\n", done, len(items))
+	fmt.Fprintf(&b, "%d/%d converged\n", done, len(items))
 	table := b.String()
 	if table == t.last {
 		return

@@ -13,12 +13,13 @@ import (
 
 var devCommand = command{
 	name: "dev",
-	summary: "Start a local host and tenant control planes, the controller-manager with every built-in syncer, " +
-		"and a VirtualCluster per tenant; print a kubeconfig per cluster and run until interrupted.",
+	summary: "Start a local host that runs Pods on simulated nodes, tenants with their own kube-controller-manager, " +
+		"Tenantry's controller-manager with every built-in syncer, and a VirtualCluster per tenant; " +
+		"print a kubeconfig per cluster and run until interrupted.",
 	flags: func(fs *flag.FlagSet) func(context.Context) error {
 		o := bindDevFlags(fs)
 		fs.BoolVar(&o.controlPlanesOnly, "control-planes-only", false,
-			"Start only the control planes: no CRDs, no controller-manager, no VirtualClusters (to run bin/manager yourself).")
+			"Start only the clusters: no CRDs, no Tenantry controller-manager, no VirtualClusters (to run bin/manager yourself).")
 		return func(ctx context.Context) error { return runDev(ctx, *o, os.Stdout) }
 	},
 }
@@ -26,9 +27,12 @@ var devCommand = command{
 // bindDevFlags registers the flags that dev and demo share.
 func bindDevFlags(fs *flag.FlagSet) *devOptions {
 	o := &devOptions{}
-	fs.IntVar(&o.tenants, "tenants", 2, "Number of tenant control planes.")
-	fs.StringVar(&o.dir, "dir", "", "Directory for the kubeconfigs and the manager's log (default: a new temporary directory, removed on exit).")
-	fs.StringVar(&o.assets, "assets", "", "Directory holding kube-apiserver and etcd (default: $"+tenantrytest.AssetsEnv+", else this binary's own directory).")
+	fs.IntVar(&o.tenants, "tenants", 2, "Number of tenant clusters.")
+	fs.IntVar(&o.nodes, "nodes", 2, "Number of simulated host nodes (kwok) that run the tenants' Pods.")
+	fs.StringVar(&o.dir, "dir", "", "Directory for the kubeconfigs and the logs of the manager and of every control-plane process "+
+		"(default: a new temporary directory, removed on exit unless something failed).")
+	fs.StringVar(&o.assets, "assets", "", "Directory holding kube-apiserver, etcd, kube-controller-manager, kube-scheduler and kwok "+
+		"(default: $"+tenantrytest.AssetsEnv+", else this binary's own directory).")
 	fs.StringVar(&o.metricsBindAddress, "metrics-bind-address", "0", `Address of the manager's metrics endpoint; "0" turns it off.`)
 	fs.StringVar(&o.healthProbeBindAddress, "health-probe-bind-address", "0", `Address of the manager's /healthz and /readyz; "0" turns them off.`)
 	o.logger.BindFlags(fs)
@@ -51,13 +55,15 @@ func withDev(ctx context.Context, o devOptions, out io.Writer, f func(*devEnv) e
 	if err != nil {
 		return err
 	}
-	defer func() {
-		fmt.Fprintln(out, "==> stopping")
-		if err := d.stop(); err != nil {
-			fmt.Fprintln(out, "stopping:", err)
-		}
-	}()
-	return f(d)
+	err = f(d)
+	fmt.Fprintln(out, "==> stopping")
+	if serr := d.stop(err != nil); serr != nil {
+		fmt.Fprintln(out, "stopping:", serr)
+	}
+	if err != nil && d.ownDir {
+		err = fmt.Errorf("%w\n(the logs of the manager and of every control-plane process are kept in %s)", err, d.dir)
+	}
+	return err
 }
 
 // showDev prints where the clusters are and waits for ctx to end.

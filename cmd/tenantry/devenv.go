@@ -41,19 +41,22 @@ const readyTimeout = 2 * time.Minute
 // devOptions configure a dev environment.
 type devOptions struct {
 	tenants                int
-	dir                    string // kubeconfigs and manager.log; "" for a new temporary one
+	nodes                  int    // simulated host nodes
+	dir                    string // kubeconfigs and logs; "" for a new temporary one
 	assets                 string
 	metricsBindAddress     string
 	healthProbeBindAddress string
 	logger                 providers.LoggerOptions
-	// controlPlanesOnly starts bare control planes: no CRDs, no manager,
+	// controlPlanesOnly starts the clusters alone: no CRDs, no manager,
 	// no VirtualClusters (to run bin/manager by hand against them).
 	controlPlanesOnly bool
 }
 
-// devEnv is a running dev environment: a host and tenants, the
-// controller-manager in this process with every built-in syncer and the
-// Foo example type, and a VirtualCluster per tenant.
+// devEnv is a running dev environment: a host whose scheduler,
+// controller-manager and kwok run Pods on simulated nodes, tenants that run
+// their own controller-manager, Tenantry's controller-manager in this
+// process with every built-in syncer and the Foo example type, and a
+// VirtualCluster per tenant.
 type devEnv struct {
 	dir         string
 	ownDir      bool
@@ -71,7 +74,7 @@ func startDev(ctx context.Context, o devOptions, progress func(string)) (_ *devE
 	d := &devEnv{dir: o.dir, tenants: map[string]client.Client{}, kubeconfigs: map[string]string{}}
 	defer func() {
 		if retErr != nil {
-			_ = d.stop()
+			_ = d.stop(false)
 		}
 	}()
 	if d.dir == "" {
@@ -83,6 +86,9 @@ func startDev(ctx context.Context, o devOptions, progress func(string)) (_ *devE
 	} else if err := os.MkdirAll(d.dir, 0o700); err != nil {
 		return nil, fmt.Errorf("creating %s: %w", d.dir, err)
 	}
+	if o.nodes < 1 {
+		return nil, fmt.Errorf("--nodes must be at least 1, got %d: the host needs a node to run the tenants' Pods", o.nodes)
+	}
 	var err error
 	if d.scheme, err = providers.NewScheme(); err != nil {
 		return nil, err
@@ -93,9 +99,30 @@ func startDev(ctx context.Context, o devOptions, progress func(string)) (_ *devE
 		if crds, err = devCRDs(); err != nil {
 			return nil, err
 		}
+		// The manager's logger first: a bad --log-level fails before
+		// anything starts.
+		if d.logFile, err = os.Create(filepath.Join(d.dir, "manager.log")); err != nil {
+			return nil, fmt.Errorf("creating the manager log: %w", err)
+		}
+		o.logger.Output = d.logFile
+		log, err := providers.NewLogger(o.logger)
+		if err != nil {
+			return nil, err
+		}
+		// client-go and controller-runtime log through process-wide
+		// loggers: into the manager's log too, not onto the terminal.
+		providers.SetProcessLoggers(log)
 	}
-	progress(fmt.Sprintf("starting a host and %d tenant control planes", o.tenants))
-	if d.env, err = tenantrytest.Start(ctx, tenantrytest.Options{Tenants: o.tenants, BinaryAssetsDirectory: o.assets, HostCRDs: crds}); err != nil {
+	progress(fmt.Sprintf("starting a host with %d nodes and %d tenants, each with its controller-manager (logs: %s)", o.nodes, o.tenants, d.dir))
+	d.env, err = tenantrytest.Start(ctx, tenantrytest.Options{
+		Tenants:                 o.tenants,
+		HostNodes:               o.nodes,
+		TenantControllerManager: true,
+		BinaryAssetsDirectory:   o.assets,
+		HostCRDs:                crds,
+		LogDirectory:            d.dir,
+	})
+	if err != nil {
 		return nil, err
 	}
 	for _, cp := range d.env.ControlPlanes() {
@@ -122,11 +149,7 @@ func startDev(ctx context.Context, o devOptions, progress func(string)) (_ *devE
 	if o.controlPlanesOnly {
 		return d, nil
 	}
-	progress("starting the controller-manager (log: " + filepath.Join(d.dir, "manager.log") + ")")
-	if d.logFile, err = os.Create(filepath.Join(d.dir, "manager.log")); err != nil {
-		return nil, fmt.Errorf("creating the manager log: %w", err)
-	}
-	o.logger.Output = d.logFile
+	progress("starting Tenantry's controller-manager (log: " + filepath.Join(d.dir, "manager.log") + ")")
 	opts := managerapp.Options{
 		Options: providers.Options{
 			Kubeconfig:             d.kubeconfigs["host"],
@@ -226,8 +249,9 @@ func (d *devEnv) waitReady(ctx context.Context, name string) error {
 }
 
 // stop stops the manager (every tenant's controllers first), then the
-// control planes, and removes a temporary directory.
-func (d *devEnv) stop() error {
+// control planes, and removes a temporary directory unless keepDir asks to
+// keep its logs.
+func (d *devEnv) stop(keepDir bool) error {
 	var errs []error
 	if d.app != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -240,7 +264,7 @@ func (d *devEnv) stop() error {
 	if d.logFile != nil {
 		errs = append(errs, d.logFile.Close())
 	}
-	if d.ownDir {
+	if d.ownDir && !keepDir {
 		errs = append(errs, os.RemoveAll(d.dir))
 	}
 	return errors.Join(errs...)

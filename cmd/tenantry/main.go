@@ -15,6 +15,10 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+
+	"github.com/go-logr/logr"
+
+	"github.com/tenantry/tenantry/providers"
 )
 
 // command is one subcommand: its flags, and what it does with them.
@@ -31,6 +35,9 @@ func main() {
 }
 
 func run(args []string, stderr io.Writer) int {
+	// Until a command routes them somewhere (dev and demo: into the
+	// manager's log), client-go's and controller-runtime's logs go nowhere.
+	providers.SetProcessLoggers(logr.Discard())
 	if len(args) == 0 || args[0] == "help" || args[0] == "-h" || args[0] == "--help" {
 		usage(stderr)
 		if len(args) == 0 {

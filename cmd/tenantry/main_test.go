@@ -34,14 +34,30 @@ func TestRunUsage(t *testing.T) {
 // The demo, end to end, with one tenant: what `make demo` runs.
 func TestDemo(t *testing.T) {
 	var out bytes.Buffer
-	err := runDemo(t.Context(), devOptions{tenants: 1, metricsBindAddress: "0", healthProbeBindAddress: "0"}, time.Minute, &out)
+	err := runDemo(t.Context(), devOptions{tenants: 1, nodes: 2, metricsBindAddress: "0", healthProbeBindAddress: "0"}, time.Minute, &out)
 	if err != nil {
 		t.Fatalf("demo failed: %v\n%s", err, out.String())
 	}
-	for _, want := range []string{"6/6 synced", "cluster IP", "is Running on demo-node-1 with IP 10.244.1.10", "demo complete"} {
+	for _, want := range []string{"7/7 converged", "cluster IP", "2/2 available, Pods Running on kwok-node-", "Complete, 1 Pod succeeded", "demo complete"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("demo output lacks %q:\n%s", want, out.String())
 		}
+	}
+}
+
+// Without kwok the demo stops before it starts anything, naming the missing
+// binary and how to build it.
+func TestDemoWithoutKwok(t *testing.T) {
+	assets := t.TempDir()
+	for _, bin := range []string{"kube-apiserver", "etcd", "kube-controller-manager", "kube-scheduler"} {
+		if err := os.WriteFile(filepath.Join(assets, bin), []byte("#!/bin/sh\n"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var out bytes.Buffer
+	code := run([]string{"demo", "--assets", assets}, &out)
+	if code == 0 || !strings.Contains(out.String(), filepath.Join(assets, "kwok")) || !strings.Contains(out.String(), "make envtest") {
+		t.Fatalf("demo without kwok = %d, %q; want a failure naming %s and make envtest", code, out.String(), filepath.Join(assets, "kwok"))
 	}
 }
 
