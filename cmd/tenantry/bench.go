@@ -18,7 +18,6 @@ import (
 
 	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
 	toolscache "k8s.io/client-go/tools/cache"
@@ -39,11 +38,15 @@ var benchCommand = command{
 	flags: func(fs *flag.FlagSet) func(context.Context) error {
 		o := benchOptions{}
 		fs.StringVar(&o.out, "out", "bench/results", "Directory for results.json and results.md.")
-		fs.StringVar(&o.assets, "assets", "", "Directory holding kube-apiserver and etcd (default: $"+tenantrytest.AssetsEnv+", else this binary's own directory).")
+		fs.StringVar(&o.assets, "assets", "", "Directory holding kube-apiserver, etcd, kube-controller-manager, kube-scheduler and kwok "+
+			"(default: $"+tenantrytest.AssetsEnv+", else this binary's own directory).")
+		fs.IntVar(&o.nodes, "nodes", 2, "Simulated host nodes that run the Pods.")
+		fs.BoolVar(&o.clusterStarts, "cluster-starts", true, "Measure first how long the test clusters take to start, with and without their components.")
 		fs.IntVar(&o.spawnClusters, "spawn-clusters", 50, "Clusters spawned and stopped one by one for the spawn figures.")
 		fs.IntVar(&o.memoryClusters, "memory-clusters", 100, "Clusters spawned at once for the memory figure.")
 		fs.IntVar(&o.latencySamples, "latency-samples", 300, "Objects created for each latency figure.")
 		fs.Float64Var(&o.latencyRate, "latency-rate", 50, "Objects per second while measuring latency.")
+		fs.IntVar(&o.podSamples, "pod-samples", 200, "Pods created, at --latency-rate, for the Pod start figures.")
 		fs.IntVar(&o.throughputTenants, "throughput-tenants", 10, "Tenants syncing at once for the throughput figure.")
 		fs.IntVar(&o.throughputObjects, "throughput-objects", 200, "ConfigMaps per tenant API server for the throughput figure.")
 		fs.Float64Var(&o.tenantQPS, "tenant-host-qps", 100, "Each tenant's host write rate; the raw baseline gets the same per client.")
@@ -54,8 +57,10 @@ var benchCommand = command{
 
 type benchOptions struct {
 	out, assets                          string
+	nodes                                int
+	clusterStarts                        bool
 	spawnClusters, memoryClusters        int
-	latencySamples                       int
+	latencySamples, podSamples           int
 	latencyRate                          float64
 	throughputTenants, throughputObjects int
 	tenantQPS                            float64
@@ -80,8 +85,9 @@ type report struct {
 	Results []result `json:"results"`
 }
 
-// bench is the machinery of one run: a host and two tenant API servers,
-// a hub and a registry with every built-in syncer.
+// bench is the machinery of one run: a host that runs Pods on simulated
+// nodes and two tenants with their own controller-manager, a hub and a
+// registry with every built-in syncer.
 type bench struct {
 	o        benchOptions
 	env      *tenantrytest.Environment
@@ -95,8 +101,17 @@ func runBench(ctx context.Context, o benchOptions, out io.Writer) error {
 	if o.assets == "" {
 		o.assets = defaultAssets()
 	}
-	fmt.Fprintln(out, "==> starting a host and 2 tenant API servers")
-	env, err := tenantrytest.Start(ctx, tenantrytest.Options{Tenants: 2, BinaryAssetsDirectory: o.assets})
+	var results []result
+	if o.clusterStarts {
+		fmt.Fprintln(out, "==> measuring the start of the test clusters")
+		rs, err := clusterStart(ctx, o)
+		if err != nil {
+			return fmt.Errorf("cluster start: %w", err)
+		}
+		results = append(results, rs...)
+	}
+	fmt.Fprintf(out, "==> starting a host with %d nodes and 2 tenants with their controller-manager\n", o.nodes)
+	env, err := tenantrytest.Start(ctx, tenantrytest.Options{Tenants: 2, HostNodes: o.nodes, TenantControllerManager: true, BinaryAssetsDirectory: o.assets})
 	if err != nil {
 		return err
 	}
@@ -123,7 +138,6 @@ func runBench(ctx context.Context, o benchOptions, out io.Writer) error {
 	}, syncer.TenantModule(b.hub, syncer.Options{}, builtin.All()...))
 	defer func() { _ = b.registry.Close(context.Background()) }()
 
-	var results []result
 	for _, step := range []struct {
 		what string
 		run  func(context.Context) ([]result, error)
@@ -132,6 +146,7 @@ func runBench(ctx context.Context, o benchOptions, out io.Writer) error {
 		{"memory per tenant", b.memory},
 		{"sync latency", b.latency},
 		{"throughput", b.throughput},
+		{"Pod start", b.podStart},
 	} {
 		fmt.Fprintln(out, "==> measuring", step.what)
 		rs, err := step.run(ctx)
@@ -140,6 +155,7 @@ func runBench(ctx context.Context, o benchOptions, out io.Writer) error {
 		}
 		results = append(results, rs...)
 	}
+	results = append(results, processMemory(o.assets)...)
 
 	rep := report{
 		Date:    time.Now().UTC().Format(time.RFC3339),
@@ -211,8 +227,8 @@ func (b *bench) memory(ctx context.Context) ([]result, error) {
 	}}, nil
 }
 
-// latency measures tenant create -> host copy, and host status -> tenant,
-// at latencyRate objects per second.
+// latency measures tenant create -> host copy at latencyRate objects per
+// second.
 func (b *bench) latency(ctx context.Context) ([]result, error) {
 	const cluster = "latency"
 	if err := b.registry.Spawn(cluster, b.tenants[0]); err != nil {
@@ -250,47 +266,10 @@ func (b *bench) latency(ctx context.Context) ([]result, error) {
 		return nil, fmt.Errorf("down: %w", err)
 	}
 
-	// Up: write a status on host claims, watch the tenant for it.
-	for i := range b.o.latencySamples {
-		pvc := &corev1.PersistentVolumeClaim{
-			ObjectMeta: metav1.ObjectMeta{Namespace: "bench-latency", Name: fmt.Sprintf("pvc-%d", i)},
-			Spec: corev1.PersistentVolumeClaimSpec{AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
-				Resources: corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")}}},
-		}
-		if err := tenant.Create(ctx, pvc); err != nil {
-			return nil, err
-		}
-	}
-	bound := func(o client.Object) bool { return o.(*corev1.PersistentVolumeClaim).Status.Phase == corev1.ClaimBound }
-	ups, stopTenant, err := watchArrivals(ctx, b.tenants[0], &corev1.PersistentVolumeClaim{}, "bench-latency", bound)
-	if err != nil {
-		return nil, err
-	}
-	defer stopTenant()
-	written := map[string]time.Time{}
-	for i := range b.o.latencySamples {
-		<-tick.C
-		name := fmt.Sprintf("pvc-%d", i)
-		var pvc corev1.PersistentVolumeClaim
-		if err := waitGet(ctx, b.host, client.ObjectKey{Namespace: hostNS, Name: name}, &pvc); err != nil {
-			return nil, err
-		}
-		pvc.Status.Phase = corev1.ClaimBound
-		written[name] = time.Now()
-		if err := b.host.Status().Update(ctx, &pvc); err != nil {
-			return nil, err
-		}
-	}
-	up, err := ups.wait(ctx, written, time.Minute)
-	if err != nil {
-		return nil, fmt.Errorf("up: %w", err)
-	}
 	n := fmt.Sprintf("%d objects at %g/s", b.o.latencySamples, b.o.latencyRate)
 	return []result{
 		ms("down-sync p50 (tenant create -> host copy)", percentile(down, 50), "<= 50 ms", n),
 		ms("down-sync p99", percentile(down, 99), "<= 200 ms", n),
-		ms("up-sync p50 (host status -> tenant)", percentile(up, 50), "", n),
-		ms("up-sync p99", percentile(up, 99), "", n),
 	}, nil
 }
 
@@ -380,6 +359,89 @@ func (b *bench) throughput(ctx context.Context) ([]result, error) {
 	}, nil
 }
 
+// podStart measures, for Pods created in a tenant at latencyRate, the time
+// from the tenant's create to the tenant Pod Running: down to the host, the
+// host's scheduler, kwok's kubelet, and status back up. The last leg, host
+// Pod Running -> tenant Pod Running, is the up-sync figure. The host
+// namespace is warmed first (created, and given its default ServiceAccount
+// by the host's controller-manager), so the figures are a running tenant's.
+func (b *bench) podStart(ctx context.Context) ([]result, error) {
+	const cluster, ns = "pods", "bench-pods"
+	if err := b.registry.Spawn(cluster, b.tenants[0]); err != nil {
+		return nil, err
+	}
+	defer func() { _ = b.registry.Stop(context.Background(), cluster) }()
+	tenant, err := client.New(b.tenants[0], client.Options{})
+	if err != nil {
+		return nil, err
+	}
+	if err := tenant.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
+		return nil, err
+	}
+	if err := tenant.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "warm-up"}}); err != nil {
+		return nil, err
+	}
+	hostNS := syncer.HostNamespace(cluster, ns)
+	for _, wait := range []struct {
+		c   client.Client
+		key client.ObjectKey
+	}{
+		{tenant, client.ObjectKey{Namespace: ns, Name: "default"}}, // Pods need their ServiceAccount
+		{b.host, client.ObjectKey{Namespace: hostNS, Name: "default"}},
+	} {
+		if err := waitGet(ctx, wait.c, wait.key, &corev1.ServiceAccount{}); err != nil {
+			return nil, fmt.Errorf("ServiceAccount %s: %w", wait.key, err)
+		}
+	}
+
+	running := func(o client.Object) bool { return o.(*corev1.Pod).Status.Phase == corev1.PodRunning }
+	hostRunning, stopHost, err := watchArrivals(ctx, b.env.Host.Config(), &corev1.Pod{}, hostNS, running)
+	if err != nil {
+		return nil, err
+	}
+	defer stopHost()
+	tenantRunning, stopTenant, err := watchArrivals(ctx, b.tenants[0], &corev1.Pod{}, ns, running)
+	if err != nil {
+		return nil, err
+	}
+	defer stopTenant()
+
+	created := map[string]time.Time{}
+	tick := time.NewTicker(time.Duration(float64(time.Second) / b.o.latencyRate))
+	defer tick.Stop()
+	for i := range b.o.podSamples {
+		<-tick.C
+		name := fmt.Sprintf("pod-%d", i)
+		created[name] = time.Now()
+		pod := &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+			Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: "nginx"}}},
+		}
+		if err := tenant.Create(ctx, pod); err != nil {
+			return nil, err
+		}
+	}
+	start, err := tenantRunning.wait(ctx, created, 2*time.Minute)
+	if err != nil {
+		return nil, fmt.Errorf("tenant Pods Running: %w", err)
+	}
+	hostTimes, err := hostRunning.times(ctx, created, time.Minute)
+	if err != nil {
+		return nil, fmt.Errorf("host Pods Running: %w", err)
+	}
+	up, err := tenantRunning.wait(ctx, hostTimes, time.Minute)
+	if err != nil {
+		return nil, err
+	}
+	n := fmt.Sprintf("%d Pods at %g/s on %d kwok nodes, through the host's kube-scheduler", b.o.podSamples, b.o.latencyRate, b.o.nodes)
+	return []result{
+		ms("Pod start p50 (tenant create -> Running in the tenant)", percentile(start, 50), "", n),
+		ms("Pod start p99", percentile(start, 99), "", n),
+		ms("up-sync p50 (host Pod Running -> tenant Pod Running)", percentile(up, 50), "", n),
+		ms("up-sync p99", percentile(up, 99), "", n),
+	}, nil
+}
+
 // arrivals records when each object first satisfied a condition.
 type arrivals struct {
 	mu   sync.Mutex
@@ -418,6 +480,21 @@ func watchArrivals(ctx context.Context, cfg *rest.Config, obj client.Object, ns 
 		return nil, nil, fmt.Errorf("watch did not sync")
 	}
 	return a, func() { cancel(); <-done }, nil
+}
+
+// times waits until every name in names has arrived, and returns when each
+// did.
+func (a *arrivals) times(ctx context.Context, names map[string]time.Time, timeout time.Duration) (map[string]time.Time, error) {
+	if _, err := a.wait(ctx, names, timeout); err != nil {
+		return nil, err
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	at := make(map[string]time.Time, len(names))
+	for name := range names {
+		at[name] = a.seen[name]
+	}
+	return at, nil
 }
 
 // wait returns, for each name in since, how long after its time it arrived.

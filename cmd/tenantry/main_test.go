@@ -66,7 +66,7 @@ func TestBenchSmall(t *testing.T) {
 	out := t.TempDir()
 	var log bytes.Buffer
 	err := runBench(t.Context(), benchOptions{
-		out: out, spawnClusters: 2, memoryClusters: 2, latencySamples: 5, latencyRate: 50,
+		out: out, nodes: 1, spawnClusters: 2, memoryClusters: 2, latencySamples: 5, podSamples: 5, latencyRate: 50,
 		throughputTenants: 2, throughputObjects: 10, tenantQPS: 100,
 	}, &log)
 	if err != nil {
@@ -87,7 +87,9 @@ func TestBenchSmall(t *testing.T) {
 			t.Errorf("%s = %v", r.Name, r.Value)
 		}
 	}
-	for _, want := range []string{"spawn p50 (to caches synced)", "heap per idle tenant", "down-sync p99", "up-sync p50 (host status -> tenant)", "throughput ratio synced/raw"} {
+	for _, want := range []string{"spawn p50 (to caches synced)", "heap per idle tenant", "down-sync p99", "throughput ratio synced/raw",
+		"Pod start p50 (tenant create -> Running in the tenant)", "up-sync p99",
+		"memory (RSS) of kube-controller-manager", "memory (RSS) of kwok"} {
 		if !names[want] {
 			t.Errorf("results lack %q", want)
 		}
