@@ -57,8 +57,8 @@ func processMemory(assets string) []result {
 	exes, _ := filepath.Glob("/proc/[0-9]*/exe")
 	for _, exe := range exes {
 		target, err := os.Readlink(exe)
-		if err != nil || filepath.Dir(target) != filepath.Clean(assets) {
-			continue
+		if err != nil || filepath.Dir(target) != filepath.Clean(assets) || filepath.Dir(exe) == fmt.Sprintf("/proc/%d", os.Getpid()) {
+			continue // not a control-plane process (or this one)
 		}
 		status, err := os.ReadFile(filepath.Join(filepath.Dir(exe), "status"))
 		if err != nil {
