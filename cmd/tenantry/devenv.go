@@ -9,6 +9,7 @@ import (
 	"sort"
 	"time"
 
+	"github.com/go-logr/logr"
 	"go.uber.org/fx"
 	corev1 "k8s.io/api/core/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
@@ -67,6 +68,7 @@ type devEnv struct {
 	tenants     map[string]client.Client
 	kubeconfigs map[string]string // cluster name -> file
 	logFile     *os.File
+	log         logr.Logger // into logFile
 }
 
 // startDev brings a dev environment up, or nothing at all.
@@ -105,13 +107,9 @@ func startDev(ctx context.Context, o devOptions, progress func(string)) (_ *devE
 			return nil, fmt.Errorf("creating the manager log: %w", err)
 		}
 		o.logger.Output = d.logFile
-		log, err := providers.NewLogger(o.logger)
-		if err != nil {
+		if d.log, err = providers.NewLogger(o.logger); err != nil {
 			return nil, err
 		}
-		// client-go and controller-runtime log through process-wide
-		// loggers: into the manager's log too, not onto the terminal.
-		providers.SetProcessLoggers(log)
 	}
 	progress(fmt.Sprintf("starting a host with %d nodes and %d tenants, each with its controller-manager (logs: %s)", o.nodes, o.tenants, d.dir))
 	d.env, err = tenantrytest.Start(ctx, tenantrytest.Options{
@@ -150,6 +148,9 @@ func startDev(ctx context.Context, o devOptions, progress func(string)) (_ *devE
 		return d, nil
 	}
 	progress("starting Tenantry's controller-manager (log: " + filepath.Join(d.dir, "manager.log") + ")")
+	// client-go and controller-runtime log through process-wide loggers:
+	// into the manager's log too, not onto the terminal.
+	providers.SetProcessLoggers(d.log)
 	opts := managerapp.Options{
 		Options: providers.Options{
 			Kubeconfig:             d.kubeconfigs["host"],

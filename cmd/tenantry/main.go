@@ -31,13 +31,13 @@ type command struct {
 var commands = []command{devCommand, demoCommand, benchCommand}
 
 func main() {
+	// Until a command routes them somewhere (dev and demo: into the
+	// manager's log), client-go's and controller-runtime's logs go nowhere.
+	providers.SetProcessLoggers(logr.Discard())
 	os.Exit(run(os.Args[1:], os.Stderr))
 }
 
 func run(args []string, stderr io.Writer) int {
-	// Until a command routes them somewhere (dev and demo: into the
-	// manager's log), client-go's and controller-runtime's logs go nowhere.
-	providers.SetProcessLoggers(logr.Discard())
 	if len(args) == 0 || args[0] == "help" || args[0] == "-h" || args[0] == "--help" {
 		usage(stderr)
 		if len(args) == 0 {

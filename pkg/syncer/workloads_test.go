@@ -27,22 +27,13 @@ func TestDeploymentBecomesAvailable(t *testing.T) {
 	useWorld(t)
 	ctx := t.Context()
 	tenant := shared.Tenants["tenant-1"]
-	name := unique("shop")
-	labels := map[string]string{"app": name}
-	deploy := &appsv1.Deployment{
-		ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: name},
-		Spec: appsv1.DeploymentSpec{
-			Replicas: ptr.To[int32](2),
-			Selector: &metav1.LabelSelector{MatchLabels: labels},
-			Template: corev1.PodTemplateSpec{
-				ObjectMeta: metav1.ObjectMeta{Labels: labels},
-				Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "shop", Image: "nginx"}}},
-			},
-		},
-	}
+	deploy := deployment(unique("shop"), 2)
 	svc := &corev1.Service{
-		ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: name},
-		Spec:       corev1.ServiceSpec{Selector: labels, Ports: []corev1.ServicePort{{Port: 80, Protocol: corev1.ProtocolTCP}}},
+		ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: deploy.Name},
+		Spec: corev1.ServiceSpec{
+			Selector: deploy.Spec.Selector.MatchLabels,
+			Ports:    []corev1.ServicePort{{Port: 80, Protocol: corev1.ProtocolTCP}},
+		},
 	}
 	for _, o := range []client.Object{deploy, svc} {
 		if err := tenant.Create(ctx, o); err != nil {
@@ -52,7 +43,73 @@ func TestDeploymentBecomesAvailable(t *testing.T) {
 	// Its Pods would keep running in the host for the other tests.
 	t.Cleanup(func() { _ = tenant.Delete(context.Background(), deploy) })
 
-	eventually(t, 60*time.Second, "Deployment 2/2 Available in the tenant", func(ctx context.Context) (bool, error) {
+	expectAvailable(t, tenant, deploy, 2)
+	ips := expectPodsRunInHost(t, "tenant-1", tenant, deploy, 2)
+	eventually(t, 30*time.Second, fmt.Sprintf("the host Service's endpoints are the Pods' IPs %v", ips), func(ctx context.Context) (bool, error) {
+		var list discoveryv1.EndpointSliceList
+		if err := shared.Host.List(ctx, &list, client.InNamespace(hostNS("tenant-1", "default")),
+			client.MatchingLabels{discoveryv1.LabelServiceName: svc.Name}); err != nil {
+			return false, err
+		}
+		got := readyAddresses(list.Items)
+		return fmt.Sprint(got) == fmt.Sprint(ips), fmt.Errorf("endpoints %v", got)
+	})
+}
+
+// A tenant's API server restarts under its controller-manager and under
+// Tenantry: both reconnect, and a Deployment scaled afterwards becomes
+// Available again with its new Pods running in the host.
+func TestDeploymentScalesAfterTenantAPIServerRestart(t *testing.T) {
+	useWorld(t)
+	ctx := t.Context()
+	tenant := shared.Tenants["tenant-2"]
+	deploy := deployment(unique("api"), 1)
+	if err := tenant.Create(ctx, deploy); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = tenant.Delete(context.Background(), deploy) })
+	expectAvailable(t, tenant, deploy, 1)
+
+	cp := shared.Env.Tenants[1]
+	if err := cp.StopAPIServer(); err != nil {
+		t.Fatal(err)
+	}
+	if err := cp.StartAPIServer(); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 30*time.Second, "Deployment scaled to 3", func(ctx context.Context) (bool, error) {
+		var d appsv1.Deployment
+		if err := tenant.Get(ctx, client.ObjectKeyFromObject(deploy), &d); err != nil {
+			return false, err
+		}
+		d.Spec.Replicas = ptr.To[int32](3)
+		return true, tenant.Update(ctx, &d)
+	})
+	expectAvailable(t, tenant, deploy, 3)
+	expectPodsRunInHost(t, "tenant-2", tenant, deploy, 3)
+}
+
+// deployment is a Deployment of n nginx Pods in namespace default.
+func deployment(name string, n int32) *appsv1.Deployment {
+	labels := map[string]string{"app": name}
+	return &appsv1.Deployment{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: name},
+		Spec: appsv1.DeploymentSpec{
+			Replicas: ptr.To(n),
+			Selector: &metav1.LabelSelector{MatchLabels: labels},
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: labels},
+				Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: "nginx"}}},
+			},
+		},
+	}
+}
+
+// expectAvailable waits until the tenant's Deployment is Available with n
+// available replicas.
+func expectAvailable(t *testing.T, tenant client.Client, deploy *appsv1.Deployment, n int32) {
+	t.Helper()
+	eventually(t, 60*time.Second, fmt.Sprintf("Deployment %s %d/%d Available in the tenant", deploy.Name, n, n), func(ctx context.Context) (bool, error) {
 		var d appsv1.Deployment
 		if err := tenant.Get(ctx, client.ObjectKeyFromObject(deploy), &d); err != nil {
 			return false, err
@@ -61,11 +118,17 @@ func TestDeploymentBecomesAvailable(t *testing.T) {
 		for _, c := range d.Status.Conditions {
 			available = available || c.Type == appsv1.DeploymentAvailable && c.Status == corev1.ConditionTrue
 		}
-		return available && d.Status.AvailableReplicas == 2, fmt.Errorf("%d/%d available", d.Status.AvailableReplicas, *d.Spec.Replicas)
+		return available && d.Status.AvailableReplicas == n, fmt.Errorf("%d/%d available", d.Status.AvailableReplicas, n)
 	})
+}
 
+// expectPodsRunInHost checks that each of the Deployment's n Pods runs in
+// the host on a kwok node, and that the tenant sees the host's node and IP.
+// It returns the Pods' IPs, sorted.
+func expectPodsRunInHost(t *testing.T, cluster string, tenant client.Client, deploy *appsv1.Deployment, n int) []string {
+	t.Helper()
 	var pods corev1.PodList
-	if err := tenant.List(ctx, &pods, client.InNamespace("default"), client.MatchingLabels(labels)); err != nil {
+	if err := tenant.List(t.Context(), &pods, client.InNamespace(deploy.Namespace), client.MatchingLabels(deploy.Spec.Selector.MatchLabels)); err != nil {
 		t.Fatal(err)
 	}
 	var ips []string
@@ -74,7 +137,7 @@ func TestDeploymentBecomesAvailable(t *testing.T) {
 			continue
 		}
 		var host corev1.Pod
-		if err := shared.Host.Get(ctx, shared.HostKey("tenant-1", p.Namespace, p.Name), &host); err != nil {
+		if err := shared.Host.Get(t.Context(), shared.HostKey(cluster, p.Namespace, p.Name), &host); err != nil {
 			t.Fatalf("host copy of Pod %s: %v", p.Name, err)
 		}
 		if !strings.HasPrefix(host.Spec.NodeName, tenantrytest.NodeNamePrefix) || host.Status.Phase != corev1.PodRunning {
@@ -86,20 +149,11 @@ func TestDeploymentBecomesAvailable(t *testing.T) {
 		ips = append(ips, host.Status.PodIP)
 		t.Logf("Pod %s runs on %s with IP %s", p.Name, p.Spec.NodeName, p.Status.PodIP)
 	}
-	slices.Sort(ips)
-	if len(ips) != 2 {
-		t.Fatalf("%d running Pods, want 2", len(ips))
+	if len(ips) != n {
+		t.Fatalf("%d running Pods, want %d", len(ips), n)
 	}
-
-	eventually(t, 30*time.Second, fmt.Sprintf("the host Service's endpoints are the Pods' IPs %v", ips), func(ctx context.Context) (bool, error) {
-		var list discoveryv1.EndpointSliceList
-		if err := shared.Host.List(ctx, &list, client.InNamespace(hostNS("tenant-1", "default")),
-			client.MatchingLabels{discoveryv1.LabelServiceName: name}); err != nil {
-			return false, err
-		}
-		got := readyAddresses(list.Items)
-		return fmt.Sprint(got) == fmt.Sprint(ips), fmt.Errorf("endpoints %v", got)
-	})
+	slices.Sort(ips)
+	return ips
 }
 
 // readyAddresses are the sorted addresses of the ready endpoints in slices.

@@ -287,12 +287,19 @@ func notSchedulable(node *corev1.Node) string {
 // startComponents starts every component in parallel and waits until each
 // is ready. On failure, the ones started are stopped again.
 func (c *ControlPlane) startComponents(ctx context.Context, opts *Options, specs []componentSpec) error {
+	logs := make([]*processLog, len(specs))
+	for i, spec := range specs {
+		var err error
+		if logs[i], err = c.openLog(opts, spec.name); err != nil {
+			return err
+		}
+	}
 	procs := make([]*process, len(specs))
 	errs := make([]error, len(specs))
 	var wg sync.WaitGroup
 	for i, spec := range specs {
 		wg.Go(func() {
-			procs[i], errs[i] = c.startComponent(ctx, opts, spec)
+			procs[i], errs[i] = c.startComponent(ctx, opts, spec, logs[i])
 		})
 	}
 	wg.Wait()
@@ -304,11 +311,7 @@ func (c *ControlPlane) startComponents(ctx context.Context, opts *Options, specs
 	return errors.Join(errs...)
 }
 
-func (c *ControlPlane) startComponent(ctx context.Context, opts *Options, spec componentSpec) (*process, error) {
-	log, err := c.openLog(opts, spec.name, os.Stderr)
-	if err != nil {
-		return nil, err
-	}
+func (c *ControlPlane) startComponent(ctx context.Context, opts *Options, spec componentSpec, log *processLog) (*process, error) {
 	p, err := startProcess(c.name, spec.name, filepath.Join(opts.BinaryAssetsDirectory, spec.name), spec.args, spec.env, log)
 	if err != nil {
 		return nil, err

@@ -66,11 +66,11 @@ func startControlPlane(ctx context.Context, name string, opts *Options, crdPaths
 	if cp.proxy, err = newTCPProxy(); err != nil {
 		return nil, fmt.Errorf("control plane %q: %w", name, err)
 	}
-	etcdLog, err := cp.openLog(opts, "etcd", os.Stderr)
+	etcdLog, err := cp.openLog(opts, "etcd")
 	if err != nil {
 		return nil, err
 	}
-	apiServerLog, err := cp.openLog(opts, "kube-apiserver", os.Stderr)
+	apiServerLog, err := cp.openLog(opts, "kube-apiserver")
 	if err != nil {
 		return nil, err
 	}
@@ -118,10 +118,11 @@ func startControlPlane(ctx context.Context, name string, opts *Options, crdPaths
 }
 
 // openLog opens the log of one of the control plane's processes (see
-// Options.LogDirectory); attached output goes to attach.
-func (c *ControlPlane) openLog(opts *Options, process string, attach io.Writer) (*processLog, error) {
-	if !opts.attachOutput() {
-		attach = nil
+// Options.LogDirectory); attached output goes to this process's stderr.
+func (c *ControlPlane) openLog(opts *Options, process string) (*processLog, error) {
+	var attach io.Writer
+	if opts.attachOutput() {
+		attach = os.Stderr
 	}
 	l, err := newProcessLog(c.name, process, opts.LogDirectory, attach)
 	if err != nil {
