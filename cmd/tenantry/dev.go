@@ -57,13 +57,7 @@ func withDev(ctx context.Context, o devOptions, out io.Writer, f func(*devEnv) e
 	}
 	err = f(d)
 	fmt.Fprintln(out, "==> stopping")
-	if serr := d.stop(err != nil); serr != nil {
-		fmt.Fprintln(out, "stopping:", serr)
-	}
-	if err != nil && d.ownDir {
-		err = fmt.Errorf("%w\n(the logs of the manager and of every control-plane process are kept in %s)", err, d.dir)
-	}
-	return err
+	return d.finish(err)
 }
 
 // showDev prints where the clusters are and waits for ctx to end.

@@ -76,7 +76,7 @@ func startDev(ctx context.Context, o devOptions, progress func(string)) (_ *devE
 	d := &devEnv{dir: o.dir, tenants: map[string]client.Client{}, kubeconfigs: map[string]string{}}
 	defer func() {
 		if retErr != nil {
-			_ = d.stop(false)
+			retErr = d.finish(retErr)
 		}
 	}()
 	if d.dir == "" {
@@ -247,6 +247,30 @@ func (d *devEnv) waitReady(ctx context.Context, name string) error {
 		return fmt.Errorf("VirtualCluster %s did not become Ready: %w", name, err)
 	}
 	return nil
+}
+
+// finish stops d once its work returned err. After a failure, a temporary
+// directory that holds logs is kept, and err says where.
+func (d *devEnv) finish(err error) error {
+	keep := err != nil && d.ownDir && hasLogs(d.dir)
+	if serr := d.stop(keep); serr != nil {
+		err = errors.Join(err, fmt.Errorf("stopping: %w", serr))
+	}
+	if keep {
+		err = fmt.Errorf("%w\n(the logs of the manager and of every control-plane process are kept in %s)", err, d.dir)
+	}
+	return err
+}
+
+// hasLogs says whether dir holds a log with something in it.
+func hasLogs(dir string) bool {
+	logs, _ := filepath.Glob(filepath.Join(dir, "*.log"))
+	for _, l := range logs {
+		if info, err := os.Stat(l); err == nil && info.Size() > 0 {
+			return true
+		}
+	}
+	return false
 }
 
 // stop stops the manager (every tenant's controllers first), then the
