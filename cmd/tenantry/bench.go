@@ -250,16 +250,11 @@ func (b *bench) latency(ctx context.Context) ([]result, error) {
 		return nil, err
 	}
 	defer stopHost()
-	created := map[string]time.Time{}
-	tick := time.NewTicker(time.Duration(float64(time.Second) / b.o.latencyRate))
-	defer tick.Stop()
-	for i := range b.o.latencySamples {
-		<-tick.C
-		name := fmt.Sprintf("cm-%d", i)
-		created[name] = time.Now()
-		if err := tenant.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "bench-latency", Name: name}}); err != nil {
-			return nil, err
-		}
+	created, err := b.createPaced(ctx, tenant, b.o.latencySamples, func(i int) client.Object {
+		return &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "bench-latency", Name: fmt.Sprintf("cm-%d", i)}}
+	})
+	if err != nil {
+		return nil, err
 	}
 	down, err := arrivals.wait(ctx, created, time.Minute)
 	if err != nil {
@@ -406,20 +401,14 @@ func (b *bench) podStart(ctx context.Context) ([]result, error) {
 	}
 	defer stopTenant()
 
-	created := map[string]time.Time{}
-	tick := time.NewTicker(time.Duration(float64(time.Second) / b.o.latencyRate))
-	defer tick.Stop()
-	for i := range b.o.podSamples {
-		<-tick.C
-		name := fmt.Sprintf("pod-%d", i)
-		created[name] = time.Now()
-		pod := &corev1.Pod{
-			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+	created, err := b.createPaced(ctx, tenant, b.o.podSamples, func(i int) client.Object {
+		return &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: fmt.Sprintf("pod-%d", i)},
 			Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: "nginx"}}},
 		}
-		if err := tenant.Create(ctx, pod); err != nil {
-			return nil, err
-		}
+	})
+	if err != nil {
+		return nil, err
 	}
 	start, err := tenantRunning.wait(ctx, created, 2*time.Minute)
 	if err != nil {
@@ -440,6 +429,23 @@ func (b *bench) podStart(ctx context.Context) ([]result, error) {
 		ms("up-sync p50 (host Pod Running -> tenant Pod Running)", percentile(up, 50), "", n),
 		ms("up-sync p99", percentile(up, 99), "", n),
 	}, nil
+}
+
+// createPaced creates n objects, object(0) to object(n-1), at latencyRate
+// per second through c, and returns when each was created, by name.
+func (b *bench) createPaced(ctx context.Context, c client.Client, n int, object func(i int) client.Object) (map[string]time.Time, error) {
+	created := make(map[string]time.Time, n)
+	tick := time.NewTicker(time.Duration(float64(time.Second) / b.o.latencyRate))
+	defer tick.Stop()
+	for i := range n {
+		<-tick.C
+		obj := object(i)
+		created[obj.GetName()] = time.Now()
+		if err := c.Create(ctx, obj); err != nil {
+			return nil, err
+		}
+	}
+	return created, nil
 }
 
 // arrivals records when each object first satisfied a condition.

@@ -13,6 +13,7 @@ import (
 	"github.com/go-logr/logr/funcr"
 	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -331,14 +332,13 @@ func TestPodSync(t *testing.T) {
 	if !strings.HasPrefix(running.Spec.NodeName, tenantrytest.NodeNamePrefix) {
 		t.Errorf("host Pod runs on %q, not on a kwok node", running.Spec.NodeName)
 	}
-	eventually(t, 10*time.Second, "tenant Pod bound, Running and Ready like its host Pod", func(ctx context.Context) (bool, error) {
+	eventually(t, 10*time.Second, "tenant Pod bound to the host Pod's node, with its status (Running, Ready, IP)", func(ctx context.Context) (bool, error) {
 		var p corev1.Pod
 		if err := tenant.Get(ctx, client.ObjectKeyFromObject(pod), &p); err != nil {
 			return false, err
 		}
-		ok := p.Spec.NodeName == running.Spec.NodeName && p.Status.Phase == corev1.PodRunning &&
-			p.Status.PodIP == running.Status.PodIP && podReady(&p)
-		return ok, fmt.Errorf("node %q phase %q ip %q", p.Spec.NodeName, p.Status.Phase, p.Status.PodIP)
+		ok := p.Spec.NodeName == running.Spec.NodeName && equality.Semantic.DeepEqual(p.Status, running.Status)
+		return ok, fmt.Errorf("node %q phase %q ip %q conditions %v", p.Spec.NodeName, p.Status.Phase, p.Status.PodIP, p.Status.Conditions)
 	})
 
 	t.Run("a tenant Pod's deletion is mirrored, and completed once the host Pod is gone", func(t *testing.T) {

@@ -169,12 +169,3 @@ func readyAddresses(items []discoveryv1.EndpointSlice) []string {
 	slices.Sort(addrs)
 	return addrs
 }
-
-func podReady(p *corev1.Pod) bool {
-	for _, c := range p.Status.Conditions {
-		if c.Type == corev1.PodReady {
-			return c.Status == corev1.ConditionTrue
-		}
-	}
-	return false
-}

@@ -63,6 +63,10 @@ type componentSpec struct {
 // the host with nodes, kube-controller-manager, kube-scheduler and kwok; for
 // a tenant, kube-controller-manager if asked for.
 func (c *ControlPlane) components(opts *Options) ([]componentSpec, error) {
+	runsNodes := c.isHost() && opts.HostNodes > 0
+	if !runsNodes && !c.runsControllerManager(opts) {
+		return nil, nil // bare API servers pay nothing
+	}
 	kubeconfig := filepath.Join(c.dir, "admin.kubeconfig")
 	data, err := c.Kubeconfig()
 	if err != nil {
@@ -80,7 +84,7 @@ func (c *ControlPlane) components(opts *Options) ([]componentSpec, error) {
 	if c.runsControllerManager(opts) {
 		specs = append(specs, c.controllerManager(kubeconfig, clientset))
 	}
-	if c.isHost() && opts.HostNodes > 0 {
+	if runsNodes {
 		scheduler, err := c.scheduler(kubeconfig)
 		if err != nil {
 			return nil, err
