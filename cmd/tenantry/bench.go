@@ -230,19 +230,13 @@ func (b *bench) memory(ctx context.Context) ([]result, error) {
 // latency measures tenant create -> host copy at latencyRate objects per
 // second.
 func (b *bench) latency(ctx context.Context) ([]result, error) {
-	const cluster = "latency"
-	if err := b.registry.Spawn(cluster, b.tenants[0]); err != nil {
-		return nil, err
-	}
-	defer func() { _ = b.registry.Stop(context.Background(), cluster) }()
-	tenant, err := client.New(b.tenants[0], client.Options{})
+	const cluster, ns = "latency", "bench-latency"
+	tenant, stop, err := b.spawnWithNamespace(ctx, cluster, ns)
 	if err != nil {
 		return nil, err
 	}
-	hostNS := syncer.HostNamespace(cluster, "bench-latency")
-	if err := tenant.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "bench-latency"}}); err != nil {
-		return nil, err
-	}
+	defer stop()
+	hostNS := syncer.HostNamespace(cluster, ns)
 
 	// Down: watch the host for the copies' arrival.
 	arrivals, stopHost, err := watchArrivals(ctx, b.env.Host.Config(), &corev1.ConfigMap{}, hostNS, func(o client.Object) bool { return true })
@@ -251,7 +245,7 @@ func (b *bench) latency(ctx context.Context) ([]result, error) {
 	}
 	defer stopHost()
 	created, err := b.createPaced(ctx, tenant, b.o.latencySamples, func(i int) client.Object {
-		return &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "bench-latency", Name: fmt.Sprintf("cm-%d", i)}}
+		return &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: fmt.Sprintf("cm-%d", i)}}
 	})
 	if err != nil {
 		return nil, err
@@ -362,17 +356,11 @@ func (b *bench) throughput(ctx context.Context) ([]result, error) {
 // by the host's controller-manager), so the figures are a running tenant's.
 func (b *bench) podStart(ctx context.Context) ([]result, error) {
 	const cluster, ns = "pods", "bench-pods"
-	if err := b.registry.Spawn(cluster, b.tenants[0]); err != nil {
-		return nil, err
-	}
-	defer func() { _ = b.registry.Stop(context.Background(), cluster) }()
-	tenant, err := client.New(b.tenants[0], client.Options{})
+	tenant, stop, err := b.spawnWithNamespace(ctx, cluster, ns)
 	if err != nil {
 		return nil, err
 	}
-	if err := tenant.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
-		return nil, err
-	}
+	defer stop()
 	if err := tenant.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "warm-up"}}); err != nil {
 		return nil, err
 	}
@@ -429,6 +417,24 @@ func (b *bench) podStart(ctx context.Context) ([]result, error) {
 		ms("up-sync p50 (host Pod Running -> tenant Pod Running)", percentile(up, 50), "", n),
 		ms("up-sync p99", percentile(up, 99), "", n),
 	}, nil
+}
+
+// spawnWithNamespace spawns cluster on the first tenant API server and
+// creates namespace ns there; stop stops the cluster again.
+func (b *bench) spawnWithNamespace(ctx context.Context, cluster, ns string) (_ client.Client, stop func(), err error) {
+	if err := b.registry.Spawn(cluster, b.tenants[0]); err != nil {
+		return nil, nil, err
+	}
+	stop = func() { _ = b.registry.Stop(context.Background(), cluster) }
+	tenant, err := client.New(b.tenants[0], client.Options{})
+	if err == nil {
+		err = tenant.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}})
+	}
+	if err != nil {
+		stop()
+		return nil, nil, err
+	}
+	return tenant, stop, nil
 }
 
 // createPaced creates n objects, object(0) to object(n-1), at latencyRate
