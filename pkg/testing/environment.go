@@ -70,8 +70,8 @@ type Options struct {
 	StartTimeout time.Duration
 	StopTimeout  time.Duration
 
-	// AttachControlPlaneOutput sends the processes' output to this process's
-	// stdout and stderr, to debug a control plane that does not start; so
+	// AttachControlPlaneOutput copies the processes' output to this
+	// process's stderr, to debug a control plane that does not start; so
 	// does $KUBEBUILDER_ATTACH_CONTROL_PLANE_OUTPUT=true.
 	AttachControlPlaneOutput bool
 

@@ -109,7 +109,7 @@ func (p *process) stop(timeout time.Duration) error {
 
 // processLog is where a process's output goes: always into a bounded tail
 // kept for errors, and to the writers the Options ask for (a file under
-// LogDirectory, this process's stdout or stderr).
+// LogDirectory, this process's stderr).
 type processLog struct {
 	name string
 	out  io.Writer
