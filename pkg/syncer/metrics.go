@@ -26,8 +26,13 @@ var (
 		Name: "tenantry_syncer_conflicts_total",
 		Help: "Syncs that met a conflict: a newer object (retried) or a host object Tenantry does not own (left alone).",
 	}, []string{"cluster", "resource", "reason"})
+
+	hostRejections = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "tenantry_syncer_host_rejections_total",
+		Help: "Writes of a copy that the host refused (Pod Security, quota, admission, validation), by the API status reason.",
+	}, []string{"cluster", "resource", "reason"})
 )
 
 func init() {
-	metrics.Registry.MustRegister(driftFound, driftRepaired, writes, conflicts)
+	metrics.Registry.MustRegister(driftFound, driftRepaired, writes, conflicts, hostRejections)
 }

@@ -92,7 +92,7 @@ func setup(mgr manager.Manager, cluster string, log logr.Logger, hub *Hub, opts 
 		r := &reconciler{
 			syncer: s, translator: tr, namespaces: namespaces,
 			tenant: mgr.GetClient(), hostRead: hub.Reader(), host: host,
-			recorder: recorder, excluded: excluded,
+			recorder: recorder, excluded: excluded, rejections: newRejections(),
 		}
 		b := builder.ControllerManagedBy(mgr).
 			Named(cluster+"-"+s.Name+"-syncer").

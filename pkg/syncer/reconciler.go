@@ -45,6 +45,8 @@ type reconciler struct {
 	// drifted holds the keys the patroller found out of sync, until a sync
 	// repairs them.
 	drifted sync.Map
+	// rejections are the copies the host refused, retried with backoff.
+	rejections *rejections
 }
 
 func (r *reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
@@ -57,6 +59,11 @@ func (r *reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 			return reconcile.Result{}, fmt.Errorf("reading tenant %s %s: %w", r.syncer.Name, req.NamespacedName, err)
 		}
 		tenant = nil
+	}
+	if tenant != nil {
+		if wait, refused := r.rejections.pending(req.NamespacedName, tenant.GetResourceVersion()); refused {
+			return reconcile.Result{RequeueAfter: wait}, nil // the host refused this very object; its retry is not due
+		}
 	}
 	hostKey := r.translator.HostKey(req.NamespacedName, r.syncer.ClusterScoped)
 	host := r.syncer.Object()
@@ -74,6 +81,10 @@ func (r *reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	wrote, result, err := r.sync(ctx, req.NamespacedName, tenant, host)
 	if err == nil {
 		r.settleDrift(req.NamespacedName, wrote)
+		r.rejections.forget(req.NamespacedName)
+	}
+	if refusal := hostRejection(err); refusal != nil && tenant != nil {
+		return r.hostRejected(ctx, req.NamespacedName, tenant, refusal)
 	}
 	if apierrors.IsConflict(err) {
 		conflicts.WithLabelValues(r.translator.Cluster, r.syncer.Name, "newer-object").Inc()

@@ -60,6 +60,13 @@ type Syncer struct {
 	// labels carry meaning for the host itself, such as Namespaces.
 	CopyUserMetadata bool
 
+	// HostRejected, if set, runs each time the host refuses the tenant
+	// object's copy, with the host's message, after the framework has given
+	// the tenant object a Warning Event (reason ReasonHostRejected) for it:
+	// Pods use it to report PodScheduled=False. It writes through c, the
+	// tenant's client.
+	HostRejected func(ctx context.Context, c client.Client, tenant client.Object, message string) error
+
 	// FinishDelete, if set, runs when a tenant object is being deleted and
 	// its host copy is gone: Pods use it to complete their deletion in a
 	// tenant that has no kubelet.

@@ -3,6 +3,7 @@ package builtin
 import (
 	"context"
 	"fmt"
+	"slices"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -42,8 +43,42 @@ func Pods() syncer.Syncer {
 			return nil
 		},
 		Up:           podUp,
+		HostRejected: podRejected,
 		FinishDelete: finishPodDelete,
 	}
+}
+
+// podRejected tells a tenant Pod that the host refused to run it, as a
+// scheduler tells of a Pod it cannot place: PodScheduled=False, with the
+// host's message. The host Pod's status replaces it once the host accepts.
+func podRejected(ctx context.Context, c client.Client, t client.Object, message string) error {
+	pod := t.(*corev1.Pod)
+	if pod.Spec.NodeName != "" {
+		return nil // it runs: the host refused a change, told by the Event alone
+	}
+	want := corev1.PodCondition{
+		Type: corev1.PodScheduled, Status: corev1.ConditionFalse,
+		Reason: syncer.ReasonHostRejected, Message: message,
+	}
+	i := slices.IndexFunc(pod.Status.Conditions, func(c corev1.PodCondition) bool { return c.Type == corev1.PodScheduled })
+	switch {
+	case i < 0:
+		want.LastTransitionTime = metav1.Now()
+		pod.Status.Conditions = append(pod.Status.Conditions, want)
+	case pod.Status.Conditions[i].Status == want.Status && pod.Status.Conditions[i].Reason == want.Reason &&
+		pod.Status.Conditions[i].Message == want.Message:
+		return nil
+	default:
+		want.LastTransitionTime = pod.Status.Conditions[i].LastTransitionTime
+		if pod.Status.Conditions[i].Status != want.Status {
+			want.LastTransitionTime = metav1.Now()
+		}
+		pod.Status.Conditions[i] = want
+	}
+	if err := c.Status().Update(ctx, pod); err != nil {
+		return fmt.Errorf("reporting the host's refusal on the tenant Pod: %w", err)
+	}
+	return nil
 }
 
 // podSpecDown is the host Pod spec for a tenant Pod spec.

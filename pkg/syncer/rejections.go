@@ -1,0 +1,125 @@
+package syncer
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/util/workqueue"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+)
+
+// ReasonHostRejected is the reason of the Warning Event a tenant object gets
+// when the host refuses its copy (Pod Security, a quota, an admission
+// webhook or policy, validation), and of the condition a syncer may set on
+// it (a Pod's PodScheduled=False).
+const ReasonHostRejected = "HostRejected"
+
+// Retries of a refused copy back off, doubling, from rejectionBaseDelay to
+// rejectionMaxDelay. Some refusals pass in a moment (a Pod created before
+// the host's controller-manager gave its new namespace the default
+// ServiceAccount), others wait for a person (a quota raised, a policy
+// relaxed).
+const (
+	rejectionBaseDelay = 200 * time.Millisecond
+	rejectionMaxDelay  = 5 * time.Minute
+)
+
+// hostRejection is the host's refusal of a write, or nil if err is not one:
+// the host answered, and its answer is about the object itself. Other
+// failures (the host unreachable, a conflict, a timeout) are not the
+// tenant's to hear of.
+func hostRejection(err error) *apierrors.StatusError {
+	var status *apierrors.StatusError
+	if !errors.As(err, &status) {
+		return nil
+	}
+	if apierrors.IsForbidden(err) || apierrors.IsInvalid(err) || apierrors.IsBadRequest(err) ||
+		apierrors.IsRequestEntityTooLargeError(err) {
+		return status
+	}
+	return nil
+}
+
+// rejections remembers, per tenant object, the host's last refusal and when
+// to try again, so that a refusal is told (as an Event and a log line) once
+// per change of the host's message, and retried with a growing delay, not
+// at the pace of the events and patrols that bring the object back.
+type rejections struct {
+	backoff workqueue.TypedRateLimiter[types.NamespacedName]
+
+	mu   sync.Mutex
+	last map[types.NamespacedName]rejection
+}
+
+// rejection is the host's last refusal of one tenant object's copy.
+type rejection struct {
+	message string
+	version string // the tenant object's resourceVersion that was refused
+	retryAt time.Time
+}
+
+func newRejections() *rejections {
+	return &rejections{
+		backoff: workqueue.NewTypedItemExponentialFailureRateLimiter[types.NamespacedName](rejectionBaseDelay, rejectionMaxDelay),
+		last:    map[types.NamespacedName]rejection{},
+	}
+}
+
+// record notes a refusal of version of key's copy with message; it reports
+// whether the message is new (and so to be told) and when to retry.
+func (r *rejections) record(key types.NamespacedName, version, message string) (news bool, retry time.Duration) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	news = r.last[key].message != message
+	retry = r.backoff.When(key)
+	r.last[key] = rejection{message: message, version: version, retryAt: time.Now().Add(retry)}
+	return news, retry
+}
+
+// pending is how long a sync of version of key must still wait: the host
+// refused that very version, and its retry is not due. A changed tenant
+// object is tried at once.
+func (r *rejections) pending(key types.NamespacedName, version string) (time.Duration, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	last, ok := r.last[key]
+	if !ok || last.version != version {
+		return 0, false
+	}
+	wait := time.Until(last.retryAt)
+	return wait, wait > 0
+}
+
+// forget clears key once its copy was written, or its tenant object is gone.
+func (r *rejections) forget(key types.NamespacedName) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	delete(r.last, key)
+	r.backoff.Forget(key)
+}
+
+// hostRejected reports the host's refusal of tenant's copy: a Warning Event
+// on the tenant object and a log line when the host says something new,
+// the syncer's own report (HostRejected), and a retry after a growing delay.
+func (r *reconciler) hostRejected(ctx context.Context, key types.NamespacedName, tenant client.Object, refusal *apierrors.StatusError) (reconcile.Result, error) {
+	message := refusal.ErrStatus.Message
+	news, retry := r.rejections.record(key, tenant.GetResourceVersion(), message)
+	hostRejections.WithLabelValues(r.translator.Cluster, r.syncer.Name, string(refusal.ErrStatus.Reason)).Inc()
+	if news {
+		ctrl.LoggerFrom(ctx).Info("the host refused the copy; retrying with backoff", "reason", refusal.ErrStatus.Reason, "message", message, "retryIn", retry.String())
+		r.recorder.Eventf(tenant, nil, corev1.EventTypeWarning, ReasonHostRejected, "Sync", "the host refused this object's copy: %s", message)
+	}
+	if r.syncer.HostRejected != nil {
+		if err := r.syncer.HostRejected(ctx, r.tenant, tenant.DeepCopyObject().(client.Object), message); err != nil {
+			return reconcile.Result{}, err
+		}
+	}
+	return reconcile.Result{RequeueAfter: retry}, nil
+}

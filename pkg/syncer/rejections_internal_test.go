@@ -1,0 +1,67 @@
+package syncer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+)
+
+func TestHostRejection(t *testing.T) {
+	pods := schema.GroupResource{Resource: "pods"}
+	for _, tc := range []struct {
+		name string
+		err  error
+		want bool
+	}{
+		{"Pod Security", apierrors.NewForbidden(pods, "web", errors.New(`violates PodSecurity "baseline:latest"`)), true},
+		{"invalid", apierrors.NewInvalid(schema.GroupKind{Kind: "Pod"}, "web", field.ErrorList{field.Required(field.NewPath("spec"), "")}), true},
+		{"webhook's bad request", apierrors.NewBadRequest("denied by policy"), true},
+		{"too large", apierrors.NewRequestEntityTooLargeError("limit is 3145728"), true},
+		{"wrapped", fmt.Errorf("creating host pods x: %w", apierrors.NewForbidden(pods, "web", errors.New("quota"))), true},
+		{"conflict", apierrors.NewConflict(pods, "web", errors.New("newer")), false},
+		{"host unavailable", apierrors.NewServiceUnavailable("later"), false},
+		{"timeout", apierrors.NewTimeoutError("slow", 1), false},
+		{"not an API error", context.DeadlineExceeded, false},
+	} {
+		if got := hostRejection(tc.err) != nil; got != tc.want {
+			t.Errorf("%s: hostRejection = %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}
+
+// A refusal is news once per message; the same object version waits for
+// its retry, a changed one does not; success forgets it all.
+func TestRejectionsBackOff(t *testing.T) {
+	r := newRejections()
+	key := types.NamespacedName{Namespace: "default", Name: "web"}
+	news, first := r.record(key, "1", "quota exceeded")
+	if !news || first != rejectionBaseDelay {
+		t.Fatalf("first refusal: news %v, retry %s; want news, %s", news, first, rejectionBaseDelay)
+	}
+	news, second := r.record(key, "1", "quota exceeded")
+	if news || second != 2*first {
+		t.Fatalf("same refusal again: news %v, retry %s; want no news, %s", news, second, 2*first)
+	}
+	if news, _ := r.record(key, "1", "denied by policy"); !news {
+		t.Fatal("a new message is not news")
+	}
+	if _, waiting := r.pending(key, "1"); !waiting {
+		t.Fatal("the refused version does not wait for its retry")
+	}
+	if _, waiting := r.pending(key, "2"); waiting {
+		t.Fatal("a changed object waits for the old one's retry")
+	}
+	r.forget(key)
+	if _, waiting := r.pending(key, "1"); waiting {
+		t.Fatal("a forgotten key still waits")
+	}
+	if news, retry := r.record(key, "1", "denied by policy"); !news || retry != rejectionBaseDelay {
+		t.Fatalf("after forget: news %v, retry %s; want news, %s", news, retry, rejectionBaseDelay)
+	}
+}

@@ -1,0 +1,174 @@
+package syncer_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/metrics"
+
+	"github.com/tenantry/tenantry/pkg/syncer"
+)
+
+// A Pod that the host's Pod Security level refuses is explained to the
+// tenant: a Warning Event with the host's message, and PodScheduled=False,
+// as for a Pod no scheduler can place.
+func TestRefusedPodIsExplained(t *testing.T) {
+	useWorld(t)
+	ctx := t.Context()
+	tenant := shared.Tenants["tenant-1"]
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: unique("privileged")},
+		Spec: corev1.PodSpec{Containers: []corev1.Container{{
+			Name: "root", Image: "busybox",
+			SecurityContext: &corev1.SecurityContext{Privileged: ptr.To(true)},
+		}}},
+	}
+	if err := tenant.Create(ctx, pod); err != nil { // the tenant's own level allows it
+		t.Fatal(err)
+	}
+	event := expectHostRejectedEvent(t, tenant, pod.Namespace, pod.Name, "PodSecurity")
+	eventually(t, 10*time.Second, "PodScheduled=False with reason HostRejected", func(ctx context.Context) (bool, error) {
+		var p corev1.Pod
+		if err := tenant.Get(ctx, client.ObjectKeyFromObject(pod), &p); err != nil {
+			return false, err
+		}
+		for _, c := range p.Status.Conditions {
+			if c.Type == corev1.PodScheduled {
+				ok := c.Status == corev1.ConditionFalse && c.Reason == syncer.ReasonHostRejected && strings.Contains(c.Message, "privileged")
+				return ok, fmt.Errorf("PodScheduled %s, %s: %s", c.Status, c.Reason, c.Message)
+			}
+		}
+		return false, fmt.Errorf("no PodScheduled condition in %v", p.Status.Conditions)
+	})
+	t.Logf("tenant event: %s", event.Note)
+	err := shared.Host.Get(ctx, shared.HostKey("tenant-1", pod.Namespace, pod.Name), &corev1.Pod{})
+	if !apierrors.IsNotFound(err) {
+		t.Fatalf("the refused Pod is in the host: %v", err)
+	}
+}
+
+// Any object the host refuses is explained to the tenant once per refusal,
+// not once per retry, and synced once the host accepts it: here a Secret
+// beyond a host quota on the tenant namespace.
+func TestRefusedObjectIsExplainedAndRetried(t *testing.T) {
+	useWorld(t)
+	ctx := t.Context()
+	tenant := shared.Tenants["tenant-1"]
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: unique("quota")}}
+	if err := tenant.Create(ctx, ns); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = tenant.Delete(context.Background(), ns) })
+	opener := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns.Name, Name: "opener"}}
+	if err := tenant.Create(ctx, opener); err != nil {
+		t.Fatal(err)
+	}
+	hostNamespace := hostNS("tenant-1", ns.Name)
+	eventually(t, 10*time.Second, "host namespace "+hostNamespace, func(ctx context.Context) (bool, error) {
+		err := shared.Host.Get(ctx, client.ObjectKey{Name: hostNamespace}, &corev1.Namespace{})
+		return err == nil, err
+	})
+	// A host administrator allows the tenant namespace no Secrets.
+	quota := &corev1.ResourceQuota{
+		ObjectMeta: metav1.ObjectMeta{Namespace: hostNamespace, Name: "no-secrets"},
+		Spec:       corev1.ResourceQuotaSpec{Hard: corev1.ResourceList{"count/secrets": resource.MustParse("0")}},
+	}
+	if err := shared.Host.Create(ctx, quota); err != nil {
+		t.Fatal(err)
+	}
+
+	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns.Name, Name: "credentials"}, StringData: map[string]string{"k": "v"}}
+	if err := tenant.Create(ctx, secret); err != nil {
+		t.Fatal(err)
+	}
+	expectHostRejectedEvent(t, tenant, ns.Name, secret.Name, "quota")
+	// It is retried, with backoff: three more refusals, still one Event.
+	series := map[string]string{"cluster": "tenant-1", "resource": "secrets", "reason": string(metav1.StatusReasonForbidden)}
+	before := counterValue(t, "tenantry_syncer_host_rejections_total", series)
+	eventually(t, 30*time.Second, "three more refusals", func(context.Context) (bool, error) {
+		n := counterValue(t, "tenantry_syncer_host_rejections_total", series) - before
+		return n >= 3, fmt.Errorf("%g more", n)
+	})
+	events := hostRejectedEvents(t, tenant, ns.Name, secret.Name)
+	if len(events) != 1 {
+		t.Fatalf("%d HostRejected Events for one unchanged refusal, want 1", len(events))
+	}
+	if events[0].Series != nil {
+		t.Fatalf("the HostRejected Event was repeated: series %+v", events[0].Series)
+	}
+
+	if err := shared.Host.Delete(ctx, quota); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 2*time.Minute, "the Secret synced once the host accepts it", func(ctx context.Context) (bool, error) {
+		err := shared.Host.Get(ctx, client.ObjectKey{Namespace: hostNamespace, Name: secret.Name}, &corev1.Secret{})
+		return err == nil, err
+	})
+}
+
+// expectHostRejectedEvent waits for the HostRejected Event on tenant object
+// ns/name whose note holds want, and returns it.
+func expectHostRejectedEvent(t *testing.T, tenant client.Client, ns, name, want string) eventsv1.Event {
+	t.Helper()
+	var found eventsv1.Event
+	eventually(t, 20*time.Second, fmt.Sprintf("HostRejected Event on %s/%s saying %q", ns, name, want), func(context.Context) (bool, error) {
+		for _, e := range hostRejectedEvents(t, tenant, ns, name) {
+			if e.Type == corev1.EventTypeWarning && strings.Contains(e.Note, want) {
+				found = e
+				return true, nil
+			}
+		}
+		return false, nil
+	})
+	return found
+}
+
+func hostRejectedEvents(t *testing.T, tenant client.Client, ns, name string) []eventsv1.Event {
+	t.Helper()
+	var list eventsv1.EventList
+	if err := tenant.List(t.Context(), &list, client.InNamespace(ns)); err != nil {
+		t.Fatal(err)
+	}
+	var out []eventsv1.Event
+	for _, e := range list.Items {
+		if e.Regarding.Name == name && e.Reason == syncer.ReasonHostRejected {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+// counterValue is the value of a counter series in controller-runtime's
+// registry, where the syncers' metrics are; 0 if it has none yet.
+func counterValue(t *testing.T, name string, labels map[string]string) float64 {
+	t.Helper()
+	families, err := metrics.Registry.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range families {
+		if f.GetName() != name {
+			continue
+		}
+	series:
+		for _, m := range f.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if v, ok := labels[l.GetName()]; ok && v != l.GetValue() {
+					continue series
+				}
+			}
+			return m.GetCounter().GetValue()
+		}
+	}
+	return 0
+}
