@@ -107,7 +107,7 @@ func (p *patroller) drifted(t, h client.Object, found bool) bool {
 		return found
 	}
 	if !found {
-		return !s.OnlyExisting
+		return !s.OnlyExisting && !s.lost(t) // a lost copy is reported on its deletion's event and at start
 	}
 	if h.GetAnnotations()[AnnotationTenantUID] != string(t.GetUID()) {
 		return true

@@ -119,7 +119,13 @@ func (r *reconciler) sync(ctx context.Context, key types.NamespacedName, tenant,
 	}
 
 	if host == nil {
-		if r.syncer.OnlyExisting {
+		switch {
+		case r.syncer.OnlyExisting:
+			return false, reconcile.Result{}, nil
+		case r.syncer.lost(tenant):
+			if err := r.syncer.Lost(ctx, r.tenant, tenant.DeepCopyObject().(client.Object)); err != nil {
+				return false, reconcile.Result{}, fmt.Errorf("reporting the loss of the host copy of %s %s: %w", r.syncer.Name, key, err)
+			}
 			return false, reconcile.Result{}, nil
 		}
 		return r.createHost(ctx, tenant)

@@ -60,6 +60,18 @@ type Syncer struct {
 	// labels carry meaning for the host itself, such as Namespaces.
 	CopyUserMetadata bool
 
+	// Created, if set, says whether the host copy of tenant was made
+	// before, as the tenant object itself shows: a Pod bound to a node was
+	// scheduled, and so ran, in the host. Once gone, such a copy is never
+	// made again (running a Pod twice is not the syncer's to decide); Lost
+	// reports the loss instead, and the patroller leaves it alone.
+	Created func(tenant client.Object) bool
+
+	// Lost reports on the tenant object, through c, that its host copy,
+	// which Created says was made, is gone: a Pod ends Failed, saying why.
+	// It runs on every sync of such an object and writes only what changes.
+	Lost func(ctx context.Context, c client.Client, tenant client.Object) error
+
 	// HostRejected, if set, runs each time the host refuses the tenant
 	// object's copy, with the host's message, after the framework has given
 	// the tenant object a Warning Event (reason ReasonHostRejected) for it:
@@ -82,6 +94,8 @@ func (s *Syncer) Validate() error {
 		return fmt.Errorf("syncer %s has no Object", s.Name)
 	case s.Down == nil:
 		return fmt.Errorf("syncer %s has no Down", s.Name)
+	case (s.Created == nil) != (s.Lost == nil):
+		return fmt.Errorf("syncer %s sets one of Created and Lost without the other", s.Name)
 	}
 	return nil
 }
@@ -94,6 +108,12 @@ func (s *Syncer) GVK(scheme *runtime.Scheme) (schema.GroupVersionKind, error) {
 		return schema.GroupVersionKind{}, fmt.Errorf("syncer %s: %w", s.Name, err)
 	}
 	return gvk, nil
+}
+
+// lost says whether tenant's host copy, when missing, was made before and
+// must not be made again.
+func (s *Syncer) lost(tenant client.Object) bool {
+	return s.Created != nil && s.Created(tenant)
 }
 
 // wants applies Filter.

@@ -9,12 +9,15 @@ import (
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
+	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/tenantry/tenantry/pkg/syncer/builtin"
 	tenantrytest "github.com/tenantry/tenantry/pkg/testing"
 )
 
@@ -168,4 +171,91 @@ func readyAddresses(items []discoveryv1.EndpointSlice) []string {
 	}
 	slices.Sort(addrs)
 	return addrs
+}
+
+// A host Pod deleted by hand is not run again: its tenant Pod ends Failed,
+// saying so, and the tenant's Deployment replaces it, as on any cluster.
+func TestDeletedHostPodFailsItsTenantPod(t *testing.T) {
+	useWorld(t)
+	ctx := t.Context()
+	tenant := shared.Tenants["tenant-1"]
+	deploy := deployment(unique("lost"), 1)
+	if err := tenant.Create(ctx, deploy); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = tenant.Delete(context.Background(), deploy) })
+	expectAvailable(t, tenant, deploy, 1)
+	var pods corev1.PodList
+	if err := tenant.List(ctx, &pods, client.InNamespace("default"), client.MatchingLabels(deploy.Spec.Selector.MatchLabels)); err != nil || len(pods.Items) != 1 {
+		t.Fatalf("%d Pods (%v), want 1", len(pods.Items), err)
+	}
+	victim := pods.Items[0]
+	hostKey := shared.HostKey("tenant-1", victim.Namespace, victim.Name)
+	if err := shared.Host.Delete(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: hostKey.Namespace, Name: hostKey.Name}}); err != nil {
+		t.Fatal(err)
+	}
+
+	eventually(t, 30*time.Second, "the tenant Pod Failed because its host Pod was deleted", func(ctx context.Context) (bool, error) {
+		var p corev1.Pod
+		if err := tenant.Get(ctx, client.ObjectKeyFromObject(&victim), &p); err != nil {
+			return false, err
+		}
+		return p.Status.Phase == corev1.PodFailed && p.Status.Reason == builtin.ReasonHostPodDeleted,
+			fmt.Errorf("phase %q, reason %q, message %q", p.Status.Phase, p.Status.Reason, p.Status.Message)
+	})
+	eventually(t, 60*time.Second, "a replacement Pod Running", func(ctx context.Context) (bool, error) {
+		var list corev1.PodList
+		if err := tenant.List(ctx, &list, client.InNamespace("default"), client.MatchingLabels(deploy.Spec.Selector.MatchLabels)); err != nil {
+			return false, err
+		}
+		for _, p := range list.Items {
+			if p.Name != victim.Name && p.Status.Phase == corev1.PodRunning {
+				return true, nil
+			}
+		}
+		return false, fmt.Errorf("%d Pods", len(list.Items))
+	})
+	expectAvailable(t, tenant, deploy, 1)
+	if err := shared.Host.Get(ctx, hostKey, &corev1.Pod{}); !apierrors.IsNotFound(err) {
+		t.Fatalf("the deleted host Pod was made again: %v", err)
+	}
+}
+
+// Each Pod of a Job runs once in the host: three completions, three host
+// Pods.
+func TestJobPodsRunOnce(t *testing.T) {
+	useWorld(t)
+	ctx := t.Context()
+	tenant := shared.Tenants["tenant-2"]
+	job := &batchv1.Job{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: unique("thrice")},
+		Spec: batchv1.JobSpec{
+			Completions: ptr.To[int32](3),
+			Template: corev1.PodTemplateSpec{Spec: corev1.PodSpec{
+				RestartPolicy: corev1.RestartPolicyNever,
+				Containers:    []corev1.Container{{Name: "work", Image: "busybox"}},
+			}},
+		},
+	}
+	if err := tenant.Create(ctx, job); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 60*time.Second, "the Job Complete with 3 succeeded", func(ctx context.Context) (bool, error) {
+		var j batchv1.Job
+		if err := tenant.Get(ctx, client.ObjectKeyFromObject(job), &j); err != nil {
+			return false, err
+		}
+		complete := slices.ContainsFunc(j.Status.Conditions, func(c batchv1.JobCondition) bool {
+			return c.Type == batchv1.JobComplete && c.Status == corev1.ConditionTrue
+		})
+		return complete && j.Status.Succeeded == 3, fmt.Errorf("succeeded %d, failed %d", j.Status.Succeeded, j.Status.Failed)
+	})
+	var hostPods corev1.PodList
+	if err := shared.Host.List(ctx, &hostPods, client.InNamespace(hostNS("tenant-2", "default")),
+		client.MatchingLabels{batchv1.JobNameLabel: job.Name}); err != nil {
+		t.Fatal(err)
+	}
+	if len(hostPods.Items) != 3 {
+		t.Fatalf("%d host Pods for a Job of 3 completions, want 3", len(hostPods.Items))
+	}
 }

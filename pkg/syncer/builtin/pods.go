@@ -43,9 +43,83 @@ func Pods() syncer.Syncer {
 			return nil
 		},
 		Up:           podUp,
+		Created:      podScheduledInHost,
+		Lost:         podLost,
 		HostRejected: podRejected,
 		FinishDelete: finishPodDelete,
 	}
+}
+
+// podScheduledInHost says whether a tenant Pod's host copy was scheduled,
+// and so may have run: the tenant Pod carries the host scheduler's verdict
+// (PodScheduled=True, copied up with the status) and the node it bound to.
+// A Pod the tenant created with a node name of its own was not.
+func podScheduledInHost(t client.Object) bool {
+	pod := t.(*corev1.Pod)
+	return pod.Spec.NodeName != "" && slices.ContainsFunc(pod.Status.Conditions, func(c corev1.PodCondition) bool {
+		return c.Type == corev1.PodScheduled && c.Status == corev1.ConditionTrue
+	})
+}
+
+// evictionByEvictionAPI is the DisruptionTarget reason the API server gives
+// a Pod it evicts (k8s.io/api names no constant for it).
+const evictionByEvictionAPI = "EvictionByEvictionAPI"
+
+// Reasons a tenant Pod ends Failed with when its host Pod is gone.
+const (
+	ReasonHostPodEvicted   = "Evicted"
+	ReasonHostPodPreempted = "Preempted"
+	ReasonHostPodDeleted   = "HostPodDeleted"
+)
+
+// podLost ends a tenant Pod whose host Pod is gone after it was scheduled:
+// Failed, with a reason and message that say what happened in the host, as
+// far as the host Pod's last status (copied up while it terminated) tells.
+// The tenant's controllers then replace it as on any cluster; it is never
+// run again in the host. A Pod that had already ended keeps its ending.
+func podLost(ctx context.Context, c client.Client, t client.Object) error {
+	pod := t.(*corev1.Pod)
+	if pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed {
+		return nil
+	}
+	reason, message := ReasonHostPodDeleted, "the Pod's copy in the host was deleted"
+	for _, cond := range pod.Status.Conditions {
+		if cond.Type != corev1.DisruptionTarget || cond.Status != corev1.ConditionTrue {
+			continue
+		}
+		switch cond.Reason {
+		case evictionByEvictionAPI, corev1.PodReasonTerminationByKubelet:
+			reason, message = ReasonHostPodEvicted, "the Pod was evicted in the host"
+		case corev1.PodReasonPreemptionByScheduler:
+			reason, message = ReasonHostPodPreempted, "the Pod was preempted in the host"
+		default:
+			message = "the Pod's copy in the host was deleted (" + cond.Reason + ")"
+		}
+		if cond.Message != "" {
+			message += ": " + cond.Message
+		}
+	}
+	now := metav1.Now()
+	pod.Status.Phase, pod.Status.Reason, pod.Status.Message = corev1.PodFailed, reason, message
+	for i, cond := range pod.Status.Conditions {
+		if (cond.Type == corev1.PodReady || cond.Type == corev1.ContainersReady) && cond.Status != corev1.ConditionFalse {
+			pod.Status.Conditions[i] = corev1.PodCondition{Type: cond.Type, Status: corev1.ConditionFalse, Reason: reason, LastTransitionTime: now}
+		}
+	}
+	for i := range pod.Status.ContainerStatuses {
+		cs := &pod.Status.ContainerStatuses[i]
+		if cs.State.Terminated == nil {
+			cs.LastTerminationState = cs.State
+			cs.State = corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{
+				ExitCode: 137, Reason: reason, Message: message, FinishedAt: now,
+			}}
+			cs.Ready, cs.Started = false, ptr.To(false)
+		}
+	}
+	if err := c.Status().Update(ctx, pod); err != nil {
+		return fmt.Errorf("failing the tenant Pod: %w", err)
+	}
+	return nil
 }
 
 // podRejected tells a tenant Pod that the host refused to run it, as a
