@@ -18,8 +18,9 @@
 //	}
 //
 // Up (often StatusUp of CopyStatus) brings status and host-allocated fields up;
-// Filter skips objects; OnlyExisting, ClusterScoped and FinishDelete cover
-// the rarer cases. Object may return an *unstructured.Unstructured with its
+// Filter skips objects; OnlyExisting, ClusterScoped, FinishDelete,
+// HostRejected, and Created with Lost (copies never made twice, such as a
+// Pod that ran) cover the rarer cases. Object may return an *unstructured.Unstructured with its
 // apiVersion and kind, for types with no Go struct. Package builtin declares
 // the syncers of Kubernetes' own types.
 //
@@ -44,6 +45,10 @@
 //   - Deletion: deleting a tenant object deletes its copy (by UID, with the
 //     tenant's grace period); a copy whose tenant object is gone is deleted;
 //     a copy deleted or edited by hand is restored.
+//   - Refusals: a copy the host refuses (Pod Security, quota, admission,
+//     validation) gives the tenant object a Warning Event with reason
+//     ReasonHostRejected, once per message, and is retried with a backoff
+//     from 200ms to 5 minutes; a changed tenant object is tried at once.
 //   - Concurrency: every write carries the resourceVersion it was computed
 //     from; a conflict is retried, a newer object never blindly
 //     overwritten.
@@ -66,5 +71,7 @@
 // tenantry_syncer_drift_found_total and tenantry_syncer_drift_repaired_total
 // (by cluster and resource) count what the patroller found out of sync and
 // what was then repaired; tenantry_syncer_writes_total counts writes by
-// direction and verb; tenantry_syncer_conflicts_total counts conflicts.
+// direction and verb; tenantry_syncer_conflicts_total counts conflicts;
+// tenantry_syncer_host_rejections_total counts the host's refusals by API
+// reason.
 package syncer
