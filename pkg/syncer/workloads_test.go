@@ -12,8 +12,10 @@ import (
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	policyv1 "k8s.io/api/policy/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -257,5 +259,84 @@ func TestJobPodsRunOnce(t *testing.T) {
 	}
 	if len(hostPods.Items) != 3 {
 		t.Fatalf("%d host Pods for a Job of 3 completions, want 3", len(hostPods.Items))
+	}
+}
+
+// A host node drained (cordoned, its Pods evicted) moves the tenant's Pods:
+// each evicted one ends Failed in the tenant and its replacement runs on
+// another node.
+func TestHostDrainMovesTenantPods(t *testing.T) {
+	useWorld(t)
+	ctx := t.Context()
+	tenant := shared.Tenants["tenant-2"]
+	deploy := deployment(unique("drained"), 2)
+	if err := tenant.Create(ctx, deploy); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = tenant.Delete(context.Background(), deploy) })
+	expectAvailable(t, tenant, deploy, 2)
+
+	drained := tenantrytest.NodeNamePrefix + "1"
+	setUnschedulable(t, drained, true)
+	t.Cleanup(func() { setUnschedulable(t, drained, false) })
+	var hostPods corev1.PodList
+	if err := shared.Host.List(ctx, &hostPods, client.InNamespace(hostNS("tenant-2", "default")),
+		client.MatchingLabels(deploy.Spec.Selector.MatchLabels)); err != nil {
+		t.Fatal(err)
+	}
+	evicted := 0
+	for _, p := range hostPods.Items {
+		if p.Spec.NodeName != drained {
+			continue
+		}
+		eviction := &policyv1.Eviction{ObjectMeta: metav1.ObjectMeta{Namespace: p.Namespace, Name: p.Name}}
+		if err := shared.Host.SubResource("eviction").Create(ctx, &p, eviction); err != nil {
+			t.Fatalf("evicting host Pod %s: %v", p.Name, err)
+		}
+		evicted++
+	}
+	t.Logf("evicted %d host Pods from %s", evicted, drained)
+
+	eventually(t, 60*time.Second, "every Pod of the Deployment Running off the drained node", func(ctx context.Context) (bool, error) {
+		var pods corev1.PodList
+		if err := tenant.List(ctx, &pods, client.InNamespace("default"), client.MatchingLabels(deploy.Spec.Selector.MatchLabels)); err != nil {
+			return false, err
+		}
+		running, failed := 0, 0
+		for _, p := range pods.Items {
+			switch {
+			case p.Status.Phase == corev1.PodFailed:
+				failed++
+			case p.Status.Phase == corev1.PodRunning && p.Spec.NodeName != drained:
+				running++
+			}
+		}
+		return running == 2 && failed == evicted, fmt.Errorf("%d Running elsewhere, %d Failed, of %d", running, failed, len(pods.Items))
+	})
+	expectAvailable(t, tenant, deploy, 2)
+	var pods corev1.PodList
+	if err := tenant.List(ctx, &pods, client.InNamespace("default"), client.MatchingLabels(deploy.Spec.Selector.MatchLabels)); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range pods.Items {
+		if p.Status.Phase != corev1.PodFailed {
+			continue
+		}
+		// The eviction shows when the host Pod's last status reached the
+		// tenant before kwok removed it, a plain deletion otherwise.
+		if p.Status.Reason != builtin.ReasonHostPodEvicted && p.Status.Reason != builtin.ReasonHostPodDeleted {
+			t.Errorf("tenant Pod %s Failed with reason %q", p.Name, p.Status.Reason)
+		}
+		t.Logf("tenant Pod %s Failed: %s: %s", p.Name, p.Status.Reason, p.Status.Message)
+	}
+}
+
+// setUnschedulable cordons or uncordons a host node.
+func setUnschedulable(t *testing.T, node string, unschedulable bool) {
+	t.Helper()
+	patch := []byte(fmt.Sprintf(`{"spec":{"unschedulable":%t}}`, unschedulable))
+	n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: node}}
+	if err := shared.Host.Patch(context.Background(), n, client.RawPatch(types.StrategicMergePatchType, patch)); err != nil {
+		t.Fatalf("setting %s unschedulable=%t: %v", node, unschedulable, err)
 	}
 }
