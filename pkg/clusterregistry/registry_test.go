@@ -13,7 +13,6 @@ import (
 
 	"github.com/go-logr/logr"
 	"github.com/go-logr/logr/funcr"
-	dto "github.com/prometheus/client_model/go"
 	"go.uber.org/fx"
 	"go.uber.org/goleak"
 	corev1 "k8s.io/api/core/v1"
@@ -22,7 +21,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
-	"sigs.k8s.io/controller-runtime/pkg/metrics"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/tenantry/tenantry/pkg/clusterregistry"
@@ -649,52 +647,15 @@ func gauge(t testing.TB, name string, labels map[string]string) float64 {
 }
 
 func histogramCount(t testing.TB, name string, labels map[string]string) uint64 {
-	return findMetric(t, name, labels).GetHistogram().GetSampleCount()
+	return tenantrytest.Metric(t, name, labels).GetHistogram().GetSampleCount()
 }
 
 func metricValue(t testing.TB, name string, labels map[string]string) float64 {
-	m := findMetric(t, name, labels)
+	m := tenantrytest.Metric(t, name, labels)
 	if g := m.GetGauge(); g != nil {
 		return g.GetValue()
 	}
 	return m.GetCounter().GetValue()
-}
-
-// findMetric returns the series of name with labels from controller-runtime's
-// registry, or nil (whose getters return zeros).
-func findMetric(t testing.TB, name string, labels map[string]string) *dto.Metric {
-	t.Helper()
-	families, err := metrics.Registry.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, f := range families {
-		if f.GetName() != name {
-			continue
-		}
-		for _, m := range f.GetMetric() {
-			if matches(m.GetLabel(), labels) {
-				return m
-			}
-		}
-	}
-	return nil
-}
-
-func matches[L interface {
-	GetName() string
-	GetValue() string
-}](have []L, want map[string]string) bool {
-	n := 0
-	for _, l := range have {
-		if v, ok := want[l.GetName()]; ok {
-			if v != l.GetValue() {
-				return false
-			}
-			n++
-		}
-	}
-	return n == len(want)
 }
 
 func TestCloseStopsAllAndRefusesSpawns(t *testing.T) {

@@ -14,9 +14,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	"github.com/tenantry/tenantry/pkg/syncer"
+	tenantrytest "github.com/tenantry/tenantry/pkg/testing"
 )
 
 // A Pod that the host's Pod Security level refuses is explained to the
@@ -94,9 +94,9 @@ func TestRefusedObjectIsExplainedAndRetried(t *testing.T) {
 	expectHostRejectedEvent(t, tenant, ns.Name, secret.Name, "quota")
 	// It is retried, with backoff: three more refusals, still one Event.
 	series := map[string]string{"cluster": "tenant-1", "resource": "secrets", "reason": string(metav1.StatusReasonForbidden)}
-	before := counterValue(t, "tenantry_syncer_host_rejections_total", series)
+	before := tenantrytest.Metric(t, "tenantry_syncer_host_rejections_total", series).GetCounter().GetValue()
 	eventually(t, 30*time.Second, "three more refusals", func(context.Context) (bool, error) {
-		n := counterValue(t, "tenantry_syncer_host_rejections_total", series) - before
+		n := tenantrytest.Metric(t, "tenantry_syncer_host_rejections_total", series).GetCounter().GetValue() - before
 		return n >= 3, fmt.Errorf("%g more", n)
 	})
 	events := hostRejectedEvents(t, tenant, ns.Name, secret.Name)
@@ -146,29 +146,4 @@ func hostRejectedEvents(t *testing.T, tenant client.Client, ns, name string) []e
 		}
 	}
 	return out
-}
-
-// counterValue is the value of a counter series in controller-runtime's
-// registry, where the syncers' metrics are; 0 if it has none yet.
-func counterValue(t *testing.T, name string, labels map[string]string) float64 {
-	t.Helper()
-	families, err := metrics.Registry.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, f := range families {
-		if f.GetName() != name {
-			continue
-		}
-	series:
-		for _, m := range f.GetMetric() {
-			for _, l := range m.GetLabel() {
-				if v, ok := labels[l.GetName()]; ok && v != l.GetValue() {
-					continue series
-				}
-			}
-			return m.GetCounter().GetValue()
-		}
-	}
-	return 0
 }
