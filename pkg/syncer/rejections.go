@@ -97,10 +97,15 @@ func (r *rejections) pending(key types.NamespacedName, version string) (time.Dur
 	return wait, wait > 0
 }
 
-// forget clears key once its copy was written, or its tenant object is gone.
+// forget clears key once its copy was written, or its tenant object is
+// gone. It runs after every successful sync, so a key never refused costs a
+// map lookup and nothing more.
 func (r *rejections) forget(key types.NamespacedName) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	if _, refused := r.last[key]; !refused {
+		return // only record counts failures in the backoff
+	}
 	delete(r.last, key)
 	r.backoff.Forget(key)
 }

@@ -83,7 +83,6 @@ func startControlPlane(ctx context.Context, name string, opts *Options, crdPaths
 		UseExistingCluster:       ptr.To(false),
 		ControlPlaneStartTimeout: opts.StartTimeout,
 		ControlPlaneStopTimeout:  opts.StopTimeout,
-		AttachControlPlaneOutput: opts.AttachControlPlaneOutput,
 	}
 	cp.env.ControlPlane.Etcd = &envtest.Etcd{Out: etcdLog, Err: etcdLog}
 	apiServer := &envtest.APIServer{CertDir: dir, Out: apiServerLog, Err: apiServerLog}
@@ -273,7 +272,7 @@ func (c *ControlPlane) stop() error {
 	)
 	for _, p := range c.processes {
 		wg.Go(func() {
-			if err := p.stop(processStopTimeout); err != nil {
+			if err := p.stop(); err != nil {
 				mu.Lock()
 				errs = append(errs, err)
 				mu.Unlock()

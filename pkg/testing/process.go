@@ -86,8 +86,9 @@ func (p *process) failure(err error) error {
 }
 
 // stop ends the process: SIGTERM, then SIGKILL if it has not ended within
-// timeout. A process that was killed, or ended on SIGTERM, stopped as asked.
-func (p *process) stop(timeout time.Duration) error {
+// processStopTimeout. A process that was killed, or ended on SIGTERM,
+// stopped as asked.
+func (p *process) stop() error {
 	select {
 	case <-p.exited:
 		if p.reported {
@@ -100,7 +101,7 @@ func (p *process) stop(timeout time.Duration) error {
 	select {
 	case <-p.exited:
 		return nil
-	case <-time.After(timeout):
+	case <-time.After(processStopTimeout):
 	}
 	_ = p.cmd.Process.Kill()
 	<-p.exited
