@@ -74,8 +74,8 @@ func (o *Options) BindFlags(fs *flag.FlagSet) {
 	fs.IntVar(&o.Syncer.Workers, "sync-workers", 4, "Objects of one type one tenant syncs at once.")
 	fs.StringVar(&o.Syncer.PodSecurityLevel, "host-pod-security-level", syncer.DefaultPodSecurityLevel,
 		"Pod Security level enforced on host namespaces: privileged, baseline or restricted.")
-	fs.Float64Var(&o.TenantQPS, "tenant-host-qps", 50, "Each tenant's rate of writes to the host, per second.")
-	fs.IntVar(&o.TenantBurst, "tenant-host-burst", 100, "Each tenant's burst of writes to the host.")
+	fs.Float64Var(&o.TenantQPS, "tenant-host-qps", syncer.DefaultTenantQPS, "Each tenant's rate of writes to the host, per second.")
+	fs.IntVar(&o.TenantBurst, "tenant-host-burst", syncer.DefaultTenantBurst, "Each tenant's burst of writes to the host.")
 }
 
 // Module runs the built-in syncers. It needs the host *rest.Config,

@@ -25,10 +25,17 @@ type HubOptions struct {
 
 	// TenantQPS and TenantBurst limit each tenant's writes to the host, so
 	// that a tenant that creates thousands of objects at once spends its own
-	// budget and not the others'. Default to 50 and 100.
+	// budget and not the others'. Default to DefaultTenantQPS and
+	// DefaultTenantBurst.
 	TenantQPS   float32
 	TenantBurst int
 }
+
+// The default limits of each tenant's writes to the host.
+const (
+	DefaultTenantQPS   = 50
+	DefaultTenantBurst = 100
+)
 
 // Hub is the host side of syncing, shared by every tenant: one host
 // informer per synced type, for all tenants, that sees only objects Tenantry
@@ -64,10 +71,10 @@ func NewHub(config *rest.Config, opts HubOptions) (*Hub, error) {
 		return nil, fmt.Errorf("hub needs a scheme")
 	}
 	if opts.TenantQPS <= 0 {
-		opts.TenantQPS = 50
+		opts.TenantQPS = DefaultTenantQPS
 	}
 	if opts.TenantBurst <= 0 {
-		opts.TenantBurst = 100
+		opts.TenantBurst = DefaultTenantBurst
 	}
 	managed, err := labels.NewRequirement(LabelManagedBy, selection.Equals, []string{ManagedByValue})
 	if err != nil {
