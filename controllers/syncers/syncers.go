@@ -21,12 +21,14 @@ import (
 )
 
 // The host rights the syncers need: Tenantry's copies of tenant objects,
-// and host namespaces to hold them. It reads and writes only objects that
+// host namespaces to hold them, and reading host nodes, which tenants see
+// as virtual nodes. It reads and writes only objects that
 // carry its labels (the hub's cache sees nothing else), but RBAC cannot
 // say that.
 //
 // +kubebuilder:rbac:groups="",resources=namespaces;configmaps;secrets;serviceaccounts;services;persistentvolumeclaims;pods,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups=apiextensions.k8s.io,resources=customresourcedefinitions,verbs=get;list;watch
+// +kubebuilder:rbac:groups="",resources=nodes,verbs=get;list;watch
 
 // Options choose and tune the built-in syncers.
 type Options struct {
@@ -74,6 +76,8 @@ func (o *Options) BindFlags(fs *flag.FlagSet) {
 	fs.IntVar(&o.Syncer.Workers, "sync-workers", 4, "Objects of one type one tenant syncs at once.")
 	fs.StringVar(&o.Syncer.PodSecurityLevel, "host-pod-security-level", syncer.DefaultPodSecurityLevel,
 		"Pod Security level enforced on host namespaces: privileged, baseline or restricted.")
+	fs.BoolVar(&o.Syncer.ExposeNodeAddresses, "expose-node-addresses", false,
+		"Copy host nodes' addresses and kubelet port to tenants' virtual nodes (by default a virtual node shows only its name).")
 	fs.Float64Var(&o.TenantQPS, "tenant-host-qps", syncer.DefaultTenantQPS, "Each tenant's rate of writes to the host, per second.")
 	fs.IntVar(&o.TenantBurst, "tenant-host-burst", syncer.DefaultTenantBurst, "Each tenant's burst of writes to the host.")
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"sync"
 
+	corev1 "k8s.io/api/core/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/labels"
@@ -54,10 +55,11 @@ type Hub struct {
 	mu     sync.RWMutex
 	routes map[routeKey]func(client.Object)
 	// informed holds the informers that have the hub's handler, by type
-	// (and "public CRDs").
+	// (and by watched kind: "public CRDs", "nodes").
 	informed map[string]bool
-	// crdWatchers get the name of every public CRD that changes.
-	crdWatchers map[string]func(name string)
+	// watchers get, by watched kind and then by cluster, the name of every
+	// watched host object that changes.
+	watchers map[string]map[string]func(name string)
 }
 
 type routeKey struct {
@@ -97,22 +99,23 @@ func NewHub(config *rest.Config, opts HubOptions) (*Hub, error) {
 		Mapper:               mapper,
 		Scheme:               opts.Scheme,
 		DefaultLabelSelector: labels.NewSelector().Add(*managed),
-		// Public CRDs are the host's own, not Tenantry's copies.
+		// Public CRDs and nodes are the host's own, not Tenantry's copies.
 		ByObject: map[client.Object]cache.ByObject{
 			&apiextensionsv1.CustomResourceDefinition{}: {Label: labels.NewSelector().Add(*public)},
+			&corev1.Node{}: {Label: labels.Everything(), Transform: trimNode},
 		},
 	})
 	if err != nil {
 		return nil, fmt.Errorf("building host cache: %w", err)
 	}
 	return &Hub{
-		mapper:      mapper,
-		config:      rest.CopyConfig(config),
-		opts:        opts,
-		cache:       c,
-		routes:      map[routeKey]func(client.Object){},
-		informed:    map[string]bool{},
-		crdWatchers: map[string]func(string){},
+		mapper:   mapper,
+		config:   rest.CopyConfig(config),
+		opts:     opts,
+		cache:    c,
+		routes:   map[routeKey]func(client.Object){},
+		informed: map[string]bool{},
+		watchers: map[string]map[string]func(string){},
 	}, nil
 }
 
@@ -242,33 +245,26 @@ func gvkOf(obj client.Object, scheme *runtime.Scheme) (schema.GroupVersionKind, 
 // and of every one that is added, changed, deleted or loses its label later,
 // until the returned cancel is called. cluster names the watcher.
 func (h *Hub) WatchPublicCRDs(ctx context.Context, cluster string, handle func(name string)) (cancel func(), err error) {
-	if err := h.informCRDs(ctx); err != nil {
-		return nil, err
-	}
-	h.mu.Lock()
-	h.crdWatchers[cluster] = handle
-	h.mu.Unlock()
-	var list apiextensionsv1.CustomResourceDefinitionList
-	if err := h.cache.List(ctx, &list); err != nil {
-		return nil, fmt.Errorf("listing public CRDs: %w", err)
-	}
-	for _, crd := range list.Items {
-		handle(crd.Name)
-	}
-	return func() {
-		h.mu.Lock()
-		delete(h.crdWatchers, cluster)
-		h.mu.Unlock()
-	}, nil
+	return h.watch(ctx, "public CRDs", &apiextensionsv1.CustomResourceDefinition{}, &apiextensionsv1.CustomResourceDefinitionList{}, cluster, handle)
 }
 
-// informCRDs makes sure the public CRD informer runs, telling every
-// watcher the name of each CRD that changes.
-func (h *Hub) informCRDs(ctx context.Context) error {
-	return h.handleOnce(ctx, "public CRDs", &apiextensionsv1.CustomResourceDefinition{}, func(o client.Object) {
+// WatchNodes calls handle with the name of every host node now, and of
+// every one that is added, changed or deleted later, until the returned
+// cancel is called. cluster names the watcher. Read the nodes through
+// Reader: the hub caches every host node (they carry no Tenantry label),
+// without its managed fields and image list.
+func (h *Hub) WatchNodes(ctx context.Context, cluster string, handle func(name string)) (cancel func(), err error) {
+	return h.watch(ctx, "nodes", &corev1.Node{}, &corev1.NodeList{}, cluster, handle)
+}
+
+// watch tells handle the name of every object of obj's type (list is its
+// list type) in the hub's cache now and of every one that changes later,
+// under kind, until the returned cancel is called.
+func (h *Hub) watch(ctx context.Context, kind string, obj client.Object, list client.ObjectList, cluster string, handle func(name string)) (cancel func(), err error) {
+	err = h.handleOnce(ctx, kind, obj, func(o client.Object) {
 		h.mu.RLock()
-		watchers := make([]func(string), 0, len(h.crdWatchers))
-		for _, w := range h.crdWatchers {
+		watchers := make([]func(string), 0, len(h.watchers[kind]))
+		for _, w := range h.watchers[kind] {
 			watchers = append(watchers, w)
 		}
 		h.mu.RUnlock()
@@ -276,4 +272,37 @@ func (h *Hub) informCRDs(ctx context.Context) error {
 			w(o.GetName())
 		}
 	})
+	if err != nil {
+		return nil, err
+	}
+	h.mu.Lock()
+	if h.watchers[kind] == nil {
+		h.watchers[kind] = map[string]func(string){}
+	}
+	h.watchers[kind][cluster] = handle
+	h.mu.Unlock()
+	if err := h.cache.List(ctx, list); err != nil {
+		return nil, fmt.Errorf("listing host %s: %w", kind, err)
+	}
+	if err := meta.EachListItem(list, func(o runtime.Object) error {
+		handle(o.(client.Object).GetName())
+		return nil
+	}); err != nil {
+		return nil, err
+	}
+	return func() {
+		h.mu.Lock()
+		delete(h.watchers[kind], cluster)
+		h.mu.Unlock()
+	}, nil
+}
+
+// trimNode drops what the hub never reads from a cached host node, and
+// what makes nodes large: managed fields and the list of images.
+func trimNode(o any) (any, error) {
+	if n, ok := o.(*corev1.Node); ok {
+		n.ManagedFields = nil
+		n.Status.Images = nil
+	}
+	return o, nil
 }

@@ -35,6 +35,12 @@ type Options struct {
 	// tenants.
 	DisablePublicCRDs bool
 
+	// ExposeNodeAddresses copies host nodes' addresses and kubelet port to
+	// the tenants' virtual nodes. Off by default: they tell a tenant where
+	// the host's machines are, and a virtual node then shows only its name
+	// as a Hostname address.
+	ExposeNodeAddresses bool
+
 	// ExcludeNamespaces are tenant namespaces whose objects are never
 	// synced. Defaults to the tenant's system namespaces: kube-system,
 	// kube-public and kube-node-lease.
@@ -123,6 +129,7 @@ func setup(mgr manager.Manager, cluster string, log logr.Logger, hub *Hub, opts 
 			return err
 		}
 	}
+	syncsPods := false
 	pending := &pendingSyncers{log: log, tenantMapper: mgr.GetRESTMapper(), hub: hub, start: start}
 	seen := map[string]bool{}
 	for i := range syncers {
@@ -138,6 +145,7 @@ func setup(mgr manager.Manager, cluster string, log logr.Logger, hub *Hub, opts 
 		if err != nil {
 			return err
 		}
+		syncsPods = syncsPods || gvk == podGVK
 		ready, err := pending.ready(gvk)
 		if err != nil {
 			return err
@@ -147,6 +155,11 @@ func setup(mgr manager.Manager, cluster string, log logr.Logger, hub *Hub, opts 
 			continue
 		}
 		if err := start(s, gvk); err != nil {
+			return err
+		}
+	}
+	if syncsPods {
+		if err := setupVirtualNodes(mgr, cluster, hub, opts, excluded); err != nil {
 			return err
 		}
 	}

@@ -99,7 +99,7 @@ func TestRefusedObjectIsExplainedAndRetried(t *testing.T) {
 		n := tenantrytest.Metric(t, "tenantry_syncer_host_rejections_total", series).GetCounter().GetValue() - before
 		return n >= 3, fmt.Errorf("%g more", n)
 	})
-	events := hostRejectedEvents(t, tenant, ns.Name, secret.Name)
+	events := eventsAbout(t, tenant, ns.Name, secret.Name, syncer.ReasonHostRejected)
 	if len(events) != 1 {
 		t.Fatalf("%d HostRejected Events for one unchanged refusal, want 1", len(events))
 	}
@@ -122,7 +122,7 @@ func expectHostRejectedEvent(t *testing.T, tenant client.Client, ns, name, want 
 	t.Helper()
 	var found eventsv1.Event
 	eventually(t, 20*time.Second, fmt.Sprintf("HostRejected Event on %s/%s saying %q", ns, name, want), func(context.Context) (bool, error) {
-		for _, e := range hostRejectedEvents(t, tenant, ns, name) {
+		for _, e := range eventsAbout(t, tenant, ns, name, syncer.ReasonHostRejected) {
 			if e.Type == corev1.EventTypeWarning && strings.Contains(e.Note, want) {
 				found = e
 				return true, nil
@@ -133,7 +133,9 @@ func expectHostRejectedEvent(t *testing.T, tenant client.Client, ns, name, want 
 	return found
 }
 
-func hostRejectedEvents(t *testing.T, tenant client.Client, ns, name string) []eventsv1.Event {
+// eventsAbout lists the Events in namespace ns (default for a
+// cluster-scoped object) about the object named name, with reason.
+func eventsAbout(t *testing.T, tenant client.Client, ns, name, reason string) []eventsv1.Event {
 	t.Helper()
 	var list eventsv1.EventList
 	if err := tenant.List(t.Context(), &list, client.InNamespace(ns)); err != nil {
@@ -141,7 +143,7 @@ func hostRejectedEvents(t *testing.T, tenant client.Client, ns, name string) []e
 	}
 	var out []eventsv1.Event
 	for _, e := range list.Items {
-		if e.Regarding.Name == name && e.Reason == syncer.ReasonHostRejected {
+		if e.Regarding.Name == name && e.Reason == reason {
 			out = append(out, e)
 		}
 	}

@@ -18,6 +18,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 )
 
@@ -195,6 +196,9 @@ func (c *ControlPlane) kwok(kubeconfig string, clientset kubernetes.Interface, n
 	}
 	var once sync.Once
 	var createErr error
+	c.mu.Lock()
+	c.nodes = nodes
+	c.mu.Unlock()
 	return componentSpec{
 		name: binaryKwok,
 		args: []string{
@@ -217,33 +221,75 @@ func (c *ControlPlane) kwok(kubeconfig string, clientset kubernetes.Interface, n
 	}, nil
 }
 
-// createNodes registers the simulated nodes, as kubelets would: each with
-// its own pod CIDR (kwok gives Pods IPs from it) and address.
+// createNodes registers the simulated nodes, as kubelets would.
 func createNodes(ctx context.Context, clientset kubernetes.Interface, n int) error {
 	for i := 1; i <= n; i++ {
-		name := NodeNamePrefix + strconv.Itoa(i)
-		cidr := fmt.Sprintf("10.244.%d.0/24", i)
-		node := &corev1.Node{
-			ObjectMeta: metav1.ObjectMeta{
-				Name: name,
-				Labels: map[string]string{
-					corev1.LabelHostname: name,
-					corev1.LabelOSStable: "linux", corev1.LabelArchStable: "amd64",
-					"type": "kwok",
-				},
-				Annotations: map[string]string{kwokNodeAnnotation: "fake"},
+		if err := registerNode(ctx, clientset, NodeNamePrefix+strconv.Itoa(i), i); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// registerNode registers one simulated node, the i-th, for kwok to run:
+// with its own pod CIDR (kwok gives Pods IPs from it) and address.
+func registerNode(ctx context.Context, clientset kubernetes.Interface, name string, i int) error {
+	cidr := fmt.Sprintf("10.244.%d.0/24", i)
+	node := &corev1.Node{
+		ObjectMeta: metav1.ObjectMeta{
+			Name: name,
+			Labels: map[string]string{
+				corev1.LabelHostname: name,
+				corev1.LabelOSStable: "linux", corev1.LabelArchStable: "amd64",
+				"type": "kwok",
 			},
-			Spec: corev1.NodeSpec{PodCIDR: cidr, PodCIDRs: []string{cidr}},
+			Annotations: map[string]string{kwokNodeAnnotation: "fake"},
+		},
+		Spec: corev1.NodeSpec{PodCIDR: cidr, PodCIDRs: []string{cidr}},
+	}
+	if _, err := clientset.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{}); err != nil {
+		return fmt.Errorf("registering node %s: %w", name, err)
+	}
+	// A node's status cannot be set on create. kwok keeps an address that
+	// is there, whether this lands before its first status or after.
+	patch := fmt.Sprintf(`{"status":{"addresses":[{"type":"InternalIP","address":"10.240.%d.%d"},{"type":"Hostname","address":%q}]}}`, i/250, i%250, name)
+	if _, err := clientset.CoreV1().Nodes().Patch(ctx, name, types.StrategicMergePatchType, []byte(patch), metav1.PatchOptions{}, "status"); err != nil {
+		return fmt.Errorf("setting the address of node %s: %w", name, err)
+	}
+	return nil
+}
+
+// AddNode registers one more simulated node, named name, on a host started
+// with Options.HostNodes, and waits until it is Ready to take Pods. Delete
+// it as any Node; kwok then forgets it.
+func (c *ControlPlane) AddNode(ctx context.Context, name string) error {
+	c.mu.Lock()
+	if c.nodes == 0 {
+		c.mu.Unlock()
+		return fmt.Errorf("control plane %q runs no nodes (Options.HostNodes)", c.name)
+	}
+	c.nodes++
+	i := c.nodes
+	c.mu.Unlock()
+	clientset, err := kubernetes.NewForConfig(c.Config())
+	if err != nil {
+		return fmt.Errorf("control plane %q: %w", c.name, err)
+	}
+	if err := registerNode(ctx, clientset, name, i); err != nil {
+		return fmt.Errorf("control plane %q: %w", c.name, err)
+	}
+	var why string
+	err = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		node, err := clientset.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			why = err.Error()
+			return false, nil
 		}
-		if _, err := clientset.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{}); err != nil {
-			return fmt.Errorf("registering node %s: %w", name, err)
-		}
-		// A node's status cannot be set on create. kwok keeps an address
-		// that is there, whether this lands before its first status or after.
-		patch := fmt.Sprintf(`{"status":{"addresses":[{"type":"InternalIP","address":"10.240.0.%d"},{"type":"Hostname","address":%q}]}}`, i, name)
-		if _, err := clientset.CoreV1().Nodes().Patch(ctx, name, types.StrategicMergePatchType, []byte(patch), metav1.PatchOptions{}, "status"); err != nil {
-			return fmt.Errorf("setting the address of node %s: %w", name, err)
-		}
+		why = notSchedulable(node)
+		return why == "", nil
+	})
+	if err != nil {
+		return fmt.Errorf("control plane %q: node %s not ready (%s): %w", c.name, name, why, err)
 	}
 	return nil
 }

@@ -40,6 +40,8 @@ type ControlPlane struct {
 	apiServerUp  bool
 	disconnected bool
 	stopped      bool
+	// nodes is how many simulated nodes kwok runs here, or has run.
+	nodes int
 }
 
 // hostName is the host control plane's name.

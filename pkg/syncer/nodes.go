@@ -1,0 +1,343 @@
+package syncer
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"strings"
+	"sync"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/events"
+	"k8s.io/client-go/util/workqueue"
+	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	"sigs.k8s.io/controller-runtime/pkg/source"
+)
+
+// A virtual node's Lease is renewed as a kubelet renews its node's: every
+// nodeLeaseRenewInterval, for nodeLeaseDuration. The tenant's node
+// lifecycle controller marks a node whose Lease is older than its
+// node-monitor-grace-period (50 s by default) Unknown, and then evicts its
+// Pods.
+const (
+	nodeLeaseDuration      = 40 * time.Second
+	nodeLeaseRenewInterval = 10 * time.Second
+	// nodeLeaseNamespace holds the tenant's node Leases.
+	nodeLeaseNamespace = corev1.NamespaceNodeLease
+)
+
+// podNodeNameIndex indexes a tenant's Pods by spec.nodeName.
+const podNodeNameIndex = "spec.nodeName"
+
+// ReasonNodeConflict is the reason of the Warning Event a tenant Node gets
+// when the tenant made a Node of the name of a host node that runs its Pods:
+// Tenantry leaves it alone, and the tenant's controllers see that node.
+const ReasonNodeConflict = "NodeConflict"
+
+// podGVK is the type whose syncer brings virtual nodes with it.
+var podGVK = corev1.SchemeGroupVersion.WithKind("Pod")
+
+// virtualNodes gives one tenant a Node for every host node that runs one of
+// its Pods, and no other: the tenant's controllers (PodGC, the node
+// lifecycle controller, EndpointSlices, the scheduler's view in tools) then
+// treat its bound Pods as on any cluster. A virtual node carries the host
+// node's labels, capacity, allocatable, conditions and system info (less
+// the machine's identity); its addresses only when the Options say so. Its
+// Lease is renewed while the host node exists, so that the host node's own
+// conditions, not Tenantry's liveness, decide its readiness. It goes when no
+// Pod of the tenant is bound to it any more, or its host node goes.
+//
+// A tenant Node without the Tenantry label is the tenant's own: it is never
+// changed or deleted.
+type virtualNodes struct {
+	cluster          string
+	tenant           client.Client
+	hostRead         client.Reader
+	recorder         events.EventRecorder
+	excluded         map[string]bool
+	exposeAddresses  bool
+	renewInterval    time.Duration
+	leaseDurationSec int32
+
+	// live holds the names of the nodes the tenant has a virtual node of (or
+	// is about to), so that host node events for other nodes, the most of
+	// them, cost a map lookup.
+	live sync.Map
+}
+
+func setupVirtualNodes(mgr manager.Manager, cluster string, hub *Hub, opts Options, excluded map[string]bool) error {
+	if err := mgr.GetFieldIndexer().IndexField(context.Background(), &corev1.Pod{}, podNodeNameIndex, func(o client.Object) []string {
+		if name := o.(*corev1.Pod).Spec.NodeName; name != "" {
+			return []string{name}
+		}
+		return nil
+	}); err != nil {
+		return fmt.Errorf("indexing tenant Pods by node: %w", err)
+	}
+	r := &virtualNodes{
+		cluster: cluster, tenant: mgr.GetClient(), hostRead: hub.Reader(),
+		recorder: mgr.GetEventRecorder("tenantry-syncer"), excluded: excluded,
+		exposeAddresses: opts.ExposeNodeAddresses,
+		renewInterval:   nodeLeaseRenewInterval, leaseDurationSec: int32(nodeLeaseDuration / time.Second),
+	}
+	byNode := handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []reconcile.Request {
+		if name := o.(*corev1.Pod).Spec.NodeName; name != "" && !excluded[o.GetNamespace()] {
+			return []reconcile.Request{{NamespacedName: client.ObjectKey{Name: name}}}
+		}
+		return nil
+	})
+	return builder.ControllerManagedBy(mgr).
+		Named(cluster+"-virtual-nodes").
+		For(&corev1.Node{}, builder.WithPredicates(predicate.NewPredicateFuncs(isManaged))).
+		// A Pod counts once bound, and until deleted.
+		Watches(&corev1.Pod{}, byNode, builder.WithPredicates(predicate.Funcs{
+			UpdateFunc: func(e event.UpdateEvent) bool {
+				return e.ObjectOld.(*corev1.Pod).Spec.NodeName != e.ObjectNew.(*corev1.Pod).Spec.NodeName
+			},
+		})).
+		WatchesRawSource(source.TypedFunc[reconcile.Request](func(ctx context.Context, q workqueue.TypedRateLimitingInterface[reconcile.Request]) error {
+			cancel, err := hub.WatchNodes(ctx, cluster, func(name string) {
+				if _, ok := r.live.Load(name); ok {
+					q.Add(reconcile.Request{NamespacedName: client.ObjectKey{Name: name}})
+				}
+			})
+			if err != nil {
+				return err
+			}
+			context.AfterFunc(ctx, cancel)
+			return nil
+		})).
+		Complete(r)
+}
+
+func isManaged(o client.Object) bool { return o.GetLabels()[LabelManagedBy] == ManagedByValue }
+
+func (r *virtualNodes) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
+	name := req.Name
+	ctx = ctrl.LoggerInto(ctx, ctrl.LoggerFrom(ctx).WithValues("node", name))
+	bound, err := r.bound(ctx, name)
+	if err != nil {
+		return reconcile.Result{}, err
+	}
+	var host *corev1.Node
+	if bound {
+		host = &corev1.Node{}
+		if err := r.hostRead.Get(ctx, client.ObjectKey{Name: name}, host); err != nil {
+			if !apierrors.IsNotFound(err) {
+				return reconcile.Result{}, fmt.Errorf("reading host node %s: %w", name, err)
+			}
+			host = nil
+		}
+	}
+	var tenant corev1.Node
+	found := true
+	if err := r.tenant.Get(ctx, req.NamespacedName, &tenant); err != nil {
+		if !apierrors.IsNotFound(err) {
+			return reconcile.Result{}, fmt.Errorf("reading tenant node %s: %w", name, err)
+		}
+		found = false
+	}
+	if found && !isManaged(&tenant) {
+		if host != nil {
+			r.recorder.Eventf(&tenant, nil, corev1.EventTypeWarning, ReasonNodeConflict, "Sync",
+				"the tenant's Pods run on host node %s, but this Node of that name is the tenant's own: it is left alone", name)
+		}
+		r.live.Delete(name)
+		return reconcile.Result{}, nil
+	}
+
+	if host == nil || !host.DeletionTimestamp.IsZero() {
+		// No Pod of the tenant is bound to it, or the host node is gone:
+		// the tenant's PodGC then ends the Pods still bound to it.
+		r.live.Delete(name)
+		if !found {
+			return reconcile.Result{}, nil
+		}
+		return reconcile.Result{}, r.remove(ctx, &tenant)
+	}
+	r.live.Store(name, true)
+	if !found {
+		if err := r.create(ctx, host); err != nil {
+			return reconcile.Result{}, err
+		}
+	} else if err := r.update(ctx, host, &tenant); err != nil {
+		return reconcile.Result{}, err
+	}
+	// The Lease is renewed on this requeue, as long as the node lives.
+	return reconcile.Result{RequeueAfter: r.renewInterval}, nil
+}
+
+// bound says whether a synced Pod of the tenant is bound to node name.
+func (r *virtualNodes) bound(ctx context.Context, name string) (bool, error) {
+	var pods corev1.PodList
+	if err := r.tenant.List(ctx, &pods, client.MatchingFields{podNodeNameIndex: name}); err != nil {
+		return false, fmt.Errorf("listing tenant Pods on node %s: %w", name, err)
+	}
+	for _, p := range pods.Items {
+		if !r.excluded[p.Namespace] {
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
+// create makes the tenant's virtual node of host, its status and its
+// Lease.
+func (r *virtualNodes) create(ctx context.Context, host *corev1.Node) error {
+	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: host.Name}}
+	r.setSpec(host, node)
+	if err := r.tenant.Create(ctx, node); err != nil {
+		if apierrors.IsAlreadyExists(err) {
+			return fmt.Errorf("creating virtual node %s: the tenant's cache has not seen it yet: %w", host.Name, err)
+		}
+		return fmt.Errorf("creating virtual node %s: %w", host.Name, err)
+	}
+	writes.WithLabelValues(r.cluster, "nodes", "up", "create").Inc()
+	ctrl.LoggerFrom(ctx).Info("created virtual node")
+	return r.update(ctx, host, node)
+}
+
+// update brings the tenant's virtual node in line with host, and renews its
+// Lease.
+func (r *virtualNodes) update(ctx context.Context, host, tenant *corev1.Node) error {
+	desired := tenant.DeepCopy()
+	r.setSpec(host, desired)
+	if !semanticallyEqual(tenant, desired) {
+		if err := r.tenant.Update(ctx, desired); err != nil {
+			return fmt.Errorf("updating virtual node %s: %w", host.Name, err)
+		}
+		writes.WithLabelValues(r.cluster, "nodes", "up", "update").Inc()
+		tenant = desired
+	}
+	desired = tenant.DeepCopy()
+	desired.Status = r.status(host, tenant.Status)
+	if !semanticallyEqual(tenant, desired) {
+		if err := r.tenant.Status().Update(ctx, desired); err != nil {
+			return fmt.Errorf("updating virtual node %s's status: %w", host.Name, err)
+		}
+		writes.WithLabelValues(r.cluster, "nodes", "up", "update-status").Inc()
+		tenant = desired
+	}
+	return r.renew(ctx, tenant)
+}
+
+// setSpec sets what a virtual node takes from its host node beyond status:
+// the labels (Tenantry's own and the host node's, less Tenantry's reserved
+// ones) and whether it is cordoned. Taints are not copied: the host already
+// placed the Pod where its policy allows, and the tenant's taint manager
+// would evict Pods for taints that the host Pod tolerates through host
+// policy; the tenant's own node lifecycle controller sets the taints of
+// readiness from the copied conditions.
+func (r *virtualNodes) setSpec(host, node *corev1.Node) {
+	labels := map[string]string{}
+	for k, v := range host.Labels {
+		if !strings.HasPrefix(k, reservedPrefix) {
+			labels[k] = v
+		}
+	}
+	labels[LabelManagedBy] = ManagedByValue
+	node.Labels = labels
+	node.Spec.Unschedulable = host.Spec.Unschedulable
+}
+
+// status is the virtual node's status for host's; current is what the
+// tenant has.
+func (r *virtualNodes) status(host *corev1.Node, current corev1.NodeStatus) corev1.NodeStatus {
+	st := corev1.NodeStatus{
+		Capacity:    maps.Clone(host.Status.Capacity),
+		Allocatable: maps.Clone(host.Status.Allocatable),
+		Conditions:  append([]corev1.NodeCondition(nil), host.Status.Conditions...),
+		NodeInfo:    host.Status.NodeInfo,
+		// The tenant's attach/detach bookkeeping, not the host's.
+		VolumesInUse:    current.VolumesInUse,
+		VolumesAttached: current.VolumesAttached,
+	}
+	// The machine's identity is the host's business.
+	st.NodeInfo.MachineID, st.NodeInfo.SystemUUID, st.NodeInfo.BootID = "", "", ""
+	if r.exposeAddresses {
+		st.Addresses = append([]corev1.NodeAddress(nil), host.Status.Addresses...)
+		st.DaemonEndpoints = host.Status.DaemonEndpoints
+	} else {
+		st.Addresses = []corev1.NodeAddress{{Type: corev1.NodeHostName, Address: host.Name}}
+	}
+	return st
+}
+
+// renew creates or renews the virtual node's Lease in kube-node-lease, owned
+// by the node so that the tenant's garbage collector removes it with the
+// node. A Lease renewed less than half an interval ago is left as is.
+func (r *virtualNodes) renew(ctx context.Context, node *corev1.Node) error {
+	key := client.ObjectKey{Namespace: nodeLeaseNamespace, Name: node.Name}
+	var lease coordinationv1.Lease
+	err := r.tenant.Get(ctx, key, &lease)
+	switch {
+	case apierrors.IsNotFound(err):
+		lease = coordinationv1.Lease{
+			ObjectMeta: metav1.ObjectMeta{
+				Namespace: key.Namespace, Name: key.Name,
+				Labels: map[string]string{LabelManagedBy: ManagedByValue},
+				OwnerReferences: []metav1.OwnerReference{{
+					APIVersion: "v1", Kind: "Node", Name: node.Name, UID: node.UID,
+				}},
+			},
+			Spec: coordinationv1.LeaseSpec{
+				HolderIdentity:       ptr.To(node.Name),
+				LeaseDurationSeconds: ptr.To(r.leaseDurationSec),
+				RenewTime:            &metav1.MicroTime{Time: time.Now()},
+			},
+		}
+		if err := r.tenant.Create(ctx, &lease); err != nil {
+			return fmt.Errorf("creating virtual node %s's Lease: %w", node.Name, err)
+		}
+		writes.WithLabelValues(r.cluster, "leases", "up", "create").Inc()
+		return nil
+	case err != nil:
+		return fmt.Errorf("reading virtual node %s's Lease: %w", node.Name, err)
+	}
+	if lease.Spec.RenewTime != nil && time.Since(lease.Spec.RenewTime.Time) < r.renewInterval/2 {
+		return nil
+	}
+	lease.Spec.HolderIdentity = ptr.To(node.Name)
+	lease.Spec.LeaseDurationSeconds = ptr.To(r.leaseDurationSec)
+	lease.Spec.RenewTime = &metav1.MicroTime{Time: time.Now()}
+	if err := r.tenant.Update(ctx, &lease); err != nil {
+		return fmt.Errorf("renewing virtual node %s's Lease: %w", node.Name, err)
+	}
+	writes.WithLabelValues(r.cluster, "leases", "up", "update").Inc()
+	return nil
+}
+
+// remove deletes a virtual node, precisely the one read, and its Lease.
+func (r *virtualNodes) remove(ctx context.Context, node *corev1.Node) error {
+	err := r.tenant.Delete(ctx, node, client.Preconditions{UID: ptr.To(node.UID)})
+	if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
+		return fmt.Errorf("deleting virtual node %s: %w", node.Name, err)
+	}
+	if err == nil {
+		writes.WithLabelValues(r.cluster, "nodes", "up", "delete").Inc()
+		ctrl.LoggerFrom(ctx).Info("deleted virtual node: no Pod of the tenant is bound to it")
+	}
+	var lease coordinationv1.Lease
+	if err := r.tenant.Get(ctx, client.ObjectKey{Namespace: nodeLeaseNamespace, Name: node.Name}, &lease); err != nil {
+		return client.IgnoreNotFound(err)
+	}
+	if !isManaged(&lease) {
+		return nil
+	}
+	if err := r.tenant.Delete(ctx, &lease, client.Preconditions{UID: ptr.To(lease.UID)}); client.IgnoreNotFound(err) != nil && !apierrors.IsConflict(err) {
+		return fmt.Errorf("deleting virtual node %s's Lease: %w", node.Name, err)
+	}
+	return nil
+}
