@@ -10,8 +10,8 @@ import (
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -188,7 +188,9 @@ func TestVirtualNodeGoesWithItsLastPod(t *testing.T) {
 	if err := shared.Env.Host.AddNode(ctx, name); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = shared.Host.Delete(context.Background(), &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}}) })
+	t.Cleanup(func() {
+		_ = shared.Host.Delete(context.Background(), &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}})
+	})
 	pod := podOn(unique("only"), name)
 	if err := tenant.Create(ctx, pod); err != nil {
 		t.Fatal(err)
@@ -224,7 +226,9 @@ func TestTenantsOwnNodeIsLeftAlone(t *testing.T) {
 	if err := shared.Env.Host.AddNode(ctx, name); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = shared.Host.Delete(context.Background(), &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}}) })
+	t.Cleanup(func() {
+		_ = shared.Host.Delete(context.Background(), &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}})
+	})
 	pod := podOn(unique("guest"), name)
 	if err := tenant.Create(ctx, pod); err != nil {
 		t.Fatal(err)
