@@ -220,7 +220,12 @@ func (r *reconciler) deleteHost(ctx context.Context, tenant, host client.Object)
 	if tenant != nil && tenant.GetDeletionGracePeriodSeconds() != nil {
 		opts = append(opts, client.GracePeriodSeconds(*tenant.GetDeletionGracePeriodSeconds()))
 	}
-	err := r.host.Delete(ctx, host, opts...)
+	var err error
+	if tenant != nil && !tenant.GetDeletionTimestamp().IsZero() && r.syncer.DeleteHost != nil {
+		err = r.syncer.DeleteHost(ctx, r.host, tenant, host, opts...)
+	} else {
+		err = r.host.Delete(ctx, host, opts...)
+	}
 	if apierrors.IsNotFound(err) || apierrors.IsConflict(err) {
 		return nil // gone already, or (the UID precondition failed) replaced by a newer object
 	}

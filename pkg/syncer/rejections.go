@@ -3,10 +3,12 @@ package syncer
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/util/workqueue"
@@ -32,19 +34,48 @@ const (
 )
 
 // hostRejection is the host's refusal of a write, or nil if err is not one:
-// the host answered, and its answer is about the object itself. Other
-// failures (the host unreachable, a conflict, a timeout) are not the
-// tenant's to hear of.
+// the host answered, and its answer is about the object itself (an
+// eviction that a PodDisruptionBudget does not allow yet among them). Other
+// failures (the host unreachable or throttling, a conflict, a timeout) are
+// not the tenant's to hear of.
 func hostRejection(err error) *apierrors.StatusError {
 	var status *apierrors.StatusError
 	if !errors.As(err, &status) {
 		return nil
 	}
 	if apierrors.IsForbidden(err) || apierrors.IsInvalid(err) || apierrors.IsBadRequest(err) ||
-		apierrors.IsRequestEntityTooLargeError(err) {
+		apierrors.IsRequestEntityTooLargeError(err) || disruptionBudget(status) {
 		return status
 	}
 	return nil
+}
+
+// disruptionBudget says whether status is an eviction's refusal by a
+// PodDisruptionBudget.
+func disruptionBudget(status *apierrors.StatusError) bool {
+	if !apierrors.IsTooManyRequests(status) || status.ErrStatus.Details == nil {
+		return false
+	}
+	for _, cause := range status.ErrStatus.Details.Causes {
+		if cause.Type == policyv1.DisruptionBudgetCause {
+			return true
+		}
+	}
+	return false
+}
+
+// refusalMessage is what the host said: its message, and its causes' when
+// they add to it.
+func refusalMessage(status *apierrors.StatusError) string {
+	message := status.ErrStatus.Message
+	if status.ErrStatus.Details != nil {
+		for _, cause := range status.ErrStatus.Details.Causes {
+			if cause.Message != "" && !strings.Contains(message, cause.Message) {
+				message += " " + cause.Message
+			}
+		}
+	}
+	return message
 }
 
 // rejections remembers, per tenant object, the host's last refusal and when
@@ -114,7 +145,7 @@ func (r *rejections) forget(key types.NamespacedName) {
 // on the tenant object and a log line when the host says something new,
 // the syncer's own report (HostRejected), and a retry after a growing delay.
 func (r *reconciler) hostRejected(ctx context.Context, key types.NamespacedName, tenant client.Object, refusal *apierrors.StatusError) (reconcile.Result, error) {
-	message := refusal.ErrStatus.Message
+	message := refusalMessage(refusal)
 	news, retry := r.rejections.record(key, tenant.GetResourceVersion(), message)
 	hostRejections.WithLabelValues(r.translator.Cluster, r.syncer.Name, string(refusal.ErrStatus.Reason)).Inc()
 	if news {

@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"testing"
 
+	policyv1 "k8s.io/api/policy/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/validation/field"
@@ -24,6 +26,8 @@ func TestHostRejection(t *testing.T) {
 		{"webhook's bad request", apierrors.NewBadRequest("denied by policy"), true},
 		{"too large", apierrors.NewRequestEntityTooLargeError("limit is 3145728"), true},
 		{"wrapped", fmt.Errorf("creating host pods x: %w", apierrors.NewForbidden(pods, "web", errors.New("quota"))), true},
+		{"eviction a budget refuses", budgetRefusal(), true},
+		{"throttled", apierrors.NewTooManyRequests("slow down", 1), false},
 		{"conflict", apierrors.NewConflict(pods, "web", errors.New("newer")), false},
 		{"host unavailable", apierrors.NewServiceUnavailable("later"), false},
 		{"timeout", apierrors.NewTimeoutError("slow", 1), false},
@@ -32,6 +36,23 @@ func TestHostRejection(t *testing.T) {
 		if got := hostRejection(tc.err) != nil; got != tc.want {
 			t.Errorf("%s: hostRejection = %v, want %v", tc.name, got, tc.want)
 		}
+	}
+}
+
+// budgetRefusal is the host's answer to an eviction that a
+// PodDisruptionBudget does not allow.
+func budgetRefusal() *apierrors.StatusError {
+	err := apierrors.NewTooManyRequests("Cannot evict pod as it would violate the pod's disruption budget.", 0)
+	err.ErrStatus.Details.Causes = append(err.ErrStatus.Details.Causes, metav1.StatusCause{
+		Type: policyv1.DisruptionBudgetCause, Message: "The disruption budget web needs 2 healthy pods and has 2 currently",
+	})
+	return err
+}
+
+func TestRefusalMessageTellsTheCauses(t *testing.T) {
+	want := "Cannot evict pod as it would violate the pod's disruption budget. The disruption budget web needs 2 healthy pods and has 2 currently"
+	if got := refusalMessage(budgetRefusal()); got != want {
+		t.Errorf("refusalMessage = %q, want %q", got, want)
 	}
 }
 

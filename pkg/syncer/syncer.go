@@ -79,6 +79,15 @@ type Syncer struct {
 	// tenant's client.
 	HostRejected func(ctx context.Context, c client.Client, tenant client.Object, message string) error
 
+	// DeleteHost, if set, removes the host copy of a tenant object that is
+	// being deleted, in place of a plain delete with opts (the copy's UID as
+	// precondition, and the tenant's grace period): Pods evicted in the
+	// tenant are evicted in the host, where its PodDisruptionBudgets apply.
+	// A refusal by the host is told to the tenant and retried with backoff,
+	// as for a refused copy. It writes through host, the tenant's host
+	// client.
+	DeleteHost func(ctx context.Context, host client.Client, tenant, hostCopy client.Object, opts ...client.DeleteOption) error
+
 	// FinishDelete, if set, runs when a tenant object is being deleted and
 	// its host copy is gone: Pods use it to complete their deletion in a
 	// tenant that has no kubelet.

@@ -16,6 +16,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -339,4 +340,59 @@ func setUnschedulable(t *testing.T, node string, unschedulable bool) {
 	if err := shared.Host.Patch(context.Background(), n, client.RawPatch(types.StrategicMergePatchType, patch)); err != nil {
 		t.Fatalf("setting %s unschedulable=%t: %v", node, unschedulable, err)
 	}
+}
+
+// A Pod evicted in the tenant is evicted in the host, where the host's
+// PodDisruptionBudget holds: the tenant hears that the host refuses, its
+// Deployment replaces the Pod, and then the host lets the eviction through.
+func TestTenantEvictionHonoursHostDisruptionBudget(t *testing.T) {
+	useWorld(t)
+	ctx := t.Context()
+	tenant := shared.Tenants["tenant-1"]
+	deploy := deployment(unique("budget"), 2)
+	if err := tenant.Create(ctx, deploy); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = tenant.Delete(context.Background(), deploy) })
+	expectAvailable(t, tenant, deploy, 2)
+
+	pdb := &policyv1.PodDisruptionBudget{
+		ObjectMeta: metav1.ObjectMeta{Namespace: hostNS("tenant-1", "default"), Name: deploy.Name},
+		Spec: policyv1.PodDisruptionBudgetSpec{
+			MinAvailable: ptr.To(intstr.FromInt32(2)),
+			Selector:     deploy.Spec.Selector,
+		},
+	}
+	if err := shared.Host.Create(ctx, pdb); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = shared.Host.Delete(context.Background(), pdb) })
+	eventually(t, 30*time.Second, "the host's budget allows no disruption", func(ctx context.Context) (bool, error) {
+		var got policyv1.PodDisruptionBudget
+		if err := shared.Host.Get(ctx, client.ObjectKeyFromObject(pdb), &got); err != nil {
+			return false, err
+		}
+		return got.Status.ObservedGeneration == got.Generation && got.Status.CurrentHealthy == 2 && got.Status.DisruptionsAllowed == 0,
+			fmt.Errorf("%d healthy, %d disruptions allowed", got.Status.CurrentHealthy, got.Status.DisruptionsAllowed)
+	})
+
+	var pods corev1.PodList
+	if err := tenant.List(ctx, &pods, client.InNamespace("default"), client.MatchingLabels(deploy.Spec.Selector.MatchLabels)); err != nil {
+		t.Fatal(err)
+	}
+	victim := pods.Items[0]
+	if err := tenant.SubResource("eviction").Create(ctx, &victim, &policyv1.Eviction{
+		ObjectMeta: metav1.ObjectMeta{Namespace: victim.Namespace, Name: victim.Name},
+	}); err != nil {
+		t.Fatalf("the tenant, which has no budget, refused the eviction: %v", err)
+	}
+	event := expectHostRejectedEvent(t, tenant, victim.Namespace, victim.Name, "disruption budget")
+	t.Logf("tenant event: %s", event.Note)
+
+	eventually(t, 60*time.Second, "the evicted Pod gone from tenant and host, once its replacement runs", func(ctx context.Context) (bool, error) {
+		errTenant := tenant.Get(ctx, client.ObjectKeyFromObject(&victim), &corev1.Pod{})
+		errHost := shared.Host.Get(ctx, shared.HostKey("tenant-1", victim.Namespace, victim.Name), &corev1.Pod{})
+		return apierrors.IsNotFound(errTenant) && apierrors.IsNotFound(errHost), fmt.Errorf("tenant: %v; host: %v", errTenant, errHost)
+	})
+	expectAvailable(t, tenant, deploy, 2)
 }

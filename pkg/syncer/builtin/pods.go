@@ -6,6 +6,8 @@ import (
 	"slices"
 
 	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -17,7 +19,9 @@ import (
 // run back up: the node (through a binding, as a scheduler would) and the
 // status, with the Pod's IP. Tenant deletion is mirrored with the tenant's
 // grace period, and completed in the tenant once the host Pod is gone, since
-// a tenant has no kubelet to do it.
+// a tenant has no kubelet to do it; a Pod evicted in the tenant is evicted
+// in the host, so the host's PodDisruptionBudgets hold, and stays
+// Terminating in the tenant until the host allows it.
 //
 // A host Pod can only reach its own host namespace: every object a Pod spec
 // names (ConfigMaps, Secrets, ServiceAccounts, claims, pull secrets) is
@@ -46,6 +50,7 @@ func Pods() syncer.Syncer {
 		Created:      podScheduledInHost,
 		Lost:         podLost,
 		HostRejected: podRejected,
+		DeleteHost:   deleteHostPod,
 		FinishDelete: finishPodDelete,
 	}
 }
@@ -223,7 +228,50 @@ func podUp(ctx context.Context, c client.Client, h, t client.Object) (bool, erro
 	return copyPodStatus(ctx, c, h, t)
 }
 
-var copyPodStatus = syncer.StatusUp(syncer.CopyStatus(func(p *corev1.Pod) *corev1.PodStatus { return &p.Status }))
+// copyPodStatus brings the host Pod's status up. A DisruptionTarget
+// condition that the tenant set (its API server does, on an eviction, just
+// before it deletes the Pod) stays until the host has one of its own, so
+// that the host Pod is evicted, not deleted.
+var copyPodStatus = syncer.StatusUp(func(h, t client.Object) bool {
+	host, tenant := h.(*corev1.Pod), t.(*corev1.Pod)
+	status := *host.Status.DeepCopy()
+	if i := slices.IndexFunc(tenant.Status.Conditions, isDisruptionTarget); i >= 0 && !slices.ContainsFunc(status.Conditions, isDisruptionTarget) {
+		status.Conditions = append(status.Conditions, tenant.Status.Conditions[i])
+	}
+	if equality.Semantic.DeepEqual(status, tenant.Status) {
+		return false
+	}
+	tenant.Status = status
+	return true
+})
+
+func isDisruptionTarget(c corev1.PodCondition) bool {
+	return c.Type == corev1.DisruptionTarget && c.Status == corev1.ConditionTrue
+}
+
+// deleteHostPod removes the host Pod of a tenant Pod being deleted: by
+// eviction when the tenant evicted it, so that the host's
+// PodDisruptionBudgets decide when it goes (the host refuses with 429 until
+// they allow it, and the framework retries with backoff), by a plain
+// delete otherwise.
+func deleteHostPod(ctx context.Context, c client.Client, t, h client.Object, opts ...client.DeleteOption) error {
+	tenant := t.(*corev1.Pod)
+	evicted := slices.ContainsFunc(tenant.Status.Conditions, func(c corev1.PodCondition) bool {
+		return isDisruptionTarget(c) && c.Reason == evictionByEvictionAPI
+	})
+	if !evicted {
+		return c.Delete(ctx, h, opts...)
+	}
+	deleteOptions := (&client.DeleteOptions{}).ApplyOptions(opts).AsDeleteOptions()
+	eviction := &policyv1.Eviction{
+		ObjectMeta:    metav1.ObjectMeta{Namespace: h.GetNamespace(), Name: h.GetName()},
+		DeleteOptions: deleteOptions,
+	}
+	if err := c.SubResource("eviction").Create(ctx, h, eviction); err != nil {
+		return fmt.Errorf("evicting the host Pod: %w", err)
+	}
+	return nil
+}
 
 // finishPodDelete removes a terminating tenant Pod once its host Pod is
 // gone: the tenant's kubelet would, but a tenant has none.

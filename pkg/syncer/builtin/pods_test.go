@@ -123,3 +123,43 @@ func TestPodRejected(t *testing.T) {
 		t.Fatalf("a running Pod's PodScheduled became %+v", after.Status.Conditions[0])
 	}
 }
+
+// The tenant's eviction mark stays on its Pod until the host Pod has one
+// of its own, which then wins; other status comes from the host.
+func TestPodStatusKeepsTheTenantsEvictionMark(t *testing.T) {
+	tenantMark := corev1.PodCondition{Type: corev1.DisruptionTarget, Status: corev1.ConditionTrue, Reason: evictionByEvictionAPI, Message: "tenant"}
+	hostMark := corev1.PodCondition{Type: corev1.DisruptionTarget, Status: corev1.ConditionTrue, Reason: corev1.PodReasonPreemptionByScheduler, Message: "host"}
+	for _, tc := range []struct {
+		name       string
+		tenant     []corev1.PodCondition
+		host       []corev1.PodCondition
+		wantReason string // of DisruptionTarget; "" for none
+	}{
+		{"neither", nil, nil, ""},
+		{"the tenant's", []corev1.PodCondition{tenantMark}, nil, evictionByEvictionAPI},
+		{"the host's", nil, []corev1.PodCondition{hostMark}, corev1.PodReasonPreemptionByScheduler},
+		{"both: the host's wins", []corev1.PodCondition{tenantMark}, []corev1.PodCondition{hostMark}, corev1.PodReasonPreemptionByScheduler},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			host := scheduledPod(tc.host...)
+			host.Status.PodIP = "10.244.1.7"
+			after := runOnTenant(t, scheduledPod(tc.tenant...), func(ctx context.Context, c client.Client, tenant client.Object) error {
+				_, err := copyPodStatus(ctx, c, host, tenant)
+				return err
+			})
+			if after.Status.PodIP != host.Status.PodIP {
+				t.Errorf("pod IP %q, want the host's %q", after.Status.PodIP, host.Status.PodIP)
+			}
+			reason, marks := "", 0
+			for _, c := range after.Status.Conditions {
+				if c.Type == corev1.DisruptionTarget {
+					reason = c.Reason
+					marks++
+				}
+			}
+			if reason != tc.wantReason || marks > 1 {
+				t.Errorf("DisruptionTarget reason %q (%d conditions), want %q", reason, marks, tc.wantReason)
+			}
+		})
+	}
+}
