@@ -52,8 +52,11 @@ type Hub struct {
 	opts   HubOptions
 	cache  cache.Cache
 
-	mu     sync.RWMutex
-	routes map[routeKey]func(client.Object)
+	mu sync.RWMutex
+	// routes hold, by type and cluster, the handlers of host events, each
+	// under the id Route gave it.
+	routes  map[routeKey]map[int]func(client.Object)
+	routeID int
 	// informed holds the informers that have the hub's handler, by type
 	// (and by watched kind: "public CRDs", "nodes").
 	informed map[string]bool
@@ -113,7 +116,7 @@ func NewHub(config *rest.Config, opts HubOptions) (*Hub, error) {
 		config:   rest.CopyConfig(config),
 		opts:     opts,
 		cache:    c,
-		routes:   map[routeKey]func(client.Object){},
+		routes:   map[routeKey]map[int]func(client.Object){},
 		informed: map[string]bool{},
 		watchers: map[string]map[string]func(string){},
 	}, nil
@@ -162,7 +165,8 @@ func (h *Hub) ClientFor(cluster string) (client.Client, error) {
 }
 
 // Route sends the events of host objects of obj's type that belong to
-// cluster to handle, until the returned cancel is called. The first route
+// cluster to handle (and to every other handler routed for them), until
+// the returned cancel is called. The first route
 // for a type starts its informer and waits for it to sync.
 func (h *Hub) Route(ctx context.Context, obj client.Object, cluster string, handle func(client.Object)) (cancel func(), err error) {
 	gvk, err := gvkOf(obj, h.opts.Scheme)
@@ -174,11 +178,19 @@ func (h *Hub) Route(ctx context.Context, obj client.Object, cluster string, hand
 	}
 	key := routeKey{gvk: gvk, cluster: cluster}
 	h.mu.Lock()
-	h.routes[key] = handle
+	h.routeID++
+	id := h.routeID
+	if h.routes[key] == nil {
+		h.routes[key] = map[int]func(client.Object){}
+	}
+	h.routes[key][id] = handle
 	h.mu.Unlock()
 	return func() {
 		h.mu.Lock()
-		delete(h.routes, key)
+		delete(h.routes[key], id)
+		if len(h.routes[key]) == 0 {
+			delete(h.routes, key)
+		}
 		h.mu.Unlock()
 	}, nil
 }
@@ -188,9 +200,13 @@ func (h *Hub) Route(ctx context.Context, obj client.Object, cluster string, hand
 func (h *Hub) inform(ctx context.Context, gvk schema.GroupVersionKind, obj client.Object) error {
 	return h.handleOnce(ctx, gvk.String(), obj, func(o client.Object) {
 		h.mu.RLock()
-		handle := h.routes[routeKey{gvk: gvk, cluster: o.GetLabels()[LabelCluster]}]
+		routes := h.routes[routeKey{gvk: gvk, cluster: o.GetLabels()[LabelCluster]}]
+		handlers := make([]func(client.Object), 0, len(routes))
+		for _, handle := range routes {
+			handlers = append(handlers, handle)
+		}
 		h.mu.RUnlock()
-		if handle != nil {
+		for _, handle := range handlers {
 			handle(o)
 		}
 	})

@@ -1,6 +1,7 @@
 package syncer
 
 import (
+	"context"
 	"fmt"
 	"time"
 
@@ -40,6 +41,12 @@ type Options struct {
 	// the host's machines are, and a virtual node then shows only its name
 	// as a Hostname address.
 	ExposeNodeAddresses bool
+
+	// InClusterServer, if set, says at which URL Pods running in the host
+	// reach cluster's API server (their KUBERNETES_SERVICE_HOST and _PORT);
+	// "" or nil: the server of the cluster's rest.Config. It runs once as
+	// each cluster starts.
+	InClusterServer func(ctx context.Context, cluster string) (string, error)
 
 	// ExcludeNamespaces are tenant namespaces whose objects are never
 	// synced. Defaults to the tenant's system namespaces: kube-system,
@@ -162,8 +169,33 @@ func setup(mgr manager.Manager, cluster string, log logr.Logger, hub *Hub, opts 
 		if err := setupVirtualNodes(mgr, cluster, hub, opts, excluded); err != nil {
 			return err
 		}
+		server, err := inClusterServer(mgr, cluster, opts)
+		if err != nil {
+			return err
+		}
+		access := &podAPIAccess{
+			translator: tr, tenant: mgr.GetClient(), hostRead: hub.Reader(), host: host,
+			server: server, excluded: excluded,
+		}
+		if err := setupPodAPIAccess(mgr, hub, access); err != nil {
+			return err
+		}
 	}
 	return pending.setup(mgr, cluster)
+}
+
+// inClusterServer is where cluster's Pods reach its API server.
+func inClusterServer(mgr manager.Manager, cluster string, opts Options) (tenantServer, error) {
+	server := ""
+	if opts.InClusterServer != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		var err error
+		if server, err = opts.InClusterServer(ctx, cluster); err != nil {
+			return tenantServer{}, fmt.Errorf("the URL at which cluster %s's Pods reach its API server: %w", cluster, err)
+		}
+	}
+	return newTenantServer(mgr.GetConfig(), server)
 }
 
 // SyncersGroup is the fx value group from which the controller-manager

@@ -92,7 +92,7 @@ func (p *patroller) round(ctx context.Context, q workqueue.TypedRateLimitingInte
 		return err
 	}
 	for _, h := range byKey { // host copies with no tenant object
-		if key, ok := tr.TenantKey(h); ok {
+		if key, ok := tenantKeyOf(tr, s, h); ok {
 			flag(key)
 		}
 	}

@@ -53,7 +53,8 @@ func Secrets() syncer.Syncer {
 const defaultServiceAccount = "default"
 
 // ServiceAccounts syncs ServiceAccounts down, so that tenant Pods run as a
-// host ServiceAccount of the same name. No token comes with them (see Pods).
+// host ServiceAccount of the same name. No host token comes with them: Pods
+// get their tenant's (see syncer.PodAPIAccess).
 func ServiceAccounts() syncer.Syncer {
 	return syncer.Syncer{
 		Name:             "serviceaccounts",

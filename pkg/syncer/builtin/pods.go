@@ -26,9 +26,9 @@ import (
 // A host Pod can only reach its own host namespace: every object a Pod spec
 // names (ConfigMaps, Secrets, ServiceAccounts, claims, pull secrets) is
 // looked up in the namespace of the Pod, which holds only this tenant
-// namespace's copies. It gets no token: service account tokens are not
-// mounted, and projected token volumes are dropped, since in the host they
-// would carry the host's credentials.
+// namespace's copies. It never gets a host token: it reaches its own
+// tenant's API server with a token the tenant issued (see
+// syncer.PodAPIAccess).
 func Pods() syncer.Syncer {
 	return syncer.Syncer{
 		Name:             "pods",
@@ -37,7 +37,7 @@ func Pods() syncer.Syncer {
 		Down: func(t, h client.Object) error {
 			tenant, host := t.(*corev1.Pod), h.(*corev1.Pod)
 			if host.ResourceVersion == "" {
-				host.Spec = podSpecDown(tenant.Spec)
+				host.Spec = podSpecDown(tenant)
 				return nil
 			}
 			// A Pod's spec is immutable but for images and the deadline.
@@ -160,44 +160,17 @@ func podRejected(ctx context.Context, c client.Client, t client.Object, message 
 	return nil
 }
 
-// podSpecDown is the host Pod spec for a tenant Pod spec.
-func podSpecDown(tenant corev1.PodSpec) corev1.PodSpec {
-	spec := *tenant.DeepCopy()
+// podSpecDown is the host Pod spec for a tenant Pod: scheduled by the
+// host, and reaching its own tenant's API server (syncer.PodAPIAccess).
+func podSpecDown(tenant *corev1.Pod) corev1.PodSpec {
+	spec := *tenant.Spec.DeepCopy()
 	spec.NodeName = "" // the host schedules
+	// The host's token would be the host's credential; the tenant's comes
+	// from the API access Secret.
 	spec.AutomountServiceAccountToken = ptr.To(false)
 	spec.DeprecatedServiceAccount = spec.ServiceAccountName
 	spec.EphemeralContainers = nil
-
-	dropped := map[string]bool{}
-	volumes := spec.Volumes[:0]
-	for _, v := range spec.Volumes {
-		if v.Projected != nil {
-			sources := v.Projected.Sources[:0]
-			for _, s := range v.Projected.Sources {
-				if s.ServiceAccountToken == nil {
-					sources = append(sources, s)
-				}
-			}
-			v.Projected.Sources = sources
-			if len(sources) == 0 {
-				dropped[v.Name] = true
-				continue
-			}
-		}
-		volumes = append(volumes, v)
-	}
-	spec.Volumes = volumes
-	for _, cs := range [][]corev1.Container{spec.InitContainers, spec.Containers} {
-		for i := range cs {
-			mounts := cs[i].VolumeMounts[:0]
-			for _, m := range cs[i].VolumeMounts {
-				if !dropped[m.Name] {
-					mounts = append(mounts, m)
-				}
-			}
-			cs[i].VolumeMounts = mounts
-		}
-	}
+	syncer.PodAPIAccess(tenant.Name, &spec)
 	return spec
 }
 

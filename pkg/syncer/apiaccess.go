@@ -1,0 +1,465 @@
+package syncer
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"maps"
+	"net"
+	"net/url"
+	"os"
+	"slices"
+	"time"
+
+	authenticationv1 "k8s.io/api/authentication/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/util/workqueue"
+	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	"sigs.k8s.io/controller-runtime/pkg/source"
+)
+
+// A Pod's API access Secret, in its host namespace, holds what its
+// containers need to reach their own tenant API server: the tenant's CA,
+// the tenant namespace, tokens that the tenant issued for the Pod's
+// ServiceAccount, and where the tenant API server is.
+const (
+	apiAccessSecretSuffix = "-tenantry-api-access"
+	apiAccessTokenKey     = "token"
+	apiAccessCAKey        = "ca.crt"
+	apiAccessNamespaceKey = "namespace"
+	apiAccessHostKey      = "kubernetes-service-host"
+	apiAccessPortKey      = "kubernetes-service-port"
+	apiAccessURLKey       = "kubernetes-port"
+	// annotationTokensRefresh says when the Secret's tokens are renewed: at
+	// four fifths of their lifetime, as a kubelet renews projected tokens.
+	annotationTokensRefresh = "tenantry.dev/tokens-refresh-at"
+	// rootCAConfigMap is the ConfigMap in which a cluster publishes its CA
+	// in every namespace; in a host namespace it is the host's.
+	rootCAConfigMap = "kube-root-ca.crt"
+	// defaultTokenSeconds is a projected token's lifetime when its source
+	// names none, as the API server defaults it.
+	defaultTokenSeconds = 3600
+)
+
+// PodAPIAccess rewrites spec, the host copy of the spec of the tenant Pod
+// named podName, so that the Pod reaches its own tenant's API server as an
+// in-cluster client would reach its cluster's:
+//
+//   - a projected service account token becomes the same file from the
+//     Pod's API access Secret, which holds a token that the tenant issued
+//     for the Pod's ServiceAccount, bound to the tenant Pod and renewed
+//     before it expires; kube-root-ca.crt (projected or as a volume)
+//     becomes the tenant's CA from the same Secret;
+//   - every container gets KUBERNETES_SERVICE_HOST, KUBERNETES_SERVICE_PORT
+//     and the other variables of the kubernetes Service, naming the tenant
+//     API server, from that Secret, unless it sets them itself;
+//   - the downward API's metadata.namespace and metadata.uid give the
+//     tenant Pod's, not the host copy's.
+//
+// The Secret is made by the syncers once the host Pod exists (the kubelet
+// waits for it), owned by the host Pod, so that the host removes it with
+// the Pod; a Pod that mounts no token and no CA gets no Secret and keeps
+// the host's service variables. The host Pod never carries a host
+// credential, and no token is logged or put in an annotation.
+func PodAPIAccess(podName string, spec *corev1.PodSpec) {
+	secret := apiAccessSecretName(podName)
+	uses := false
+	for i := range spec.Volumes {
+		v := &spec.Volumes[i]
+		switch {
+		case v.Projected != nil:
+			for j := range v.Projected.Sources {
+				src := &v.Projected.Sources[j]
+				switch {
+				case src.ServiceAccountToken != nil:
+					*src = corev1.VolumeProjection{Secret: &corev1.SecretProjection{
+						LocalObjectReference: corev1.LocalObjectReference{Name: secret},
+						Items:                []corev1.KeyToPath{{Key: tokenKey(src.ServiceAccountToken.Audience), Path: src.ServiceAccountToken.Path}},
+					}}
+					uses = true
+				case src.ConfigMap != nil && src.ConfigMap.Name == rootCAConfigMap:
+					*src = corev1.VolumeProjection{Secret: &corev1.SecretProjection{
+						LocalObjectReference: corev1.LocalObjectReference{Name: secret},
+						Items:                caItems(src.ConfigMap.Items),
+					}}
+					uses = true
+				case src.DownwardAPI != nil:
+					tenantFieldRefs(src.DownwardAPI.Items)
+				}
+			}
+		case v.ConfigMap != nil && v.ConfigMap.Name == rootCAConfigMap:
+			v.VolumeSource = corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{
+				SecretName: secret, Items: caItems(v.ConfigMap.Items), DefaultMode: v.ConfigMap.DefaultMode,
+			}}
+			uses = true
+		case v.DownwardAPI != nil:
+			tenantFieldRefs(v.DownwardAPI.Items)
+		}
+	}
+	for _, cs := range [][]corev1.Container{spec.InitContainers, spec.Containers} {
+		for i := range cs {
+			for j := range cs[i].Env {
+				if ref := cs[i].Env[j].ValueFrom; ref != nil && ref.FieldRef != nil {
+					ref.FieldRef.FieldPath = tenantFieldPath(ref.FieldRef.FieldPath)
+				}
+			}
+			if uses {
+				cs[i].Env = append(serviceEnv(secret, cs[i].Env), cs[i].Env...)
+			}
+		}
+	}
+}
+
+// apiAccessSecretName is the name of the API access Secret of the Pod
+// named pod, in the Pod's host namespace.
+func apiAccessSecretName(pod string) string {
+	const maxName = 253
+	if len(pod)+len(apiAccessSecretSuffix) <= maxName {
+		return pod + apiAccessSecretSuffix
+	}
+	sum := sha256.Sum256([]byte(pod))
+	hash := hex.EncodeToString(sum[:])[:10]
+	return pod[:maxName-len(apiAccessSecretSuffix)-len(hash)-1] + "-" + hash + apiAccessSecretSuffix
+}
+
+// tokenKey is the Secret key of the token for audience ("" for the tenant
+// API server's own).
+func tokenKey(audience string) string {
+	if audience == "" {
+		return apiAccessTokenKey
+	}
+	sum := sha256.Sum256([]byte(audience))
+	return apiAccessTokenKey + "-" + hex.EncodeToString(sum[:])[:12]
+}
+
+// caItems maps kube-root-ca.crt's items to the Secret's CA.
+func caItems(items []corev1.KeyToPath) []corev1.KeyToPath {
+	if len(items) == 0 {
+		return []corev1.KeyToPath{{Key: apiAccessCAKey, Path: apiAccessCAKey}}
+	}
+	out := make([]corev1.KeyToPath, len(items))
+	for i, item := range items {
+		out[i] = corev1.KeyToPath{Key: apiAccessCAKey, Path: item.Path, Mode: item.Mode}
+	}
+	return out
+}
+
+func tenantFieldRefs(items []corev1.DownwardAPIVolumeFile) {
+	for i := range items {
+		if items[i].FieldRef != nil {
+			items[i].FieldRef.FieldPath = tenantFieldPath(items[i].FieldRef.FieldPath)
+		}
+	}
+}
+
+// tenantFieldPath makes a downward API field of a host Pod give what the
+// tenant Pod has: its namespace and UID are in the annotations that
+// Tenantry puts on the host copy.
+func tenantFieldPath(path string) string {
+	switch path {
+	case "metadata.namespace":
+		return "metadata.annotations['" + AnnotationTenantNamespace + "']"
+	case "metadata.uid":
+		return "metadata.annotations['" + AnnotationTenantUID + "']"
+	}
+	return path
+}
+
+// serviceEnv are the kubernetes Service's variables, naming the tenant API
+// server from the Pod's API access Secret, less those that env sets.
+func serviceEnv(secret string, env []corev1.EnvVar) []corev1.EnvVar {
+	from := func(key string) *corev1.EnvVarSource {
+		return &corev1.EnvVarSource{SecretKeyRef: &corev1.SecretKeySelector{
+			LocalObjectReference: corev1.LocalObjectReference{Name: secret}, Key: key,
+		}}
+	}
+	all := []corev1.EnvVar{
+		{Name: "KUBERNETES_SERVICE_HOST", ValueFrom: from(apiAccessHostKey)},
+		{Name: "KUBERNETES_SERVICE_PORT", ValueFrom: from(apiAccessPortKey)},
+		{Name: "KUBERNETES_SERVICE_PORT_HTTPS", ValueFrom: from(apiAccessPortKey)},
+		{Name: "KUBERNETES_PORT", ValueFrom: from(apiAccessURLKey)},
+		{Name: "KUBERNETES_PORT_443_TCP", ValueFrom: from(apiAccessURLKey)},
+		{Name: "KUBERNETES_PORT_443_TCP_ADDR", ValueFrom: from(apiAccessHostKey)},
+		{Name: "KUBERNETES_PORT_443_TCP_PORT", ValueFrom: from(apiAccessPortKey)},
+		{Name: "KUBERNETES_PORT_443_TCP_PROTO", Value: "tcp"},
+	}
+	return slices.DeleteFunc(all, func(v corev1.EnvVar) bool {
+		return slices.ContainsFunc(env, func(e corev1.EnvVar) bool { return e.Name == v.Name })
+	})
+}
+
+// usesAPIAccess says whether a host Pod spec mounts or reads its API access
+// Secret.
+func usesAPIAccess(spec *corev1.PodSpec, secret string) bool {
+	for _, v := range spec.Volumes {
+		if v.Secret != nil && v.Secret.SecretName == secret {
+			return true
+		}
+		if v.Projected != nil && slices.ContainsFunc(v.Projected.Sources, func(s corev1.VolumeProjection) bool {
+			return s.Secret != nil && s.Secret.Name == secret
+		}) {
+			return true
+		}
+	}
+	return false
+}
+
+// tokenRequests are the tokens a tenant Pod's spec asks for, by audience,
+// each with the shortest lifetime asked.
+func tokenRequests(spec *corev1.PodSpec) map[string]int64 {
+	out := map[string]int64{}
+	for _, v := range spec.Volumes {
+		if v.Projected == nil {
+			continue
+		}
+		for _, s := range v.Projected.Sources {
+			if s.ServiceAccountToken == nil {
+				continue
+			}
+			seconds := ptr.Deref(s.ServiceAccountToken.ExpirationSeconds, defaultTokenSeconds)
+			if have, ok := out[s.ServiceAccountToken.Audience]; !ok || seconds < have {
+				out[s.ServiceAccountToken.Audience] = seconds
+			}
+		}
+	}
+	return out
+}
+
+// tenantServer is where Pods in the host reach a tenant's API server, and
+// what they trust it by.
+type tenantServer struct {
+	host, port string
+	ca         []byte
+}
+
+// newTenantServer reads the tenant API server's address off server (a URL;
+// "" for config's) and its CA off config.
+func newTenantServer(config *rest.Config, server string) (tenantServer, error) {
+	if server == "" {
+		server = config.Host
+	}
+	u, err := url.Parse(server)
+	if err != nil || u.Hostname() == "" {
+		return tenantServer{}, fmt.Errorf("the tenant API server's URL for Pods %q is not a URL with a host", server)
+	}
+	port := u.Port()
+	if port == "" {
+		port = "443"
+		if u.Scheme == "http" {
+			port = "80"
+		}
+	}
+	ca := config.CAData
+	if len(ca) == 0 && config.CAFile != "" {
+		if ca, err = os.ReadFile(config.CAFile); err != nil {
+			return tenantServer{}, fmt.Errorf("reading the tenant API server's CA: %w", err)
+		}
+	}
+	return tenantServer{host: u.Hostname(), port: port, ca: ca}, nil
+}
+
+// podAPIAccess keeps, for one tenant, the API access Secret of each of its
+// Pods whose host copy mounts one (see PodAPIAccess): it asks the tenant
+// for the tokens, writes the Secret owned by the host Pod, and renews the
+// tokens before they expire.
+type podAPIAccess struct {
+	translator Translator
+	tenant     client.Client
+	hostRead   client.Reader
+	host       client.Client
+	server     tenantServer
+	excluded   map[string]bool
+}
+
+func setupPodAPIAccess(mgr manager.Manager, hub *Hub, r *podAPIAccess) error {
+	cluster := r.translator.Cluster
+	route := func(obj client.Object, key func(client.Object) (types.NamespacedName, bool)) source.TypedSource[reconcile.Request] {
+		return source.TypedFunc[reconcile.Request](func(ctx context.Context, q workqueue.TypedRateLimitingInterface[reconcile.Request]) error {
+			cancel, err := hub.Route(ctx, obj, cluster, func(o client.Object) {
+				if k, ok := key(o); ok {
+					q.Add(reconcile.Request{NamespacedName: k})
+				}
+			})
+			if err != nil {
+				return err
+			}
+			context.AfterFunc(ctx, cancel)
+			return nil
+		})
+	}
+	// The host Pod brings its tenant Pod; so does its Secret, when changed
+	// or deleted by someone else.
+	hostPod := func(o client.Object) (types.NamespacedName, bool) {
+		key, ok := r.translator.TenantKey(o)
+		return key, ok && usesAPIAccess(&o.(*corev1.Pod).Spec, apiAccessSecretName(o.GetName()))
+	}
+	accessSecret := func(o client.Object) (types.NamespacedName, bool) {
+		key, ok := r.translator.TenantKey(o)
+		return key, ok && o.GetName() == apiAccessSecretName(key.Name)
+	}
+	return builder.ControllerManagedBy(mgr).
+		Named(cluster+"-pod-api-access").
+		For(&corev1.Pod{}, builder.WithPredicates(predicate.Funcs{
+			UpdateFunc: func(event.UpdateEvent) bool { return false }, // the host Pod's events tell
+		})).
+		WatchesRawSource(route(&corev1.Pod{}, hostPod)).
+		WatchesRawSource(route(&corev1.Secret{}, accessSecret)).
+		Complete(r)
+}
+
+func (r *podAPIAccess) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
+	if r.excluded[req.Namespace] {
+		return reconcile.Result{}, nil
+	}
+	var pod corev1.Pod
+	if err := r.tenant.Get(ctx, req.NamespacedName, &pod); err != nil {
+		return reconcile.Result{}, client.IgnoreNotFound(err)
+	}
+	if !pod.DeletionTimestamp.IsZero() || pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed {
+		return reconcile.Result{}, nil // its tokens end with it
+	}
+	var hostPod corev1.Pod
+	if err := r.hostRead.Get(ctx, r.translator.HostKey(req.NamespacedName, false), &hostPod); err != nil {
+		return reconcile.Result{}, client.IgnoreNotFound(err) // its creation brings us back
+	}
+	name := apiAccessSecretName(pod.Name)
+	if hostPod.Annotations[AnnotationTenantUID] != string(pod.UID) || !hostPod.DeletionTimestamp.IsZero() ||
+		!usesAPIAccess(&hostPod.Spec, name) {
+		return reconcile.Result{}, nil
+	}
+
+	var current *corev1.Secret
+	existing := &corev1.Secret{}
+	switch err := r.hostRead.Get(ctx, client.ObjectKey{Namespace: hostPod.Namespace, Name: name}, existing); {
+	case err == nil:
+		current = existing
+	case !apierrors.IsNotFound(err):
+		return reconcile.Result{}, fmt.Errorf("reading the API access Secret of Pod %s: %w", req.NamespacedName, err)
+	}
+	if current != nil && !r.translator.Owns(current) {
+		return reconcile.Result{}, fmt.Errorf("host Secret %s/%s, the API access Secret of Pod %s, is not Tenantry's; it is left alone",
+			current.Namespace, current.Name, req.NamespacedName)
+	}
+
+	desired, refreshAt, err := r.desired(ctx, &pod, &hostPod, current)
+	if err != nil {
+		return reconcile.Result{}, err
+	}
+	switch {
+	case current == nil:
+		if err := r.host.Create(ctx, desired); err != nil {
+			return reconcile.Result{}, fmt.Errorf("creating the API access Secret of Pod %s: %w", req.NamespacedName, err)
+		}
+		writes.WithLabelValues(r.translator.Cluster, "pod-api-access", "down", "create").Inc()
+		ctrl.LoggerFrom(ctx).V(1).Info("created the Pod's API access Secret", "secret", name)
+	case !semanticallyEqual(current, desired):
+		if err := r.host.Update(ctx, desired); err != nil {
+			return reconcile.Result{}, fmt.Errorf("updating the API access Secret of Pod %s: %w", req.NamespacedName, err)
+		}
+		writes.WithLabelValues(r.translator.Cluster, "pod-api-access", "down", "update").Inc()
+		ctrl.LoggerFrom(ctx).V(1).Info("renewed the Pod's API access Secret", "secret", name, "refreshAt", refreshAt)
+	}
+	return reconcile.Result{RequeueAfter: max(time.Until(refreshAt), time.Second)}, nil
+}
+
+// desired is the API access Secret that pod's host Pod should have, built
+// on current (nil to create), and when its tokens are due for renewal. The
+// tokens are asked for again when missing, issued for an earlier Pod of the
+// name, or due.
+func (r *podAPIAccess) desired(ctx context.Context, pod, hostPod *corev1.Pod, current *corev1.Secret) (*corev1.Secret, time.Time, error) {
+	s := &corev1.Secret{}
+	if current != nil {
+		s = current.DeepCopy()
+	}
+	s.Namespace, s.Name = hostPod.Namespace, apiAccessSecretName(pod.Name)
+	s.Type = corev1.SecretTypeOpaque
+	s.Labels = maps.Clone(s.Labels)
+	if s.Labels == nil {
+		s.Labels = map[string]string{}
+	}
+	s.Labels[LabelManagedBy] = ManagedByValue
+	s.Labels[LabelCluster] = r.translator.Cluster
+	s.Annotations = map[string]string{
+		AnnotationTenantNamespace: pod.Namespace,
+		AnnotationTenantName:      pod.Name,
+		AnnotationTenantUID:       string(pod.UID),
+	}
+	s.OwnerReferences = []metav1.OwnerReference{{APIVersion: "v1", Kind: "Pod", Name: hostPod.Name, UID: hostPod.UID}}
+
+	data := map[string][]byte{
+		apiAccessCAKey:        r.server.ca,
+		apiAccessNamespaceKey: []byte(pod.Namespace),
+		apiAccessHostKey:      []byte(r.server.host),
+		apiAccessPortKey:      []byte(r.server.port),
+		apiAccessURLKey:       []byte("tcp://" + net.JoinHostPort(r.server.host, r.server.port)),
+	}
+	requests := tokenRequests(&pod.Spec)
+	refreshAt, fresh := time.Time{}, false
+	if current != nil && current.Annotations[AnnotationTenantUID] == string(pod.UID) {
+		if at, err := time.Parse(time.RFC3339, current.Annotations[annotationTokensRefresh]); err == nil && time.Now().Before(at) {
+			refreshAt, fresh = at, true
+		}
+	}
+	for audience := range requests {
+		if key := tokenKey(audience); fresh && len(current.Data[key]) > 0 {
+			data[key] = current.Data[key]
+			continue
+		}
+		fresh = false
+	}
+	if !fresh {
+		refreshAt = time.Time{}
+		for audience, seconds := range requests {
+			token, refresh, err := r.issue(ctx, pod, audience, seconds)
+			if err != nil {
+				return nil, time.Time{}, err
+			}
+			data[tokenKey(audience)] = token
+			if refreshAt.IsZero() || refresh.Before(refreshAt) {
+				refreshAt = refresh
+			}
+		}
+		if refreshAt.IsZero() {
+			refreshAt = time.Now().Add(defaultTokenSeconds * time.Second)
+		}
+	}
+	s.Annotations[annotationTokensRefresh] = refreshAt.UTC().Format(time.RFC3339)
+	s.Data = data
+	return s, refreshAt, nil
+}
+
+// issue asks the tenant for a token of pod's ServiceAccount for audience,
+// bound to pod, and says when to renew it: at four fifths of its life.
+func (r *podAPIAccess) issue(ctx context.Context, pod *corev1.Pod, audience string, seconds int64) ([]byte, time.Time, error) {
+	sa := pod.Spec.ServiceAccountName
+	if sa == "" {
+		sa = "default"
+	}
+	request := &authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{
+		ExpirationSeconds: ptr.To(seconds),
+		BoundObjectRef:    &authenticationv1.BoundObjectReference{APIVersion: "v1", Kind: "Pod", Name: pod.Name, UID: pod.UID},
+	}}
+	if audience != "" {
+		request.Spec.Audiences = []string{audience}
+	}
+	account := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: pod.Namespace, Name: sa}}
+	issued := time.Now()
+	if err := r.tenant.SubResource("token").Create(ctx, account, request); err != nil {
+		return nil, time.Time{}, fmt.Errorf("asking the tenant for a token of ServiceAccount %s/%s for Pod %s: %w", pod.Namespace, sa, pod.Name, err)
+	}
+	writes.WithLabelValues(r.translator.Cluster, "serviceaccounts/token", "up", "create").Inc()
+	life := request.Status.ExpirationTimestamp.Sub(issued)
+	return []byte(request.Status.Token), issued.Add(life * 4 / 5), nil
+}
