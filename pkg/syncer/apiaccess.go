@@ -10,6 +10,7 @@ import (
 	"net/url"
 	"os"
 	"slices"
+	"strings"
 	"time"
 
 	authenticationv1 "k8s.io/api/authentication/v1"
@@ -131,7 +132,8 @@ func apiAccessSecretName(pod string) string {
 	}
 	sum := sha256.Sum256([]byte(pod))
 	hash := hex.EncodeToString(sum[:])[:10]
-	return pod[:maxName-len(apiAccessSecretSuffix)-len(hash)-1] + "-" + hash + apiAccessSecretSuffix
+	prefix := strings.TrimRight(pod[:maxName-len(apiAccessSecretSuffix)-len(hash)-1], ".-")
+	return prefix + "-" + hash + apiAccessSecretSuffix
 }
 
 // tokenKey is the Secret key of the token for audience ("" for the tenant

@@ -306,14 +306,21 @@ func TestPodSync(t *testing.T) {
 	if spec.AutomountServiceAccountToken == nil || *spec.AutomountServiceAccountToken {
 		t.Error("host Pod mounts a service account token")
 	}
-	if len(spec.Volumes) != 1 || spec.Volumes[0].ConfigMap == nil || spec.Volumes[0].ConfigMap.Name != "web-config" {
-		t.Errorf("host Pod volumes = %+v, want only the ConfigMap volume, by the same name", spec.Volumes)
+	if len(spec.Volumes) != 2 || spec.Volumes[0].ConfigMap == nil || spec.Volumes[0].ConfigMap.Name != "web-config" {
+		t.Errorf("host Pod volumes = %+v, want the ConfigMap volume, by the same name, and the token's", spec.Volumes)
 	}
-	if len(spec.Containers[0].VolumeMounts) != 1 {
-		t.Errorf("host Pod mounts = %+v, want the token mount gone", spec.Containers[0].VolumeMounts)
+	// The token is the tenant's, from the Pod's API access Secret; never
+	// one the host would issue (apiaccess_test.go shows it works).
+	if sources := spec.Volumes[1].Projected.Sources; len(sources) != 1 || sources[0].Secret == nil || sources[0].Secret.Name != name+"-tenantry-api-access" {
+		t.Errorf("host Pod's token volume projects %+v, want the API access Secret", sources)
 	}
-	if ref := spec.Containers[0].Env[0].ValueFrom.SecretKeyRef; ref.Name != "db" {
-		t.Errorf("env Secret reference = %q", ref.Name)
+	if len(spec.Containers[0].VolumeMounts) != 2 {
+		t.Errorf("host Pod mounts = %+v, want both", spec.Containers[0].VolumeMounts)
+	}
+	for _, e := range spec.Containers[0].Env {
+		if e.Name == "PASSWORD" && e.ValueFrom.SecretKeyRef.Name != "db" {
+			t.Errorf("env Secret reference = %q", e.ValueFrom.SecretKeyRef.Name)
+		}
 	}
 	if hostPod.Labels["app"] != "web" {
 		t.Errorf("host Pod labels = %v", hostPod.Labels)

@@ -1,0 +1,108 @@
+package syncer
+
+import (
+	"strings"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/utils/ptr"
+)
+
+func TestPodAPIAccessRewritesTheSpec(t *testing.T) {
+	spec := corev1.PodSpec{
+		Containers: []corev1.Container{
+			{Name: "app", Env: []corev1.EnvVar{
+				{Name: "NS", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.namespace"}}},
+				{Name: "NODE", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "spec.nodeName"}}},
+			}},
+			{Name: "own-server", Env: []corev1.EnvVar{{Name: "KUBERNETES_SERVICE_HOST", Value: "mine"}}},
+		},
+		Volumes: []corev1.Volume{
+			{Name: "kube-api-access", VolumeSource: corev1.VolumeSource{Projected: &corev1.ProjectedVolumeSource{Sources: []corev1.VolumeProjection{
+				{ServiceAccountToken: &corev1.ServiceAccountTokenProjection{Path: "token", ExpirationSeconds: ptr.To[int64](3607)}},
+				{ConfigMap: &corev1.ConfigMapProjection{LocalObjectReference: corev1.LocalObjectReference{Name: "kube-root-ca.crt"},
+					Items: []corev1.KeyToPath{{Key: "ca.crt", Path: "ca.crt"}}}},
+				{DownwardAPI: &corev1.DownwardAPIProjection{Items: []corev1.DownwardAPIVolumeFile{
+					{Path: "namespace", FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.namespace"}}}}},
+			}}}},
+			{Name: "vault", VolumeSource: corev1.VolumeSource{Projected: &corev1.ProjectedVolumeSource{Sources: []corev1.VolumeProjection{
+				{ServiceAccountToken: &corev1.ServiceAccountTokenProjection{Path: "vault-token", Audience: "vault"}},
+			}}}},
+			{Name: "ca", VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{
+				LocalObjectReference: corev1.LocalObjectReference{Name: "kube-root-ca.crt"}}}},
+		},
+	}
+	tenantSpec := *spec.DeepCopy()
+	PodAPIAccess("web", &spec)
+	secret := "web-tenantry-api-access"
+
+	access := spec.Volumes[0].Projected.Sources
+	if s := access[0].Secret; s == nil || s.Name != secret || s.Items[0] != (corev1.KeyToPath{Key: "token", Path: "token"}) {
+		t.Errorf("token source = %+v, want the Secret's token", access[0])
+	}
+	if s := access[1].Secret; s == nil || s.Name != secret || s.Items[0].Key != "ca.crt" || s.Items[0].Path != "ca.crt" {
+		t.Errorf("CA source = %+v, want the Secret's CA", access[1])
+	}
+	if got := access[2].DownwardAPI.Items[0].FieldRef.FieldPath; got != "metadata.annotations['tenantry.dev/tenant-namespace']" {
+		t.Errorf("namespace file from %q, want the tenant namespace", got)
+	}
+	vault := spec.Volumes[1].Projected.Sources[0].Secret
+	if vault == nil || vault.Items[0].Key == "token" || !strings.HasPrefix(vault.Items[0].Key, "token-") || vault.Items[0].Path != "vault-token" {
+		t.Errorf("audience token source = %+v, want a token of its own", vault)
+	}
+	if v := spec.Volumes[2]; v.Secret == nil || v.Secret.SecretName != secret || v.Secret.Items[0].Key != "ca.crt" {
+		t.Errorf("CA volume = %+v, want the Secret's CA", v.VolumeSource)
+	}
+
+	env := map[string]corev1.EnvVar{}
+	for _, e := range spec.Containers[0].Env {
+		env[e.Name] = e
+	}
+	if ref := env["KUBERNETES_SERVICE_HOST"].ValueFrom; ref == nil || ref.SecretKeyRef.Name != secret || ref.SecretKeyRef.Key != "kubernetes-service-host" {
+		t.Errorf("KUBERNETES_SERVICE_HOST = %+v", env["KUBERNETES_SERVICE_HOST"])
+	}
+	if got := env["NS"].ValueFrom.FieldRef.FieldPath; got != "metadata.annotations['tenantry.dev/tenant-namespace']" {
+		t.Errorf("NS from %q, want the tenant namespace", got)
+	}
+	if got := env["NODE"].ValueFrom.FieldRef.FieldPath; got != "spec.nodeName" {
+		t.Errorf("NODE from %q, want it unchanged", got)
+	}
+	own := spec.Containers[1].Env
+	hosts := 0
+	for _, e := range own {
+		if e.Name == "KUBERNETES_SERVICE_HOST" {
+			hosts++
+			if e.Value != "mine" {
+				t.Errorf("a container's own KUBERNETES_SERVICE_HOST became %+v", e)
+			}
+		}
+	}
+	if hosts != 1 {
+		t.Errorf("%d KUBERNETES_SERVICE_HOST in a container that sets its own", hosts)
+	}
+
+	requests := tokenRequests(&tenantSpec)
+	if len(requests) != 2 || requests[""] != 3607 || requests["vault"] != defaultTokenSeconds {
+		t.Errorf("token requests = %v, want the API server's for 3607 s and vault's for the default", requests)
+	}
+	if !usesAPIAccess(&spec, secret) || usesAPIAccess(&tenantSpec, secret) {
+		t.Error("usesAPIAccess does not tell the rewritten spec from the tenant's")
+	}
+}
+
+// A Pod that mounts neither token nor CA gets no Secret and no variables.
+func TestPodAPIAccessLeavesOthersAlone(t *testing.T) {
+	spec := corev1.PodSpec{Containers: []corev1.Container{{Name: "app"}}}
+	PodAPIAccess("batch", &spec)
+	if len(spec.Containers[0].Env) != 0 || usesAPIAccess(&spec, apiAccessSecretName("batch")) {
+		t.Errorf("a Pod without API access got %+v", spec)
+	}
+}
+
+func TestAPIAccessSecretName(t *testing.T) {
+	long := strings.Repeat("a", 253)
+	name, other := apiAccessSecretName(long), apiAccessSecretName(long[:252]+"b")
+	if len(name) > 253 || !strings.HasSuffix(name, apiAccessSecretSuffix) || name == other {
+		t.Errorf("long Pod names give %q and %q: want distinct valid names", name, other)
+	}
+}
