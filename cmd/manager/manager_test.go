@@ -26,6 +26,7 @@ import (
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/tenantry/tenantry/cmd/internal/managerapp"
+	"github.com/tenantry/tenantry/controllers/syncers"
 	tenantryv1alpha1 "github.com/tenantry/tenantry/pkg/apis/tenantry/v1alpha1"
 	"github.com/tenantry/tenantry/pkg/clusterregistry"
 	"github.com/tenantry/tenantry/pkg/syncer"
@@ -136,7 +137,7 @@ func TestManagementApp(t *testing.T) {
 		ClusterUnhealthyTimeout: 2 * time.Second,
 		GracefulShutdownTimeout: 5 * time.Second,
 		Logger:                  providers.LoggerOptions{Level: "debug", Output: logs},
-	}}
+	}, Syncers: syncers.Options{Resources: []string{"serviceaccounts", "pods"}}}
 	tenants := &lifecycle{started: map[string][]string{}, stopped: map[string]int{}}
 	var registry *clusterregistry.RemoteClusterRegistry
 	app := managerapp.New(opts, clusterregistry.AsTenantModule(tenants.module()), fx.Populate(&registry))
@@ -259,6 +260,59 @@ func TestManagementApp(t *testing.T) {
 		}
 		expectReady(t, host, "late", metav1.ConditionTrue, tenantryv1alpha1.ReasonSpawned)
 		expectReady(t, host, "alpha", metav1.ConditionTrue, tenantryv1alpha1.ReasonSpawned)
+	})
+
+	t.Run("spec.inClusterServer names the tenant API server to its Pods, and re-spawns", func(t *testing.T) {
+		ctx := t.Context()
+		vc := &tenantryv1alpha1.VirtualCluster{}
+		if err := host.Get(ctx, client.ObjectKey{Name: "alpha"}, vc); err != nil {
+			t.Fatal(err)
+		}
+		vc.Spec.InClusterServer = "http://tenant.tenants.example"
+		if err := host.Update(ctx, vc); !apierrors.IsInvalid(err) {
+			t.Fatalf("an http:// in-cluster server: %v; want Invalid", err)
+		}
+		startsBefore := len(tenants.starts("alpha"))
+		vc.Spec.InClusterServer = "https://tenant.tenants.example:6443"
+		if err := host.Update(ctx, vc); err != nil {
+			t.Fatal(err)
+		}
+		eventually(t, 20*time.Second, "alpha re-spawned", func(context.Context) (bool, error) {
+			return len(tenants.starts("alpha")) == startsBefore+1, nil
+		})
+		expectReady(t, host, "alpha", metav1.ConditionTrue, tenantryv1alpha1.ReasonSpawned)
+
+		// alpha runs tenant-2 now, a bare API server: the Pod brings the
+		// token volume that a tenant's admission would add.
+		tenant := newHostClient(t, env.Tenants[1])
+		account := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "runner"}}
+		pod := &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "in-cluster"},
+			Spec: corev1.PodSpec{
+				ServiceAccountName: account.Name,
+				Containers: []corev1.Container{{Name: "app", Image: "app", VolumeMounts: []corev1.VolumeMount{
+					{Name: "kube-api-access", MountPath: "/var/run/secrets/kubernetes.io/serviceaccount"},
+				}}},
+				Volumes: []corev1.Volume{{Name: "kube-api-access", VolumeSource: corev1.VolumeSource{Projected: &corev1.ProjectedVolumeSource{
+					Sources: []corev1.VolumeProjection{{ServiceAccountToken: &corev1.ServiceAccountTokenProjection{Path: "token"}}},
+				}}}},
+			},
+		}
+		for _, o := range []client.Object{account, pod} {
+			if err := tenant.Create(ctx, o); err != nil {
+				t.Fatal(err)
+			}
+		}
+		key := client.ObjectKey{Namespace: syncer.HostNamespace("alpha", "default"), Name: pod.Name + "-tenantry-api-access"}
+		eventually(t, 30*time.Second, "the Pod's API access Secret names the in-cluster server", func(ctx context.Context) (bool, error) {
+			var secret corev1.Secret
+			if err := host.Get(ctx, key, &secret); err != nil {
+				return false, err
+			}
+			got := string(secret.Data["kubernetes-service-host"]) + ":" + string(secret.Data["kubernetes-service-port"])
+			return got == "tenant.tenants.example:6443" && len(secret.Data["token"]) > 0, fmt.Errorf("server %s", got)
+		})
+
 	})
 
 	t.Run("delete stops the tenant app, deletes its host namespaces and removes the finalizer", func(t *testing.T) {

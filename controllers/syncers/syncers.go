@@ -4,6 +4,7 @@
 package syncers
 
 import (
+	"context"
 	"flag"
 	"fmt"
 	"strings"
@@ -13,8 +14,10 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 
+	tenantryv1alpha1 "github.com/tenantry/tenantry/pkg/apis/tenantry/v1alpha1"
 	"github.com/tenantry/tenantry/pkg/clusterregistry"
 	"github.com/tenantry/tenantry/pkg/syncer"
 	"github.com/tenantry/tenantry/pkg/syncer/builtin"
@@ -93,8 +96,10 @@ var Module = fx.Module("syncers",
 
 type params struct {
 	fx.In
-	Config  *rest.Config
-	Scheme  *runtime.Scheme
+	Config *rest.Config
+	Scheme *runtime.Scheme
+	// ManageClient reads each VirtualCluster's spec.inClusterServer.
+	ManageClient client.Client `name:"manage-client"`
 	Options *Options `optional:"true"`
 	// Extra are syncers contributed by other modules (syncer.Provide).
 	Extra []syncer.Syncer `group:"syncers"`
@@ -121,6 +126,15 @@ func tenantModule(p params, hub *syncer.Hub) (fx.Option, error) {
 	syncers = append(syncers, p.Extra...)
 	for _, gvk := range o.CustomResources {
 		syncers = append(syncers, syncer.CustomResource(gvk))
+	}
+	if o.Syncer.InClusterServer == nil {
+		o.Syncer.InClusterServer = func(ctx context.Context, cluster string) (string, error) {
+			var vc tenantryv1alpha1.VirtualCluster
+			if err := p.ManageClient.Get(ctx, client.ObjectKey{Name: cluster}, &vc); err != nil {
+				return "", fmt.Errorf("reading VirtualCluster %s: %w", cluster, err)
+			}
+			return vc.Spec.InClusterServer, nil
+		}
 	}
 	return syncer.TenantModule(hub, o.Syncer, syncers...), nil
 }

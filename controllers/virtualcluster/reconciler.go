@@ -129,7 +129,7 @@ func (r *Reconciler) reconcileCluster(ctx context.Context, vc *tenantryv1alpha1.
 	if err == nil {
 		// Running from another kubeconfig, or failed: start afresh.
 		action = "Respawn"
-		why := "the kubeconfig Secret changed"
+		why := "the kubeconfig Secret or spec.inClusterServer changed"
 		if status.State == clusterregistry.StateFailed {
 			why = fmt.Sprintf("it failed: %v", status.Err)
 		}
@@ -183,7 +183,15 @@ func (r *Reconciler) loadKubeconfig(ctx context.Context, vc *tenantryv1alpha1.Vi
 		out := notReady(tenantryv1alpha1.ReasonInvalidKubeconfig, msg, errors.New(msg))
 		return nil, [sha256.Size]byte{}, &out
 	}
-	return config, sha256.Sum256(data), nil
+	// The digest covers what the cluster's app is built from: the
+	// kubeconfig, and where its Pods reach it.
+	h := sha256.New()
+	h.Write(data)
+	h.Write([]byte{0})
+	h.Write([]byte(vc.Spec.InClusterServer))
+	var digest [sha256.Size]byte
+	h.Sum(digest[:0])
+	return config, digest, nil
 }
 
 // finalize stops the cluster's app and lets the VirtualCluster go.

@@ -66,6 +66,16 @@ type VirtualClusterSpec struct {
 	// host. A change of the Secret's content re-spawns the tenant cluster.
 	KubeconfigSecretRef SecretKeyReference `json:"kubeconfigSecretRef"`
 
+	// InClusterServer is the URL at which the tenant's Pods, running in the
+	// host, reach the tenant API server: their KUBERNETES_SERVICE_HOST and
+	// KUBERNETES_SERVICE_PORT. Empty: the kubeconfig's server, which suits
+	// when the manager and the host's Pods reach the tenant the same way. A
+	// change re-spawns the tenant cluster.
+	// +kubebuilder:validation:Pattern=`^https://[^/?#]+/?$`
+	// +kubebuilder:validation:MaxLength=2048
+	// +optional
+	InClusterServer string `json:"inClusterServer,omitempty"`
+
 	// Paused stops syncing the tenant cluster without deleting anything, in
 	// the tenant or in the host. Unpausing resumes where it stopped.
 	// +optional
