@@ -24,14 +24,15 @@ import (
 )
 
 // The host rights the syncers need: Tenantry's copies of tenant objects,
-// host namespaces to hold them, and reading host nodes, which tenants see
-// as virtual nodes. It reads and writes only objects that
+// host namespaces to hold them, reading host nodes, which tenants see as
+// virtual nodes, and evicting host Pods that tenants evict. It reads and writes only objects that
 // carry its labels (the hub's cache sees nothing else), but RBAC cannot
 // say that.
 //
 // +kubebuilder:rbac:groups="",resources=namespaces;configmaps;secrets;serviceaccounts;services;persistentvolumeclaims;pods,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups=apiextensions.k8s.io,resources=customresourcedefinitions,verbs=get;list;watch
 // +kubebuilder:rbac:groups="",resources=nodes,verbs=get;list;watch
+// +kubebuilder:rbac:groups="",resources=pods/eviction,verbs=create
 
 // Options choose and tune the built-in syncers.
 type Options struct {
