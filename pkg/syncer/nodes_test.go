@@ -10,6 +10,7 @@ import (
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -33,12 +34,31 @@ func TestVirtualNodesKeepPodsAlive(t *testing.T) {
 	ctx := t.Context()
 	tenant := shared.Tenants["tenant-1"]
 	deploy := deployment(unique("steady"), 3)
-	if err := tenant.Create(ctx, deploy); err != nil {
-		t.Fatal(err)
+	svc := &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: deploy.Name},
+		Spec: corev1.ServiceSpec{
+			Selector: deploy.Spec.Selector.MatchLabels,
+			Ports:    []corev1.ServicePort{{Port: 80, Protocol: corev1.ProtocolTCP}},
+		},
 	}
-	t.Cleanup(func() { _ = tenant.Delete(context.Background(), deploy) })
+	for _, o := range []client.Object{deploy, svc} {
+		if err := tenant.Create(ctx, o); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = tenant.Delete(context.Background(), o) })
+	}
 	expectAvailable(t, tenant, deploy, 3)
 	expectVirtualNodesMatchPods(t, "tenant-1")
+	// The tenant's own EndpointSlice controller counts Pods on nodes it
+	// knows.
+	eventually(t, 30*time.Second, "the tenant's EndpointSlices list the 3 Pods as ready", func(ctx context.Context) (bool, error) {
+		var list discoveryv1.EndpointSliceList
+		if err := tenant.List(ctx, &list, client.InNamespace("default"), client.MatchingLabels{discoveryv1.LabelServiceName: svc.Name}); err != nil {
+			return false, err
+		}
+		got := readyAddresses(list.Items)
+		return len(got) == 3, fmt.Errorf("ready endpoints %v", got)
+	})
 
 	pods := func(ctx context.Context) ([]corev1.Pod, error) {
 		var list corev1.PodList
