@@ -19,8 +19,8 @@
 //
 // Up (often StatusUp of CopyStatus) brings status and host-allocated fields up;
 // Filter skips objects; OnlyExisting, ClusterScoped, FinishDelete,
-// HostRejected, and Created with Lost (copies never made twice, such as a
-// Pod that ran) cover the rarer cases. Object may return an *unstructured.Unstructured with its
+// DeleteHost, HostRejected, and Created with Lost (copies never made
+// twice, such as a Pod that ran) cover the rarer cases. Object may return an *unstructured.Unstructured with its
 // apiVersion and kind, for types with no Go struct. Package builtin declares
 // the syncers of Kubernetes' own types.
 //
@@ -56,6 +56,16 @@
 //     own manager) and writes to the host through its own rate-limited
 //     client, so a tenant that creates thousands of objects does not hold
 //     back another.
+//
+// # Pods
+//
+// When one of the syncers syncs core Pods, a tenant also gets what its Pods
+// need to behave as on a cluster of its own: a virtual Node for every host
+// node that runs one of its Pods (labels, capacity, conditions and a Lease
+// renewed as a kubelet would; removed with its last Pod), and, for every
+// host Pod whose spec PodAPIAccess rewrote, an API access Secret with a
+// token that the tenant issued for the Pod's ServiceAccount, so that the
+// Pod reaches its own tenant API server (Options.InClusterServer).
 //
 // # Running
 //

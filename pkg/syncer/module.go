@@ -73,7 +73,8 @@ func (o *Options) setDefaults() {
 // it is spawned for (see clusterregistry.AsTenantModule): one controller per
 // syncer, fed by the tenant's own watch, by the hub's shared host watch for
 // this tenant, and by the patroller. The Namespace syncer is always added,
-// since the others create host namespaces on demand.
+// since the others create host namespaces on demand; a syncer of core Pods
+// brings virtual nodes and Pods' API access with it (see the package doc).
 func TenantModule(hub *Hub, opts Options, syncers ...Syncer) fx.Option {
 	opts.setDefaults()
 	all := append([]Syncer{NamespaceSyncer(opts.PodSecurityLevel)}, syncers...)
