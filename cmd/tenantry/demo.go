@@ -212,13 +212,28 @@ func (d *devEnv) deploymentRuns(ctx context.Context, it *item) (bool, string) {
 		if host.Status.Phase != corev1.PodRunning || host.Spec.NodeName != p.Spec.NodeName || host.Status.PodIP != p.Status.PodIP {
 			return false, available + ", Pod " + p.Name + " not yet as in the host"
 		}
+		if !virtualNodeReady(ctx, d.tenants[it.tenant], p.Spec.NodeName) {
+			return false, available + ", no Ready virtual node " + p.Spec.NodeName + " in the tenant yet"
+		}
 		placed = append(placed, fmt.Sprintf("%s %s", p.Spec.NodeName, p.Status.PodIP))
 	}
 	if len(placed) != demoReplicas {
 		return false, fmt.Sprintf("%s, %d Pods Running", available, len(placed))
 	}
 	slices.Sort(placed)
-	return true, available + ", Pods Running on " + strings.Join(placed, ", ")
+	return true, available + ", Pods Running on " + strings.Join(placed, ", ") + ", nodes Ready in the tenant"
+}
+
+// virtualNodeReady says whether the tenant has a Ready virtual node named
+// name.
+func virtualNodeReady(ctx context.Context, tenant client.Client, name string) bool {
+	var node corev1.Node
+	if err := tenant.Get(ctx, client.ObjectKey{Name: name}, &node); err != nil || node.Labels[syncer.LabelManagedBy] != syncer.ManagedByValue {
+		return false
+	}
+	return slices.ContainsFunc(node.Status.Conditions, func(c corev1.NodeCondition) bool {
+		return c.Type == corev1.NodeReady && c.Status == corev1.ConditionTrue
+	})
 }
 
 // jobCompleted: the tenant's Job is Complete, its Pod having run in the

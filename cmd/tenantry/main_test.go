@@ -39,7 +39,7 @@ func TestDemo(t *testing.T) {
 	if err != nil {
 		t.Fatalf("demo failed: %v\n%s", err, out.String())
 	}
-	for _, want := range []string{"7/7 converged", "cluster IP", "2/2 available, Pods Running on kwok-node-", "Complete, 1 Pod succeeded", "demo complete"} {
+	for _, want := range []string{"7/7 converged", "cluster IP", "2/2 available, Pods Running on kwok-node-", "nodes Ready in the tenant", "Complete, 1 Pod succeeded", "demo complete"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("demo output lacks %q:\n%s", want, out.String())
 		}
