@@ -101,7 +101,7 @@ type params struct {
 	Scheme *runtime.Scheme
 	// ManageClient reads each VirtualCluster's spec.inClusterServer.
 	ManageClient client.Client `name:"manage-client"`
-	Options *Options `optional:"true"`
+	Options      *Options      `optional:"true"`
 	// Extra are syncers contributed by other modules (syncer.Provide).
 	Extra []syncer.Syncer `group:"syncers"`
 }
