@@ -164,10 +164,13 @@ func TestVirtualNodeFollowsItsHostNode(t *testing.T) {
 		}
 		return true, nil
 	})
-	var lease coordinationv1.Lease
-	if err := tenant.Get(ctx, client.ObjectKey{Namespace: corev1.NamespaceNodeLease, Name: name}, &lease); err != nil {
-		t.Fatalf("the virtual node's Lease: %v", err)
-	}
+	eventually(t, 10*time.Second, "the virtual node's Lease renewed", func(ctx context.Context) (bool, error) {
+		var lease coordinationv1.Lease
+		if err := tenant.Get(ctx, client.ObjectKey{Namespace: corev1.NamespaceNodeLease, Name: name}, &lease); err != nil {
+			return false, err
+		}
+		return lease.Spec.RenewTime != nil && time.Since(lease.Spec.RenewTime.Time) < time.Minute, fmt.Errorf("renewed %v", lease.Spec.RenewTime)
+	})
 
 	setUnschedulable(t, name, true)
 	eventually(t, 20*time.Second, "the virtual node cordoned as its host node", func(ctx context.Context) (bool, error) {
