@@ -99,8 +99,10 @@ type params struct {
 	fx.In
 	Config *rest.Config
 	Scheme *runtime.Scheme
-	// ManageClient reads each VirtualCluster's spec.inClusterServer.
-	ManageClient client.Client `name:"manage-client"`
+	// HostReader reads each VirtualCluster's spec.inClusterServer as its
+	// tenant starts, uncached, so that the tenant runs with the value that
+	// made the VirtualCluster's reconciler (re)spawn it, or a newer one.
+	HostReader client.Reader `name:"no-cache"`
 	Options      *Options      `optional:"true"`
 	// Extra are syncers contributed by other modules (syncer.Provide).
 	Extra []syncer.Syncer `group:"syncers"`
@@ -131,7 +133,7 @@ func tenantModule(p params, hub *syncer.Hub) (fx.Option, error) {
 	if o.Syncer.InClusterServer == nil {
 		o.Syncer.InClusterServer = func(ctx context.Context, cluster string) (string, error) {
 			var vc tenantryv1alpha1.VirtualCluster
-			if err := p.ManageClient.Get(ctx, client.ObjectKey{Name: cluster}, &vc); err != nil {
+			if err := p.HostReader.Get(ctx, client.ObjectKey{Name: cluster}, &vc); err != nil {
 				return "", fmt.Errorf("reading VirtualCluster %s: %w", cluster, err)
 			}
 			return vc.Spec.InClusterServer, nil

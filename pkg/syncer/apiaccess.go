@@ -31,20 +31,23 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/source"
 )
 
-// A Pod's API access Secret, in its host namespace, holds what its
+// APIAccessSecretSuffix ends the name of every Pod's API access Secret,
+// "<pod>-tenantry-api-access" in its host namespace, which holds what its
 // containers need to reach their own tenant API server: the tenant's CA,
-// the tenant namespace, tokens that the tenant issued for the Pod's
-// ServiceAccount, and where the tenant API server is.
+// tokens that the tenant issued for the Pod's ServiceAccount, and where the
+// tenant API server is. Tenant Secrets and Pods may not use such names: a
+// Pod could read another Pod's token through them.
+const APIAccessSecretSuffix = "-tenantry-api-access"
+
+// The keys of a Pod's API access Secret.
 const (
-	apiAccessSecretSuffix = "-tenantry-api-access"
-	apiAccessTokenKey     = "token"
-	apiAccessCAKey        = "ca.crt"
-	apiAccessNamespaceKey = "namespace"
-	apiAccessHostKey      = "kubernetes-service-host"
-	apiAccessPortKey      = "kubernetes-service-port"
-	apiAccessURLKey       = "kubernetes-port"
-	// annotationTokensRefresh says when the Secret's tokens are renewed: at
-	// four fifths of their lifetime, as a kubelet renews projected tokens.
+	apiAccessTokenKey = "token"
+	apiAccessCAKey    = "ca.crt"
+	apiAccessHostKey  = "kubernetes-service-host"
+	apiAccessPortKey  = "kubernetes-service-port"
+	apiAccessURLKey   = "kubernetes-port"
+	// annotationTokensRefresh says when the Secret's tokens are renewed (see
+	// renewAfter).
 	annotationTokensRefresh = "tenantry.dev/tokens-refresh-at"
 	// rootCAConfigMap is the ConfigMap in which a cluster publishes its CA
 	// in every namespace; in a host namespace it is the host's.
@@ -74,7 +77,14 @@ const (
 // the Pod; a Pod that mounts no token and no CA gets no Secret and keeps
 // the host's service variables. The host Pod never carries a host
 // credential, and no token is logged or put in an annotation.
-func PodAPIAccess(podName string, spec *corev1.PodSpec) {
+//
+// It refuses (see Refuse) a spec that names a Secret ending in
+// APIAccessSecretSuffix, and one with a podCertificate projection, which
+// the host would fill with a certificate of its own identity.
+func PodAPIAccess(podName string, spec *corev1.PodSpec) error {
+	if err := refuseCredentialSources(spec); err != nil {
+		return err
+	}
 	secret := apiAccessSecretName(podName)
 	uses := false
 	for i := range spec.Volumes {
@@ -121,19 +131,71 @@ func PodAPIAccess(podName string, spec *corev1.PodSpec) {
 			}
 		}
 	}
+	return nil
+}
+
+// refuseCredentialSources refuses a tenant Pod spec that would read
+// credentials it must not: another Pod's API access Secret, or a
+// certificate the host issues.
+func refuseCredentialSources(spec *corev1.PodSpec) error {
+	reserved := func(secret string) error {
+		if strings.HasSuffix(secret, APIAccessSecretSuffix) {
+			return Refuse("the Pod names Secret %s: Secret names ending in %q are reserved for Pods' API access", secret, APIAccessSecretSuffix)
+		}
+		return nil
+	}
+	for _, v := range spec.Volumes {
+		if v.Secret != nil {
+			if err := reserved(v.Secret.SecretName); err != nil {
+				return err
+			}
+		}
+		if v.Projected == nil {
+			continue
+		}
+		for _, src := range v.Projected.Sources {
+			if src.Secret != nil {
+				if err := reserved(src.Secret.Name); err != nil {
+					return err
+				}
+			}
+			if src.PodCertificate != nil {
+				return Refuse("volume %s projects a podCertificate: not supported, since the host would issue it for its own identity", v.Name)
+			}
+		}
+	}
+	for _, cs := range [][]corev1.Container{spec.InitContainers, spec.Containers} {
+		for _, c := range cs {
+			for _, e := range c.Env {
+				if e.ValueFrom != nil && e.ValueFrom.SecretKeyRef != nil {
+					if err := reserved(e.ValueFrom.SecretKeyRef.Name); err != nil {
+						return err
+					}
+				}
+			}
+			for _, e := range c.EnvFrom {
+				if e.SecretRef != nil {
+					if err := reserved(e.SecretRef.Name); err != nil {
+						return err
+					}
+				}
+			}
+		}
+	}
+	return nil
 }
 
 // apiAccessSecretName is the name of the API access Secret of the Pod
 // named pod, in the Pod's host namespace.
 func apiAccessSecretName(pod string) string {
 	const maxName = 253
-	if len(pod)+len(apiAccessSecretSuffix) <= maxName {
-		return pod + apiAccessSecretSuffix
+	if len(pod)+len(APIAccessSecretSuffix) <= maxName {
+		return pod + APIAccessSecretSuffix
 	}
 	sum := sha256.Sum256([]byte(pod))
 	hash := hex.EncodeToString(sum[:])[:10]
-	prefix := strings.TrimRight(pod[:maxName-len(apiAccessSecretSuffix)-len(hash)-1], ".-")
-	return prefix + "-" + hash + apiAccessSecretSuffix
+	prefix := strings.TrimRight(pod[:maxName-len(APIAccessSecretSuffix)-len(hash)-1], ".-")
+	return prefix + "-" + hash + APIAccessSecretSuffix
 }
 
 // tokenKey is the Secret key of the token for audience ("" for the tenant
@@ -253,15 +315,17 @@ func newTenantServer(config *rest.Config, server string) (tenantServer, error) {
 		server = config.Host
 	}
 	u, err := url.Parse(server)
-	if err != nil || u.Hostname() == "" {
-		return tenantServer{}, fmt.Errorf("the tenant API server's URL for Pods %q is not a URL with a host", server)
+	if err != nil {
+		return tenantServer{}, fmt.Errorf("the tenant API server's URL for Pods: %w", err)
+	}
+	// An in-cluster client speaks HTTPS to a host and port, nothing more.
+	if u.Scheme != "https" || u.Hostname() == "" || strings.Trim(u.Path, "/") != "" {
+		return tenantServer{}, fmt.Errorf("the tenant API server's URL for Pods, %q, is not https://<host>[:<port>] "+
+			"(in-cluster clients know no scheme and no path): set one that Pods can use (VirtualCluster spec.inClusterServer)", server)
 	}
 	port := u.Port()
 	if port == "" {
 		port = "443"
-		if u.Scheme == "http" {
-			port = "80"
-		}
 	}
 	ca := config.CAData
 	if len(ca) == 0 && config.CAFile != "" {
@@ -350,8 +414,8 @@ func (r *podAPIAccess) Reconcile(ctx context.Context, req reconcile.Request) (re
 	case !apierrors.IsNotFound(err):
 		return reconcile.Result{}, fmt.Errorf("reading the API access Secret of Pod %s: %w", req.NamespacedName, err)
 	}
-	if current != nil && !r.translator.Owns(current) {
-		return reconcile.Result{}, fmt.Errorf("host Secret %s/%s, the API access Secret of Pod %s, is not Tenantry's; it is left alone",
+	if current != nil && !r.isAccessSecret(current, &pod) {
+		return reconcile.Result{}, fmt.Errorf("host Secret %s/%s, where Pod %s's API access Secret belongs, is not it; it is left alone",
 			current.Namespace, current.Name, req.NamespacedName)
 	}
 
@@ -374,6 +438,13 @@ func (r *podAPIAccess) Reconcile(ctx context.Context, req reconcile.Request) (re
 		ctrl.LoggerFrom(ctx).V(1).Info("renewed the Pod's API access Secret", "secret", name, "refreshAt", refreshAt)
 	}
 	return reconcile.Result{RequeueAfter: max(time.Until(refreshAt), time.Second)}, nil
+}
+
+// isAccessSecret says whether s is Tenantry's API access Secret of a Pod
+// named as pod (this one, or an earlier one of the name).
+func (r *podAPIAccess) isAccessSecret(s *corev1.Secret, pod *corev1.Pod) bool {
+	return r.translator.Owns(s) && s.Annotations[AnnotationTenantNamespace] == pod.Namespace &&
+		s.Annotations[AnnotationTenantName] == pod.Name
 }
 
 // desired is the API access Secret that pod's host Pod should have, built
@@ -401,11 +472,10 @@ func (r *podAPIAccess) desired(ctx context.Context, pod, hostPod *corev1.Pod, cu
 	s.OwnerReferences = []metav1.OwnerReference{{APIVersion: "v1", Kind: "Pod", Name: hostPod.Name, UID: hostPod.UID}}
 
 	data := map[string][]byte{
-		apiAccessCAKey:        r.server.ca,
-		apiAccessNamespaceKey: []byte(pod.Namespace),
-		apiAccessHostKey:      []byte(r.server.host),
-		apiAccessPortKey:      []byte(r.server.port),
-		apiAccessURLKey:       []byte("tcp://" + net.JoinHostPort(r.server.host, r.server.port)),
+		apiAccessCAKey:   r.server.ca,
+		apiAccessHostKey: []byte(r.server.host),
+		apiAccessPortKey: []byte(r.server.port),
+		apiAccessURLKey:  []byte("tcp://" + net.JoinHostPort(r.server.host, r.server.port)),
 	}
 	requests := tokenRequests(&pod.Spec)
 	refreshAt, fresh := time.Time{}, false
@@ -443,7 +513,7 @@ func (r *podAPIAccess) desired(ctx context.Context, pod, hostPod *corev1.Pod, cu
 }
 
 // issue asks the tenant for a token of pod's ServiceAccount for audience,
-// bound to pod, and says when to renew it: at four fifths of its life.
+// bound to pod, and says when to renew it.
 func (r *podAPIAccess) issue(ctx context.Context, pod *corev1.Pod, audience string, seconds int64) ([]byte, time.Time, error) {
 	sa := pod.Spec.ServiceAccountName
 	if sa == "" {
@@ -462,6 +532,18 @@ func (r *podAPIAccess) issue(ctx context.Context, pod *corev1.Pod, audience stri
 		return nil, time.Time{}, fmt.Errorf("asking the tenant for a token of ServiceAccount %s/%s for Pod %s: %w", pod.Namespace, sa, pod.Name, err)
 	}
 	writes.WithLabelValues(r.translator.Cluster, "serviceaccounts/token", "up", "create").Inc()
-	life := request.Status.ExpirationTimestamp.Sub(issued)
-	return []byte(request.Status.Token), issued.Add(life * 4 / 5), nil
+	return []byte(request.Status.Token), issued.Add(renewAfter(request.Status.ExpirationTimestamp.Sub(issued))), nil
+}
+
+// renewAfter is how long after it was issued a token of lifetime life is
+// renewed: at four fifths of its life, and at least daily, as a kubelet
+// renews projected tokens (the API server may stretch the lifetime of the
+// kube-api-access token, 3607 s, to a year). A lifetime that the clocks
+// make look spent is retried in a minute.
+func renewAfter(life time.Duration) time.Duration {
+	const (
+		maxRenewAfter = 24 * time.Hour
+		minRenewAfter = time.Minute
+	)
+	return min(max(life*4/5, minRenewAfter), maxRenewAfter)
 }

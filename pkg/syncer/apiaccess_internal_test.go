@@ -3,8 +3,10 @@ package syncer
 import (
 	"strings"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 )
 
@@ -33,7 +35,9 @@ func TestPodAPIAccessRewritesTheSpec(t *testing.T) {
 		},
 	}
 	tenantSpec := *spec.DeepCopy()
-	PodAPIAccess("web", &spec)
+	if err := PodAPIAccess("web", &spec); err != nil {
+		t.Fatal(err)
+	}
 	secret := "web-tenantry-api-access"
 
 	access := spec.Volumes[0].Projected.Sources
@@ -93,7 +97,9 @@ func TestPodAPIAccessRewritesTheSpec(t *testing.T) {
 // A Pod that mounts neither token nor CA gets no Secret and no variables.
 func TestPodAPIAccessLeavesOthersAlone(t *testing.T) {
 	spec := corev1.PodSpec{Containers: []corev1.Container{{Name: "app"}}}
-	PodAPIAccess("batch", &spec)
+	if err := PodAPIAccess("batch", &spec); err != nil {
+		t.Fatal(err)
+	}
 	if len(spec.Containers[0].Env) != 0 || usesAPIAccess(&spec, apiAccessSecretName("batch")) {
 		t.Errorf("a Pod without API access got %+v", spec)
 	}
@@ -102,7 +108,60 @@ func TestPodAPIAccessLeavesOthersAlone(t *testing.T) {
 func TestAPIAccessSecretName(t *testing.T) {
 	long := strings.Repeat("a", 253)
 	name, other := apiAccessSecretName(long), apiAccessSecretName(long[:252]+"b")
-	if len(name) > 253 || !strings.HasSuffix(name, apiAccessSecretSuffix) || name == other {
+	if len(name) > 253 || !strings.HasSuffix(name, APIAccessSecretSuffix) || name == other {
 		t.Errorf("long Pod names give %q and %q: want distinct valid names", name, other)
+	}
+}
+
+// A Pod may not read another Pod's API access Secret, nor ask the host for
+// a certificate.
+func TestPodAPIAccessRefusesCredentialsNotItsOwn(t *testing.T) {
+	other := corev1.LocalObjectReference{Name: "db-0" + APIAccessSecretSuffix}
+	for name, spec := range map[string]corev1.PodSpec{
+		"volume": {Volumes: []corev1.Volume{{Name: "t", VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{SecretName: other.Name}}}}},
+		"projection": {Volumes: []corev1.Volume{{Name: "t", VolumeSource: corev1.VolumeSource{Projected: &corev1.ProjectedVolumeSource{
+			Sources: []corev1.VolumeProjection{{Secret: &corev1.SecretProjection{LocalObjectReference: other}}}}}}}},
+		"env": {Containers: []corev1.Container{{Name: "app", Env: []corev1.EnvVar{{Name: "T", ValueFrom: &corev1.EnvVarSource{
+			SecretKeyRef: &corev1.SecretKeySelector{LocalObjectReference: other, Key: "token"}}}}}}},
+		"envFrom": {InitContainers: []corev1.Container{{Name: "init", EnvFrom: []corev1.EnvFromSource{{SecretRef: &corev1.SecretEnvSource{LocalObjectReference: other}}}}}},
+		"podCertificate": {Volumes: []corev1.Volume{{Name: "cert", VolumeSource: corev1.VolumeSource{Projected: &corev1.ProjectedVolumeSource{
+			Sources: []corev1.VolumeProjection{{PodCertificate: &corev1.PodCertificateProjection{SignerName: "example.com/signer"}}}}}}}},
+	} {
+		err := PodAPIAccess("web", &spec)
+		if r := hostRejection(err); r == nil || r.reason != reasonRefused {
+			t.Errorf("%s: PodAPIAccess = %v, want a refusal", name, err)
+		}
+	}
+}
+
+func TestTokensRenewAtFourFifthsAndDaily(t *testing.T) {
+	for life, want := range map[time.Duration]time.Duration{
+		time.Hour:            48 * time.Minute,
+		365 * 24 * time.Hour: 24 * time.Hour, // a kube-api-access token the API server stretched
+		-time.Minute:         time.Minute,    // clocks apart
+	} {
+		if got := renewAfter(life); got != want {
+			t.Errorf("renewAfter(%s) = %s, want %s", life, got, want)
+		}
+	}
+}
+
+func TestTenantServerForPods(t *testing.T) {
+	config := &rest.Config{Host: "https://10.0.0.1:6443", TLSClientConfig: rest.TLSClientConfig{CAData: []byte("ca")}}
+	for server, want := range map[string]string{
+		"":                               "10.0.0.1:6443",
+		"https://tenant.example":         "tenant.example:443",
+		"https://[fd00::1]:8443/":        "fd00::1:8443",
+		"http://tenant.example":          "",
+		"https://proxy/k8s/clusters/c-1": "",
+		"tenant.example:6443":            "",
+	} {
+		got, err := newTenantServer(config, server)
+		switch {
+		case want == "" && err == nil:
+			t.Errorf("%q: %s:%s, want an error", server, got.host, got.port)
+		case want != "" && (err != nil || got.host+":"+got.port != want || string(got.ca) != "ca"):
+			t.Errorf("%q: %s:%s (%v), want %s", server, got.host, got.port, err, want)
+		}
 	}
 }

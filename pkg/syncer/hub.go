@@ -54,15 +54,16 @@ type Hub struct {
 
 	mu sync.RWMutex
 	// routes hold, by type and cluster, the handlers of host events, each
-	// under the id Route gave it.
-	routes  map[routeKey]map[int]func(client.Object)
-	routeID int
+	// under the id it was given: a cluster re-spawned while its old app
+	// still shuts down has two, and cancelling one leaves the other.
+	routes map[routeKey]map[int]func(client.Object)
+	nextID int
 	// informed holds the informers that have the hub's handler, by type
 	// (and by watched kind: "public CRDs", "nodes").
 	informed map[string]bool
-	// watchers get, by watched kind and then by cluster, the name of every
+	// watchers get, by watched kind and then by id, the name of every
 	// watched host object that changes.
-	watchers map[string]map[string]func(name string)
+	watchers map[string]map[int]func(name string)
 }
 
 type routeKey struct {
@@ -118,7 +119,7 @@ func NewHub(config *rest.Config, opts HubOptions) (*Hub, error) {
 		cache:    c,
 		routes:   map[routeKey]map[int]func(client.Object){},
 		informed: map[string]bool{},
-		watchers: map[string]map[string]func(string){},
+		watchers: map[string]map[int]func(string){},
 	}, nil
 }
 
@@ -178,8 +179,8 @@ func (h *Hub) Route(ctx context.Context, obj client.Object, cluster string, hand
 	}
 	key := routeKey{gvk: gvk, cluster: cluster}
 	h.mu.Lock()
-	h.routeID++
-	id := h.routeID
+	h.nextID++
+	id := h.nextID
 	if h.routes[key] == nil {
 		h.routes[key] = map[int]func(client.Object){}
 	}
@@ -259,24 +260,24 @@ func gvkOf(obj client.Object, scheme *runtime.Scheme) (schema.GroupVersionKind, 
 
 // WatchPublicCRDs calls handle with the name of every public host CRD now,
 // and of every one that is added, changed, deleted or loses its label later,
-// until the returned cancel is called. cluster names the watcher.
-func (h *Hub) WatchPublicCRDs(ctx context.Context, cluster string, handle func(name string)) (cancel func(), err error) {
-	return h.watch(ctx, "public CRDs", &apiextensionsv1.CustomResourceDefinition{}, &apiextensionsv1.CustomResourceDefinitionList{}, cluster, handle)
+// until the returned cancel is called.
+func (h *Hub) WatchPublicCRDs(ctx context.Context, handle func(name string)) (cancel func(), err error) {
+	return h.watch(ctx, "public CRDs", &apiextensionsv1.CustomResourceDefinition{}, &apiextensionsv1.CustomResourceDefinitionList{}, handle)
 }
 
 // WatchNodes calls handle with the name of every host node now, and of
 // every one that is added, changed or deleted later, until the returned
-// cancel is called. cluster names the watcher. Read the nodes through
+// cancel is called. Read the nodes through
 // Reader: the hub caches every host node (they carry no Tenantry label),
 // without its managed fields and image list.
-func (h *Hub) WatchNodes(ctx context.Context, cluster string, handle func(name string)) (cancel func(), err error) {
-	return h.watch(ctx, "nodes", &corev1.Node{}, &corev1.NodeList{}, cluster, handle)
+func (h *Hub) WatchNodes(ctx context.Context, handle func(name string)) (cancel func(), err error) {
+	return h.watch(ctx, "nodes", &corev1.Node{}, &corev1.NodeList{}, handle)
 }
 
 // watch tells handle the name of every object of obj's type (list is its
 // list type) in the hub's cache now and of every one that changes later,
 // under kind, until the returned cancel is called.
-func (h *Hub) watch(ctx context.Context, kind string, obj client.Object, list client.ObjectList, cluster string, handle func(name string)) (cancel func(), err error) {
+func (h *Hub) watch(ctx context.Context, kind string, obj client.Object, list client.ObjectList, handle func(name string)) (cancel func(), err error) {
 	err = h.handleOnce(ctx, kind, obj, func(o client.Object) {
 		h.mu.RLock()
 		watchers := make([]func(string), 0, len(h.watchers[kind]))
@@ -292,10 +293,12 @@ func (h *Hub) watch(ctx context.Context, kind string, obj client.Object, list cl
 		return nil, err
 	}
 	h.mu.Lock()
+	h.nextID++
+	id := h.nextID
 	if h.watchers[kind] == nil {
-		h.watchers[kind] = map[string]func(string){}
+		h.watchers[kind] = map[int]func(string){}
 	}
-	h.watchers[kind][cluster] = handle
+	h.watchers[kind][id] = handle
 	h.mu.Unlock()
 	if err := h.cache.List(ctx, list); err != nil {
 		return nil, fmt.Errorf("listing host %s: %w", kind, err)
@@ -308,7 +311,7 @@ func (h *Hub) watch(ctx context.Context, kind string, obj client.Object, list cl
 	}
 	return func() {
 		h.mu.Lock()
-		delete(h.watchers[kind], cluster)
+		delete(h.watchers[kind], id)
 		h.mu.Unlock()
 	}, nil
 }

@@ -57,12 +57,15 @@ var podGVK = corev1.SchemeGroupVersion.WithKind("Pod")
 // the machine's identity); its addresses only when the Options say so. Its
 // Lease is renewed while the host node exists, so that the host node's own
 // conditions, not Tenantry's liveness, decide its readiness. It goes when no
-// Pod of the tenant is bound to it any more, or its host node goes.
+// Pod of the tenant runs on it any more (a tenant Pod whose host Pod is gone
+// no longer counts: the tenant's PodGC then removes it, as a cluster
+// removes the Pods of a node it lost), or its host node goes.
 //
 // A tenant Node without the Tenantry label is the tenant's own: it is never
 // changed or deleted.
 type virtualNodes struct {
 	cluster          string
+	translator       Translator
 	tenant           client.Client
 	hostRead         client.Reader
 	recorder         events.EventRecorder
@@ -87,7 +90,7 @@ func setupVirtualNodes(mgr manager.Manager, cluster string, hub *Hub, opts Optio
 		return fmt.Errorf("indexing tenant Pods by node: %w", err)
 	}
 	r := &virtualNodes{
-		cluster: cluster, tenant: mgr.GetClient(), hostRead: hub.Reader(),
+		cluster: cluster, translator: Translator{Cluster: cluster}, tenant: mgr.GetClient(), hostRead: hub.Reader(),
 		recorder: mgr.GetEventRecorder("tenantry-syncer"), excluded: excluded,
 		exposeAddresses: opts.ExposeNodeAddresses,
 		renewInterval:   nodeLeaseRenewInterval, leaseDurationSec: int32(nodeLeaseDuration / time.Second),
@@ -108,7 +111,7 @@ func setupVirtualNodes(mgr manager.Manager, cluster string, hub *Hub, opts Optio
 			},
 		})).
 		WatchesRawSource(source.TypedFunc[reconcile.Request](func(ctx context.Context, q workqueue.TypedRateLimitingInterface[reconcile.Request]) error {
-			cancel, err := hub.WatchNodes(ctx, cluster, func(name string) {
+			cancel, err := hub.WatchNodes(ctx, func(name string) {
 				if _, ok := r.live.Load(name); ok {
 					q.Add(reconcile.Request{NamespacedName: client.ObjectKey{Name: name}})
 				}
@@ -179,14 +182,28 @@ func (r *virtualNodes) Reconcile(ctx context.Context, req reconcile.Request) (re
 	return reconcile.Result{RequeueAfter: r.renewInterval}, nil
 }
 
-// bound says whether a synced Pod of the tenant is bound to node name.
+// bound says whether a Pod of the tenant runs on host node name: bound to
+// it in the tenant, and its host copy in the host. The tenant's word alone
+// is not enough: a tenant could name any host node in a Pod of its own (or
+// in its status) to see that node.
 func (r *virtualNodes) bound(ctx context.Context, name string) (bool, error) {
 	var pods corev1.PodList
 	if err := r.tenant.List(ctx, &pods, client.MatchingFields{podNodeNameIndex: name}); err != nil {
 		return false, fmt.Errorf("listing tenant Pods on node %s: %w", name, err)
 	}
 	for _, p := range pods.Items {
-		if !r.excluded[p.Namespace] {
+		if r.excluded[p.Namespace] {
+			continue
+		}
+		var host corev1.Pod
+		err := r.hostRead.Get(ctx, r.translator.HostKey(client.ObjectKeyFromObject(&p), false), &host)
+		switch {
+		case apierrors.IsNotFound(err):
+			continue
+		case err != nil:
+			return false, fmt.Errorf("reading the host copy of Pod %s/%s: %w", p.Namespace, p.Name, err)
+		}
+		if host.Spec.NodeName == name && host.Annotations[AnnotationTenantUID] == string(p.UID) {
 			return true, nil
 		}
 	}

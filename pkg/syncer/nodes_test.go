@@ -276,13 +276,13 @@ func TestTenantsOwnNodeIsLeftAlone(t *testing.T) {
 }
 
 // expectVirtualNodesMatchPods checks that the tenant's virtual nodes are
-// exactly the nodes its Pods are bound to.
+// exactly the nodes its Pods run on in the host.
 func expectVirtualNodesMatchPods(t *testing.T, cluster string) {
 	t.Helper()
 	tenant := shared.Tenants[cluster]
-	eventually(t, 30*time.Second, "a virtual node for each node the tenant's Pods are bound to, and no other", func(ctx context.Context) (bool, error) {
+	eventually(t, 30*time.Second, "a virtual node for each node the tenant's Pods run on, and no other", func(ctx context.Context) (bool, error) {
 		var pods corev1.PodList
-		if err := tenant.List(ctx, &pods); err != nil {
+		if err := shared.Host.List(ctx, &pods, client.MatchingLabels{syncer.LabelCluster: cluster}); err != nil {
 			return false, err
 		}
 		want := map[string]bool{}
@@ -299,7 +299,7 @@ func expectVirtualNodesMatchPods(t *testing.T, cluster string) {
 		for _, n := range nodes.Items {
 			got[n.Name] = true
 		}
-		return maps.Equal(got, want), fmt.Errorf("virtual nodes %v, Pods bound to %v", slices.Sorted(maps.Keys(got)), slices.Sorted(maps.Keys(want)))
+		return maps.Equal(got, want), fmt.Errorf("virtual nodes %v, host Pods on %v", slices.Sorted(maps.Keys(got)), slices.Sorted(maps.Keys(want)))
 	})
 }
 

@@ -48,7 +48,7 @@ func setupPublicCRDs(mgr manager.Manager, cluster string, hub *Hub) error {
 			return o.GetLabels()[LabelManagedBy] == ManagedByValue
 		}))).
 		WatchesRawSource(source.TypedFunc[reconcile.Request](func(ctx context.Context, q workqueue.TypedRateLimitingInterface[reconcile.Request]) error {
-			cancel, err := hub.WatchPublicCRDs(ctx, cluster, func(name string) {
+			cancel, err := hub.WatchPublicCRDs(ctx, func(name string) {
 				q.Add(reconcile.Request{NamespacedName: client.ObjectKey{Name: name}})
 			})
 			if err != nil {

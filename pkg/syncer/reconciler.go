@@ -73,8 +73,10 @@ func (r *reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		}
 		host = nil
 	}
-	if host != nil && !r.translator.Owns(host) {
-		// Managed by Tenantry, but for another cluster: not ours to touch.
+	if host != nil && !r.isCopy(host, req.NamespacedName) {
+		// Not Tenantry's, Tenantry's for another cluster, or something
+		// other than this object's copy (a Pod's API access Secret): not
+		// ours to touch.
 		return r.foreign(ctx, tenant, hostKey)
 	}
 
@@ -189,7 +191,7 @@ func (r *reconciler) alreadyExists(ctx context.Context, tenant, desired client.O
 	if err := r.host.Get(ctx, client.ObjectKeyFromObject(desired), existing); err != nil {
 		return false, reconcile.Result{}, fmt.Errorf("reading host %s %s: %w", r.syncer.Name, client.ObjectKeyFromObject(desired), client.IgnoreNotFound(err))
 	}
-	if r.translator.Owns(existing) {
+	if r.isCopy(existing, client.ObjectKeyFromObject(tenant)) {
 		return false, reconcile.Result{RequeueAfter: cacheLagRetry}, nil
 	}
 	result, err := r.foreign(ctx, tenant, client.ObjectKeyFromObject(desired))
@@ -201,7 +203,7 @@ func (r *reconciler) alreadyExists(ctx context.Context, tenant, desired client.O
 // looks again later.
 func (r *reconciler) foreign(ctx context.Context, tenant client.Object, hostKey types.NamespacedName) (reconcile.Result, error) {
 	conflicts.WithLabelValues(r.translator.Cluster, r.syncer.Name, "not-owned").Inc()
-	msg := fmt.Sprintf("host object %s exists and is not managed by Tenantry for this cluster; it is left alone", hostKey)
+	msg := fmt.Sprintf("host object %s exists and is not this object's copy (not Tenantry's, another cluster's, or made for something else); it is left alone", hostKey)
 	ctrl.LoggerFrom(ctx).Info("cannot sync: "+msg, "host", hostKey)
 	if tenant != nil {
 		r.recorder.Eventf(tenant, nil, corev1.EventTypeWarning, "HostConflict", "Sync", "%s", msg)
@@ -235,6 +237,13 @@ func (r *reconciler) deleteHost(ctx context.Context, tenant, host client.Object)
 	writes.WithLabelValues(r.translator.Cluster, r.syncer.Name, "down", "delete").Inc()
 	ctrl.LoggerFrom(ctx).V(1).Info("deleted host copy", "host", client.ObjectKeyFromObject(host))
 	return nil
+}
+
+// isCopy says whether host is the copy, made for this cluster, of the
+// tenant object key (or of an earlier object of that name).
+func (r *reconciler) isCopy(host client.Object, key types.NamespacedName) bool {
+	k, ok := tenantKeyOf(r.translator, r.syncer, host)
+	return ok && k == key
 }
 
 // wants says whether tenant is synced at all: the syncer's filter, and no

@@ -3,6 +3,7 @@ package syncer
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"time"
@@ -33,19 +34,47 @@ const (
 	rejectionMaxDelay  = 5 * time.Minute
 )
 
-// hostRejection is the host's refusal of a write, or nil if err is not one:
-// the host answered, and its answer is about the object itself (an
+// refusal is a copy that is not made: the host refused to write it, or the
+// syncer refused to ask (Refuse).
+type refusal struct {
+	// reason is the API status reason of the host's refusal, or
+	// reasonRefused.
+	reason  string
+	message string
+}
+
+// reasonRefused is the metric reason of a copy the syncer refused.
+const reasonRefused = "Refused"
+
+func (r *refusal) Error() string { return r.message }
+
+// Refuse is the error with which a syncer's Down refuses to copy a tenant
+// object to the host, for a reason the tenant can mend (a reserved name, a
+// field the host cannot honour): the tenant object gets the same Warning
+// Event as for a copy the host refuses (reason ReasonHostRejected, the
+// message), and the copy is retried with the same backoff, and at once when
+// the tenant object changes.
+func Refuse(format string, args ...any) error {
+	return &refusal{reason: reasonRefused, message: fmt.Sprintf(format, args...)}
+}
+
+// hostRejection is the refusal in err, or nil if err is not one: the
+// syncer's own (Refuse), or the host's answer about the object itself (an
 // eviction that a PodDisruptionBudget does not allow yet among them). Other
 // failures (the host unreachable or throttling, a conflict, a timeout) are
 // not the tenant's to hear of.
-func hostRejection(err error) *apierrors.StatusError {
+func hostRejection(err error) *refusal {
+	var own *refusal
+	if errors.As(err, &own) {
+		return own
+	}
 	var status *apierrors.StatusError
 	if !errors.As(err, &status) {
 		return nil
 	}
 	if apierrors.IsForbidden(err) || apierrors.IsInvalid(err) || apierrors.IsBadRequest(err) ||
 		apierrors.IsRequestEntityTooLargeError(err) || disruptionBudget(status) {
-		return status
+		return &refusal{reason: string(status.ErrStatus.Reason), message: refusalMessage(status)}
 	}
 	return nil
 }
@@ -144,13 +173,17 @@ func (r *rejections) forget(key types.NamespacedName) {
 // hostRejected reports the host's refusal of tenant's copy: a Warning Event
 // on the tenant object and a log line when the host says something new,
 // the syncer's own report (HostRejected), and a retry after a growing delay.
-func (r *reconciler) hostRejected(ctx context.Context, key types.NamespacedName, tenant client.Object, refusal *apierrors.StatusError) (reconcile.Result, error) {
-	message := refusalMessage(refusal)
+func (r *reconciler) hostRejected(ctx context.Context, key types.NamespacedName, tenant client.Object, refusal *refusal) (reconcile.Result, error) {
+	message := refusal.message
 	news, retry := r.rejections.record(key, tenant.GetResourceVersion(), message)
-	hostRejections.WithLabelValues(r.translator.Cluster, r.syncer.Name, string(refusal.ErrStatus.Reason)).Inc()
+	hostRejections.WithLabelValues(r.translator.Cluster, r.syncer.Name, refusal.reason).Inc()
 	if news {
-		ctrl.LoggerFrom(ctx).Info("the host refused the copy; retrying with backoff", "reason", refusal.ErrStatus.Reason, "message", message, "retryIn", retry.String())
-		r.recorder.Eventf(tenant, nil, corev1.EventTypeWarning, ReasonHostRejected, "Sync", "the host refused this object's copy: %s", message)
+		note := "the host refused this object's copy: "
+		if refusal.reason == reasonRefused {
+			note = "this object is not copied to the host: "
+		}
+		ctrl.LoggerFrom(ctx).Info("the copy was refused; retrying with backoff", "reason", refusal.reason, "message", message, "retryIn", retry.String())
+		r.recorder.Eventf(tenant, nil, corev1.EventTypeWarning, ReasonHostRejected, "Sync", "%s%s", note, message)
 	}
 	if r.syncer.HostRejected != nil {
 		if err := r.syncer.HostRejected(ctx, r.tenant, tenant.DeepCopyObject().(client.Object), message); err != nil {

@@ -27,6 +27,7 @@ func TestHostRejection(t *testing.T) {
 		{"too large", apierrors.NewRequestEntityTooLargeError("limit is 3145728"), true},
 		{"wrapped", fmt.Errorf("creating host pods x: %w", apierrors.NewForbidden(pods, "web", errors.New("quota"))), true},
 		{"eviction a budget refuses", budgetRefusal(), true},
+		{"the syncer's own", fmt.Errorf("translating pods web down: %w", Refuse("reserved name %q", "x")), true},
 		{"throttled", apierrors.NewTooManyRequests("slow down", 1), false},
 		{"conflict", apierrors.NewConflict(pods, "web", errors.New("newer")), false},
 		{"host unavailable", apierrors.NewServiceUnavailable("later"), false},

@@ -1,6 +1,8 @@
 package builtin
 
 import (
+	"strings"
+
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -28,7 +30,8 @@ func ConfigMaps() syncer.Syncer {
 
 // Secrets syncs data and type down. Service account token Secrets are not
 // synced: in the host, a token Secret is filled with a token of the host's
-// own service account, which tenant Pods must never get.
+// own service account, which tenant Pods must never get. Names ending in
+// syncer.APIAccessSecretSuffix are refused: they belong to Pods' API access.
 func Secrets() syncer.Syncer {
 	return syncer.Syncer{
 		Name:             "secrets",
@@ -39,6 +42,9 @@ func Secrets() syncer.Syncer {
 		},
 		Down: func(t, h client.Object) error {
 			tenant, host := t.(*corev1.Secret), h.(*corev1.Secret)
+			if strings.HasSuffix(tenant.Name, syncer.APIAccessSecretSuffix) {
+				return syncer.Refuse("Secret names ending in %q are reserved for Pods' API access", syncer.APIAccessSecretSuffix)
+			}
 			host.Data, host.Immutable = tenant.Data, tenant.Immutable
 			if host.ResourceVersion == "" { // type is immutable
 				host.Type = tenant.Type

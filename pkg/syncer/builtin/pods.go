@@ -37,8 +37,9 @@ func Pods() syncer.Syncer {
 		Down: func(t, h client.Object) error {
 			tenant, host := t.(*corev1.Pod), h.(*corev1.Pod)
 			if host.ResourceVersion == "" {
-				host.Spec = podSpecDown(tenant)
-				return nil
+				spec, err := podSpecDown(tenant)
+				host.Spec = spec
+				return err
 			}
 			// A Pod's spec is immutable but for images and the deadline.
 			syncImages(tenant.Spec.Containers, host.Spec.Containers)
@@ -89,7 +90,7 @@ func podLost(ctx context.Context, c client.Client, t client.Object) error {
 	}
 	reason, message := ReasonHostPodDeleted, "the Pod's copy in the host was deleted"
 	for _, cond := range pod.Status.Conditions {
-		if cond.Type != corev1.DisruptionTarget || cond.Status != corev1.ConditionTrue {
+		if !isDisruptionTarget(cond) {
 			continue
 		}
 		switch cond.Reason {
@@ -132,8 +133,8 @@ func podLost(ctx context.Context, c client.Client, t client.Object) error {
 // host's message. The host Pod's status replaces it once the host accepts.
 func podRejected(ctx context.Context, c client.Client, t client.Object, message string) error {
 	pod := t.(*corev1.Pod)
-	if pod.Spec.NodeName != "" {
-		return nil // it runs: the host refused a change, told by the Event alone
+	if pod.Spec.NodeName != "" || !pod.DeletionTimestamp.IsZero() {
+		return nil // it runs, or goes: the host refused a change or an eviction, told by the Event alone
 	}
 	want := corev1.PodCondition{
 		Type: corev1.PodScheduled, Status: corev1.ConditionFalse,
@@ -162,7 +163,7 @@ func podRejected(ctx context.Context, c client.Client, t client.Object, message 
 
 // podSpecDown is the host Pod spec for a tenant Pod: scheduled by the
 // host, and reaching its own tenant's API server (syncer.PodAPIAccess).
-func podSpecDown(tenant *corev1.Pod) corev1.PodSpec {
+func podSpecDown(tenant *corev1.Pod) (corev1.PodSpec, error) {
 	spec := *tenant.Spec.DeepCopy()
 	spec.NodeName = "" // the host schedules
 	// The host's token would be the host's credential; the tenant's comes
@@ -170,8 +171,8 @@ func podSpecDown(tenant *corev1.Pod) corev1.PodSpec {
 	spec.AutomountServiceAccountToken = ptr.To(false)
 	spec.DeprecatedServiceAccount = spec.ServiceAccountName
 	spec.EphemeralContainers = nil
-	syncer.PodAPIAccess(tenant.Name, &spec)
-	return spec
+	err := syncer.PodAPIAccess(tenant.Name, &spec)
+	return spec, err
 }
 
 func syncImages(tenant, host []corev1.Container) {
@@ -208,8 +209,14 @@ func podUp(ctx context.Context, c client.Client, h, t client.Object) (bool, erro
 var copyPodStatus = syncer.StatusUp(func(h, t client.Object) bool {
 	host, tenant := h.(*corev1.Pod), t.(*corev1.Pod)
 	status := *host.Status.DeepCopy()
-	if i := slices.IndexFunc(tenant.Status.Conditions, isDisruptionTarget); i >= 0 && !slices.ContainsFunc(status.Conditions, isDisruptionTarget) {
-		status.Conditions = append(status.Conditions, tenant.Status.Conditions[i])
+	if i := slices.IndexFunc(tenant.Status.Conditions, isEvictionMark); i >= 0 {
+		j := slices.IndexFunc(status.Conditions, func(c corev1.PodCondition) bool { return c.Type == corev1.DisruptionTarget })
+		switch {
+		case j < 0:
+			status.Conditions = append(status.Conditions, tenant.Status.Conditions[i])
+		case status.Conditions[j].Status != corev1.ConditionTrue:
+			status.Conditions[j] = tenant.Status.Conditions[i]
+		}
 	}
 	if equality.Semantic.DeepEqual(status, tenant.Status) {
 		return false
@@ -222,6 +229,12 @@ func isDisruptionTarget(c corev1.PodCondition) bool {
 	return c.Type == corev1.DisruptionTarget && c.Status == corev1.ConditionTrue
 }
 
+// isEvictionMark says whether c is the mark of an eviction through the
+// Eviction API.
+func isEvictionMark(c corev1.PodCondition) bool {
+	return isDisruptionTarget(c) && c.Reason == evictionByEvictionAPI
+}
+
 // deleteHostPod removes the host Pod of a tenant Pod being deleted: by
 // eviction when the tenant evicted it, so that the host's
 // PodDisruptionBudgets decide when it goes (the host refuses with 429 until
@@ -229,10 +242,7 @@ func isDisruptionTarget(c corev1.PodCondition) bool {
 // delete otherwise.
 func deleteHostPod(ctx context.Context, c client.Client, t, h client.Object, opts ...client.DeleteOption) error {
 	tenant := t.(*corev1.Pod)
-	evicted := slices.ContainsFunc(tenant.Status.Conditions, func(c corev1.PodCondition) bool {
-		return isDisruptionTarget(c) && c.Reason == evictionByEvictionAPI
-	})
-	if !evicted {
+	if !slices.ContainsFunc(tenant.Status.Conditions, isEvictionMark) {
 		return c.Delete(ctx, h, opts...)
 	}
 	deleteOptions := (&client.DeleteOptions{}).ApplyOptions(opts).AsDeleteOptions()

@@ -139,6 +139,7 @@ func TestPodStatusKeepsTheTenantsEvictionMark(t *testing.T) {
 		{"the tenant's", []corev1.PodCondition{tenantMark}, nil, evictionByEvictionAPI},
 		{"the host's", nil, []corev1.PodCondition{hostMark}, corev1.PodReasonPreemptionByScheduler},
 		{"both: the host's wins", []corev1.PodCondition{tenantMark}, []corev1.PodCondition{hostMark}, corev1.PodReasonPreemptionByScheduler},
+		{"the host's False yields to the tenant's", []corev1.PodCondition{tenantMark}, []corev1.PodCondition{{Type: corev1.DisruptionTarget, Status: corev1.ConditionFalse}}, evictionByEvictionAPI},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			host := scheduledPod(tc.host...)
