@@ -84,8 +84,25 @@ func TestPodReachesItsTenantAPIServer(t *testing.T) {
 	if len(secret.OwnerReferences) != 1 || secret.OwnerReferences[0].UID != hostPod.UID {
 		t.Errorf("API access Secret owned by %v, want the host Pod %s", secret.OwnerReferences, hostPod.UID)
 	}
-	if got := string(secret.Data["namespace"]); got != pod.Namespace {
-		t.Errorf("namespace file %q, want %q", got, pod.Namespace)
+	// The namespace file comes from the downward API, which reads the
+	// tenant namespace off the host Pod's annotation.
+	namespaceFile := ""
+	for _, v := range hostPod.Spec.Volumes {
+		if v.Projected == nil {
+			continue
+		}
+		for _, src := range v.Projected.Sources {
+			if src.DownwardAPI != nil {
+				for _, item := range src.DownwardAPI.Items {
+					if item.Path == "namespace" {
+						namespaceFile = item.FieldRef.FieldPath
+					}
+				}
+			}
+		}
+	}
+	if namespaceFile != "metadata.annotations['tenantry.dev/tenant-namespace']" || hostPod.Annotations["tenantry.dev/tenant-namespace"] != pod.Namespace {
+		t.Errorf("namespace file from %q, tenant namespace annotation %q; want %q", namespaceFile, hostPod.Annotations["tenantry.dev/tenant-namespace"], pod.Namespace)
 	}
 	token := string(secret.Data["token"])
 	for _, o := range []client.Object{&secret, &hostPod} {
@@ -135,4 +152,38 @@ func TestPodReachesItsTenantAPIServer(t *testing.T) {
 		_, err := whoAmI(ctx)
 		return apierrors.IsUnauthorized(err), fmt.Errorf("still accepted: %v", err)
 	})
+}
+
+// A Pod cannot read another Pod's token through its API access Secret, and
+// a tenant Secret cannot pose as one: both are refused, and the tenant is
+// told.
+func TestPodCannotReadAnotherPodsToken(t *testing.T) {
+	useWorld(t)
+	ctx := t.Context()
+	tenant := shared.Tenants["tenant-2"]
+	stolen := unique("victim") + "-tenantry-api-access"
+	thief := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: unique("thief")},
+		Spec: corev1.PodSpec{Containers: []corev1.Container{{
+			Name: "app", Image: "app",
+			Env: []corev1.EnvVar{{Name: "TOKEN", ValueFrom: &corev1.EnvVarSource{SecretKeyRef: &corev1.SecretKeySelector{
+				LocalObjectReference: corev1.LocalObjectReference{Name: stolen}, Key: "token",
+			}}}},
+		}}},
+	}
+	poser := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: stolen}, StringData: map[string]string{"token": "forged"}}
+	for _, o := range []client.Object{thief, poser} {
+		if err := tenant.Create(ctx, o); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = tenant.Delete(context.Background(), o) })
+	}
+	expectHostRejectedEvent(t, tenant, "default", thief.Name, "reserved for Pods' API access")
+	expectHostRejectedEvent(t, tenant, "default", poser.Name, "reserved for Pods' API access")
+	if err := shared.Host.Get(ctx, shared.HostKey("tenant-2", "default", thief.Name), &corev1.Pod{}); !apierrors.IsNotFound(err) {
+		t.Errorf("the thief Pod reached the host: %v", err)
+	}
+	if err := shared.Host.Get(ctx, shared.HostKey("tenant-2", "default", poser.Name), &corev1.Secret{}); !apierrors.IsNotFound(err) {
+		t.Errorf("the posing Secret reached the host: %v", err)
+	}
 }
