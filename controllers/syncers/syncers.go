@@ -103,7 +103,7 @@ type params struct {
 	// tenant starts, uncached, so that the tenant runs with the value that
 	// made the VirtualCluster's reconciler (re)spawn it, or a newer one.
 	HostReader client.Reader `name:"no-cache"`
-	Options      *Options      `optional:"true"`
+	Options    *Options      `optional:"true"`
 	// Extra are syncers contributed by other modules (syncer.Provide).
 	Extra []syncer.Syncer `group:"syncers"`
 }

@@ -19,7 +19,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/util/workqueue"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
@@ -28,7 +27,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
-	"sigs.k8s.io/controller-runtime/pkg/source"
 )
 
 // APIAccessSecretSuffix ends the name of every Pod's API access Secret,
@@ -351,20 +349,6 @@ type podAPIAccess struct {
 
 func setupPodAPIAccess(mgr manager.Manager, hub *Hub, r *podAPIAccess) error {
 	cluster := r.translator.Cluster
-	route := func(obj client.Object, key func(client.Object) (types.NamespacedName, bool)) source.TypedSource[reconcile.Request] {
-		return source.TypedFunc[reconcile.Request](func(ctx context.Context, q workqueue.TypedRateLimitingInterface[reconcile.Request]) error {
-			cancel, err := hub.Route(ctx, obj, cluster, func(o client.Object) {
-				if k, ok := key(o); ok {
-					q.Add(reconcile.Request{NamespacedName: k})
-				}
-			})
-			if err != nil {
-				return err
-			}
-			context.AfterFunc(ctx, cancel)
-			return nil
-		})
-	}
 	// The host Pod brings its tenant Pod; so does its Secret, when changed
 	// or deleted by someone else.
 	hostPod := func(o client.Object) (types.NamespacedName, bool) {
@@ -380,8 +364,8 @@ func setupPodAPIAccess(mgr manager.Manager, hub *Hub, r *podAPIAccess) error {
 		For(&corev1.Pod{}, builder.WithPredicates(predicate.Funcs{
 			UpdateFunc: func(event.UpdateEvent) bool { return false }, // the host Pod's events tell
 		})).
-		WatchesRawSource(route(&corev1.Pod{}, hostPod)).
-		WatchesRawSource(route(&corev1.Secret{}, accessSecret)).
+		WatchesRawSource(routed(hub, &corev1.Pod{}, cluster, hostPod)).
+		WatchesRawSource(routed(hub, &corev1.Secret{}, cluster, accessSecret)).
 		Complete(r)
 }
 

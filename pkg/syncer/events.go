@@ -7,24 +7,55 @@ import (
 	"k8s.io/client-go/util/workqueue"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	"sigs.k8s.io/controller-runtime/pkg/source"
 )
 
-// hostEvents is the source of a tenant's host events for one syncer: the
-// hub routes the events of host copies labelled with this cluster here, and
-// each queues its tenant object.
-func hostEvents(hub *Hub, s *Syncer, tr Translator) func(context.Context, workqueue.TypedRateLimitingInterface[reconcile.Request]) error {
-	return func(ctx context.Context, q workqueue.TypedRateLimitingInterface[reconcile.Request]) error {
-		cancel, err := hub.Route(ctx, s.Object(), tr.Cluster, func(host client.Object) {
-			if key, ok := tenantKeyOf(tr, s, host); ok {
-				q.Add(reconcile.Request{NamespacedName: key})
-			}
-		})
+// hubSource is a source of requests fed by a hub subscription: subscribe
+// registers, until its cancel is called (when the controller's context
+// ends), a handler that queues each request it is given.
+func hubSource(subscribe func(ctx context.Context, queue func(reconcile.Request)) (cancel func(), err error)) source.TypedSource[reconcile.Request] {
+	return source.TypedFunc[reconcile.Request](func(ctx context.Context, q workqueue.TypedRateLimitingInterface[reconcile.Request]) error {
+		cancel, err := subscribe(ctx, q.Add)
 		if err != nil {
 			return err
 		}
 		context.AfterFunc(ctx, cancel)
 		return nil
-	}
+	})
+}
+
+// routed is a source of the events of host objects of obj's type that
+// belong to cluster: each queues the tenant object that key names, if any.
+func routed(hub *Hub, obj client.Object, cluster string, key func(host client.Object) (types.NamespacedName, bool)) source.TypedSource[reconcile.Request] {
+	return hubSource(func(ctx context.Context, queue func(reconcile.Request)) (func(), error) {
+		return hub.Route(ctx, obj, cluster, func(host client.Object) {
+			if k, ok := key(host); ok {
+				queue(reconcile.Request{NamespacedName: k})
+			}
+		})
+	})
+}
+
+// hostEvents is the source of a tenant's host events for one syncer: the
+// hub routes the events of host copies labelled with this cluster here, and
+// each queues its tenant object.
+func hostEvents(hub *Hub, s *Syncer, tr Translator) source.TypedSource[reconcile.Request] {
+	return routed(hub, s.Object(), tr.Cluster, func(host client.Object) (types.NamespacedName, bool) {
+		return tenantKeyOf(tr, s, host)
+	})
+}
+
+// named is a source of the names a hub watch (Hub.WatchNodes,
+// Hub.WatchPublicCRDs) tells, as requests for cluster-scoped objects, less
+// those that want refuses (nil: all).
+func named(watch func(context.Context, func(string)) (func(), error), want func(name string) bool) source.TypedSource[reconcile.Request] {
+	return hubSource(func(ctx context.Context, queue func(reconcile.Request)) (func(), error) {
+		return watch(ctx, func(name string) {
+			if want == nil || want(name) {
+				queue(reconcile.Request{NamespacedName: client.ObjectKey{Name: name}})
+			}
+		})
+	})
 }
 
 // tenantKeyOf is the key of the tenant object that host copies for syncer

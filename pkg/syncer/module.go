@@ -113,7 +113,7 @@ func setup(mgr manager.Manager, cluster string, log logr.Logger, hub *Hub, opts 
 			For(s.Object(), builder.WithPredicates(predicate.NewPredicateFuncs(func(o client.Object) bool {
 				return !excluded[namespaceOf(s, o)]
 			}))).
-			WatchesRawSource(source.TypedFunc[reconcile.Request](hostEvents(hub, s, tr))).
+			WatchesRawSource(hostEvents(hub, s, tr)).
 			WithOptions(controller.Options{MaxConcurrentReconciles: opts.Workers}).
 			WithLogConstructor(func(req *reconcile.Request) logr.Logger {
 				l := log.WithValues("controller", s.Name+"-syncer")

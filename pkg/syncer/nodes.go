@@ -13,7 +13,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/events"
-	"k8s.io/client-go/util/workqueue"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
@@ -23,7 +22,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
-	"sigs.k8s.io/controller-runtime/pkg/source"
 )
 
 // A virtual node's Lease is renewed as a kubelet renews its node's: every
@@ -110,17 +108,9 @@ func setupVirtualNodes(mgr manager.Manager, cluster string, hub *Hub, opts Optio
 				return e.ObjectOld.(*corev1.Pod).Spec.NodeName != e.ObjectNew.(*corev1.Pod).Spec.NodeName
 			},
 		})).
-		WatchesRawSource(source.TypedFunc[reconcile.Request](func(ctx context.Context, q workqueue.TypedRateLimitingInterface[reconcile.Request]) error {
-			cancel, err := hub.WatchNodes(ctx, func(name string) {
-				if _, ok := r.live.Load(name); ok {
-					q.Add(reconcile.Request{NamespacedName: client.ObjectKey{Name: name}})
-				}
-			})
-			if err != nil {
-				return err
-			}
-			context.AfterFunc(ctx, cancel)
-			return nil
+		WatchesRawSource(named(hub.WatchNodes, func(name string) bool {
+			_, ok := r.live.Load(name)
+			return ok
 		})).
 		Complete(r)
 }

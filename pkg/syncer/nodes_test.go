@@ -33,20 +33,7 @@ func TestVirtualNodesKeepPodsAlive(t *testing.T) {
 	useWorld(t)
 	ctx := t.Context()
 	tenant := shared.Tenants["tenant-1"]
-	deploy := deployment(unique("steady"), 3)
-	svc := &corev1.Service{
-		ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: deploy.Name},
-		Spec: corev1.ServiceSpec{
-			Selector: deploy.Spec.Selector.MatchLabels,
-			Ports:    []corev1.ServicePort{{Port: 80, Protocol: corev1.ProtocolTCP}},
-		},
-	}
-	for _, o := range []client.Object{deploy, svc} {
-		if err := tenant.Create(ctx, o); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = tenant.Delete(context.Background(), o) })
-	}
+	deploy, svc := createServedDeployment(t, tenant, "steady", 3)
 	expectAvailable(t, tenant, deploy, 3)
 	expectVirtualNodesMatchPods(t, "tenant-1")
 	// The tenant's own EndpointSlice controller counts Pods on nodes it

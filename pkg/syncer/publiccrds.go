@@ -9,14 +9,12 @@ import (
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/client-go/tools/events"
-	"k8s.io/client-go/util/workqueue"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
-	"sigs.k8s.io/controller-runtime/pkg/source"
 )
 
 // LabelPublicCRD marks a host CustomResourceDefinition as public: Tenantry
@@ -47,16 +45,7 @@ func setupPublicCRDs(mgr manager.Manager, cluster string, hub *Hub) error {
 		For(&apiextensionsv1.CustomResourceDefinition{}, builder.WithPredicates(predicate.NewPredicateFuncs(func(o client.Object) bool {
 			return o.GetLabels()[LabelManagedBy] == ManagedByValue
 		}))).
-		WatchesRawSource(source.TypedFunc[reconcile.Request](func(ctx context.Context, q workqueue.TypedRateLimitingInterface[reconcile.Request]) error {
-			cancel, err := hub.WatchPublicCRDs(ctx, func(name string) {
-				q.Add(reconcile.Request{NamespacedName: client.ObjectKey{Name: name}})
-			})
-			if err != nil {
-				return err
-			}
-			context.AfterFunc(ctx, cancel)
-			return nil
-		})).
+		WatchesRawSource(named(hub.WatchPublicCRDs, nil)).
 		Complete(r)
 }
 

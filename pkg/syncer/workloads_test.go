@@ -31,24 +31,8 @@ import (
 // Service routes to them.
 func TestDeploymentBecomesAvailable(t *testing.T) {
 	useWorld(t)
-	ctx := t.Context()
 	tenant := shared.Tenants["tenant-1"]
-	deploy := deployment(unique("shop"), 2)
-	svc := &corev1.Service{
-		ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: deploy.Name},
-		Spec: corev1.ServiceSpec{
-			Selector: deploy.Spec.Selector.MatchLabels,
-			Ports:    []corev1.ServicePort{{Port: 80, Protocol: corev1.ProtocolTCP}},
-		},
-	}
-	for _, o := range []client.Object{deploy, svc} {
-		if err := tenant.Create(ctx, o); err != nil {
-			t.Fatal(err)
-		}
-	}
-	// Its Pods would keep running in the host for the other tests.
-	t.Cleanup(func() { _ = tenant.Delete(context.Background(), deploy) })
-
+	deploy, svc := createServedDeployment(t, tenant, "shop", 2)
 	expectAvailable(t, tenant, deploy, 2)
 	ips := expectPodsRunInHost(t, "tenant-1", tenant, deploy, 2)
 	eventually(t, 30*time.Second, fmt.Sprintf("the host Service's endpoints are the Pods' IPs %v", ips), func(ctx context.Context) (bool, error) {
@@ -93,6 +77,29 @@ func TestDeploymentScalesAfterTenantAPIServerRestart(t *testing.T) {
 	})
 	expectAvailable(t, tenant, deploy, 3)
 	expectPodsRunInHost(t, "tenant-2", tenant, deploy, 3)
+}
+
+// createServedDeployment creates, in the tenant's namespace default, a
+// Deployment of n Pods and a Service in front of them, both deleted when
+// the test ends (their Pods would keep running in the host for the other
+// tests).
+func createServedDeployment(t *testing.T, tenant client.Client, prefix string, n int32) (*appsv1.Deployment, *corev1.Service) {
+	t.Helper()
+	deploy := deployment(unique(prefix), n)
+	svc := &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: deploy.Name},
+		Spec: corev1.ServiceSpec{
+			Selector: deploy.Spec.Selector.MatchLabels,
+			Ports:    []corev1.ServicePort{{Port: 80, Protocol: corev1.ProtocolTCP}},
+		},
+	}
+	for _, o := range []client.Object{deploy, svc} {
+		if err := tenant.Create(t.Context(), o); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = tenant.Delete(context.Background(), o) })
+	}
+	return deploy, svc
 }
 
 // deployment is a Deployment of n nginx Pods in namespace default.
