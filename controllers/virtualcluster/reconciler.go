@@ -56,6 +56,9 @@ type readiness struct {
 	retry   error
 	event   string // eventtype when the outcome deserves an event beyond a transition
 	action  string
+	// transient: the kubeconfig could not be read this time (the host
+	// throttled, timed out or restarted), which says nothing about it.
+	transient bool
 }
 
 // Reconcile implements reconcile.Reconciler.
@@ -107,6 +110,17 @@ func (r *Reconciler) reconcileCluster(ctx context.Context, vc *tenantryv1alpha1.
 	}
 
 	config, digest, bad := r.loadKubeconfig(ctx, vc)
+	if bad != nil && bad.transient {
+		// A running cluster keeps running on the kubeconfig it has; one
+		// that does not run starts once the Secret can be read.
+		if status, err := r.Registry.Status(name); err == nil && status.State == clusterregistry.StateRunning {
+			out := ready()
+			out.message = fmt.Sprintf("The tenant cluster's controllers are running; reading its kubeconfig Secret failed for now (%v), retrying.", bad.retry)
+			out.retry = bad.retry
+			return out
+		}
+		return *bad
+	}
 	if bad != nil {
 		// Without a usable kubeconfig the cluster cannot be (re)started, so
 		// it does not run: what runs always matches what the spec says.
@@ -168,7 +182,9 @@ func (r *Reconciler) loadKubeconfig(ctx context.Context, vc *tenantryv1alpha1.Vi
 			out := notReady(tenantryv1alpha1.ReasonSecretNotFound, msg, errors.New(msg))
 			return nil, [sha256.Size]byte{}, &out
 		}
-		out := notReady(tenantryv1alpha1.ReasonFailed, fmt.Sprintf("Reading Secret %s/%s: %v", ref.Namespace, ref.Name, err), err)
+		out := notReady(tenantryv1alpha1.ReasonFailed, fmt.Sprintf("Reading Secret %s/%s: %v", ref.Namespace, ref.Name, err),
+			fmt.Errorf("reading Secret %s/%s: %w", ref.Namespace, ref.Name, err))
+		out.transient = true
 		return nil, [sha256.Size]byte{}, &out
 	}
 	data, ok := secret.Data[key]

@@ -1,0 +1,137 @@
+package virtualcluster
+
+import (
+	"context"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"testing"
+
+	"github.com/go-logr/logr"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/tools/events"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	tenantryv1alpha1 "github.com/tenantry/tenantry/pkg/apis/tenantry/v1alpha1"
+	"github.com/tenantry/tenantry/pkg/clusterregistry"
+	tenantrytest "github.com/tenantry/tenantry/pkg/testing"
+)
+
+// throttlingReader answers reads of Secrets with 429 while throttling is
+// set, as a host API server under load does.
+type throttlingReader struct {
+	client.Reader
+	throttling atomic.Bool
+}
+
+func (r *throttlingReader) Get(ctx context.Context, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+	if _, secret := obj.(*corev1.Secret); secret && r.throttling.Load() {
+		return apierrors.NewTooManyRequests("the host is busy", 1)
+	}
+	return r.Reader.Get(ctx, key, obj, opts...)
+}
+
+// startHost starts a host with the VirtualCluster CRD, and tenants.
+func startHost(t *testing.T, tenants int) (*tenantrytest.Environment, client.Client) {
+	t.Helper()
+	env := tenantrytest.New(t, tenantrytest.Options{
+		Tenants:               tenants,
+		HostCRDDirectoryPaths: []string{filepath.Join("..", "..", "config", "crd", "bases")},
+	})
+	scheme := runtime.NewScheme()
+	for _, add := range []func(*runtime.Scheme) error{clientgoscheme.AddToScheme, tenantryv1alpha1.AddToScheme} {
+		if err := add(scheme); err != nil {
+			t.Fatal(err)
+		}
+	}
+	host, err := client.New(env.Host.Config(), client.Options{Scheme: scheme})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return env, host
+}
+
+// A VirtualCluster's name is a label value on every host object made for
+// it: the API server refuses one longer than a label value may be.
+func TestLongNamesAreRefused(t *testing.T) {
+	_, host := startHost(t, 0)
+	vc := &tenantryv1alpha1.VirtualCluster{
+		ObjectMeta: metav1.ObjectMeta{Name: strings.Repeat("a", 64)},
+		Spec:       tenantryv1alpha1.VirtualClusterSpec{KubeconfigSecretRef: tenantryv1alpha1.SecretKeyReference{Namespace: "default", Name: "x"}},
+	}
+	err := host.Create(t.Context(), vc)
+	if !apierrors.IsInvalid(err) || !strings.Contains(err.Error(), "at most 63 characters") {
+		t.Fatalf("a 64-character name: %v; want Invalid, saying why", err)
+	}
+	vc.Name = strings.Repeat("a", 63)
+	if err := host.Create(t.Context(), vc); err != nil {
+		t.Fatalf("a 63-character name: %v", err)
+	}
+}
+
+// A host that cannot serve the kubeconfig Secret for a moment does not stop
+// a running tenant; a Secret that is gone does.
+func TestTransientSecretReadErrorsKeepTheTenantRunning(t *testing.T) {
+	env, host := startHost(t, 1)
+	kubeconfig, err := env.Tenants[0].Kubeconfig()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := t.Context()
+	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "t1"}, Data: map[string][]byte{"kubeconfig": kubeconfig}}
+	vc := &tenantryv1alpha1.VirtualCluster{
+		ObjectMeta: metav1.ObjectMeta{Name: "t1"},
+		Spec:       tenantryv1alpha1.VirtualClusterSpec{KubeconfigSecretRef: tenantryv1alpha1.SecretKeyReference{Namespace: "default", Name: "t1"}},
+	}
+	for _, o := range []client.Object{secret, vc} {
+		if err := host.Create(ctx, o); err != nil {
+			t.Fatal(err)
+		}
+	}
+	registry := clusterregistry.New(logr.Discard(), host)
+	t.Cleanup(func() { _ = registry.Close(context.Background()) })
+	reader := &throttlingReader{Reader: host}
+	r := &Reconciler{Client: host, APIReader: reader, Registry: registry, Recorder: events.NewFakeRecorder(100)}
+	reconcile := func() error {
+		_, err := r.Reconcile(ctx, ctrl.Request{NamespacedName: client.ObjectKey{Name: vc.Name}})
+		return err
+	}
+	running := func() bool {
+		status, err := registry.Status(vc.Name)
+		return err == nil && status.State == clusterregistry.StateRunning
+	}
+	readyStatus := func() metav1.ConditionStatus {
+		var got tenantryv1alpha1.VirtualCluster
+		if err := host.Get(ctx, client.ObjectKeyFromObject(vc), &got); err != nil {
+			t.Fatal(err)
+		}
+		if c := meta.FindStatusCondition(got.Status.Conditions, tenantryv1alpha1.ConditionReady); c != nil {
+			return c.Status
+		}
+		return metav1.ConditionUnknown
+	}
+
+	if err := reconcile(); err != nil || !running() {
+		t.Fatalf("first reconcile: %v, running %v", err, running())
+	}
+	reader.throttling.Store(true)
+	if err := reconcile(); err == nil {
+		t.Error("a throttled Secret read was not retried")
+	}
+	if !running() || readyStatus() != metav1.ConditionTrue {
+		t.Fatalf("a throttled Secret read stopped the tenant (running %v, Ready %s)", running(), readyStatus())
+	}
+	reader.throttling.Store(false)
+	if err := host.Delete(ctx, secret); err != nil {
+		t.Fatal(err)
+	}
+	if err := reconcile(); err == nil || running() || readyStatus() != metav1.ConditionFalse {
+		t.Fatalf("a deleted Secret: %v, running %v, Ready %s; want the tenant stopped", err, running(), readyStatus())
+	}
+}
