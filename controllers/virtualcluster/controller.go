@@ -31,7 +31,7 @@ import (
 // +kubebuilder:rbac:groups=tenantry.dev,resources=virtualclusters/status,verbs=get;update;patch
 // +kubebuilder:rbac:groups=tenantry.dev,resources=virtualclusters/finalizers,verbs=update
 // +kubebuilder:rbac:groups="",resources=secrets,verbs=get;list;watch
-// +kubebuilder:rbac:groups="",resources=namespaces,verbs=list;delete
+// +kubebuilder:rbac:groups="",resources=namespaces,verbs=get;list;delete
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 
 // ControllerName names the controller, its logger and its Events.

@@ -12,6 +12,8 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/events"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -45,6 +47,8 @@ type Reconciler struct {
 	// spawnedFrom is the digest of the kubeconfig each running cluster was
 	// spawned from, to tell a rotated Secret from an unchanged one.
 	spawnedFrom map[string][sha256.Size]byte
+	// hostUID is the host's kube-system namespace UID, once read.
+	hostUID types.UID
 }
 
 // readiness is what a reconcile found out: the Ready condition to report,
@@ -139,6 +143,16 @@ func (r *Reconciler) reconcileCluster(ctx context.Context, vc *tenantryv1alpha1.
 			fmt.Errorf("cluster %s is %s", name, status.State))
 	}
 
+	if host, err := r.reachesHost(ctx, config); err != nil {
+		return notReady(tenantryv1alpha1.ReasonFailed, fmt.Sprintf("Telling the tenant cluster from the host: %v", err), err)
+	} else if host {
+		if err := r.stop(ctx, name); err != nil {
+			return notReady(tenantryv1alpha1.ReasonFailed, fmt.Sprintf("Stopping the cluster: %v", err), err)
+		}
+		return notReady(tenantryv1alpha1.ReasonHostCluster,
+			"The kubeconfig reaches the management cluster itself: syncing it would copy Tenantry's own copies without end, so nothing runs. Point it at the tenant cluster.", nil)
+	}
+
 	action := "Spawn"
 	if err == nil {
 		// Running from another kubeconfig, or failed: start afresh.
@@ -208,6 +222,48 @@ func (r *Reconciler) loadKubeconfig(ctx context.Context, vc *tenantryv1alpha1.Vi
 	var digest [sha256.Size]byte
 	h.Sum(digest[:0])
 	return config, digest, nil
+}
+
+// reachesHost says whether config reaches the management cluster itself:
+// both answer with the same kube-system namespace, the UID that names a
+// cluster. A tenant that cannot be asked (unreachable, or its kube-system
+// not readable) is not the host as far as this can tell; Spawn reports on
+// an unreachable one.
+func (r *Reconciler) reachesHost(ctx context.Context, config *rest.Config) (bool, error) {
+	hostID, err := r.hostID(ctx)
+	if err != nil {
+		return false, err
+	}
+	cfg := rest.CopyConfig(config)
+	cfg.Timeout = clusterIDTimeout
+	tenant, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return false, fmt.Errorf("tenant client: %w", err)
+	}
+	ns, err := tenant.CoreV1().Namespaces().Get(ctx, metav1.NamespaceSystem, metav1.GetOptions{})
+	if err != nil {
+		ctrl.LoggerFrom(ctx).V(1).Info("cannot read the tenant's kube-system namespace to tell it from the host", "error", err.Error())
+		return false, nil
+	}
+	return ns.UID == hostID, nil
+}
+
+// clusterIDTimeout bounds the tenant request that tells it from the host.
+const clusterIDTimeout = 10 * time.Second
+
+// hostID is the UID of the host's kube-system namespace, read once.
+func (r *Reconciler) hostID(ctx context.Context) (types.UID, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.hostUID != "" {
+		return r.hostUID, nil
+	}
+	var ns corev1.Namespace
+	if err := r.APIReader.Get(ctx, client.ObjectKey{Name: metav1.NamespaceSystem}, &ns); err != nil {
+		return "", fmt.Errorf("reading the host's kube-system namespace: %w", err)
+	}
+	r.hostUID = ns.UID
+	return r.hostUID, nil
 }
 
 // finalize stops the cluster's app and lets the VirtualCluster go.

@@ -135,3 +135,41 @@ func TestTransientSecretReadErrorsKeepTheTenantRunning(t *testing.T) {
 		t.Fatalf("a deleted Secret: %v, running %v, Ready %s; want the tenant stopped", err, running(), readyStatus())
 	}
 }
+
+// A kubeconfig that reaches the host itself is refused: syncing the host
+// into itself would copy its copies without end.
+func TestKubeconfigOfTheHostIsRefused(t *testing.T) {
+	env, host := startHost(t, 0)
+	ctx := t.Context()
+	kubeconfig, err := env.Host.Kubeconfig()
+	if err != nil {
+		t.Fatal(err)
+	}
+	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "loop"}, Data: map[string][]byte{"kubeconfig": kubeconfig}}
+	vc := &tenantryv1alpha1.VirtualCluster{
+		ObjectMeta: metav1.ObjectMeta{Name: "loop"},
+		Spec:       tenantryv1alpha1.VirtualClusterSpec{KubeconfigSecretRef: tenantryv1alpha1.SecretKeyReference{Namespace: "default", Name: "loop"}},
+	}
+	for _, o := range []client.Object{secret, vc} {
+		if err := host.Create(ctx, o); err != nil {
+			t.Fatal(err)
+		}
+	}
+	registry := clusterregistry.New(logr.Discard(), host)
+	t.Cleanup(func() { _ = registry.Close(context.Background()) })
+	r := &Reconciler{Client: host, APIReader: host, Registry: registry, Recorder: events.NewFakeRecorder(100)}
+	if _, err := r.Reconcile(ctx, ctrl.Request{NamespacedName: client.ObjectKey{Name: vc.Name}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := registry.Status(vc.Name); err == nil {
+		t.Fatal("a VirtualCluster of the host itself runs")
+	}
+	if err := host.Get(ctx, client.ObjectKeyFromObject(vc), vc); err != nil {
+		t.Fatal(err)
+	}
+	c := meta.FindStatusCondition(vc.Status.Conditions, tenantryv1alpha1.ConditionReady)
+	if c == nil || c.Status != metav1.ConditionFalse || c.Reason != tenantryv1alpha1.ReasonHostCluster {
+		t.Fatalf("Ready = %+v, want False with reason %s", c, tenantryv1alpha1.ReasonHostCluster)
+	}
+	t.Logf("Ready=False %s: %s", c.Reason, c.Message)
+}

@@ -27,6 +27,9 @@ const (
 	ReasonSecretKeyNotFound = "SecretKeyNotFound"
 	// ReasonInvalidKubeconfig: the Secret's data is not a usable kubeconfig.
 	ReasonInvalidKubeconfig = "InvalidKubeconfig"
+	// ReasonHostCluster: the kubeconfig reaches the management cluster
+	// itself, which would copy its own copies without end; nothing runs.
+	ReasonHostCluster = "HostCluster"
 	// ReasonUnreachable: the tenant API server did not answer.
 	ReasonUnreachable = "Unreachable"
 	// ReasonFailed: the tenant cluster's controllers failed to start, or
