@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"os"
+	"strings"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -28,6 +30,13 @@ const (
 	NoCacheReaderName = "no-cache"
 )
 
+// errLeaderElectionLost is the error with which controller-runtime's
+// manager stops when it loses its leader Lease.
+const errLeaderElectionLost = "leader election lost"
+
+// exitProcess ends the process; tests replace it.
+var exitProcess = os.Exit
+
 // readyzSyncTimeout bounds how long /readyz waits for the cache.
 const readyzSyncTimeout = 2 * time.Second
 
@@ -44,8 +53,10 @@ type managerParams struct {
 
 // NewManager builds the management cluster's controller-runtime manager,
 // with metrics, health probes and optional leader election, and runs it for
-// the life of the app. If it stops on its own (lost leadership, a failed
-// runnable), the app shuts down with exit code 1.
+// the life of the app. If it stops on its own (a failed runnable), the app
+// shuts down with exit code 1. If it loses the leader Lease, the process
+// exits with code 1 at once, without stopping the tenants' apps: draining
+// them would let their writes land while another replica already leads.
 func NewManager(p managerParams) (manager.Manager, error) {
 	o := p.Options
 	mgr, err := manager.New(p.Config, manager.Options{
@@ -80,6 +91,11 @@ func NewManager(p managerParams) (manager.Manager, error) {
 			go func() {
 				defer close(exited)
 				if err := mgr.Start(ctx); err != nil {
+					if strings.Contains(err.Error(), errLeaderElectionLost) {
+						p.Logger.Error(err, "lost the leader Lease: exiting now, without draining the tenants, so that no write of theirs lands after another replica leads")
+						exitProcess(1)
+						return
+					}
 					p.Logger.Error(err, "management manager stopped")
 					_ = p.Shutdowner.Shutdown(fx.ExitCode(1))
 					return

@@ -1,0 +1,80 @@
+package providers
+
+import (
+	"context"
+	"io"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"go.uber.org/fx"
+	coordinationv1 "k8s.io/api/coordination/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
+
+	tenantrytest "github.com/tenantry/tenantry/pkg/testing"
+)
+
+// A leader that loses its Lease exits at once: it does not drain its
+// tenants' apps, whose writes would land while another replica leads.
+func TestLostLeaseExitsAtOnce(t *testing.T) {
+	env := tenantrytest.New(t, tenantrytest.Options{})
+	kubeconfig, err := env.Host.Kubeconfig()
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "host.kubeconfig")
+	if err := os.WriteFile(path, kubeconfig, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan int, 1)
+	exitProcess = func(code int) { exited <- code }
+	t.Cleanup(func() { exitProcess = os.Exit })
+
+	opts := Options{
+		Kubeconfig: path, MetricsBindAddress: "0", HealthProbeBindAddress: "0",
+		LeaderElection: true, LeaderElectionNamespace: "default", LeaderElectionID: "tenantry-test",
+		Logger: LoggerOptions{Output: io.Discard},
+	}
+	app := fx.New(fx.Supply(opts), Module, fx.Invoke(func(manager.Manager) {}), fx.NopLogger)
+	if err := app.Start(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = app.Stop(context.Background()) })
+
+	leases := kubernetes.NewForConfigOrDie(env.Host.Config()).CoordinationV1().Leases("default")
+	tenantrytest.Eventually(t, 30*time.Second, "the manager holds the Lease", func(ctx context.Context) (bool, error) {
+		l, err := leases.Get(ctx, opts.LeaderElectionID, metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		return ptr.Deref(l.Spec.HolderIdentity, "") != "", nil
+	})
+	// Another replica takes the Lease over, as after a partition.
+	var stolen time.Time
+	tenantrytest.Eventually(t, 10*time.Second, "the Lease taken over", func(ctx context.Context) (bool, error) {
+		l, err := leases.Get(ctx, opts.LeaderElectionID, metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		stolen = time.Now()
+		l.Spec = coordinationv1.LeaseSpec{
+			HolderIdentity: ptr.To("usurper"), LeaseDurationSeconds: ptr.To[int32](60),
+			AcquireTime: &metav1.MicroTime{Time: stolen}, RenewTime: &metav1.MicroTime{Time: stolen},
+		}
+		_, err = leases.Update(ctx, l, metav1.UpdateOptions{})
+		return err == nil, err
+	})
+	select {
+	case code := <-exited:
+		if code != 1 {
+			t.Fatalf("exit code %d, want 1", code)
+		}
+		t.Logf("exited %s after the Lease was taken over", time.Since(stolen).Round(100*time.Millisecond))
+	case <-time.After(30 * time.Second):
+		t.Fatalf("still running %s after losing the Lease", time.Since(stolen).Round(time.Second))
+	}
+}
