@@ -80,6 +80,17 @@ func (o *Options) BindFlags(fs *flag.FlagSet) {
 	fs.IntVar(&o.Syncer.Workers, "sync-workers", 4, "Objects of one type one tenant syncs at once.")
 	fs.StringVar(&o.Syncer.PodSecurityLevel, "host-pod-security-level", syncer.DefaultPodSecurityLevel,
 		"Pod Security level enforced on host namespaces: privileged, baseline or restricted.")
+	fs.Func("denied-metadata-prefixes", fmt.Sprintf("Comma-separated label and annotation key prefixes never copied from tenant objects to the host (they steer host add-ons); replaces the default list: %s.",
+		strings.Join(syncer.DefaultDeniedMetadataPrefixes, ",")), func(v string) error {
+		o.Syncer.DeniedMetadataPrefixes = []string{}
+		for _, p := range strings.FieldsFunc(v, func(r rune) bool { return r == ',' || r == ' ' }) {
+			if !strings.HasSuffix(p, "/") {
+				return fmt.Errorf("prefix %q: a key prefix ends with /, as in example.com/", p)
+			}
+			o.Syncer.DeniedMetadataPrefixes = append(o.Syncer.DeniedMetadataPrefixes, p)
+		}
+		return nil
+	})
 	fs.BoolVar(&o.Syncer.ExposeNodeAddresses, "expose-node-addresses", false,
 		"Copy host nodes' addresses and kubelet port to tenants' virtual nodes (by default a virtual node shows only its name).")
 	fs.Float64Var(&o.TenantQPS, "tenant-host-qps", syncer.DefaultTenantQPS, "Each tenant's rate of writes to the host, per second.")

@@ -48,6 +48,12 @@ type Options struct {
 	// each cluster starts.
 	InClusterServer func(ctx context.Context, cluster string) (string, error)
 
+	// DeniedMetadataPrefixes are the label and annotation key prefixes never
+	// copied from tenant objects to their host copies; nil means
+	// DefaultDeniedMetadataPrefixes, an empty list none (Tenantry's own
+	// tenantry.dev/ keys are never copied).
+	DeniedMetadataPrefixes []string
+
 	// ExcludeNamespaces are tenant namespaces whose objects are never
 	// synced. Defaults to the tenant's system namespaces: kube-system,
 	// kube-public and kube-node-lease.
@@ -91,7 +97,7 @@ func setup(mgr manager.Manager, cluster string, log logr.Logger, hub *Hub, opts 
 	if err != nil {
 		return err
 	}
-	tr := Translator{Cluster: cluster}
+	tr := Translator{Cluster: cluster, DeniedMetadataPrefixes: opts.DeniedMetadataPrefixes}
 	excluded := map[string]bool{}
 	for _, ns := range opts.ExcludeNamespaces {
 		excluded[ns] = true

@@ -640,3 +640,47 @@ func TestNamespaceLifecycle(t *testing.T) {
 		return apierrors.IsNotFound(tenantErr) && apierrors.IsNotFound(hostErr), fmt.Errorf("tenant: %v; host: %v", tenantErr, hostErr)
 	})
 }
+
+// A label removed in the tenant goes from the host copy, while a label the
+// host added stays; annotations that steer host add-ons never reach it.
+func TestMetadataRemovalsReachTheHost(t *testing.T) {
+	useWorld(t)
+	ctx := t.Context()
+	tenant := shared.Tenants["tenant-1"]
+	cm := configMap(unique("labelled"), map[string]string{"k": "v"})
+	cm.Labels = map[string]string{"app": "web", "tier": "front"}
+	cm.Annotations = map[string]string{"k8s.v1.cni.cncf.io/networks": "host-net", "team": "blue"}
+	if err := tenant.Create(ctx, cm); err != nil {
+		t.Fatal(err)
+	}
+	hostKey := shared.HostKey("tenant-1", cm.Namespace, cm.Name)
+	var host corev1.ConfigMap
+	eventually(t, 10*time.Second, "the host copy with the tenant's labels", func(ctx context.Context) (bool, error) {
+		if err := shared.Host.Get(ctx, hostKey, &host); err != nil {
+			return false, err
+		}
+		return host.Labels["tier"] == "front" && host.Annotations["team"] == "blue", fmt.Errorf("labels %v", host.Labels)
+	})
+	if _, ok := host.Annotations["k8s.v1.cni.cncf.io/networks"]; ok {
+		t.Fatal("a Multus network annotation reached the host")
+	}
+	host.Labels["host-added"] = "yes"
+	if err := shared.Host.Update(ctx, &host); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 10*time.Second, "label tier removed in the tenant", func(ctx context.Context) (bool, error) {
+		var c corev1.ConfigMap
+		if err := tenant.Get(ctx, client.ObjectKeyFromObject(cm), &c); err != nil {
+			return false, err
+		}
+		delete(c.Labels, "tier")
+		return true, tenant.Update(ctx, &c)
+	})
+	eventually(t, 10*time.Second, "tier gone from the host copy, host-added kept", func(ctx context.Context) (bool, error) {
+		if err := shared.Host.Get(ctx, hostKey, &host); err != nil {
+			return false, err
+		}
+		_, tier := host.Labels["tier"]
+		return !tier && host.Labels["host-added"] == "yes" && host.Labels["app"] == "web", fmt.Errorf("labels %v", host.Labels)
+	})
+}

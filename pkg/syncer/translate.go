@@ -3,6 +3,8 @@ package syncer
 import (
 	"crypto/sha256"
 	"encoding/base32"
+	"maps"
+	"slices"
 	"strings"
 
 	"k8s.io/apimachinery/pkg/types"
@@ -71,6 +73,9 @@ func HostNamespace(cluster, ns string) string {
 type Translator struct {
 	// Cluster is the VirtualCluster's name.
 	Cluster string
+	// DeniedMetadataPrefixes are the label and annotation key prefixes never
+	// copied to the host; nil means DefaultDeniedMetadataPrefixes.
+	DeniedMetadataPrefixes []string
 }
 
 // HostKey is where the host copy of the tenant object key lives: same name,
@@ -105,25 +110,30 @@ func (t Translator) Owns(host client.Object) bool {
 
 // HostMetadata sets the host object's identity from the tenant object's:
 // name and namespace, Tenantry's labels and annotations, and, when
-// copyUserMetadata is set, the tenant's own labels and annotations except
-// reserved ones. Labels and annotations that the host object has and the
-// tenant object does not are left alone, so that what the host adds stays.
+// copyUserMetadata is set, the tenant's own labels and annotations, except
+// reserved ones and those the Translator denies (see DeniedMetadataPrefixes).
+// A key copied before and now gone from the tenant object (or now denied)
+// goes from the host object too: the host copy records, in the annotations
+// AnnotationCopiedLabels and AnnotationCopiedAnnotations, which keys came
+// from the tenant. Keys that the host added are left alone.
 func (t Translator) HostMetadata(tenant, host client.Object, clusterScoped, copyUserMetadata bool) {
 	key := t.HostKey(client.ObjectKeyFromObject(tenant), clusterScoped)
 	host.SetNamespace(key.Namespace)
 	host.SetName(key.Name)
 
-	labels := host.GetLabels()
+	labels := maps.Clone(host.GetLabels())
 	if labels == nil {
 		labels = map[string]string{}
 	}
-	annotations := host.GetAnnotations()
+	annotations := maps.Clone(host.GetAnnotations())
 	if annotations == nil {
 		annotations = map[string]string{}
 	}
 	if copyUserMetadata {
-		copyUnreserved(labels, tenant.GetLabels())
-		copyUnreserved(annotations, tenant.GetAnnotations())
+		copiedLabels := t.copyAllowed(labels, tenant.GetLabels(), annotations[AnnotationCopiedLabels])
+		copiedAnnotations := t.copyAllowed(annotations, tenant.GetAnnotations(), annotations[AnnotationCopiedAnnotations])
+		setRecord(annotations, AnnotationCopiedLabels, copiedLabels)
+		setRecord(annotations, AnnotationCopiedAnnotations, copiedAnnotations)
 	}
 	labels[LabelManagedBy] = ManagedByValue
 	labels[LabelCluster] = t.Cluster
@@ -134,10 +144,72 @@ func (t Translator) HostMetadata(tenant, host client.Object, clusterScoped, copy
 	host.SetAnnotations(annotations)
 }
 
-func copyUnreserved(dst, src map[string]string) {
-	for k, v := range src {
-		if !strings.HasPrefix(k, reservedPrefix) && !strings.Contains(k, "."+reservedPrefix) {
-			dst[k] = v
+// Annotations of a host copy that record which of its label and annotation
+// keys came from the tenant object (comma-separated, sorted), so that a key
+// removed in the tenant is removed in the host, and only such keys.
+const (
+	AnnotationCopiedLabels      = "tenantry.dev/copied-labels"
+	AnnotationCopiedAnnotations = "tenantry.dev/copied-annotations"
+)
+
+// DefaultDeniedMetadataPrefixes are the label and annotation key prefixes
+// that are not copied from tenant objects to the host by default: keys that
+// the host's own add-ons act on, with which a tenant could steer them
+// (networks, cloud identities, meshes and their sidecars, load balancers,
+// secret injectors, GitOps tools, and Kubernetes' own keys).
+var DefaultDeniedMetadataPrefixes = []string{
+	"kubernetes.io/", "k8s.io/", "node.kubernetes.io/", "node-role.kubernetes.io/",
+	"service.beta.kubernetes.io/", "service.kubernetes.io/", "networking.gke.io/", "cloud.google.com/",
+	"k8s.v1.cni.cncf.io/", "v1.multus-cni.io/", "cni.projectcalico.org/", "projectcalico.org/", "io.cilium/", "cilium.io/",
+	"eks.amazonaws.com/", "azure.workload.identity/", "iam.gke.io/", "iam.amazonaws.com/",
+	"sidecar.istio.io/", "istio.io/", "proxy.istio.io/", "linkerd.io/", "config.linkerd.io/", "kuma.io/",
+	"metallb.universe.tf/", "metallb.io/", "external-dns.alpha.kubernetes.io/",
+	"vault.hashicorp.com/", "cert-manager.io/", "argocd.argoproj.io/", "kustomize.toolkit.fluxcd.io/",
+}
+
+// denied says whether the Translator keeps key from host copies.
+func (t Translator) denied(key string) bool {
+	if strings.HasPrefix(key, reservedPrefix) || strings.Contains(key, "."+reservedPrefix) {
+		return true
+	}
+	prefixes := t.DeniedMetadataPrefixes
+	if prefixes == nil {
+		prefixes = DefaultDeniedMetadataPrefixes
+	}
+	for _, p := range prefixes {
+		if strings.HasPrefix(key, p) {
+			return true
 		}
 	}
+	return false
+}
+
+// copyAllowed copies src's allowed keys into dst, removes from dst the keys
+// of record (those copied before) that src no longer gives, and returns the
+// keys now copied, sorted.
+func (t Translator) copyAllowed(dst, src map[string]string, record string) []string {
+	var copied []string
+	for k, v := range src {
+		if !t.denied(k) {
+			dst[k] = v
+			copied = append(copied, k)
+		}
+	}
+	for _, k := range strings.Split(record, ",") {
+		if _, still := src[k]; k != "" && (!still || t.denied(k)) && !strings.HasPrefix(k, reservedPrefix) {
+			delete(dst, k)
+		}
+	}
+	slices.Sort(copied)
+	return copied
+}
+
+// setRecord stores keys under the record annotation name, or removes it
+// when there are none.
+func setRecord(annotations map[string]string, name string, keys []string) {
+	if len(keys) == 0 {
+		delete(annotations, name)
+		return
+	}
+	annotations[name] = strings.Join(keys, ",")
 }

@@ -4,6 +4,8 @@ import (
 	"strings"
 	"testing"
 
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
 )
 
@@ -62,4 +64,60 @@ func FuzzHostNamespace(f *testing.F) {
 			t.Fatalf("(%q, %q) and (%q, %q) share host namespace %q", c1, n1, c2, n2, h1)
 		}
 	})
+}
+
+// Tenant labels and annotations reach the host copy except denied ones;
+// one removed in the tenant goes from the host copy, one the host added
+// stays.
+func TestHostMetadataCopiesAllowedKeysAndRemovals(t *testing.T) {
+	tr := Translator{Cluster: "vc"}
+	tenant := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{
+		Namespace: "default", Name: "web", UID: "u1",
+		Labels: map[string]string{"app": "web", "tier": "front", "tenantry.dev/cluster": "other"},
+		Annotations: map[string]string{
+			"team":                        "blue",
+			"k8s.v1.cni.cncf.io/networks": "host-net",
+			"eks.amazonaws.com/role-arn":  "arn:aws:iam::1:role/admin",
+			"sidecar.istio.io/inject":     "true",
+		},
+	}}
+	host := &corev1.ConfigMap{}
+	tr.HostMetadata(tenant, host, false, true)
+	if host.Labels["app"] != "web" || host.Labels["tier"] != "front" || host.Labels["tenantry.dev/cluster"] != "vc" {
+		t.Fatalf("host labels %v", host.Labels)
+	}
+	for _, k := range []string{"k8s.v1.cni.cncf.io/networks", "eks.amazonaws.com/role-arn", "sidecar.istio.io/inject"} {
+		if _, ok := host.Annotations[k]; ok {
+			t.Errorf("denied annotation %s reached the host", k)
+		}
+	}
+	if host.Annotations["team"] != "blue" {
+		t.Errorf("annotation team did not reach the host: %v", host.Annotations)
+	}
+
+	host.Labels["host-added"] = "yes" // a host controller's
+	delete(tenant.Labels, "tier")
+	delete(tenant.Annotations, "team")
+	tr.HostMetadata(tenant, host, false, true)
+	if _, ok := host.Labels["tier"]; ok {
+		t.Error("a label removed in the tenant stayed in the host")
+	}
+	if _, ok := host.Annotations["team"]; ok {
+		t.Error("an annotation removed in the tenant stayed in the host")
+	}
+	if host.Labels["host-added"] != "yes" || host.Labels["app"] != "web" {
+		t.Errorf("host labels %v: want the host's own and the tenant's remaining ones kept", host.Labels)
+	}
+
+	// With no deny list the mesh annotation goes down; denied again, it
+	// goes from the host.
+	open := Translator{Cluster: "vc", DeniedMetadataPrefixes: []string{}}
+	open.HostMetadata(tenant, host, false, true)
+	if host.Annotations["sidecar.istio.io/inject"] != "true" {
+		t.Fatalf("with no deny list, annotations %v", host.Annotations)
+	}
+	tr.HostMetadata(tenant, host, false, true)
+	if _, ok := host.Annotations["sidecar.istio.io/inject"]; ok {
+		t.Error("an annotation denied after it was copied stayed in the host")
+	}
 }
