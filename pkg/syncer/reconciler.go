@@ -47,6 +47,9 @@ type reconciler struct {
 	drifted sync.Map
 	// rejections are the copies the host refused, retried with backoff.
 	rejections *rejections
+	// stripped holds, by tenant key, what the tenant was last told its copy
+	// leaves out (Syncer.Stripped), so that it is told once.
+	stripped sync.Map
 }
 
 func (r *reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
@@ -84,6 +87,7 @@ func (r *reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	if err == nil {
 		r.settleDrift(req.NamespacedName, wrote)
 		r.rejections.forget(req.NamespacedName)
+		r.tellStripped(req.NamespacedName, tenant, wrote)
 	}
 	if refusal := hostRejection(err); refusal != nil && tenant != nil {
 		return r.hostRejected(ctx, req.NamespacedName, tenant, refusal)
@@ -250,6 +254,31 @@ func (r *reconciler) isCopy(host client.Object, key types.NamespacedName) bool {
 // excluded namespace.
 func (r *reconciler) wants(tenant client.Object) bool {
 	return !r.excluded[namespaceOf(r.syncer, tenant)] && r.syncer.wants(tenant)
+}
+
+// tellStripped gives tenant, whose copy was just written, a Normal Event
+// saying what the copy leaves out, when that is news; a tenant object that
+// is gone is forgotten.
+func (r *reconciler) tellStripped(key types.NamespacedName, tenant client.Object, wrote bool) {
+	if r.syncer.Stripped == nil {
+		return
+	}
+	if tenant == nil || !tenant.GetDeletionTimestamp().IsZero() {
+		r.stripped.Delete(key)
+		return
+	}
+	if !wrote {
+		return
+	}
+	note := r.syncer.Stripped(tenant)
+	if note == "" {
+		r.stripped.Delete(key)
+		return
+	}
+	if last, told := r.stripped.Swap(key, note); told && last == note {
+		return
+	}
+	r.recorder.Eventf(tenant, nil, corev1.EventTypeNormal, ReasonHostStripped, "Sync", "the host copy leaves out what the host does not allow: %s", note)
 }
 
 // settleDrift counts a repair of a key the patroller flagged.

@@ -24,6 +24,11 @@ import (
 // it (a Pod's PodScheduled=False).
 const ReasonHostRejected = "HostRejected"
 
+// ReasonHostStripped is the reason of the Normal Event a tenant object gets
+// when its host copy leaves out fields the host does not allow (see
+// Syncer.Stripped).
+const ReasonHostStripped = "HostStripped"
+
 // Retries of a refused copy back off, doubling, from rejectionBaseDelay to
 // rejectionMaxDelay. Some refusals pass in a moment (a Pod created before
 // the host's controller-manager gave its new namespace the default

@@ -49,6 +49,13 @@ type Syncer struct {
 	// comes up. StatusUp builds the common case.
 	Up func(ctx context.Context, c client.Client, host, tenant client.Object) (changed bool, err error)
 
+	// Stripped, if set, says what Down leaves out of tenant's host copy
+	// because the host does not allow it (a priority class, a toleration),
+	// in words for the tenant, or "" when nothing. The tenant object gets
+	// it as a Normal Event (reason ReasonHostStripped) when its copy is
+	// written, once per message.
+	Stripped func(tenant client.Object) string
+
 	// OnlyExisting: the framework never creates host copies of this type;
 	// something else does (host namespaces are created on demand, before
 	// the first object that goes in them). The syncer keeps existing copies

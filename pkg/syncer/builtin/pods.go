@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
@@ -29,7 +30,12 @@ import (
 // namespace's copies. It never gets a host token: it reaches its own
 // tenant's API server with a token the tenant issued (see
 // syncer.PodAPIAccess).
-func Pods() syncer.Syncer {
+//
+// Pods runs with the safe default PodPolicy; PodsWith takes another.
+func Pods() syncer.Syncer { return PodsWith(PodPolicy{}) }
+
+// PodsWith is Pods under policy: what the host lets tenant Pods ask of it.
+func PodsWith(policy PodPolicy) syncer.Syncer {
 	return syncer.Syncer{
 		Name:             "pods",
 		Object:           func() client.Object { return &corev1.Pod{} },
@@ -37,7 +43,7 @@ func Pods() syncer.Syncer {
 		Down: func(t, h client.Object) error {
 			tenant, host := t.(*corev1.Pod), h.(*corev1.Pod)
 			if host.ResourceVersion == "" {
-				spec, err := podSpecDown(tenant)
+				spec, _, err := podSpecDown(tenant, policy)
 				host.Spec = spec
 				return err
 			}
@@ -46,6 +52,13 @@ func Pods() syncer.Syncer {
 			syncImages(tenant.Spec.InitContainers, host.Spec.InitContainers)
 			host.Spec.ActiveDeadlineSeconds = tenant.Spec.ActiveDeadlineSeconds
 			return nil
+		},
+		Stripped: func(t client.Object) string {
+			_, stripped, err := podSpecDown(t.(*corev1.Pod), policy)
+			if err != nil {
+				return ""
+			}
+			return strings.Join(stripped, "; ")
 		},
 		Up:           podUp,
 		Created:      podScheduledInHost,
@@ -162,8 +175,9 @@ func podRejected(ctx context.Context, c client.Client, t client.Object, message 
 }
 
 // podSpecDown is the host Pod spec for a tenant Pod: scheduled by the
-// host, and reaching its own tenant's API server (syncer.PodAPIAccess).
-func podSpecDown(tenant *corev1.Pod) (corev1.PodSpec, error) {
+// host under policy, and reaching its own tenant's API server
+// (syncer.PodAPIAccess). It says what policy left out.
+func podSpecDown(tenant *corev1.Pod, policy PodPolicy) (corev1.PodSpec, []string, error) {
 	spec := *tenant.Spec.DeepCopy()
 	spec.NodeName = "" // the host schedules
 	// The host's token would be the host's credential; the tenant's comes
@@ -171,8 +185,11 @@ func podSpecDown(tenant *corev1.Pod) (corev1.PodSpec, error) {
 	spec.AutomountServiceAccountToken = ptr.To(false)
 	spec.DeprecatedServiceAccount = spec.ServiceAccountName
 	spec.EphemeralContainers = nil
-	err := syncer.PodAPIAccess(tenant.Name, &spec)
-	return spec, err
+	stripped, err := policy.apply(&spec)
+	if err != nil {
+		return spec, nil, err
+	}
+	return spec, stripped, syncer.PodAPIAccess(tenant.Name, &spec)
 }
 
 func syncImages(tenant, host []corev1.Container) {

@@ -3,6 +3,7 @@ package builtin
 import (
 	"context"
 	"fmt"
+	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -21,8 +22,8 @@ const AnnotationHostClusterIP = "tenantry.dev/host-cluster-ip"
 const reassignExternalName = "cluster-ip-reassignment.tenantry.invalid"
 
 // Services syncs Services down, and brings the host's cluster IP and
-// load-balancer status up. External IPs are not synced: a tenant must not
-// claim host addresses.
+// load-balancer status up. External IPs and a load balancer IP are left out
+// (and the tenant told): a tenant must not claim host addresses.
 func Services() syncer.Syncer {
 	return syncer.Syncer{
 		Name:             "services",
@@ -40,6 +41,16 @@ func Services() syncer.Syncer {
 			host.Spec = serviceSpecDown(tenant.Spec, host.Spec, host.ResourceVersion == "")
 			return nil
 		},
+		Stripped: func(t client.Object) string {
+			var out []string
+			if ips := t.(*corev1.Service).Spec.ExternalIPs; len(ips) > 0 {
+				out = append(out, "externalIPs "+strings.Join(ips, ","))
+			}
+			if ip := t.(*corev1.Service).Spec.LoadBalancerIP; ip != "" {
+				out = append(out, "loadBalancerIP "+ip)
+			}
+			return strings.Join(out, "; ")
+		},
 		Up: syncer.UpAll(serviceClusterIPUp, syncer.StatusUp(syncer.CopyStatus(func(s *corev1.Service) *corev1.ServiceStatus {
 			return &s.Status
 		}))),
@@ -51,6 +62,7 @@ func Services() syncer.Syncer {
 func serviceSpecDown(tenant, host corev1.ServiceSpec, creating bool) corev1.ServiceSpec {
 	spec := *tenant.DeepCopy()
 	spec.ExternalIPs = nil
+	spec.LoadBalancerIP = "" // a host address, the host's to give
 	if spec.Type != corev1.ServiceTypeNodePort && spec.Type != corev1.ServiceTypeLoadBalancer {
 		spec.ExternalTrafficPolicy = "" // set only because of external IPs, which are gone
 	}
