@@ -33,6 +33,7 @@ import (
 // +kubebuilder:rbac:groups=apiextensions.k8s.io,resources=customresourcedefinitions,verbs=get;list;watch
 // +kubebuilder:rbac:groups="",resources=nodes,verbs=get;list;watch
 // +kubebuilder:rbac:groups="",resources=pods/eviction,verbs=create
+// +kubebuilder:rbac:groups=networking.k8s.io,resources=networkpolicies,verbs=get;list;watch;create;update;patch
 
 // Options choose and tune the built-in syncers.
 type Options struct {
@@ -73,6 +74,8 @@ func (o *Options) BindFlags(fs *flag.FlagSet) {
 			}
 			return nil
 		})
+	fs.BoolVar(&o.Syncer.DisableNetworkIsolation, "disable-network-isolation", false,
+		"Do not put the tenantry-isolation NetworkPolicy (ingress only from the same VirtualCluster) in host namespaces.")
 	fs.BoolVar(&o.Syncer.DisablePublicCRDs, "disable-public-crds", false,
 		`Do not copy host CRDs labelled tenancy.x-k8s.io/super.public: "true" into tenants.`)
 	fs.DurationVar(&o.Syncer.PatrolPeriod, "patrol-period", time.Minute,

@@ -32,6 +32,11 @@ type Options struct {
 	// DefaultPodSecurityLevel.
 	PodSecurityLevel string
 
+	// DisableNetworkIsolation leaves host namespaces without the isolation
+	// NetworkPolicy (IsolationPolicyName), for hosts that isolate tenants
+	// otherwise.
+	DisableNetworkIsolation bool
+
 	// DisablePublicCRDs turns off copying the host's public CRDs into
 	// tenants.
 	DisablePublicCRDs bool
@@ -138,6 +143,13 @@ func setup(mgr manager.Manager, cluster string, log logr.Logger, hub *Hub, opts 
 		return nil
 	}
 
+	if !opts.DisableNetworkIsolation {
+		if err := setupIsolation(mgr, hub, &isolation{
+			translator: tr, tenant: mgr.GetClient(), hostRead: hub.Reader(), host: host, excluded: excluded,
+		}); err != nil {
+			return err
+		}
+	}
 	if !opts.DisablePublicCRDs {
 		if err := setupPublicCRDs(mgr, cluster, hub); err != nil {
 			return err

@@ -8,8 +8,11 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/tenantry/tenantry/pkg/syncer"
 )
@@ -72,5 +75,63 @@ func TestHostPolicyStripsAndRefusesPodFields(t *testing.T) {
 	expectHostRejectedEvent(t, tenant, hostile.Namespace, hostile.Name, "hostPath")
 	if err := shared.Host.Get(ctx, shared.HostKey("tenant-2", hostile.Namespace, hostile.Name), &corev1.Pod{}); !apierrors.IsNotFound(err) {
 		t.Fatalf("the hostPath Pod reached the host: %v", err)
+	}
+}
+
+// Every host namespace of a tenant gets the isolation NetworkPolicy: its
+// Pods take traffic only from the same VirtualCluster's Pods. One deleted
+// or changed by hand is restored, and a settled one is not rewritten.
+func TestHostNamespacesAreIsolated(t *testing.T) {
+	useWorld(t)
+	ctx := t.Context()
+	tenant := shared.Tenants["tenant-1"]
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: unique("isolated")}}
+	if err := tenant.Create(ctx, ns); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = tenant.Delete(context.Background(), ns) })
+	cm := configMap(unique("c"), nil)
+	cm.Namespace = ns.Name
+	if err := tenant.Create(ctx, cm); err != nil { // makes the host namespace
+		t.Fatal(err)
+	}
+	key := client.ObjectKey{Namespace: hostNS("tenant-1", ns.Name), Name: syncer.IsolationPolicyName}
+	var policy networkingv1.NetworkPolicy
+	expectPolicy := func(what string) {
+		t.Helper()
+		eventually(t, 20*time.Second, what, func(ctx context.Context) (bool, error) {
+			if err := shared.Host.Get(ctx, key, &policy); err != nil {
+				return false, err
+			}
+			from := policy.Spec.Ingress
+			ok := len(policy.Spec.PolicyTypes) == 1 && policy.Spec.PolicyTypes[0] == networkingv1.PolicyTypeIngress &&
+				len(from) == 1 && len(from[0].From) == 1 && from[0].From[0].NamespaceSelector != nil &&
+				from[0].From[0].NamespaceSelector.MatchLabels[syncer.LabelCluster] == "tenant-1"
+			return ok, fmt.Errorf("policy %+v", policy.Spec)
+		})
+	}
+	expectPolicy("the isolation NetworkPolicy in the host namespace")
+	settled := policy.ResourceVersion
+
+	policy.Spec.Ingress = []networkingv1.NetworkPolicyIngressRule{{}} // allow everything
+	if err := shared.Host.Update(ctx, &policy); err != nil {
+		t.Fatal(err)
+	}
+	expectPolicy("the isolation NetworkPolicy restored after an edit")
+	if err := shared.Host.Delete(ctx, &policy); err != nil {
+		t.Fatal(err)
+	}
+	expectPolicy("the isolation NetworkPolicy restored after a deletion")
+	settled = policy.ResourceVersion
+	// A policy rewritten on every event would show a new resourceVersion
+	// within moments (the patroller runs every 300 ms here).
+	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 2*time.Second, true, func(ctx context.Context) (bool, error) {
+		if err := shared.Host.Get(ctx, key, &policy); err != nil {
+			return false, err
+		}
+		return policy.ResourceVersion != settled, nil
+	})
+	if err == nil {
+		t.Fatalf("the settled policy was rewritten: resourceVersion %s, then %s", settled, policy.ResourceVersion)
 	}
 }
