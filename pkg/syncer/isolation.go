@@ -47,7 +47,7 @@ func setupIsolation(mgr manager.Manager, hub *Hub, r *isolation) error {
 		return types.NamespacedName{Name: ns}, ok && r.translator.Owns(o) && o.GetName() == IsolationPolicyName
 	}
 	return builder.ControllerManagedBy(mgr).
-		Named(cluster+"-isolation").
+		Named(cluster + "-isolation").
 		For(&corev1.Namespace{}).
 		WatchesRawSource(routed(hub, &corev1.Namespace{}, cluster, byHostNamespace)).
 		WatchesRawSource(routed(hub, &networkingv1.NetworkPolicy{}, cluster, byPolicy)).
