@@ -48,7 +48,8 @@ type Reconciler struct {
 	// spawned from, to tell a rotated Secret from an unchanged one.
 	spawnedFrom map[string][sha256.Size]byte
 	// hostUID is the host's kube-system namespace UID, once read.
-	hostUID types.UID
+	hostUIDMu sync.Mutex
+	hostUID   types.UID
 }
 
 // readiness is what a reconcile found out: the Ready condition to report,
@@ -198,7 +199,7 @@ func (r *Reconciler) loadKubeconfig(ctx context.Context, vc *tenantryv1alpha1.Vi
 		}
 		out := notReady(tenantryv1alpha1.ReasonFailed, fmt.Sprintf("Reading Secret %s/%s: %v", ref.Namespace, ref.Name, err),
 			fmt.Errorf("reading Secret %s/%s: %w", ref.Namespace, ref.Name, err))
-		out.transient = true
+		out.transient = transient(err)
 		return nil, [sha256.Size]byte{}, &out
 	}
 	data, ok := secret.Data[key]
@@ -224,11 +225,24 @@ func (r *Reconciler) loadKubeconfig(ctx context.Context, vc *tenantryv1alpha1.Vi
 	return config, digest, nil
 }
 
+// transient says whether a failed read says nothing about what was read:
+// the host throttled, timed out, failed or could not be reached. A refusal
+// (Forbidden, Unauthorized) is an answer.
+func transient(err error) bool {
+	var status apierrors.APIStatus
+	if !errors.As(err, &status) {
+		return true // no answer at all
+	}
+	return apierrors.IsTooManyRequests(err) || apierrors.IsServerTimeout(err) || apierrors.IsTimeout(err) ||
+		apierrors.IsServiceUnavailable(err) || apierrors.IsInternalError(err) || apierrors.IsUnexpectedServerError(err)
+}
+
 // reachesHost says whether config reaches the management cluster itself:
 // both answer with the same kube-system namespace, the UID that names a
-// cluster. A tenant that cannot be asked (unreachable, or its kube-system
-// not readable) is not the host as far as this can tell; Spawn reports on
-// an unreachable one.
+// cluster. A tenant that does not answer is not the host as far as this
+// can tell (Spawn reports it unreachable); one that refuses to say is an
+// error, since Tenantry needs far more rights in a tenant than reading
+// kube-system.
 func (r *Reconciler) reachesHost(ctx context.Context, config *rest.Config) (bool, error) {
 	hostID, err := r.hostID(ctx)
 	if err != nil {
@@ -241,7 +255,10 @@ func (r *Reconciler) reachesHost(ctx context.Context, config *rest.Config) (bool
 		return false, fmt.Errorf("tenant client: %w", err)
 	}
 	ns, err := tenant.CoreV1().Namespaces().Get(ctx, metav1.NamespaceSystem, metav1.GetOptions{})
-	if err != nil {
+	switch {
+	case apierrors.IsForbidden(err) || apierrors.IsUnauthorized(err):
+		return false, fmt.Errorf("reading the tenant's kube-system namespace, to tell the tenant from the host: %w", err)
+	case err != nil:
 		ctrl.LoggerFrom(ctx).V(1).Info("cannot read the tenant's kube-system namespace to tell it from the host", "error", err.Error())
 		return false, nil
 	}
@@ -253,8 +270,8 @@ const clusterIDTimeout = 10 * time.Second
 
 // hostID is the UID of the host's kube-system namespace, read once.
 func (r *Reconciler) hostID(ctx context.Context) (types.UID, error) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
+	r.hostUIDMu.Lock()
+	defer r.hostUIDMu.Unlock()
 	if r.hostUID != "" {
 		return r.hostUID, nil
 	}

@@ -2,6 +2,7 @@ package virtualcluster
 
 import (
 	"context"
+	"errors"
 	"path/filepath"
 	"strings"
 	"sync/atomic"
@@ -13,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/tools/events"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -172,4 +174,24 @@ func TestKubeconfigOfTheHostIsRefused(t *testing.T) {
 		t.Fatalf("Ready = %+v, want False with reason %s", c, tenantryv1alpha1.ReasonHostCluster)
 	}
 	t.Logf("Ready=False %s: %s", c.Reason, c.Message)
+}
+
+func TestTransientReadErrors(t *testing.T) {
+	secrets := schema.GroupResource{Resource: "secrets"}
+	for _, tc := range []struct {
+		err  error
+		want bool
+	}{
+		{apierrors.NewTooManyRequests("busy", 1), true},
+		{apierrors.NewServiceUnavailable("restarting"), true},
+		{apierrors.NewTimeoutError("slow", 1), true},
+		{apierrors.NewInternalError(errors.New("etcd")), true},
+		{errors.New("dial tcp: connection refused"), true},
+		{apierrors.NewForbidden(secrets, "k", errors.New("RBAC")), false},
+		{apierrors.NewUnauthorized("expired"), false},
+	} {
+		if got := transient(tc.err); got != tc.want {
+			t.Errorf("transient(%v) = %v, want %v", tc.err, got, tc.want)
+		}
+	}
 }

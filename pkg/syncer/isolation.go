@@ -20,9 +20,12 @@ import (
 // IsolationPolicyName is the NetworkPolicy that Tenantry puts in every host
 // namespace: its Pods take traffic only from Pods of the same
 // VirtualCluster (every host namespace of it carries its
-// tenantry.dev/cluster label). Egress is not restricted, so that Pods reach
-// DNS, their tenant API server and the outside; another tenant's Pods are
-// kept out by that tenant's own isolation policy.
+// tenantry.dev/cluster label) and of the host's own namespaces (ingress
+// controllers, monitoring), never from another tenant's. Egress is not
+// restricted, so that Pods reach DNS, their tenant API server and the
+// outside; another tenant's Pods are kept out by that tenant's own
+// isolation policy. Traffic from outside the cluster (NodePort and
+// LoadBalancer Services) needs a policy of the host admin's.
 const IsolationPolicyName = "tenantry-isolation"
 
 // isolation keeps the isolation NetworkPolicy in each of one tenant's host
@@ -71,7 +74,16 @@ func (r *isolation) Reconcile(ctx context.Context, req reconcile.Request) (recon
 	err := r.hostRead.Get(ctx, client.ObjectKeyFromObject(desired), &current)
 	switch {
 	case apierrors.IsNotFound(err):
-		if err := r.host.Create(ctx, desired); err != nil && !apierrors.IsAlreadyExists(err) {
+		err := r.host.Create(ctx, desired)
+		if apierrors.IsAlreadyExists(err) {
+			// Not in the cache, which sees only Tenantry's: someone else's,
+			// or stripped of Tenantry's labels; never written.
+			conflicts.WithLabelValues(r.translator.Cluster, "networkpolicies", "not-owned").Inc()
+			ctrl.LoggerFrom(ctx).Info("a NetworkPolicy that is not Tenantry's holds the isolation policy's name; it is left alone, and the namespace is not isolated by Tenantry",
+				"namespace", hostNS, "name", IsolationPolicyName)
+			return reconcile.Result{RequeueAfter: foreignRetry}, nil
+		}
+		if err != nil {
 			return reconcile.Result{}, fmt.Errorf("creating the isolation NetworkPolicy of host namespace %s: %w", hostNS, err)
 		}
 		writes.WithLabelValues(r.translator.Cluster, "networkpolicies", "down", "create").Inc()
@@ -93,7 +105,8 @@ func (r *isolation) Reconcile(ctx context.Context, req reconcile.Request) (recon
 
 // policy is the isolation NetworkPolicy of host namespace hostNS, which
 // holds tenant namespace tenantNS: all its Pods, ingress from the
-// VirtualCluster's host namespaces only.
+// VirtualCluster's host namespaces and from the host's own (ingress
+// controllers, monitoring), not from other tenants'.
 func (r *isolation) policy(hostNS, tenantNS string) *networkingv1.NetworkPolicy {
 	return &networkingv1.NetworkPolicy{
 		ObjectMeta: metav1.ObjectMeta{
@@ -105,9 +118,14 @@ func (r *isolation) policy(hostNS, tenantNS string) *networkingv1.NetworkPolicy 
 			PodSelector: metav1.LabelSelector{},
 			PolicyTypes: []networkingv1.PolicyType{networkingv1.PolicyTypeIngress},
 			Ingress: []networkingv1.NetworkPolicyIngressRule{{
-				From: []networkingv1.NetworkPolicyPeer{{NamespaceSelector: &metav1.LabelSelector{
-					MatchLabels: map[string]string{LabelManagedBy: ManagedByValue, LabelCluster: r.translator.Cluster},
-				}}},
+				From: []networkingv1.NetworkPolicyPeer{
+					{NamespaceSelector: &metav1.LabelSelector{
+						MatchLabels: map[string]string{LabelManagedBy: ManagedByValue, LabelCluster: r.translator.Cluster},
+					}},
+					{NamespaceSelector: &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{
+						{Key: LabelManagedBy, Operator: metav1.LabelSelectorOpDoesNotExist},
+					}}},
+				},
 			}},
 		},
 	}

@@ -105,8 +105,10 @@ func TestHostNamespacesAreIsolated(t *testing.T) {
 			}
 			from := policy.Spec.Ingress
 			ok := len(policy.Spec.PolicyTypes) == 1 && policy.Spec.PolicyTypes[0] == networkingv1.PolicyTypeIngress &&
-				len(from) == 1 && len(from[0].From) == 1 && from[0].From[0].NamespaceSelector != nil &&
-				from[0].From[0].NamespaceSelector.MatchLabels[syncer.LabelCluster] == "tenant-1"
+				len(from) == 1 && len(from[0].From) == 2 && from[0].From[0].NamespaceSelector != nil &&
+				from[0].From[0].NamespaceSelector.MatchLabels[syncer.LabelCluster] == "tenant-1" &&
+				from[0].From[1].NamespaceSelector != nil && len(from[0].From[1].NamespaceSelector.MatchExpressions) == 1 &&
+				from[0].From[1].NamespaceSelector.MatchExpressions[0].Operator == metav1.LabelSelectorOpDoesNotExist
 			return ok, fmt.Errorf("policy %+v", policy.Spec)
 		})
 	}

@@ -643,17 +643,18 @@ func TestNamespaceLifecycle(t *testing.T) {
 
 // A label removed in the tenant goes from the host copy, while a label the
 // host added stays; annotations that steer host add-ons never reach it.
+// (tenant-2: TestFairness leaves tenant-1's queue long.)
 func TestMetadataRemovalsReachTheHost(t *testing.T) {
 	useWorld(t)
 	ctx := t.Context()
-	tenant := shared.Tenants["tenant-1"]
+	tenant := shared.Tenants["tenant-2"]
 	cm := configMap(unique("labelled"), map[string]string{"k": "v"})
 	cm.Labels = map[string]string{"app": "web", "tier": "front"}
 	cm.Annotations = map[string]string{"k8s.v1.cni.cncf.io/networks": "host-net", "team": "blue"}
 	if err := tenant.Create(ctx, cm); err != nil {
 		t.Fatal(err)
 	}
-	hostKey := shared.HostKey("tenant-1", cm.Namespace, cm.Name)
+	hostKey := shared.HostKey("tenant-2", cm.Namespace, cm.Name)
 	var host corev1.ConfigMap
 	eventually(t, 10*time.Second, "the host copy with the tenant's labels", func(ctx context.Context) (bool, error) {
 		if err := shared.Host.Get(ctx, hostKey, &host); err != nil {

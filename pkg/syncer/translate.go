@@ -162,13 +162,17 @@ var DefaultDeniedMetadataPrefixes = []string{
 	"service.beta.kubernetes.io/", "service.kubernetes.io/", "networking.gke.io/", "cloud.google.com/",
 	"k8s.v1.cni.cncf.io/", "v1.multus-cni.io/", "cni.projectcalico.org/", "projectcalico.org/", "io.cilium/", "cilium.io/",
 	"eks.amazonaws.com/", "azure.workload.identity/", "iam.gke.io/", "iam.amazonaws.com/",
-	"sidecar.istio.io/", "istio.io/", "proxy.istio.io/", "linkerd.io/", "config.linkerd.io/", "kuma.io/",
+	"sidecar.istio.io/", "traffic.sidecar.istio.io/", "istio.io/", "proxy.istio.io/", "inject.istio.io/",
+	"networking.istio.io/", "security.istio.io/", "linkerd.io/", "config.linkerd.io/", "kuma.io/",
+	"policy.cilium.io/", "cluster-autoscaler.kubernetes.io/",
 	"metallb.universe.tf/", "metallb.io/", "external-dns.alpha.kubernetes.io/",
 	"vault.hashicorp.com/", "cert-manager.io/", "argocd.argoproj.io/", "kustomize.toolkit.fluxcd.io/",
 }
 
-// denied says whether the Translator keeps key from host copies.
+// denied says whether the Translator keeps key from host copies. Prefixes
+// compare without case: the API server accepts annotation keys in any case.
 func (t Translator) denied(key string) bool {
+	key = strings.ToLower(key)
 	if strings.HasPrefix(key, reservedPrefix) || strings.Contains(key, "."+reservedPrefix) {
 		return true
 	}

@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/tenantry/tenantry/pkg/syncer"
 )
@@ -50,19 +51,19 @@ var tenantTolerations = []string{corev1.TaintNodeNotReady, corev1.TaintNodeUnrea
 // select on: node roles, as the control plane's.
 var deniedNodeSelectorPrefixes = []string{"node-role.kubernetes.io/"}
 
-// apply makes spec, a host Pod spec, what p allows, and says what it left
-// out; a spec it refuses is an error (syncer.Refuse).
-func (p PodPolicy) apply(spec *corev1.PodSpec) (stripped []string, err error) {
+// apply makes spec, the host Pod spec of a Pod of VirtualCluster cluster,
+// what p allows, and says what it left out; a spec it refuses is an error
+// (syncer.Refuse).
+func (p PodPolicy) apply(spec *corev1.PodSpec, cluster string) (stripped []string, err error) {
 	for _, v := range spec.Volumes {
-		switch {
-		case v.HostPath != nil:
-			return nil, syncer.Refuse("volume %s is a hostPath: a tenant Pod may not reach the host's files", v.Name)
-		case v.GitRepo != nil:
-			return nil, syncer.Refuse("volume %s is a gitRepo, which the host's kubelet would clone as root: use an init container", v.Name)
+		if kind := volumeKind(v.VolumeSource); !slices.Contains(allowedVolumeKinds, kind) {
+			return nil, syncer.Refuse("volume %s is of type %s, which would reach the host's machines or storage directly: "+
+				"a tenant Pod may use %s volumes", v.Name, kind, strings.Join(allowedVolumeKinds, ", "))
 		}
 	}
-	// The host's admission computes both from the priority class.
-	spec.Priority, spec.PreemptionPolicy = nil, nil
+	// The host's admission computes these from the priority class and the
+	// runtime class.
+	spec.Priority, spec.PreemptionPolicy, spec.Overhead = nil, nil, nil
 	if c := spec.PriorityClassName; c != "" && !slices.Contains(p.AllowedPriorityClasses, c) {
 		spec.PriorityClassName = ""
 		stripped = append(stripped, fmt.Sprintf("priorityClassName %s", c))
@@ -77,7 +78,9 @@ func (p PodPolicy) apply(spec *corev1.PodSpec) (stripped []string, err error) {
 	}
 	kept := spec.Tolerations[:0:0]
 	for _, t := range spec.Tolerations {
-		if slices.Contains(tenantTolerations, t.Key) {
+		// How long to stay on a failing node, as the tenant's admission
+		// sets it; never to go there, nor to stay for good.
+		if slices.Contains(tenantTolerations, t.Key) && t.Effect == corev1.TaintEffectNoExecute && t.TolerationSeconds != nil {
 			kept = append(kept, t)
 			continue
 		}
@@ -85,7 +88,7 @@ func (p PodPolicy) apply(spec *corev1.PodSpec) (stripped []string, err error) {
 	}
 	spec.Tolerations = append(kept, p.Tolerations...)
 	for _, k := range slices.Sorted(maps.Keys(spec.NodeSelector)) {
-		if slices.ContainsFunc(deniedNodeSelectorPrefixes, func(prefix string) bool { return strings.HasPrefix(k, prefix) }) {
+		if deniedNodeLabel(k) {
 			delete(spec.NodeSelector, k)
 			stripped = append(stripped, "nodeSelector "+k)
 		}
@@ -96,6 +99,7 @@ func (p PodPolicy) apply(spec *corev1.PodSpec) (stripped []string, err error) {
 		}
 		maps.Copy(spec.NodeSelector, p.NodeSelector)
 	}
+	stripped = append(stripped, scopeAffinity(spec.Affinity, cluster)...)
 	for i := range spec.Volumes {
 		e := spec.Volumes[i].Ephemeral
 		if e == nil || e.VolumeClaimTemplate == nil {
@@ -108,6 +112,104 @@ func (p PodPolicy) apply(spec *corev1.PodSpec) (stripped []string, err error) {
 		}
 	}
 	return stripped, nil
+}
+
+// allowedVolumeKinds are the volume types a tenant Pod may use: those whose
+// data come from its own namespace or its own node's scratch space.
+var allowedVolumeKinds = []string{"configMap", "secret", "emptyDir", "projected", "downwardAPI", "persistentVolumeClaim", "ephemeral", "image"}
+
+// volumeKind names a volume source's type as the API spells it.
+func volumeKind(v corev1.VolumeSource) string {
+	switch {
+	case v.ConfigMap != nil:
+		return "configMap"
+	case v.Secret != nil:
+		return "secret"
+	case v.EmptyDir != nil:
+		return "emptyDir"
+	case v.Projected != nil:
+		return "projected"
+	case v.DownwardAPI != nil:
+		return "downwardAPI"
+	case v.PersistentVolumeClaim != nil:
+		return "persistentVolumeClaim"
+	case v.Ephemeral != nil:
+		return "ephemeral"
+	case v.Image != nil:
+		return "image"
+	case v.HostPath != nil:
+		return "hostPath"
+	case v.GitRepo != nil:
+		return "gitRepo"
+	case v.NFS != nil:
+		return "nfs"
+	case v.CSI != nil:
+		return "csi"
+	}
+	return "a direct storage source"
+}
+
+// scopeAffinity keeps a Pod's affinity to other Pods within its own
+// VirtualCluster: namespaces it names become their host namespaces, and a
+// namespace selector (tenant namespaces' labels do not reach the host)
+// becomes every namespace of the VirtualCluster. Otherwise a tenant's
+// anti-affinity to every Pod of every namespace would keep the host's and
+// other tenants' Pods off whole zones. Node affinity on node roles is left
+// out, as for node selectors.
+func scopeAffinity(a *corev1.Affinity, cluster string) (stripped []string) {
+	if a == nil {
+		return nil
+	}
+	scope := func(terms []corev1.PodAffinityTerm) {
+		for i := range terms {
+			t := &terms[i]
+			for j, ns := range t.Namespaces {
+				t.Namespaces[j] = syncer.HostNamespace(cluster, ns)
+			}
+			if t.NamespaceSelector != nil {
+				t.NamespaceSelector = &metav1.LabelSelector{MatchLabels: map[string]string{syncer.LabelCluster: cluster}}
+			}
+		}
+	}
+	weighted := func(terms []corev1.WeightedPodAffinityTerm) {
+		for i := range terms {
+			scope([]corev1.PodAffinityTerm{terms[i].PodAffinityTerm})
+		}
+	}
+	if p := a.PodAffinity; p != nil {
+		scope(p.RequiredDuringSchedulingIgnoredDuringExecution)
+		weighted(p.PreferredDuringSchedulingIgnoredDuringExecution)
+	}
+	if p := a.PodAntiAffinity; p != nil {
+		scope(p.RequiredDuringSchedulingIgnoredDuringExecution)
+		weighted(p.PreferredDuringSchedulingIgnoredDuringExecution)
+	}
+	if n := a.NodeAffinity; n != nil {
+		deny := func(reqs []corev1.NodeSelectorRequirement) []corev1.NodeSelectorRequirement {
+			return slices.DeleteFunc(reqs, func(r corev1.NodeSelectorRequirement) bool {
+				if deniedNodeLabel(r.Key) {
+					stripped = append(stripped, "node affinity on "+r.Key)
+					return true
+				}
+				return false
+			})
+		}
+		if req := n.RequiredDuringSchedulingIgnoredDuringExecution; req != nil {
+			for i := range req.NodeSelectorTerms {
+				req.NodeSelectorTerms[i].MatchExpressions = deny(req.NodeSelectorTerms[i].MatchExpressions)
+			}
+		}
+		for i := range n.PreferredDuringSchedulingIgnoredDuringExecution {
+			pref := &n.PreferredDuringSchedulingIgnoredDuringExecution[i].Preference
+			pref.MatchExpressions = deny(pref.MatchExpressions)
+		}
+	}
+	return stripped
+}
+
+// deniedNodeLabel says whether a tenant Pod may not select nodes on key.
+func deniedNodeLabel(key string) bool {
+	return slices.ContainsFunc(deniedNodeSelectorPrefixes, func(prefix string) bool { return strings.HasPrefix(key, prefix) })
 }
 
 func describeToleration(t corev1.Toleration) string {

@@ -6,6 +6,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 )
@@ -29,7 +30,7 @@ func TestPodPolicy(t *testing.T) {
 
 	t.Run("the safe default", func(t *testing.T) {
 		spec := *tenantSpec.DeepCopy()
-		stripped, err := PodPolicy{}.apply(&spec)
+		stripped, err := PodPolicy{}.apply(&spec, "vc")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -63,7 +64,7 @@ func TestPodPolicy(t *testing.T) {
 			AllowedRuntimeClasses: []string{"kata"},
 			NodeSelector:          map[string]string{"pool": "tenants"}, Tolerations: []corev1.Toleration{gpu},
 		}
-		if _, err := policy.apply(&spec); err != nil {
+		if _, err := policy.apply(&spec, "vc"); err != nil {
 			t.Fatal(err)
 		}
 		if spec.PriorityClassName != "system-node-critical" || spec.Priority != nil || spec.SchedulerName != "my-scheduler" || *spec.RuntimeClassName != "kata" {
@@ -82,8 +83,69 @@ func TestPodPolicy(t *testing.T) {
 		"gitRepo":  {GitRepo: &corev1.GitRepoVolumeSource{Repository: "https://example.com/x.git"}},
 	} {
 		spec := corev1.PodSpec{Volumes: []corev1.Volume{{Name: "v", VolumeSource: v}}}
-		if _, err := (PodPolicy{}).apply(&spec); err == nil || !strings.Contains(err.Error(), name) {
+		if _, err := (PodPolicy{}).apply(&spec, "vc"); err == nil || !strings.Contains(err.Error(), name) {
 			t.Errorf("a %s volume: %v, want a refusal naming it", name, err)
+		}
+	}
+}
+
+// A tenant's Pod affinity stays within its VirtualCluster; node affinity
+// on node roles goes; volumes that reach storage directly are refused; the
+// host recomputes overhead; only bounded not-ready tolerations stay.
+func TestPodPolicyScopesWhatReachesBeyondTheTenant(t *testing.T) {
+	everyPod := metav1.LabelSelector{}
+	spec := corev1.PodSpec{
+		Overhead: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("250m")},
+		Tolerations: []corev1.Toleration{
+			{Key: corev1.TaintNodeNotReady, Operator: corev1.TolerationOpExists}, // forever, any effect
+			{Key: corev1.TaintNodeUnreachable, Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoExecute, TolerationSeconds: ptr.To[int64](300)},
+		},
+		Affinity: &corev1.Affinity{
+			PodAntiAffinity: &corev1.PodAntiAffinity{RequiredDuringSchedulingIgnoredDuringExecution: []corev1.PodAffinityTerm{
+				{LabelSelector: &everyPod, NamespaceSelector: &metav1.LabelSelector{}, TopologyKey: corev1.LabelTopologyZone},
+				{LabelSelector: &everyPod, Namespaces: []string{"kube-system"}, TopologyKey: corev1.LabelHostname},
+			}},
+			NodeAffinity: &corev1.NodeAffinity{RequiredDuringSchedulingIgnoredDuringExecution: &corev1.NodeSelector{NodeSelectorTerms: []corev1.NodeSelectorTerm{{
+				MatchExpressions: []corev1.NodeSelectorRequirement{
+					{Key: "node-role.kubernetes.io/control-plane", Operator: corev1.NodeSelectorOpExists},
+					{Key: corev1.LabelOSStable, Operator: corev1.NodeSelectorOpIn, Values: []string{"linux"}},
+				},
+			}}}},
+		},
+	}
+	stripped, err := PodPolicy{}.apply(&spec, "vc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	terms := spec.Affinity.PodAntiAffinity.RequiredDuringSchedulingIgnoredDuringExecution
+	if sel := terms[0].NamespaceSelector; sel == nil || sel.MatchLabels["tenantry.dev/cluster"] != "vc" {
+		t.Errorf("namespace selector %v, want the VirtualCluster's namespaces", sel)
+	}
+	if got := terms[1].Namespaces; len(got) != 1 || !strings.HasPrefix(got[0], "vc-") || !strings.HasSuffix(got[0], "-kube-system") {
+		t.Errorf("namespaces %v, want the tenant's kube-system's host namespace", got)
+	}
+	exprs := spec.Affinity.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms[0].MatchExpressions
+	if len(exprs) != 1 || exprs[0].Key != corev1.LabelOSStable {
+		t.Errorf("node affinity %v, want only the OS", exprs)
+	}
+	if spec.Overhead != nil {
+		t.Errorf("overhead %v, want it left to the host's admission", spec.Overhead)
+	}
+	if len(spec.Tolerations) != 1 || spec.Tolerations[0].Key != corev1.TaintNodeUnreachable {
+		t.Errorf("tolerations %v, want only the bounded unreachable one", spec.Tolerations)
+	}
+	if all := strings.Join(stripped, "; "); !strings.Contains(all, "node affinity on node-role.kubernetes.io/control-plane") || !strings.Contains(all, "toleration node.kubernetes.io/not-ready") {
+		t.Errorf("the tenant is not told: %s", all)
+	}
+
+	for _, v := range []corev1.VolumeSource{
+		{NFS: &corev1.NFSVolumeSource{Server: "storage", Path: "/exports/other-tenant"}},
+		{CSI: &corev1.CSIVolumeSource{Driver: "ebs.csi.aws.com"}},
+		{ISCSI: &corev1.ISCSIVolumeSource{TargetPortal: "10.0.0.1:3260"}},
+	} {
+		s := corev1.PodSpec{Volumes: []corev1.Volume{{Name: "data", VolumeSource: v}}}
+		if _, err := (PodPolicy{}).apply(&s, "vc"); err == nil {
+			t.Errorf("volume %+v not refused", v)
 		}
 	}
 }

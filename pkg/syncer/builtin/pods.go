@@ -43,7 +43,7 @@ func PodsWith(policy PodPolicy) syncer.Syncer {
 		Down: func(t, h client.Object) error {
 			tenant, host := t.(*corev1.Pod), h.(*corev1.Pod)
 			if host.ResourceVersion == "" {
-				spec, _, err := podSpecDown(tenant, policy)
+				spec, _, err := podSpecDown(tenant, host.Labels[syncer.LabelCluster], policy)
 				host.Spec = spec
 				return err
 			}
@@ -54,7 +54,7 @@ func PodsWith(policy PodPolicy) syncer.Syncer {
 			return nil
 		},
 		Stripped: func(t client.Object) string {
-			_, stripped, err := podSpecDown(t.(*corev1.Pod), policy)
+			_, stripped, err := podSpecDown(t.(*corev1.Pod), "", policy)
 			if err != nil {
 				return ""
 			}
@@ -174,10 +174,10 @@ func podRejected(ctx context.Context, c client.Client, t client.Object, message 
 	return nil
 }
 
-// podSpecDown is the host Pod spec for a tenant Pod: scheduled by the
-// host under policy, and reaching its own tenant's API server
-// (syncer.PodAPIAccess). It says what policy left out.
-func podSpecDown(tenant *corev1.Pod, policy PodPolicy) (corev1.PodSpec, []string, error) {
+// podSpecDown is the host Pod spec for a tenant Pod of VirtualCluster
+// cluster: scheduled by the host under policy, and reaching its own
+// tenant's API server (syncer.PodAPIAccess). It says what policy left out.
+func podSpecDown(tenant *corev1.Pod, cluster string, policy PodPolicy) (corev1.PodSpec, []string, error) {
 	spec := *tenant.Spec.DeepCopy()
 	spec.NodeName = "" // the host schedules
 	// The host's token would be the host's credential; the tenant's comes
@@ -185,7 +185,7 @@ func podSpecDown(tenant *corev1.Pod, policy PodPolicy) (corev1.PodSpec, []string
 	spec.AutomountServiceAccountToken = ptr.To(false)
 	spec.DeprecatedServiceAccount = spec.ServiceAccountName
 	spec.EphemeralContainers = nil
-	stripped, err := policy.apply(&spec)
+	stripped, err := policy.apply(&spec, cluster)
 	if err != nil {
 		return spec, nil, err
 	}

@@ -22,8 +22,9 @@ const AnnotationHostClusterIP = "tenantry.dev/host-cluster-ip"
 const reassignExternalName = "cluster-ip-reassignment.tenantry.invalid"
 
 // Services syncs Services down, and brings the host's cluster IP and
-// load-balancer status up. External IPs and a load balancer IP are left out
-// (and the tenant told): a tenant must not claim host addresses.
+// load-balancer status up. External IPs, a load balancer IP and a load
+// balancer class are left out (and the tenant told): a tenant must not
+// claim host addresses, nor pick the host's load balancer.
 func Services() syncer.Syncer {
 	return syncer.Syncer{
 		Name:             "services",
@@ -49,6 +50,9 @@ func Services() syncer.Syncer {
 			if ip := t.(*corev1.Service).Spec.LoadBalancerIP; ip != "" {
 				out = append(out, "loadBalancerIP "+ip)
 			}
+			if c := t.(*corev1.Service).Spec.LoadBalancerClass; c != nil {
+				out = append(out, "loadBalancerClass "+*c)
+			}
 			return strings.Join(out, "; ")
 		},
 		Up: syncer.UpAll(serviceClusterIPUp, syncer.StatusUp(syncer.CopyStatus(func(s *corev1.Service) *corev1.ServiceStatus {
@@ -62,7 +66,8 @@ func Services() syncer.Syncer {
 func serviceSpecDown(tenant, host corev1.ServiceSpec, creating bool) corev1.ServiceSpec {
 	spec := *tenant.DeepCopy()
 	spec.ExternalIPs = nil
-	spec.LoadBalancerIP = "" // a host address, the host's to give
+	spec.LoadBalancerIP = ""     // a host address, the host's to give
+	spec.LoadBalancerClass = nil // the host's load balancer, the host's to choose
 	if spec.Type != corev1.ServiceTypeNodePort && spec.Type != corev1.ServiceTypeLoadBalancer {
 		spec.ExternalTrafficPolicy = "" // set only because of external IPs, which are gone
 	}

@@ -103,6 +103,8 @@ type VirtualClusterStatus struct {
 // VirtualCluster is one tenant cluster that Tenantry syncs with the
 // management cluster. Deleting it stops the syncing and deletes the host
 // namespaces Tenantry made for it; the tenant cluster keeps its objects.
+// Its name is at most 63 characters, checked on create only, so that one
+// made before the check can still be updated and deleted.
 //
 // +kubebuilder:object:root=true
 // +kubebuilder:resource:scope=Cluster,shortName=vc,categories=tenantry
@@ -112,7 +114,7 @@ type VirtualClusterStatus struct {
 // +kubebuilder:printcolumn:name="Paused",type=boolean,JSONPath=`.spec.paused`,priority=1
 // +kubebuilder:printcolumn:name="Secret",type=string,JSONPath=`.spec.kubeconfigSecretRef.name`,priority=1
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
-// +kubebuilder:validation:XValidation:rule="size(self.metadata.name) <= 63",message="a VirtualCluster's name is at most 63 characters: it is the value of the tenantry.dev/cluster label on every host object made for it"
+// +kubebuilder:validation:XValidation:rule="oldSelf.hasValue() || size(self.metadata.name) <= 63",optionalOldSelf=true,message="a VirtualCluster's name is at most 63 characters: it is the value of the tenantry.dev/cluster label on every host object made for it"
 type VirtualCluster struct {
 	metav1.TypeMeta   `json:",inline"`
 	metav1.ObjectMeta `json:"metadata,omitempty"`
