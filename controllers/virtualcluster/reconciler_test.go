@@ -59,6 +59,32 @@ func startHost(t *testing.T, tenants int) (*tenantrytest.Environment, client.Cli
 	return env, host
 }
 
+// createVirtualCluster creates in the host a VirtualCluster named name and
+// its kubeconfig Secret, of the same name in namespace default.
+func createVirtualCluster(t *testing.T, host client.Client, name string, kubeconfig []byte) (*corev1.Secret, *tenantryv1alpha1.VirtualCluster) {
+	t.Helper()
+	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: name}, Data: map[string][]byte{"kubeconfig": kubeconfig}}
+	vc := &tenantryv1alpha1.VirtualCluster{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec:       tenantryv1alpha1.VirtualClusterSpec{KubeconfigSecretRef: tenantryv1alpha1.SecretKeyReference{Namespace: "default", Name: name}},
+	}
+	for _, o := range []client.Object{secret, vc} {
+		if err := host.Create(t.Context(), o); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return secret, vc
+}
+
+// newReconciler is a Reconciler on host, reading Secrets through reader,
+// with a registry of its own that the test's end closes.
+func newReconciler(t *testing.T, host client.Client, reader client.Reader) (*Reconciler, *clusterregistry.RemoteClusterRegistry) {
+	t.Helper()
+	registry := clusterregistry.New(logr.Discard(), host)
+	t.Cleanup(func() { _ = registry.Close(context.Background()) })
+	return &Reconciler{Client: host, APIReader: reader, Registry: registry, Recorder: events.NewFakeRecorder(100)}, registry
+}
+
 // A VirtualCluster's name is a label value on every host object made for
 // it: the API server refuses one longer than a label value may be.
 func TestLongNamesAreRefused(t *testing.T) {
@@ -86,20 +112,9 @@ func TestTransientSecretReadErrorsKeepTheTenantRunning(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx := t.Context()
-	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "t1"}, Data: map[string][]byte{"kubeconfig": kubeconfig}}
-	vc := &tenantryv1alpha1.VirtualCluster{
-		ObjectMeta: metav1.ObjectMeta{Name: "t1"},
-		Spec:       tenantryv1alpha1.VirtualClusterSpec{KubeconfigSecretRef: tenantryv1alpha1.SecretKeyReference{Namespace: "default", Name: "t1"}},
-	}
-	for _, o := range []client.Object{secret, vc} {
-		if err := host.Create(ctx, o); err != nil {
-			t.Fatal(err)
-		}
-	}
-	registry := clusterregistry.New(logr.Discard(), host)
-	t.Cleanup(func() { _ = registry.Close(context.Background()) })
+	secret, vc := createVirtualCluster(t, host, "t1", kubeconfig)
 	reader := &throttlingReader{Reader: host}
-	r := &Reconciler{Client: host, APIReader: reader, Registry: registry, Recorder: events.NewFakeRecorder(100)}
+	r, registry := newReconciler(t, host, reader)
 	reconcile := func() error {
 		_, err := r.Reconcile(ctx, ctrl.Request{NamespacedName: client.ObjectKey{Name: vc.Name}})
 		return err
@@ -147,19 +162,8 @@ func TestKubeconfigOfTheHostIsRefused(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "loop"}, Data: map[string][]byte{"kubeconfig": kubeconfig}}
-	vc := &tenantryv1alpha1.VirtualCluster{
-		ObjectMeta: metav1.ObjectMeta{Name: "loop"},
-		Spec:       tenantryv1alpha1.VirtualClusterSpec{KubeconfigSecretRef: tenantryv1alpha1.SecretKeyReference{Namespace: "default", Name: "loop"}},
-	}
-	for _, o := range []client.Object{secret, vc} {
-		if err := host.Create(ctx, o); err != nil {
-			t.Fatal(err)
-		}
-	}
-	registry := clusterregistry.New(logr.Discard(), host)
-	t.Cleanup(func() { _ = registry.Close(context.Background()) })
-	r := &Reconciler{Client: host, APIReader: host, Registry: registry, Recorder: events.NewFakeRecorder(100)}
+	_, vc := createVirtualCluster(t, host, "loop", kubeconfig)
+	r, registry := newReconciler(t, host, host)
 	if _, err := r.Reconcile(ctx, ctrl.Request{NamespacedName: client.ObjectKey{Name: vc.Name}}); err != nil {
 		t.Fatal(err)
 	}

@@ -85,11 +85,7 @@ func TestHostNamespacesAreIsolated(t *testing.T) {
 	useWorld(t)
 	ctx := t.Context()
 	tenant := shared.Tenants["tenant-1"]
-	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: unique("isolated")}}
-	if err := tenant.Create(ctx, ns); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = tenant.Delete(context.Background(), ns) })
+	ns := createNamespace(t, tenant, "isolated")
 	cm := configMap(unique("c"), nil)
 	cm.Namespace = ns.Name
 	if err := tenant.Create(ctx, cm); err != nil { // makes the host namespace

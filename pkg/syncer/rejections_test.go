@@ -64,11 +64,7 @@ func TestRefusedObjectIsExplainedAndRetried(t *testing.T) {
 	useWorld(t)
 	ctx := t.Context()
 	tenant := shared.Tenants["tenant-1"]
-	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: unique("quota")}}
-	if err := tenant.Create(ctx, ns); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = tenant.Delete(context.Background(), ns) })
+	ns := createNamespace(t, tenant, "quota")
 	opener := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns.Name, Name: "opener"}}
 	if err := tenant.Create(ctx, opener); err != nil {
 		t.Fatal(err)
@@ -114,6 +110,17 @@ func TestRefusedObjectIsExplainedAndRetried(t *testing.T) {
 		err := shared.Host.Get(ctx, client.ObjectKey{Namespace: hostNamespace, Name: secret.Name}, &corev1.Secret{})
 		return err == nil, err
 	})
+}
+
+// createNamespace creates a tenant namespace, deleted when the test ends.
+func createNamespace(t *testing.T, tenant client.Client, prefix string) *corev1.Namespace {
+	t.Helper()
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: unique(prefix)}}
+	if err := tenant.Create(t.Context(), ns); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = tenant.Delete(context.Background(), ns) })
+	return ns
 }
 
 // expectHostRejectedEvent waits for the HostRejected Event on tenant object
