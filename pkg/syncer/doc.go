@@ -46,9 +46,18 @@
 //     tenant's grace period); a copy whose tenant object is gone is deleted;
 //     a copy deleted or edited by hand is restored.
 //   - Refusals: a copy the host refuses (Pod Security, quota, admission,
-//     validation) gives the tenant object a Warning Event with reason
-//     ReasonHostRejected, once per message, and is retried with a backoff
-//     from 200ms to 5 minutes; a changed tenant object is tried at once.
+//     validation), or that a syncer refuses to make (Refuse), gives the
+//     tenant object a Warning Event with reason ReasonHostRejected, once per
+//     message, and is retried with a backoff from 200ms to 5 minutes; a
+//     changed tenant object is tried at once. What a syncer leaves out of a
+//     copy (Syncer.Stripped) is told once with a Normal Event, reason
+//     ReasonHostStripped.
+//   - Labels and annotations: a tenant object's own are copied, but for
+//     keys that steer host add-ons (DefaultDeniedMetadataPrefixes); a key
+//     removed in the tenant goes from the copy, a key the host added stays.
+//   - Network isolation: every host namespace gets the NetworkPolicy
+//     IsolationPolicyName, admitting only its VirtualCluster's Pods and the
+//     host's own.
 //   - Concurrency: every write carries the resourceVersion it was computed
 //     from; a conflict is retried, a newer object never blindly
 //     overwritten.
