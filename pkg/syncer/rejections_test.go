@@ -82,6 +82,16 @@ func TestRefusedObjectIsExplainedAndRetried(t *testing.T) {
 	if err := shared.Host.Create(ctx, quota); err != nil {
 		t.Fatal(err)
 	}
+	// The host's quota admission may answer from a 30 s cache of "no
+	// quota here" (the opener's copy was admitted a moment ago) until its
+	// own informer has the quota; its controller's status shows it there.
+	eventually(t, 30*time.Second, "the host's quota in force", func(ctx context.Context) (bool, error) {
+		if err := shared.Host.Get(ctx, client.ObjectKeyFromObject(quota), quota); err != nil {
+			return false, err
+		}
+		_, enforced := quota.Status.Hard["count/secrets"]
+		return enforced, fmt.Errorf("status %+v", quota.Status)
+	})
 
 	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns.Name, Name: "credentials"}, StringData: map[string]string{"k": "v"}}
 	if err := tenant.Create(ctx, secret); err != nil {
