@@ -62,15 +62,13 @@ var podGVK = corev1.SchemeGroupVersion.WithKind("Pod")
 // A tenant Node without the Tenantry label is the tenant's own: it is never
 // changed or deleted.
 type virtualNodes struct {
-	cluster          string
-	translator       Translator
-	tenant           client.Client
-	hostRead         client.Reader
-	recorder         events.EventRecorder
-	excluded         map[string]bool
-	exposeAddresses  bool
-	renewInterval    time.Duration
-	leaseDurationSec int32
+	cluster         string
+	translator      Translator
+	tenant          client.Client
+	hostRead        client.Reader
+	recorder        events.EventRecorder
+	excluded        map[string]bool
+	exposeAddresses bool
 
 	// live holds the names of the nodes the tenant has a virtual node of (or
 	// is about to), so that host node events for other nodes, the most of
@@ -91,7 +89,6 @@ func setupVirtualNodes(mgr manager.Manager, cluster string, hub *Hub, opts Optio
 		cluster: cluster, translator: Translator{Cluster: cluster}, tenant: mgr.GetClient(), hostRead: hub.Reader(),
 		recorder: mgr.GetEventRecorder("tenantry-syncer"), excluded: excluded,
 		exposeAddresses: opts.ExposeNodeAddresses,
-		renewInterval:   nodeLeaseRenewInterval, leaseDurationSec: int32(nodeLeaseDuration / time.Second),
 	}
 	byNode := handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []reconcile.Request {
 		if name := o.(*corev1.Pod).Spec.NodeName; name != "" && !excluded[o.GetNamespace()] {
@@ -169,7 +166,7 @@ func (r *virtualNodes) Reconcile(ctx context.Context, req reconcile.Request) (re
 		return reconcile.Result{}, err
 	}
 	// The Lease is renewed on this requeue, as long as the node lives.
-	return reconcile.Result{RequeueAfter: r.renewInterval}, nil
+	return reconcile.Result{RequeueAfter: nodeLeaseRenewInterval}, nil
 }
 
 // bound says whether a Pod of the tenant runs on host node name: bound to
@@ -301,7 +298,7 @@ func (r *virtualNodes) renew(ctx context.Context, node *corev1.Node) error {
 			},
 			Spec: coordinationv1.LeaseSpec{
 				HolderIdentity:       ptr.To(node.Name),
-				LeaseDurationSeconds: ptr.To(r.leaseDurationSec),
+				LeaseDurationSeconds: ptr.To(int32(nodeLeaseDuration / time.Second)),
 				RenewTime:            &metav1.MicroTime{Time: time.Now()},
 			},
 		}
@@ -313,11 +310,11 @@ func (r *virtualNodes) renew(ctx context.Context, node *corev1.Node) error {
 	case err != nil:
 		return fmt.Errorf("reading virtual node %s's Lease: %w", node.Name, err)
 	}
-	if lease.Spec.RenewTime != nil && time.Since(lease.Spec.RenewTime.Time) < r.renewInterval/2 {
+	if lease.Spec.RenewTime != nil && time.Since(lease.Spec.RenewTime.Time) < nodeLeaseRenewInterval/2 {
 		return nil
 	}
 	lease.Spec.HolderIdentity = ptr.To(node.Name)
-	lease.Spec.LeaseDurationSeconds = ptr.To(r.leaseDurationSec)
+	lease.Spec.LeaseDurationSeconds = ptr.To(int32(nodeLeaseDuration / time.Second))
 	lease.Spec.RenewTime = &metav1.MicroTime{Time: time.Now()}
 	if err := r.tenant.Update(ctx, &lease); err != nil {
 		return fmt.Errorf("renewing virtual node %s's Lease: %w", node.Name, err)

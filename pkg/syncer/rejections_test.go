@@ -51,10 +51,7 @@ func TestRefusedPodIsExplained(t *testing.T) {
 		return false, fmt.Errorf("no PodScheduled condition in %v", p.Status.Conditions)
 	})
 	t.Logf("tenant event: %s", event.Note)
-	err := shared.Host.Get(ctx, shared.HostKey("tenant-1", pod.Namespace, pod.Name), &corev1.Pod{})
-	if !apierrors.IsNotFound(err) {
-		t.Fatalf("the refused Pod is in the host: %v", err)
-	}
+	expectNoHostCopy(t, "tenant-1", pod)
 }
 
 // Any object the host refuses is explained to the tenant once per refusal,
@@ -120,6 +117,17 @@ func TestRefusedObjectIsExplainedAndRetried(t *testing.T) {
 		err := shared.Host.Get(ctx, client.ObjectKey{Namespace: hostNamespace, Name: secret.Name}, &corev1.Secret{})
 		return err == nil, err
 	})
+}
+
+// expectNoHostCopy checks that tenant object obj of cluster has no copy in
+// the host.
+func expectNoHostCopy(t *testing.T, cluster string, obj client.Object) {
+	t.Helper()
+	host := obj.DeepCopyObject().(client.Object)
+	err := shared.Host.Get(t.Context(), shared.HostKey(cluster, obj.GetNamespace(), obj.GetName()), host)
+	if !apierrors.IsNotFound(err) {
+		t.Fatalf("%T %s/%s has a copy in the host: %v", obj, obj.GetNamespace(), obj.GetName(), err)
+	}
 }
 
 // createNamespace creates a tenant namespace, deleted when the test ends.

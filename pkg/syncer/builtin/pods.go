@@ -43,7 +43,7 @@ func PodsWith(policy PodPolicy) syncer.Syncer {
 		Down: func(t, h client.Object) error {
 			tenant, host := t.(*corev1.Pod), h.(*corev1.Pod)
 			if host.ResourceVersion == "" {
-				spec, _, err := podSpecDown(tenant, host.Labels[syncer.LabelCluster], policy)
+				spec, err := podSpecDown(tenant, host.Labels[syncer.LabelCluster], policy)
 				host.Spec = spec
 				return err
 			}
@@ -54,9 +54,10 @@ func PodsWith(policy PodPolicy) syncer.Syncer {
 			return nil
 		},
 		Stripped: func(t client.Object) string {
-			_, stripped, err := podSpecDown(t.(*corev1.Pod), "", policy)
+			spec := t.(*corev1.Pod).Spec.DeepCopy()
+			stripped, err := policy.apply(spec, "") // what is left out does not depend on the cluster
 			if err != nil {
-				return ""
+				return "" // refused, and told so
 			}
 			return strings.Join(stripped, "; ")
 		},
@@ -176,8 +177,8 @@ func podRejected(ctx context.Context, c client.Client, t client.Object, message 
 
 // podSpecDown is the host Pod spec for a tenant Pod of VirtualCluster
 // cluster: scheduled by the host under policy, and reaching its own
-// tenant's API server (syncer.PodAPIAccess). It says what policy left out.
-func podSpecDown(tenant *corev1.Pod, cluster string, policy PodPolicy) (corev1.PodSpec, []string, error) {
+// tenant's API server (syncer.PodAPIAccess).
+func podSpecDown(tenant *corev1.Pod, cluster string, policy PodPolicy) (corev1.PodSpec, error) {
 	spec := *tenant.Spec.DeepCopy()
 	spec.NodeName = "" // the host schedules
 	// The host's token would be the host's credential; the tenant's comes
@@ -185,11 +186,10 @@ func podSpecDown(tenant *corev1.Pod, cluster string, policy PodPolicy) (corev1.P
 	spec.AutomountServiceAccountToken = ptr.To(false)
 	spec.DeprecatedServiceAccount = spec.ServiceAccountName
 	spec.EphemeralContainers = nil
-	stripped, err := policy.apply(&spec, cluster)
-	if err != nil {
-		return spec, nil, err
+	if _, err := policy.apply(&spec, cluster); err != nil {
+		return spec, err
 	}
-	return spec, stripped, syncer.PodAPIAccess(tenant.Name, &spec)
+	return spec, syncer.PodAPIAccess(tenant.Name, &spec)
 }
 
 func syncImages(tenant, host []corev1.Container) {
