@@ -32,11 +32,14 @@ func TestPatrolRoundQueuesDriftOnly(t *testing.T) {
 	tenantCM := func(ns, name, uid, value string) *corev1.ConfigMap {
 		return &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, UID: types.UID(uid)}, Data: map[string]string{"v": value}}
 	}
+	// The copy a sync wrote, then changed to value.
 	hostCM := func(tenant *corev1.ConfigMap, value string) *corev1.ConfigMap {
-		h := &corev1.ConfigMap{}
-		tr.HostMetadata(tenant, h, false, true)
-		h.Data = map[string]string{"v": value}
-		return h
+		h, err := s.HostCopy(tr, tenant, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		h.(*corev1.ConfigMap).Data = map[string]string{"v": value}
+		return h.(*corev1.ConfigMap)
 	}
 
 	inSync := tenantCM("default", "in-sync", "u1", "a")

@@ -6,6 +6,7 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -18,6 +19,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	utilrand "k8s.io/apimachinery/pkg/util/rand"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
@@ -675,7 +677,8 @@ func TestMetadataRemovalsReachTheHost(t *testing.T) {
 			return false, err
 		}
 		delete(c.Labels, "tier")
-		return true, tenant.Update(ctx, &c)
+		err := tenant.Update(ctx, &c)
+		return err == nil, err
 	})
 	eventually(t, 10*time.Second, "tier gone from the host copy, host-added kept", func(ctx context.Context) (bool, error) {
 		if err := shared.Host.Get(ctx, hostKey, &host); err != nil {
@@ -684,4 +687,92 @@ func TestMetadataRemovalsReachTheHost(t *testing.T) {
 		_, tier := host.Labels["tier"]
 		return !tier && host.Labels["host-added"] == "yes" && host.Labels["app"] == "web", fmt.Errorf("labels %v", host.Labels)
 	})
+}
+
+// A host writer (a controller, a mutating webhook) that adds a field to a
+// host copy keeps it: syncs that follow, for a change of the tenant's
+// metadata, write their own fields only, and neither side writes again.
+// What the tenant removes still goes. (tenant-2, as above.)
+func TestHostWritersAreNotFoughtOver(t *testing.T) {
+	useWorld(t)
+	ctx := t.Context()
+	tenant := shared.Tenants["tenant-2"]
+	cm := configMap(unique("defaulted"), map[string]string{"a": "1", "b": "1"})
+	if err := tenant.Create(ctx, cm); err != nil {
+		t.Fatal(err)
+	}
+	hostKey := shared.HostKey("tenant-2", cm.Namespace, cm.Name)
+	expectHostConfigMap(t, "tenant-2", cm.Name, cm.Data)
+
+	// The host's "controller": it puts data key injected back whenever it
+	// is missing, and counts its writes.
+	var injections atomic.Int32
+	writerCtx, stopWriter := context.WithCancel(ctx)
+	writerDone := make(chan struct{})
+	go func() {
+		defer close(writerDone)
+		_ = wait.PollUntilContextCancel(writerCtx, 20*time.Millisecond, true, func(ctx context.Context) (bool, error) {
+			var host corev1.ConfigMap
+			if err := shared.Host.Get(ctx, hostKey, &host); err != nil || host.Data["injected"] != "" {
+				return false, nil
+			}
+			host.Data["injected"] = "by-the-host"
+			if shared.Host.Update(ctx, &host) == nil {
+				injections.Add(1)
+			}
+			return false, nil
+		})
+	}()
+	t.Cleanup(func() { stopWriter(); <-writerDone })
+
+	hostHas := func(what string, ok func(*corev1.ConfigMap) bool) {
+		t.Helper()
+		eventually(t, 10*time.Second, what, func(ctx context.Context) (bool, error) {
+			var host corev1.ConfigMap
+			if err := shared.Host.Get(ctx, hostKey, &host); err != nil {
+				return false, err
+			}
+			return ok(&host), fmt.Errorf("labels %v, data %v", host.Labels, host.Data)
+		})
+	}
+	updateTenant := func(what string, change func(*corev1.ConfigMap)) {
+		t.Helper()
+		eventually(t, 10*time.Second, what, func(ctx context.Context) (bool, error) {
+			var c corev1.ConfigMap
+			if err := tenant.Get(ctx, client.ObjectKeyFromObject(cm), &c); err != nil {
+				return false, err
+			}
+			change(&c)
+			err := tenant.Update(ctx, &c)
+			return err == nil, err
+		})
+	}
+
+	hostHas("the host's key in the host copy", func(h *corev1.ConfigMap) bool { return h.Data["injected"] != "" })
+	updateTenant("a label added in the tenant", func(c *corev1.ConfigMap) { c.Labels = map[string]string{"touched": "1"} })
+	hostHas("the tenant's label beside the host's key", func(h *corev1.ConfigMap) bool {
+		return h.Labels["touched"] == "1" && h.Data["injected"] == "by-the-host"
+	})
+	if n := injections.Load(); n != 1 {
+		t.Fatalf("the host writer wrote %d times; want once: Tenantry took its key away", n)
+	}
+
+	// A change of the tenant's own data is written whole, and a key the
+	// tenant removed goes.
+	updateTenant("key b removed and a changed in the tenant", func(c *corev1.ConfigMap) {
+		delete(c.Data, "b")
+		c.Data["a"] = "2"
+	})
+	hostHas("a changed, b gone, the host's key back", func(h *corev1.ConfigMap) bool {
+		_, b := h.Data["b"]
+		return h.Data["a"] == "2" && !b && h.Data["injected"] == "by-the-host"
+	})
+	before := injections.Load()
+	updateTenant("another label in the tenant", func(c *corev1.ConfigMap) { c.Labels["touched"] = "2" })
+	hostHas("the second label", func(h *corev1.ConfigMap) bool {
+		return h.Labels["touched"] == "2" && h.Data["injected"] == "by-the-host"
+	})
+	if n := injections.Load(); n != before {
+		t.Fatalf("the host writer wrote %d more times after a label change; want none", n-before)
+	}
 }

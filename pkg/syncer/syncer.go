@@ -184,23 +184,6 @@ func UpAll(ups ...func(context.Context, client.Client, client.Object, client.Obj
 	}
 }
 
-// HostCopy is the host copy that tenant should have in cluster tr.Cluster,
-// built on current (nil to create): the framework's metadata, then Down.
-// It is what a sync writes, and what a test of a syncer checks.
-func (s *Syncer) HostCopy(tr Translator, tenant, current client.Object) (client.Object, error) {
-	var host client.Object
-	if current == nil {
-		host = s.Object()
-	} else {
-		host = current.DeepCopyObject().(client.Object)
-	}
-	tr.HostMetadata(tenant, host, s.ClusterScoped, s.CopyUserMetadata)
-	if err := s.Down(tenant, host); err != nil {
-		return nil, fmt.Errorf("translating %s %s down: %w", s.Name, client.ObjectKeyFromObject(tenant), err)
-	}
-	return host, nil
-}
-
 // semanticallyEqual compares objects as the API server would store them.
 func semanticallyEqual(a, b client.Object) bool {
 	return equality.Semantic.DeepEqual(a, b)

@@ -73,7 +73,8 @@ func TestDeploymentScalesAfterTenantAPIServerRestart(t *testing.T) {
 			return false, err
 		}
 		d.Spec.Replicas = ptr.To[int32](3)
-		return true, tenant.Update(ctx, &d)
+		err := tenant.Update(ctx, &d)
+		return err == nil, err
 	})
 	expectAvailable(t, tenant, deploy, 3)
 	expectPodsRunInHost(t, "tenant-2", tenant, deploy, 3)

@@ -164,7 +164,8 @@ func TestControllerManagerOutlivesAPIServerRestart(t *testing.T) {
 			return false, err
 		}
 		d.Spec.Replicas = ptr.To[int32](3)
-		return true, tenant.Update(ctx, &d)
+		err := tenant.Update(ctx, &d)
+		return err == nil, err
 	})
 	waitPodCount(t, tenant, "default", deploy.Spec.Selector.MatchLabels, 3)
 }
