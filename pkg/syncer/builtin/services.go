@@ -2,12 +2,14 @@ package builtin
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/tenantry/tenantry/pkg/syncer"
 )
@@ -36,7 +38,7 @@ func Services() syncer.Syncer {
 		},
 		Down: func(t, h client.Object) error {
 			tenant, host := t.(*corev1.Service), h.(*corev1.Service)
-			if tenant.Spec.ExternalName == reassignExternalName && host.ResourceVersion != "" {
+			if tenant.Spec.ExternalName == reassignExternalName && tenant.Annotations[AnnotationReassigningFrom] != "" && host.ResourceVersion != "" {
 				return nil // the tenant Service is taking the host's IP: a moment, not a change
 			}
 			host.Spec = serviceSpecDown(tenant.Spec, host.Spec, host.ResourceVersion == "")
@@ -100,6 +102,13 @@ func hostNodePort(ports []corev1.ServicePort, p corev1.ServicePort) int32 {
 	return 0
 }
 
+// AnnotationReassigningFrom holds, on a tenant Service that is passing
+// through ExternalName to take the host's cluster IP, its spec from before
+// (JSON). It is written with the first step and removed with the second, so
+// that a swap cut short (the manager killed, the connection lost) is
+// finished from it by the next sync.
+const AnnotationReassigningFrom = "tenantry.dev/reassigning-from"
+
 // serviceClusterIPUp gives the tenant Service the host's cluster IP, so that
 // what tenants resolve is what the host serves. A cluster IP cannot be
 // changed in place, but it may be set when a Service turns from ExternalName
@@ -109,15 +118,24 @@ func hostNodePort(ports []corev1.ServicePort, p corev1.ServicePort) int32 {
 // former IP back and an annotation naming the host's.
 func serviceClusterIPUp(ctx context.Context, c client.Client, h, t client.Object) (bool, error) {
 	host, tenant := h.(*corev1.Service), t.(*corev1.Service)
+	if saved, ok := tenant.Annotations[AnnotationReassigningFrom]; ok {
+		return resumeReassignment(ctx, c, host, tenant, saved)
+	}
 	want := host.Spec.ClusterIP
 	if want == "" || want == corev1.ClusterIPNone || tenant.Spec.ClusterIP == corev1.ClusterIPNone ||
 		tenant.Spec.Type == corev1.ServiceTypeExternalName || tenant.Spec.ClusterIP == want ||
 		tenant.Annotations[AnnotationHostClusterIP] == want {
 		return false, nil
 	}
-	original := tenant.DeepCopy()
-
+	before, err := json.Marshal(tenant.Spec)
+	if err != nil {
+		return false, fmt.Errorf("recording the Service's spec: %w", err)
+	}
 	placeholder := tenant.DeepCopy()
+	if placeholder.Annotations == nil {
+		placeholder.Annotations = map[string]string{}
+	}
+	placeholder.Annotations[AnnotationReassigningFrom] = string(before)
 	placeholder.Spec.Type = corev1.ServiceTypeExternalName
 	placeholder.Spec.ExternalName = reassignExternalName
 	placeholder.Spec.ClusterIP, placeholder.Spec.ClusterIPs = "", nil
@@ -131,10 +149,36 @@ func serviceClusterIPUp(ctx context.Context, c client.Client, h, t client.Object
 	if err := c.Update(ctx, placeholder); err != nil {
 		return false, fmt.Errorf("making way for the host's cluster IP: %w", err)
 	}
+	return finishReassignment(ctx, c, host, placeholder, tenant.Spec)
+}
 
+// resumeReassignment finishes a swap that tenant, carrying
+// AnnotationReassigningFrom with saved, is in the middle of.
+func resumeReassignment(ctx context.Context, c client.Client, host, tenant *corev1.Service, saved string) (bool, error) {
+	var before corev1.ServiceSpec
+	err := json.Unmarshal([]byte(saved), &before)
+	if err != nil || tenant.Spec.Type != corev1.ServiceTypeExternalName || tenant.Spec.ExternalName != reassignExternalName {
+		// Changed since by the tenant, whose spec now stands, or not
+		// Tenantry's record: nothing to finish.
+		done := tenant.DeepCopy()
+		delete(done.Annotations, AnnotationReassigningFrom)
+		if err := c.Update(ctx, done); err != nil {
+			return false, fmt.Errorf("dropping a cluster IP swap that cannot be finished: %w", err)
+		}
+		return true, nil
+	}
+	log.FromContext(ctx).Info("finishing a cluster IP swap that was cut short", "service", client.ObjectKeyFromObject(tenant))
+	return finishReassignment(ctx, c, host, tenant, before)
+}
+
+// finishReassignment turns placeholder, the tenant Service as stored while
+// it passes through ExternalName, back into before with the host's cluster
+// IP, or with its own if the tenant cannot take the host's.
+func finishReassignment(ctx context.Context, c client.Client, host, placeholder *corev1.Service, before corev1.ServiceSpec) (bool, error) {
 	withIP := func(ips []string) *corev1.Service {
-		s := original.DeepCopy()
-		s.ResourceVersion = placeholder.ResourceVersion
+		s := placeholder.DeepCopy()
+		delete(s.Annotations, AnnotationReassigningFrom)
+		s.Spec = *before.DeepCopy()
 		s.Spec.ClusterIP, s.Spec.ClusterIPs = ips[0], ips
 		if len(s.Spec.IPFamilies) != len(ips) {
 			s.Spec.IPFamilies = nil
@@ -146,13 +190,14 @@ func serviceClusterIPUp(ctx context.Context, c client.Client, h, t client.Object
 		return true, nil
 	}
 	// Restore the tenant's own IP, and say where the host serves.
-	restored := withIP(clusterIPs(original.Spec))
+	restored := withIP(clusterIPs(before))
 	if restored.Annotations == nil {
 		restored.Annotations = map[string]string{}
 	}
-	restored.Annotations[AnnotationHostClusterIP] = want
+	restored.Annotations[AnnotationHostClusterIP] = host.Spec.ClusterIP
 	if rerr := c.Update(ctx, restored); rerr != nil {
-		return true, fmt.Errorf("taking the host's cluster IP %s failed (%v), and restoring %s too: %w", want, err, original.Spec.ClusterIP, rerr)
+		return true, fmt.Errorf("taking the host's cluster IP %s failed (%v), and restoring %s too (the next sync finishes it): %w",
+			host.Spec.ClusterIP, err, before.ClusterIP, rerr)
 	}
 	return true, nil
 }

@@ -1,0 +1,85 @@
+package builtin
+
+import (
+	"context"
+	"errors"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
+
+	tenantrytest "github.com/tenantry/tenantry/pkg/testing"
+)
+
+// A manager killed between the two steps of a cluster IP swap leaves the
+// tenant Service passing through ExternalName, with its spec recorded; the
+// next sync (the restarted manager's) finishes the swap from that record.
+func TestClusterIPSwapSurvivesAKill(t *testing.T) {
+	env := tenantrytest.New(t, tenantrytest.Options{})
+	ctx := t.Context()
+	tenant, err := client.NewWithWatch(env.Host.Config(), client.Options{Scheme: clientgoscheme.Scheme})
+	if err != nil {
+		t.Fatal(err)
+	}
+	newService := func(name string) *corev1.Service {
+		s := &corev1.Service{
+			ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: name, Labels: map[string]string{"app": "web"}},
+			Spec: corev1.ServiceSpec{
+				Selector: map[string]string{"app": "web"},
+				Ports:    []corev1.ServicePort{{Name: "http", Port: 80, Protocol: corev1.ProtocolTCP}},
+			},
+		}
+		if err := tenant.Create(ctx, s); err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	web := newService("web")
+	// The host's IP: one the tenant's range has free.
+	spare := newService("spare")
+	hostIP := spare.Spec.ClusterIP
+	if err := tenant.Delete(ctx, spare); err != nil {
+		t.Fatal(err)
+	}
+	host := &corev1.Service{Spec: corev1.ServiceSpec{ClusterIP: hostIP, ClusterIPs: []string{hostIP}}}
+
+	updates := 0
+	killedAfterFirstStep := interceptor.NewClient(tenant, interceptor.Funcs{
+		Update: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.UpdateOption) error {
+			if updates++; updates > 1 {
+				return errors.New("the manager was killed")
+			}
+			return c.Update(ctx, obj, opts...)
+		},
+	})
+	if _, err := serviceClusterIPUp(ctx, killedAfterFirstStep, host, web.DeepCopy()); err == nil {
+		t.Fatal("the swap went through a client that fails its second write")
+	}
+	var midway corev1.Service
+	if err := tenant.Get(ctx, client.ObjectKeyFromObject(web), &midway); err != nil {
+		t.Fatal(err)
+	}
+	if midway.Spec.Type != corev1.ServiceTypeExternalName || midway.Annotations[AnnotationReassigningFrom] == "" {
+		t.Fatalf("after the kill: type %s, annotations %v; want ExternalName with the recorded spec", midway.Spec.Type, midway.Annotations)
+	}
+
+	// The restarted manager syncs the Service as it finds it.
+	changed, err := serviceClusterIPUp(ctx, tenant, host, midway.DeepCopy())
+	if err != nil || !changed {
+		t.Fatalf("resuming the swap: changed %v, %v", changed, err)
+	}
+	var after corev1.Service
+	if err := tenant.Get(ctx, client.ObjectKeyFromObject(web), &after); err != nil {
+		t.Fatal(err)
+	}
+	if after.Spec.Type != corev1.ServiceTypeClusterIP || after.Spec.ClusterIP != hostIP || after.Spec.ExternalName != "" ||
+		len(after.Spec.Ports) != 1 || after.Spec.Ports[0].Port != 80 || after.Spec.Selector["app"] != "web" || after.UID != web.UID {
+		t.Fatalf("after the restart: %+v; want the same Service with the host's IP %s", after.Spec, hostIP)
+	}
+	if _, ok := after.Annotations[AnnotationReassigningFrom]; ok {
+		t.Fatal("the swap's record stayed")
+	}
+}
