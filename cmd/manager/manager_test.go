@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -19,6 +20,7 @@ import (
 	eventsv1 "k8s.io/api/events/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -137,7 +139,11 @@ func TestManagementApp(t *testing.T) {
 		ClusterUnhealthyTimeout: 2 * time.Second,
 		GracefulShutdownTimeout: 5 * time.Second,
 		Logger:                  providers.LoggerOptions{Level: "debug", Output: logs},
-	}, Syncers: syncers.Options{Resources: []string{"serviceaccounts", "pods"}}}
+	}, Syncers: syncers.Options{
+		Resources: []string{"serviceaccounts", "pods"},
+		// The default policy: denies one more prefix.
+		HostPolicy: tenantryv1alpha1.HostPolicy{Metadata: &tenantryv1alpha1.MetadataPolicy{DeniedPrefixes: []string{"team.example.com/"}}},
+	}}
 	tenants := &lifecycle{started: map[string][]string{}, stopped: map[string]int{}}
 	var registry *clusterregistry.RemoteClusterRegistry
 	app := managerapp.New(opts, clusterregistry.AsTenantModule(tenants.module()), fx.Populate(&registry))
@@ -313,6 +319,101 @@ func TestManagementApp(t *testing.T) {
 			return got == "tenant.tenants.example:6443" && len(secret.Data["token"]) > 0, fmt.Errorf("server %s", got)
 		})
 
+	})
+
+	t.Run("spec.hostPolicy puts a quota and limits in each host namespace, and steers Pods and metadata", func(t *testing.T) {
+		ctx := t.Context()
+		vc := &tenantryv1alpha1.VirtualCluster{}
+		if err := host.Get(ctx, client.ObjectKey{Name: "alpha"}, vc); err != nil {
+			t.Fatal(err)
+		}
+		vc.Spec.HostPolicy = &tenantryv1alpha1.HostPolicy{
+			Pods: &tenantryv1alpha1.PodPolicy{
+				NodeSelector: map[string]string{"pool": "tenants"},
+				Tolerations:  []corev1.Toleration{{Key: "dedicated", Value: "tenants", Effect: corev1.TaintEffectNoSchedule}},
+			},
+			Metadata:      &tenantryv1alpha1.MetadataPolicy{AllowedPrefixes: []string{"linkerd.io/"}},
+			ResourceQuota: &corev1.ResourceQuotaSpec{Hard: corev1.ResourceList{corev1.ResourcePods: resource.MustParse("2")}},
+			LimitRange: &corev1.LimitRangeSpec{Limits: []corev1.LimitRangeItem{{
+				Type: corev1.LimitTypeContainer, Default: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("100m")},
+			}}},
+		}
+		vc.Spec.HostPolicy.Pods.AllowedVolumeTypes = []string{"gitRepo"}
+		if err := host.Update(ctx, vc); !apierrors.IsInvalid(err) {
+			t.Fatalf("allowing gitRepo volumes: %v; want Invalid", err)
+		}
+		vc.Spec.HostPolicy.Pods.AllowedVolumeTypes = nil
+		startsBefore := len(tenants.starts("alpha"))
+		if err := host.Update(ctx, vc); err != nil {
+			t.Fatal(err)
+		}
+		eventually(t, 20*time.Second, "alpha re-spawned", func(context.Context) (bool, error) {
+			return len(tenants.starts("alpha")) == startsBefore+1, nil
+		})
+		expectReady(t, host, "alpha", metav1.ConditionTrue, tenantryv1alpha1.ReasonSpawned)
+
+		tenant := newHostClient(t, env.Tenants[1])
+		if err := tenant.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "policed"}}); err != nil {
+			t.Fatal(err)
+		}
+		pod := func(name string) *corev1.Pod {
+			return &corev1.Pod{
+				ObjectMeta: metav1.ObjectMeta{Namespace: "policed", Name: name, Labels: map[string]string{
+					"linkerd.io/control-plane-ns": "linkerd", "team.example.com/owner": "blue", "app": "web",
+				}},
+				Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: "app"}}},
+			}
+		}
+		for _, name := range []string{"first", "second", "third"} {
+			if err := tenant.Create(ctx, pod(name)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		hostNS := syncer.HostNamespace("alpha", "policed")
+		var first corev1.Pod
+		eventually(t, 30*time.Second, "the first host Pod", func(ctx context.Context) (bool, error) {
+			err := host.Get(ctx, client.ObjectKey{Namespace: hostNS, Name: "first"}, &first)
+			return err == nil, err
+		})
+		if first.Spec.NodeSelector["pool"] != "tenants" || !slices.ContainsFunc(first.Spec.Tolerations, func(t corev1.Toleration) bool { return t.Key == "dedicated" }) {
+			t.Errorf("host Pod: node selector %v, tolerations %v; want the policy's", first.Spec.NodeSelector, first.Spec.Tolerations)
+		}
+		if cpu := first.Spec.Containers[0].Resources.Limits.Cpu(); cpu.String() != "100m" {
+			t.Errorf("host Pod's CPU limit %s; want the LimitRange's default 100m, in force before the first Pod", cpu)
+		}
+		if first.Labels["linkerd.io/control-plane-ns"] != "linkerd" || first.Labels["team.example.com/owner"] != "" || first.Labels["app"] != "web" {
+			t.Errorf("host Pod labels %v: want linkerd.io/ allowed by the VirtualCluster, team.example.com/ denied by the default", first.Labels)
+		}
+		var quota corev1.ResourceQuota
+		if err := host.Get(ctx, client.ObjectKey{Namespace: hostNS, Name: syncer.QuotaName}, &quota); err != nil {
+			t.Fatalf("the host namespace's quota: %v", err)
+		}
+		eventually(t, 30*time.Second, "the third Pod refused by the host's quota, and the tenant told", func(ctx context.Context) (bool, error) {
+			var events eventsv1.EventList
+			if err := tenant.List(ctx, &events, client.InNamespace("policed")); err != nil {
+				return false, err
+			}
+			for _, e := range events.Items {
+				if e.Regarding.Name == "third" && e.Reason == syncer.ReasonHostRejected && strings.Contains(e.Note, "exceeded quota") {
+					return true, nil
+				}
+			}
+			return false, fmt.Errorf("%d events", len(events.Items))
+		})
+
+		// Without the policy, the quota and the LimitRange go.
+		if err := host.Get(ctx, client.ObjectKey{Name: "alpha"}, vc); err != nil {
+			t.Fatal(err)
+		}
+		vc.Spec.HostPolicy = nil
+		if err := host.Update(ctx, vc); err != nil {
+			t.Fatal(err)
+		}
+		eventually(t, 30*time.Second, "the quota and the LimitRange gone", func(ctx context.Context) (bool, error) {
+			qErr := host.Get(ctx, client.ObjectKey{Namespace: hostNS, Name: syncer.QuotaName}, &corev1.ResourceQuota{})
+			lErr := host.Get(ctx, client.ObjectKey{Namespace: hostNS, Name: syncer.LimitRangeName}, &corev1.LimitRange{})
+			return apierrors.IsNotFound(qErr) && apierrors.IsNotFound(lErr), fmt.Errorf("quota: %v; limits: %v", qErr, lErr)
+		})
 	})
 
 	t.Run("delete stops the tenant app, deletes its host namespaces and removes the finalizer", func(t *testing.T) {

@@ -25,7 +25,8 @@ import (
 
 // The host rights the syncers need: Tenantry's copies of tenant objects,
 // host namespaces to hold them, reading host nodes, which tenants see as
-// virtual nodes, and evicting host Pods that tenants evict. It reads and writes only objects that
+// virtual nodes, evicting host Pods that tenants evict, and the policy
+// objects of host namespaces (NetworkPolicy, ResourceQuota, LimitRange). It reads and writes only objects that
 // carry its labels (the hub's cache sees nothing else), but RBAC cannot
 // say that.
 //
@@ -33,7 +34,8 @@ import (
 // +kubebuilder:rbac:groups=apiextensions.k8s.io,resources=customresourcedefinitions,verbs=get;list;watch
 // +kubebuilder:rbac:groups="",resources=nodes,verbs=get;list;watch
 // +kubebuilder:rbac:groups="",resources=pods/eviction,verbs=create
-// +kubebuilder:rbac:groups=networking.k8s.io,resources=networkpolicies,verbs=get;list;watch;create;update;patch
+// +kubebuilder:rbac:groups=networking.k8s.io,resources=networkpolicies,verbs=get;list;watch;create;update;patch;delete
+// +kubebuilder:rbac:groups="",resources=resourcequotas;limitranges,verbs=get;list;watch;create;update;patch;delete
 
 // Options choose and tune the built-in syncers.
 type Options struct {
@@ -45,6 +47,9 @@ type Options struct {
 	CustomResources []schema.GroupVersionKind
 	// Syncer tunes every syncer; see syncer.Options.
 	Syncer syncer.Options
+	// HostPolicy is the default host policy of every VirtualCluster: what
+	// a VirtualCluster's spec.hostPolicy does not set.
+	HostPolicy tenantryv1alpha1.HostPolicy
 	// TenantQPS and TenantBurst limit each tenant's writes to the host.
 	TenantQPS   float64
 	TenantBurst int
@@ -56,7 +61,7 @@ func (o *Options) BindFlags(fs *flag.FlagSet) {
 	fs.Func("sync-resources", fmt.Sprintf("Comma-separated built-in syncers to run (namespaces always run). Default: %s.",
 		strings.Join(builtin.Names(), ",")), func(v string) error {
 		names := strings.FieldsFunc(v, func(r rune) bool { return r == ',' || r == ' ' })
-		if _, err := builtin.ByName(names); err != nil {
+		if _, err := builtin.ByName(names, builtin.PodPolicy{}); err != nil {
 			return err
 		}
 		o.Resources = names
@@ -94,6 +99,12 @@ func (o *Options) BindFlags(fs *flag.FlagSet) {
 		}
 		return nil
 	})
+	fs.Func("host-policy", "A YAML file holding the default host policy of every VirtualCluster, as its spec.hostPolicy (priority classes, schedulers, runtime classes, volume types, node selector and tolerations of Pods; metadata prefixes; a ResourceQuota and a LimitRange per host namespace). Default: the safe policy described in the README.",
+		func(path string) error {
+			p, err := readHostPolicy(path)
+			o.HostPolicy = p
+			return err
+		})
 	fs.BoolVar(&o.Syncer.ExposeNodeAddresses, "expose-node-addresses", false,
 		"Copy host nodes' addresses and kubelet port to tenants' virtual nodes (by default a virtual node shows only its name).")
 	fs.Float64Var(&o.TenantQPS, "tenant-host-qps", syncer.DefaultTenantQPS, "Each tenant's rate of writes to the host, per second.")
@@ -113,9 +124,8 @@ type params struct {
 	fx.In
 	Config *rest.Config
 	Scheme *runtime.Scheme
-	// HostReader reads each VirtualCluster's spec.inClusterServer as its
-	// tenant starts, uncached, so that the tenant runs with the value that
-	// made the VirtualCluster's reconciler (re)spawn it, or a newer one.
+	// HostReader reads each VirtualCluster's spec (inClusterServer,
+	// hostPolicy) as its tenant starts.
 	HostReader client.Reader `name:"no-cache"`
 	Options    *Options      `optional:"true"`
 	// Extra are syncers contributed by other modules (syncer.Provide).
@@ -136,22 +146,30 @@ func newHub(p params) (*syncer.Hub, error) {
 
 func tenantModule(p params, hub *syncer.Hub) (fx.Option, error) {
 	o := options(p)
-	syncers, err := builtin.ByName(o.Resources)
-	if err != nil {
+	if _, err := builtin.ByName(o.Resources, builtin.PodPolicy{}); err != nil {
 		return nil, err
 	}
-	syncers = append(syncers, p.Extra...)
-	for _, gvk := range o.CustomResources {
-		syncers = append(syncers, syncer.CustomResource(gvk))
-	}
-	if o.Syncer.InClusterServer == nil {
-		o.Syncer.InClusterServer = func(ctx context.Context, cluster string) (string, error) {
-			var vc tenantryv1alpha1.VirtualCluster
-			if err := p.HostReader.Get(ctx, client.ObjectKey{Name: cluster}, &vc); err != nil {
-				return "", fmt.Errorf("reading VirtualCluster %s: %w", cluster, err)
-			}
-			return vc.Spec.InClusterServer, nil
+	return syncer.TenantModulePerCluster(hub, func(ctx context.Context, cluster string) (syncer.Options, []syncer.Syncer, error) {
+		// Read uncached as the tenant starts, so that it runs with the spec
+		// that made the VirtualCluster's reconciler (re)spawn it, or a
+		// newer one.
+		var vc tenantryv1alpha1.VirtualCluster
+		if err := p.HostReader.Get(ctx, client.ObjectKey{Name: cluster}, &vc); err != nil {
+			return syncer.Options{}, nil, fmt.Errorf("reading VirtualCluster %s: %w", cluster, err)
 		}
-	}
-	return syncer.TenantModule(hub, o.Syncer, syncers...), nil
+		policy := overDefault(o.HostPolicy, vc.Spec.HostPolicy)
+		opts := o.Syncer
+		opts.InClusterServer = vc.Spec.InClusterServer
+		opts.DeniedMetadataPrefixes = deniedMetadataPrefixes(o.Syncer.DeniedMetadataPrefixes, policy)
+		opts.ResourceQuota, opts.LimitRange = policy.ResourceQuota, policy.LimitRange
+		syncers, err := builtin.ByName(o.Resources, podPolicy(policy))
+		if err != nil {
+			return syncer.Options{}, nil, err
+		}
+		syncers = append(syncers, p.Extra...)
+		for _, gvk := range o.CustomResources {
+			syncers = append(syncers, syncer.CustomResource(gvk))
+		}
+		return opts, syncers, nil
+	}), nil
 }

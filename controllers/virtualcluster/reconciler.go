@@ -3,6 +3,7 @@ package virtualcluster
 import (
 	"context"
 	"crypto/sha256"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"sync"
@@ -215,11 +216,18 @@ func (r *Reconciler) loadKubeconfig(ctx context.Context, vc *tenantryv1alpha1.Vi
 		return nil, [sha256.Size]byte{}, &out
 	}
 	// The digest covers what the cluster's app is built from: the
-	// kubeconfig, and where its Pods reach it.
+	// kubeconfig, where its Pods reach it, and its host policy.
+	policy, err := json.Marshal(vc.Spec.HostPolicy)
+	if err != nil {
+		out := notReady(tenantryv1alpha1.ReasonFailed, fmt.Sprintf("Reading spec.hostPolicy: %v", err), fmt.Errorf("encoding spec.hostPolicy: %w", err))
+		return nil, [sha256.Size]byte{}, &out
+	}
 	h := sha256.New()
 	h.Write(data)
 	h.Write([]byte{0})
 	h.Write([]byte(vc.Spec.InClusterServer))
+	h.Write([]byte{0})
+	h.Write(policy)
 	var digest [sha256.Size]byte
 	h.Sum(digest[:0])
 	return config, digest, nil

@@ -42,6 +42,11 @@
 //     and reported (an event on the tenant object, a metric). A copy made
 //     for an earlier tenant object of the same name (another UID) is
 //     replaced, never merged into.
+//   - Other writers: a field that a host controller or webhook adds to a
+//     copy is kept. A copy records (AnnotationSyncedDigest) what its tenant
+//     object asked for at the last write; while that is unchanged and the
+//     copy still holds it, a sync changes only metadata. A change in the
+//     tenant is written whole, so what the tenant removed goes.
 //   - Deletion: deleting a tenant object deletes its copy (by UID, with the
 //     tenant's grace period); a copy whose tenant object is gone is deleted;
 //     a copy deleted or edited by hand is restored.
@@ -55,9 +60,12 @@
 //   - Labels and annotations: a tenant object's own are copied, but for
 //     keys that steer host add-ons (DefaultDeniedMetadataPrefixes); a key
 //     removed in the tenant goes from the copy, a key the host added stays.
-//   - Network isolation: every host namespace gets the NetworkPolicy
+//   - Host namespace policy: every host namespace gets the NetworkPolicy
 //     IsolationPolicyName, admitting only its VirtualCluster's Pods and the
-//     host's own.
+//     host's own, and, when Options set them, the ResourceQuota QuotaName
+//     and the LimitRange LimitRangeName; all are made with the namespace,
+//     before anything goes in it, and restored when changed by hand.
+//     TenantModulePerCluster chooses Options (and syncers) per cluster.
 //   - Concurrency: every write carries the resourceVersion it was computed
 //     from; a conflict is retried, a newer object never blindly
 //     overwritten.

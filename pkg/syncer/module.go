@@ -7,6 +7,7 @@ import (
 
 	"github.com/go-logr/logr"
 	"go.uber.org/fx"
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -47,11 +48,18 @@ type Options struct {
 	// as a Hostname address.
 	ExposeNodeAddresses bool
 
-	// InClusterServer, if set, says at which URL Pods running in the host
-	// reach cluster's API server (their KUBERNETES_SERVICE_HOST and _PORT);
-	// "" or nil: the server of the cluster's rest.Config. It runs once as
-	// each cluster starts.
-	InClusterServer func(ctx context.Context, cluster string) (string, error)
+	// InClusterServer is the https URL at which Pods running in the host
+	// reach the tenant's API server (their KUBERNETES_SERVICE_HOST and
+	// _PORT); "": the server of the cluster's rest.Config.
+	InClusterServer string
+
+	// ResourceQuota, if set, is kept as the ResourceQuota QuotaName in every
+	// host namespace of the tenant, and LimitRange as the LimitRange
+	// LimitRangeName: the host's budget and Pod defaults per tenant
+	// namespace. They are made with the namespace, before anything goes in
+	// it.
+	ResourceQuota *corev1.ResourceQuotaSpec
+	LimitRange    *corev1.LimitRangeSpec
 
 	// DeniedMetadataPrefixes are the label and annotation key prefixes never
 	// copied from tenant objects to their host copies; nil means
@@ -87,10 +95,33 @@ func (o *Options) setDefaults() {
 // since the others create host namespaces on demand; a syncer of core Pods
 // brings virtual nodes and Pods' API access with it (see the package doc).
 func TenantModule(hub *Hub, opts Options, syncers ...Syncer) fx.Option {
-	opts.setDefaults()
-	all := append([]Syncer{NamespaceSyncer(opts.PodSecurityLevel)}, syncers...)
+	return TenantModulePerCluster(hub, func(context.Context, string) (Options, []Syncer, error) {
+		return opts, syncers, nil
+	})
+}
+
+// PerCluster says, as one tenant cluster starts, how syncers run in it:
+// the options and the syncers for that cluster, such as a host policy of
+// its own.
+type PerCluster func(ctx context.Context, cluster string) (Options, []Syncer, error)
+
+// perClusterTimeout bounds a PerCluster call.
+const perClusterTimeout = 30 * time.Second
+
+// TenantModulePerCluster is TenantModule with options and syncers chosen
+// for each cluster as it starts. An error from perCluster fails the
+// cluster's start.
+func TenantModulePerCluster(hub *Hub, perCluster PerCluster) fx.Option {
 	return fx.Module("syncer", fx.Invoke(fx.Annotate(
 		func(mgr manager.Manager, cluster string, log logr.Logger) error {
+			ctx, cancel := context.WithTimeout(context.Background(), perClusterTimeout)
+			defer cancel()
+			opts, syncers, err := perCluster(ctx, cluster)
+			if err != nil {
+				return fmt.Errorf("choosing the syncers of cluster %s: %w", cluster, err)
+			}
+			opts.setDefaults()
+			all := append([]Syncer{NamespaceSyncer(opts.PodSecurityLevel)}, syncers...)
 			return setup(mgr, cluster, log, hub, opts, all)
 		},
 		fx.ParamTags(``, `name:"cluster-name"`, ``),
@@ -107,9 +138,10 @@ func setup(mgr manager.Manager, cluster string, log logr.Logger, hub *Hub, opts 
 	for _, ns := range opts.ExcludeNamespaces {
 		excluded[ns] = true
 	}
+	policies := newNamespacePolicies(tr, hub.Reader(), host, excluded, opts)
 	namespaces := &hostNamespaces{
 		syncer: NamespaceSyncer(opts.PodSecurityLevel), translator: tr,
-		tenant: mgr.GetClient(), hostRead: hub.Reader(), host: host,
+		tenant: mgr.GetClient(), hostRead: hub.Reader(), host: host, policies: policies,
 	}
 	recorder := mgr.GetEventRecorder("tenantry-syncer")
 
@@ -143,12 +175,8 @@ func setup(mgr manager.Manager, cluster string, log logr.Logger, hub *Hub, opts 
 		return nil
 	}
 
-	if !opts.DisableNetworkIsolation {
-		if err := setupIsolation(mgr, hub, &isolation{
-			translator: tr, tenant: mgr.GetClient(), hostRead: hub.Reader(), host: host, excluded: excluded,
-		}); err != nil {
-			return err
-		}
+	if err := policies.setup(mgr, hub); err != nil {
+		return err
 	}
 	if !opts.DisablePublicCRDs {
 		if err := setupPublicCRDs(mgr, cluster, hub); err != nil {
@@ -188,7 +216,7 @@ func setup(mgr manager.Manager, cluster string, log logr.Logger, hub *Hub, opts 
 		if err := setupVirtualNodes(mgr, cluster, hub, opts, excluded); err != nil {
 			return err
 		}
-		server, err := inClusterServer(mgr, cluster, opts)
+		server, err := newTenantServer(mgr.GetConfig(), opts.InClusterServer)
 		if err != nil {
 			return err
 		}
@@ -201,20 +229,6 @@ func setup(mgr manager.Manager, cluster string, log logr.Logger, hub *Hub, opts 
 		}
 	}
 	return pending.setup(mgr, cluster)
-}
-
-// inClusterServer is where cluster's Pods reach its API server.
-func inClusterServer(mgr manager.Manager, cluster string, opts Options) (tenantServer, error) {
-	server := ""
-	if opts.InClusterServer != nil {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		var err error
-		if server, err = opts.InClusterServer(ctx, cluster); err != nil {
-			return tenantServer{}, fmt.Errorf("the URL at which cluster %s's Pods reach its API server: %w", cluster, err)
-		}
-	}
-	return newTenantServer(mgr.GetConfig(), server)
 }
 
 // SyncersGroup is the fx value group from which the controller-manager

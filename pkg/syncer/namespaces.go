@@ -49,9 +49,22 @@ type hostNamespaces struct {
 	tenant     client.Reader
 	hostRead   client.Reader
 	host       client.Client
+	// policies go in each host namespace before anything else does.
+	policies *namespacePolicies
 }
 
+// ensure makes the host namespace of tenantNamespace, with its policy
+// objects (a quota, a LimitRange, the isolation NetworkPolicy), so that
+// they hold from the namespace's first object on.
 func (n *hostNamespaces) ensure(ctx context.Context, tenantNamespace string) error {
+	if err := n.ensureNamespace(ctx, tenantNamespace); err != nil {
+		return err
+	}
+	_, err := n.policies.keep(ctx, HostNamespace(n.translator.Cluster, tenantNamespace), tenantNamespace)
+	return err
+}
+
+func (n *hostNamespaces) ensureNamespace(ctx context.Context, tenantNamespace string) error {
 	key := n.translator.HostKey(client.ObjectKey{Name: tenantNamespace}, true)
 	var existing corev1.Namespace
 	err := n.hostRead.Get(ctx, key, &existing)

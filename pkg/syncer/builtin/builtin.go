@@ -16,8 +16,11 @@ import (
 
 // All returns every built-in syncer, in an order where a type comes after
 // the types its objects refer to.
-func All() []syncer.Syncer {
-	return []syncer.Syncer{ConfigMaps(), Secrets(), ServiceAccounts(), PersistentVolumeClaims(), Services(), Pods()}
+func All() []syncer.Syncer { return all(PodPolicy{}) }
+
+// all is All with Pods under policy.
+func all(policy PodPolicy) []syncer.Syncer {
+	return []syncer.Syncer{ConfigMaps(), Secrets(), ServiceAccounts(), PersistentVolumeClaims(), Services(), PodsWith(policy)}
 }
 
 // Names lists the built-in syncers' names.
@@ -30,9 +33,9 @@ func Names() []string {
 	return names
 }
 
-// ByName returns the built-in syncers with the given names, in All's order.
-// An unknown name is an error that lists the known ones.
-func ByName(names []string) ([]syncer.Syncer, error) {
+// ByName returns the built-in syncers with the given names, in All's order,
+// Pods under policy. An unknown name is an error that lists the known ones.
+func ByName(names []string, policy PodPolicy) ([]syncer.Syncer, error) {
 	var picked []syncer.Syncer
 	known := Names()
 	for _, n := range names {
@@ -40,7 +43,7 @@ func ByName(names []string) ([]syncer.Syncer, error) {
 			return nil, fmt.Errorf("unknown syncer %q: known are %s", n, strings.Join(known, ", "))
 		}
 	}
-	for _, s := range All() {
+	for _, s := range all(policy) {
 		if slices.Contains(names, s.Name) {
 			picked = append(picked, s)
 		}

@@ -34,6 +34,10 @@ type PodPolicy struct {
 	// AllowedRuntimeClasses are the host RuntimeClasses a tenant Pod may
 	// name.
 	AllowedRuntimeClasses []string
+	// AllowedVolumeTypes are volume types a tenant Pod may use besides
+	// AlwaysAllowedVolumeTypes, as the API spells them ("hostPath", "nfs",
+	// "csi", "iscsi"). gitRepo never is: it runs git on the host's node.
+	AllowedVolumeTypes []string
 	// NodeSelector is put on every host Pod, over the tenant's own keys of
 	// the same name: the nodes the host gives the tenant.
 	NodeSelector map[string]string
@@ -56,10 +60,12 @@ var deniedNodeSelectorPrefixes = []string{"node-role.kubernetes.io/"}
 // (syncer.Refuse).
 func (p PodPolicy) apply(spec *corev1.PodSpec, cluster string) (stripped []string, err error) {
 	for _, v := range spec.Volumes {
-		if kind := volumeKind(v.VolumeSource); !slices.Contains(allowedVolumeKinds, kind) {
-			return nil, syncer.Refuse("volume %s is of type %s, which would reach the host's machines or storage directly: "+
-				"a tenant Pod may use %s volumes", v.Name, kind, strings.Join(allowedVolumeKinds, ", "))
+		kind := volumeKind(v.VolumeSource)
+		if slices.Contains(AlwaysAllowedVolumeTypes, kind) || (kind != "gitRepo" && slices.Contains(p.AllowedVolumeTypes, kind)) {
+			continue
 		}
+		return nil, syncer.Refuse("volume %s is of type %s, which would reach the host's machines or storage directly: "+
+			"a tenant Pod may use %s volumes", v.Name, kind, strings.Join(append(slices.Clone(AlwaysAllowedVolumeTypes), p.AllowedVolumeTypes...), ", "))
 	}
 	// The host's admission computes these from the priority class and the
 	// runtime class.
@@ -114,9 +120,10 @@ func (p PodPolicy) apply(spec *corev1.PodSpec, cluster string) (stripped []strin
 	return stripped, nil
 }
 
-// allowedVolumeKinds are the volume types a tenant Pod may use: those whose
-// data come from its own namespace or its own node's scratch space.
-var allowedVolumeKinds = []string{"configMap", "secret", "emptyDir", "projected", "downwardAPI", "persistentVolumeClaim", "ephemeral", "image"}
+// AlwaysAllowedVolumeTypes are the volume types every tenant Pod may use:
+// those whose data come from its own namespace or its own node's scratch
+// space.
+var AlwaysAllowedVolumeTypes = []string{"configMap", "secret", "emptyDir", "projected", "downwardAPI", "persistentVolumeClaim", "ephemeral", "image"}
 
 // volumeKind names a volume source's type as the API spells it.
 func volumeKind(v corev1.VolumeSource) string {
@@ -145,6 +152,8 @@ func volumeKind(v corev1.VolumeSource) string {
 		return "nfs"
 	case v.CSI != nil:
 		return "csi"
+	case v.ISCSI != nil:
+		return "iscsi"
 	}
 	return "a direct storage source"
 }

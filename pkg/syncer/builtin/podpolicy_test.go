@@ -149,3 +149,33 @@ func TestPodPolicyScopesWhatReachesBeyondTheTenant(t *testing.T) {
 		}
 	}
 }
+
+func TestPodPolicyVolumeTypes(t *testing.T) {
+	volume := func(source corev1.VolumeSource) *corev1.PodSpec {
+		return &corev1.PodSpec{Volumes: []corev1.Volume{{Name: "data", VolumeSource: source}}}
+	}
+	nfs := corev1.VolumeSource{NFS: &corev1.NFSVolumeSource{Server: "nfs.example", Path: "/"}}
+	hostPath := corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: "/"}}
+	gitRepo := corev1.VolumeSource{GitRepo: &corev1.GitRepoVolumeSource{Repository: "https://example.com/x.git"}}
+	for name, c := range map[string]struct {
+		policy  PodPolicy
+		source  corev1.VolumeSource
+		refused bool
+	}{
+		"nfs by default":            {PodPolicy{}, nfs, true},
+		"hostPath by default":       {PodPolicy{}, hostPath, true},
+		"gitRepo by default":        {PodPolicy{}, gitRepo, true},
+		"nfs allowed":               {PodPolicy{AllowedVolumeTypes: []string{"nfs"}}, nfs, false},
+		"hostPath when nfs allowed": {PodPolicy{AllowedVolumeTypes: []string{"nfs"}}, hostPath, true},
+		"gitRepo even when allowed": {PodPolicy{AllowedVolumeTypes: []string{"gitRepo"}}, gitRepo, true},
+		"configMap always":          {PodPolicy{}, corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{}}, false},
+	} {
+		_, err := c.policy.apply(volume(c.source), "vc")
+		if refused := err != nil; refused != c.refused {
+			t.Errorf("%s: refused %v (%v), want %v", name, refused, err, c.refused)
+		}
+		if err != nil && !strings.Contains(err.Error(), "volume data is of type") {
+			t.Errorf("%s: %v does not name the volume and its type", name, err)
+		}
+	}
+}

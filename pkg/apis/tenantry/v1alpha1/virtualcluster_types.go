@@ -1,6 +1,7 @@
 package v1alpha1
 
 import (
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
@@ -83,6 +84,122 @@ type VirtualClusterSpec struct {
 	// the tenant or in the host. Unpausing resumes where it stopped.
 	// +optional
 	Paused bool `json:"paused,omitempty"`
+
+	// HostPolicy is what the host lets this tenant cluster ask of it, over
+	// the manager's default policy (its --host-policy file). A change
+	// re-spawns the tenant cluster.
+	// +optional
+	HostPolicy *HostPolicy `json:"hostPolicy,omitempty"`
+}
+
+// HostPolicy is what the host lets a tenant cluster ask of it. Each field
+// set here replaces the field of the same name in the manager's default
+// policy; an empty list counts as not set.
+type HostPolicy struct {
+	// Pods: what the tenant's Pods may ask of the host's scheduler and
+	// nodes. A Pod field the policy does not allow is left out of the host
+	// Pod (the tenant Pod gets a Normal HostStripped Event); a volume of a
+	// type not allowed refuses the Pod (a Warning HostRejected Event).
+	// +optional
+	Pods *PodPolicy `json:"pods,omitempty"`
+
+	// Metadata: which label and annotation keys of tenant objects reach
+	// their host copies.
+	// +optional
+	Metadata *MetadataPolicy `json:"metadata,omitempty"`
+
+	// ResourceQuota is kept, as the ResourceQuota "tenantry-quota", in every
+	// host namespace of the tenant cluster: the host's budget for each
+	// tenant namespace. Unset: no quota of Tenantry's.
+	// +optional
+	ResourceQuota *corev1.ResourceQuotaSpec `json:"resourceQuota,omitempty"`
+
+	// LimitRange is kept, as the LimitRange "tenantry-limits", in every host
+	// namespace of the tenant cluster: the defaults and bounds of each
+	// tenant Pod's resources. Unset: no LimitRange of Tenantry's.
+	// +optional
+	LimitRange *corev1.LimitRangeSpec `json:"limitRange,omitempty"`
+}
+
+// PodPolicy says what a tenant's Pods may ask of the host. By default a
+// tenant Pod gets the host's default priority, the default scheduler, no
+// runtime class, only the not-ready and unreachable tolerations every Pod
+// has, no node selector on node roles, and the volume types whose data come
+// from its own namespace or node scratch space.
+type PodPolicy struct {
+	// AllowedPriorityClasses are the host PriorityClasses a tenant Pod may
+	// name.
+	// +listType=set
+	// +kubebuilder:validation:MaxItems=32
+	// +kubebuilder:validation:items:MaxLength=253
+	// +kubebuilder:validation:items:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`
+	// +optional
+	AllowedPriorityClasses []string `json:"allowedPriorityClasses,omitempty"`
+
+	// AllowedSchedulerNames are the host schedulers a tenant Pod may name,
+	// besides default-scheduler.
+	// +listType=set
+	// +kubebuilder:validation:MaxItems=32
+	// +kubebuilder:validation:items:MaxLength=253
+	// +kubebuilder:validation:items:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`
+	// +optional
+	AllowedSchedulerNames []string `json:"allowedSchedulerNames,omitempty"`
+
+	// AllowedRuntimeClasses are the host RuntimeClasses a tenant Pod may
+	// name.
+	// +listType=set
+	// +kubebuilder:validation:MaxItems=32
+	// +kubebuilder:validation:items:MaxLength=253
+	// +kubebuilder:validation:items:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`
+	// +optional
+	AllowedRuntimeClasses []string `json:"allowedRuntimeClasses,omitempty"`
+
+	// AllowedVolumeTypes are volume types a tenant Pod may use besides
+	// configMap, secret, emptyDir, projected, downwardAPI,
+	// persistentVolumeClaim, ephemeral and image. Each reaches the host's
+	// machines or storage directly: allow one only to a trusted tenant.
+	// gitRepo is never allowed.
+	// +listType=set
+	// +kubebuilder:validation:items:Enum=hostPath;nfs;csi;iscsi
+	// +optional
+	AllowedVolumeTypes []string `json:"allowedVolumeTypes,omitempty"`
+
+	// NodeSelector is put on every host Pod, over the tenant's own keys of
+	// the same name: the nodes the host gives this tenant.
+	// +kubebuilder:validation:MaxProperties=32
+	// +optional
+	NodeSelector map[string]string `json:"nodeSelector,omitempty"`
+
+	// Tolerations are added to every host Pod: the taints of the nodes the
+	// host gives this tenant.
+	// +kubebuilder:validation:MaxItems=32
+	// +listType=atomic
+	// +optional
+	Tolerations []corev1.Toleration `json:"tolerations,omitempty"`
+}
+
+// MetadataPolicy says which label and annotation keys of tenant objects
+// are copied to their host copies. Tenantry's own tenantry.dev/ keys never
+// are.
+type MetadataPolicy struct {
+	// DeniedPrefixes are key prefixes added to the manager's deny list
+	// (--denied-metadata-prefixes): keys with them are not copied.
+	// +listType=set
+	// +kubebuilder:validation:MaxItems=64
+	// +kubebuilder:validation:items:MaxLength=253
+	// +kubebuilder:validation:items:Pattern=`^[a-z0-9]([-a-z0-9.]*[a-z0-9])?/$`
+	// +optional
+	DeniedPrefixes []string `json:"deniedPrefixes,omitempty"`
+
+	// AllowedPrefixes are taken off the manager's deny list, entry by
+	// entry (for example "linkerd.io/" for a tenant that the host's mesh
+	// may serve).
+	// +listType=set
+	// +kubebuilder:validation:MaxItems=64
+	// +kubebuilder:validation:items:MaxLength=253
+	// +kubebuilder:validation:items:Pattern=`^[a-z0-9]([-a-z0-9.]*[a-z0-9])?/$`
+	// +optional
+	AllowedPrefixes []string `json:"allowedPrefixes,omitempty"`
 }
 
 // VirtualClusterStatus is what Tenantry observed of the tenant cluster.

@@ -1,0 +1,136 @@
+package syncers
+
+import (
+	"fmt"
+	"os"
+	"slices"
+	"strings"
+
+	"sigs.k8s.io/yaml"
+
+	tenantryv1alpha1 "github.com/tenantry/tenantry/pkg/apis/tenantry/v1alpha1"
+	"github.com/tenantry/tenantry/pkg/syncer"
+	"github.com/tenantry/tenantry/pkg/syncer/builtin"
+)
+
+// readHostPolicy reads the manager's default host policy from a YAML or
+// JSON file holding a VirtualCluster's spec.hostPolicy.
+func readHostPolicy(path string) (tenantryv1alpha1.HostPolicy, error) {
+	var p tenantryv1alpha1.HostPolicy
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return p, fmt.Errorf("reading the host policy: %w", err)
+	}
+	if err := yaml.UnmarshalStrict(data, &p); err != nil {
+		return p, fmt.Errorf("host policy %s: %w", path, err)
+	}
+	if err := validateHostPolicy(p); err != nil {
+		return p, fmt.Errorf("host policy %s: %w", path, err)
+	}
+	return p, nil
+}
+
+// validateHostPolicy checks, for the default policy, what the CRD's schema
+// checks of a VirtualCluster's.
+func validateHostPolicy(p tenantryv1alpha1.HostPolicy) error {
+	if p.Pods != nil {
+		for _, t := range p.Pods.AllowedVolumeTypes {
+			if !slices.Contains(optionalVolumeTypes, t) {
+				return fmt.Errorf("pods.allowedVolumeTypes: %q is not one of %s", t, strings.Join(optionalVolumeTypes, ", "))
+			}
+		}
+	}
+	if p.Metadata != nil {
+		for _, prefix := range append(slices.Clone(p.Metadata.DeniedPrefixes), p.Metadata.AllowedPrefixes...) {
+			if !strings.HasSuffix(prefix, "/") {
+				return fmt.Errorf("metadata: prefix %q: a key prefix ends with /, as in example.com/", prefix)
+			}
+		}
+	}
+	return nil
+}
+
+// optionalVolumeTypes are the volume types a host policy may allow, as the
+// CRD's enum lists them.
+var optionalVolumeTypes = []string{"hostPath", "nfs", "csi", "iscsi"}
+
+// overDefault is the policy of a VirtualCluster whose spec.hostPolicy is
+// vc: each field vc sets replaces def's.
+func overDefault(def tenantryv1alpha1.HostPolicy, vc *tenantryv1alpha1.HostPolicy) tenantryv1alpha1.HostPolicy {
+	if vc == nil {
+		return def
+	}
+	out := def
+	pods := tenantryv1alpha1.PodPolicy{}
+	if def.Pods != nil {
+		pods = *def.Pods
+	}
+	if p := vc.Pods; p != nil {
+		pods.AllowedPriorityClasses = either(p.AllowedPriorityClasses, pods.AllowedPriorityClasses)
+		pods.AllowedSchedulerNames = either(p.AllowedSchedulerNames, pods.AllowedSchedulerNames)
+		pods.AllowedRuntimeClasses = either(p.AllowedRuntimeClasses, pods.AllowedRuntimeClasses)
+		pods.AllowedVolumeTypes = either(p.AllowedVolumeTypes, pods.AllowedVolumeTypes)
+		pods.Tolerations = either(p.Tolerations, pods.Tolerations)
+		if len(p.NodeSelector) > 0 {
+			pods.NodeSelector = p.NodeSelector
+		}
+	}
+	out.Pods = &pods
+	metadata := tenantryv1alpha1.MetadataPolicy{}
+	if def.Metadata != nil {
+		metadata = *def.Metadata
+	}
+	if m := vc.Metadata; m != nil {
+		metadata.DeniedPrefixes = either(m.DeniedPrefixes, metadata.DeniedPrefixes)
+		metadata.AllowedPrefixes = either(m.AllowedPrefixes, metadata.AllowedPrefixes)
+	}
+	out.Metadata = &metadata
+	if vc.ResourceQuota != nil {
+		out.ResourceQuota = vc.ResourceQuota
+	}
+	if vc.LimitRange != nil {
+		out.LimitRange = vc.LimitRange
+	}
+	return out
+}
+
+// either is a when it is set, else b.
+func either[T any](a, b []T) []T {
+	if len(a) > 0 {
+		return a
+	}
+	return b
+}
+
+// podPolicy is the Pods syncer's side of p.
+func podPolicy(p tenantryv1alpha1.HostPolicy) builtin.PodPolicy {
+	if p.Pods == nil {
+		return builtin.PodPolicy{}
+	}
+	return builtin.PodPolicy{
+		AllowedPriorityClasses: p.Pods.AllowedPriorityClasses,
+		AllowedSchedulerNames:  p.Pods.AllowedSchedulerNames,
+		AllowedRuntimeClasses:  p.Pods.AllowedRuntimeClasses,
+		AllowedVolumeTypes:     p.Pods.AllowedVolumeTypes,
+		NodeSelector:           p.Pods.NodeSelector,
+		Tolerations:            p.Pods.Tolerations,
+	}
+}
+
+// deniedMetadataPrefixes is base (the manager's list; nil: the default
+// list) with p's denied prefixes added and its allowed ones taken off.
+func deniedMetadataPrefixes(base []string, p tenantryv1alpha1.HostPolicy) []string {
+	if base == nil {
+		base = syncer.DefaultDeniedMetadataPrefixes
+	}
+	if p.Metadata == nil {
+		return base
+	}
+	out := []string{}
+	for _, prefix := range append(slices.Clone(base), p.Metadata.DeniedPrefixes...) {
+		if !slices.Contains(p.Metadata.AllowedPrefixes, prefix) && !slices.Contains(out, prefix) {
+			out = append(out, prefix)
+		}
+	}
+	return out
+}

@@ -1,0 +1,78 @@
+package syncers
+
+import (
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+
+	tenantryv1alpha1 "github.com/tenantry/tenantry/pkg/apis/tenantry/v1alpha1"
+	"github.com/tenantry/tenantry/pkg/syncer"
+)
+
+func TestVirtualClusterPolicyOverDefault(t *testing.T) {
+	def := tenantryv1alpha1.HostPolicy{
+		Pods: &tenantryv1alpha1.PodPolicy{
+			AllowedPriorityClasses: []string{"tenant-low"},
+			NodeSelector:           map[string]string{"pool": "tenants"},
+		},
+		Metadata:      &tenantryv1alpha1.MetadataPolicy{DeniedPrefixes: []string{"team.example.com/"}},
+		ResourceQuota: &corev1.ResourceQuotaSpec{Hard: corev1.ResourceList{corev1.ResourcePods: resource.MustParse("10")}},
+	}
+	if got := overDefault(def, nil); got.Pods.NodeSelector["pool"] != "tenants" || got.ResourceQuota == nil {
+		t.Fatalf("no VirtualCluster policy: %+v; want the default", got)
+	}
+	got := overDefault(def, &tenantryv1alpha1.HostPolicy{
+		Pods:       &tenantryv1alpha1.PodPolicy{AllowedPriorityClasses: []string{"tenant-high"}},
+		Metadata:   &tenantryv1alpha1.MetadataPolicy{AllowedPrefixes: []string{"linkerd.io/"}},
+		LimitRange: &corev1.LimitRangeSpec{},
+	})
+	if !slices.Equal(got.Pods.AllowedPriorityClasses, []string{"tenant-high"}) {
+		t.Errorf("priority classes %v: the VirtualCluster's replace the default's", got.Pods.AllowedPriorityClasses)
+	}
+	if got.Pods.NodeSelector["pool"] != "tenants" || got.ResourceQuota == nil || got.LimitRange == nil {
+		t.Errorf("fields the VirtualCluster leaves unset keep the default: %+v", got)
+	}
+	if !slices.Equal(def.Pods.AllowedPriorityClasses, []string{"tenant-low"}) {
+		t.Error("the default policy was changed")
+	}
+
+	denied := deniedMetadataPrefixes(nil, got)
+	if !slices.Contains(denied, "team.example.com/") || slices.Contains(denied, "linkerd.io/") || !slices.Contains(denied, "kubernetes.io/") {
+		t.Errorf("denied prefixes %v: want the default list, plus team.example.com/, less linkerd.io/", denied)
+	}
+	if n := len(syncer.DefaultDeniedMetadataPrefixes); !slices.Contains(syncer.DefaultDeniedMetadataPrefixes, "linkerd.io/") || n < 10 {
+		t.Error("the default deny list was changed")
+	}
+	if denied := deniedMetadataPrefixes([]string{}, tenantryv1alpha1.HostPolicy{}); len(denied) != 0 {
+		t.Errorf("an empty manager list: %v; want none", denied)
+	}
+}
+
+func TestReadHostPolicy(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, content string) string {
+		path := filepath.Join(dir, name)
+		if err := os.WriteFile(path, []byte(content), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return path
+	}
+	p, err := readHostPolicy(write("good.yaml", "pods:\n  allowedVolumeTypes: [nfs]\nresourceQuota:\n  hard:\n    pods: \"20\"\n"))
+	if err != nil || p.Pods.AllowedVolumeTypes[0] != "nfs" || p.ResourceQuota.Hard.Pods().Value() != 20 {
+		t.Fatalf("a good policy: %+v, %v", p, err)
+	}
+	for name, c := range map[string]struct{ content, want string }{
+		"unknown field": {"pods:\n  allowedVolumeType: [nfs]\n", "allowedVolumeType"},
+		"gitRepo":       {"pods:\n  allowedVolumeTypes: [gitRepo]\n", `"gitRepo" is not one of`},
+		"bad prefix":    {"metadata:\n  deniedPrefixes: [example.com]\n", "ends with /"},
+	} {
+		if _, err := readHostPolicy(write(name, c.content)); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: %v; want an error naming %q", name, err, c.want)
+		}
+	}
+}

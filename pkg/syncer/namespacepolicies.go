@@ -1,0 +1,242 @@
+package syncer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+)
+
+// IsolationPolicyName is the NetworkPolicy that Tenantry puts in every host
+// namespace: its Pods take traffic only from Pods of the same
+// VirtualCluster (every host namespace of it carries its
+// tenantry.dev/cluster label) and of the host's own namespaces (ingress
+// controllers, monitoring), never from another tenant's. Egress is not
+// restricted, so that Pods reach DNS, their tenant API server and the
+// outside; another tenant's Pods are kept out by that tenant's own
+// isolation policy. Traffic from outside the cluster (NodePort and
+// LoadBalancer Services) needs a policy of the host admin's.
+const IsolationPolicyName = "tenantry-isolation"
+
+// QuotaName is the ResourceQuota, and LimitRangeName the LimitRange, that
+// Tenantry keeps in every host namespace of a tenant whose Options set
+// ResourceQuota or LimitRange.
+const (
+	QuotaName      = "tenantry-quota"
+	LimitRangeName = "tenantry-limits"
+)
+
+// namespacePolicy is one object that Tenantry keeps in each host namespace
+// of a tenant: the host's rules for what the namespace's Pods may do.
+type namespacePolicy struct {
+	resource  string // plural, for logs and metrics
+	name      string
+	newObject func() client.Object
+	// fill sets obj's content, or says that the namespace has no such
+	// object.
+	fill func(obj client.Object) bool
+	// content is what fill sets, to compare.
+	content func(obj client.Object) any
+}
+
+// namespacePolicies keeps the policy objects in each of one tenant's host
+// namespaces: made with the namespace, before anything goes in it, and
+// restored when they are changed or deleted by hand.
+type namespacePolicies struct {
+	translator Translator
+	hostRead   client.Reader
+	host       client.Client
+	excluded   map[string]bool
+	policies   []namespacePolicy
+}
+
+func newNamespacePolicies(tr Translator, hostRead client.Reader, host client.Client, excluded map[string]bool, opts Options) *namespacePolicies {
+	p := &namespacePolicies{translator: tr, hostRead: hostRead, host: host, excluded: excluded}
+	if !opts.DisableNetworkIsolation {
+		p.policies = append(p.policies, namespacePolicy{
+			resource: "networkpolicies", name: IsolationPolicyName,
+			newObject: func() client.Object { return &networkingv1.NetworkPolicy{} },
+			fill: func(o client.Object) bool {
+				o.(*networkingv1.NetworkPolicy).Spec = isolationPolicy(tr.Cluster)
+				return true
+			},
+			content: func(o client.Object) any { return o.(*networkingv1.NetworkPolicy).Spec },
+		})
+	}
+	p.policies = append(p.policies, namespacePolicy{
+		resource: "resourcequotas", name: QuotaName,
+		newObject: func() client.Object { return &corev1.ResourceQuota{} },
+		fill: func(o client.Object) bool {
+			if opts.ResourceQuota != nil {
+				o.(*corev1.ResourceQuota).Spec = *opts.ResourceQuota.DeepCopy()
+			}
+			return opts.ResourceQuota != nil
+		},
+		content: func(o client.Object) any { return o.(*corev1.ResourceQuota).Spec },
+	}, namespacePolicy{
+		resource: "limitranges", name: LimitRangeName,
+		newObject: func() client.Object { return &corev1.LimitRange{} },
+		fill: func(o client.Object) bool {
+			if opts.LimitRange != nil {
+				o.(*corev1.LimitRange).Spec = *opts.LimitRange.DeepCopy()
+			}
+			return opts.LimitRange != nil
+		},
+		content: func(o client.Object) any { return o.(*corev1.LimitRange).Spec },
+	})
+	return p
+}
+
+// setup runs the controller that restores the policy objects: a request
+// names a tenant namespace.
+func (p *namespacePolicies) setup(mgr manager.Manager, hub *Hub) error {
+	cluster := p.translator.Cluster
+	byHostNamespace := func(o client.Object) (types.NamespacedName, bool) {
+		key, ok := p.translator.TenantKey(o)
+		return types.NamespacedName{Name: key.Name}, ok
+	}
+	b := builder.ControllerManagedBy(mgr).
+		Named(cluster + "-namespace-policies").
+		For(&corev1.Namespace{}).
+		WatchesRawSource(routed(hub, &corev1.Namespace{}, cluster, byHostNamespace))
+	for _, policy := range p.policies {
+		byPolicy := func(o client.Object) (types.NamespacedName, bool) {
+			ns, ok := o.GetAnnotations()[AnnotationTenantNamespace]
+			return types.NamespacedName{Name: ns}, ok && p.translator.Owns(o) && o.GetName() == policy.name
+		}
+		b = b.WatchesRawSource(routed(hub, policy.newObject(), cluster, byPolicy))
+	}
+	return b.Complete(p)
+}
+
+func (p *namespacePolicies) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
+	if p.excluded[req.Name] {
+		return reconcile.Result{}, nil
+	}
+	hostNS := HostNamespace(p.translator.Cluster, req.Name)
+	var ns corev1.Namespace
+	if err := p.hostRead.Get(ctx, client.ObjectKey{Name: hostNS}, &ns); err != nil {
+		return reconcile.Result{}, client.IgnoreNotFound(err) // made on demand; its creation brings us back
+	}
+	if !p.translator.Owns(&ns) || !ns.DeletionTimestamp.IsZero() {
+		return reconcile.Result{}, nil
+	}
+	foreign, err := p.keep(ctx, hostNS, req.Name)
+	if err == nil && foreign {
+		return reconcile.Result{RequeueAfter: foreignRetry}, nil
+	}
+	return reconcile.Result{}, err
+}
+
+// keep makes host namespace hostNS, which holds tenant namespace tenantNS,
+// have the policy objects it should, and no other of Tenantry's; foreign
+// says that an object not Tenantry's holds one's name.
+func (p *namespacePolicies) keep(ctx context.Context, hostNS, tenantNS string) (foreign bool, err error) {
+	var errs []error
+	for _, policy := range p.policies {
+		f, err := p.keepOne(ctx, policy, hostNS, tenantNS)
+		foreign = foreign || f
+		errs = append(errs, err)
+	}
+	return foreign, errors.Join(errs...)
+}
+
+func (p *namespacePolicies) keepOne(ctx context.Context, policy namespacePolicy, hostNS, tenantNS string) (foreign bool, err error) {
+	cluster := p.translator.Cluster
+	key := client.ObjectKey{Namespace: hostNS, Name: policy.name}
+	current := policy.newObject()
+	found := true
+	if err := p.hostRead.Get(ctx, key, current); apierrors.IsNotFound(err) {
+		found = false
+	} else if err != nil {
+		return false, fmt.Errorf("reading %s %s: %w", policy.resource, key, err)
+	}
+	desired := policy.newObject()
+	desired.SetNamespace(hostNS)
+	desired.SetName(policy.name)
+	desired.SetLabels(map[string]string{LabelManagedBy: ManagedByValue, LabelCluster: cluster})
+	desired.SetAnnotations(map[string]string{AnnotationTenantNamespace: tenantNS})
+	wanted := policy.fill(desired)
+	switch {
+	case found && !p.translator.Owns(current):
+		return true, nil // the cache holds Tenantry's objects only, but of every cluster
+	case !wanted && !found:
+		return false, nil
+	case !wanted:
+		err := p.host.Delete(ctx, current, client.Preconditions{UID: ptr.To(current.GetUID())})
+		if client.IgnoreNotFound(err) != nil {
+			return false, fmt.Errorf("deleting %s %s, which the policy no longer has: %w", policy.resource, key, err)
+		}
+		writes.WithLabelValues(cluster, policy.resource, "down", "delete").Inc()
+		return false, nil
+	case !found:
+		err := p.host.Create(ctx, desired)
+		if apierrors.IsAlreadyExists(err) {
+			return p.alreadyExists(ctx, policy, key)
+		}
+		if err != nil {
+			return false, fmt.Errorf("creating %s %s: %w", policy.resource, key, err)
+		}
+		writes.WithLabelValues(cluster, policy.resource, "down", "create").Inc()
+		ctrl.LoggerFrom(ctx).V(1).Info("created a host namespace policy", "resource", policy.resource, "namespace", hostNS, "name", policy.name)
+		return false, nil
+	case equality.Semantic.DeepEqual(policy.content(current), policy.content(desired)) &&
+		equality.Semantic.DeepEqual(current.GetAnnotations(), desired.GetAnnotations()):
+		return false, nil
+	}
+	desired.SetResourceVersion(current.GetResourceVersion())
+	if err := p.host.Update(ctx, desired); err != nil {
+		return false, fmt.Errorf("restoring %s %s: %w", policy.resource, key, err)
+	}
+	writes.WithLabelValues(cluster, policy.resource, "down", "update").Inc()
+	return false, nil
+}
+
+// alreadyExists tells a policy object of ours that the cache has not seen
+// yet from someone else's, which is never written.
+func (p *namespacePolicies) alreadyExists(ctx context.Context, policy namespacePolicy, key client.ObjectKey) (foreign bool, err error) {
+	existing := policy.newObject()
+	if err := p.host.Get(ctx, key, existing); err != nil {
+		return false, fmt.Errorf("reading %s %s: %w", policy.resource, key, err)
+	}
+	if p.translator.Owns(existing) {
+		return false, nil
+	}
+	conflicts.WithLabelValues(p.translator.Cluster, policy.resource, "not-owned").Inc()
+	ctrl.LoggerFrom(ctx).Info("an object that is not Tenantry's holds the name of a host namespace policy; it is left alone, and the namespace goes without Tenantry's",
+		"resource", policy.resource, "namespace", key.Namespace, "name", key.Name)
+	return true, nil
+}
+
+// isolationPolicy is the spec of the isolation NetworkPolicy of cluster's
+// host namespaces: all Pods, ingress from the VirtualCluster's host
+// namespaces and from the host's own (ingress controllers, monitoring), not
+// from other tenants'.
+func isolationPolicy(cluster string) networkingv1.NetworkPolicySpec {
+	return networkingv1.NetworkPolicySpec{
+		PodSelector: metav1.LabelSelector{},
+		PolicyTypes: []networkingv1.PolicyType{networkingv1.PolicyTypeIngress},
+		Ingress: []networkingv1.NetworkPolicyIngressRule{{
+			From: []networkingv1.NetworkPolicyPeer{
+				{NamespaceSelector: &metav1.LabelSelector{
+					MatchLabels: map[string]string{LabelManagedBy: ManagedByValue, LabelCluster: cluster},
+				}},
+				{NamespaceSelector: &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{
+					{Key: LabelManagedBy, Operator: metav1.LabelSelectorOpDoesNotExist},
+				}}},
+			},
+		}},
+	}
+}
