@@ -13,6 +13,7 @@ import (
 	"go.uber.org/fx"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/leaderelection/resourcelock"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
@@ -59,16 +60,24 @@ type managerParams struct {
 // them would let their writes land while another replica already leads.
 func NewManager(p managerParams) (manager.Manager, error) {
 	o := p.Options
+	var lock resourcelock.Interface
+	if o.LeaderElection {
+		var err error
+		if lock, err = newLeaderLock(p.Config, o); err != nil {
+			return nil, err
+		}
+	}
 	mgr, err := manager.New(p.Config, manager.Options{
-		Scheme:                        p.Scheme,
-		Logger:                        p.Logger,
-		Metrics:                       metricsserver.Options{BindAddress: o.MetricsBindAddress},
-		HealthProbeBindAddress:        o.HealthProbeBindAddress,
-		LeaderElection:                o.LeaderElection,
-		LeaderElectionID:              o.LeaderElectionID,
-		LeaderElectionNamespace:       o.LeaderElectionNamespace,
-		LeaderElectionReleaseOnCancel: true,
-		GracefulShutdownTimeout:       ptr.To(o.GracefulShutdownTimeout),
+		Scheme:                  p.Scheme,
+		Logger:                  p.Logger,
+		Metrics:                 metricsserver.Options{BindAddress: o.MetricsBindAddress},
+		HealthProbeBindAddress:  o.HealthProbeBindAddress,
+		LeaderElection:          o.LeaderElection,
+		LeaderElectionID:        o.LeaderElectionID,
+		LeaderElectionNamespace: o.LeaderElectionNamespace,
+		// Given up by releaseLeaderLease on a clean shutdown only.
+		LeaderElectionResourceLockInterface: lock,
+		GracefulShutdownTimeout:             ptr.To(o.GracefulShutdownTimeout),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("building management manager: %w", err)
@@ -103,6 +112,13 @@ func NewManager(p managerParams) (manager.Manager, error) {
 				if ctx.Err() == nil {
 					p.Logger.Info("management manager stopped on its own")
 					_ = p.Shutdowner.Shutdown(fx.ExitCode(1))
+				}
+				if lock != nil {
+					// Every controller has stopped: no write of ours can
+					// land after another replica leads.
+					if err := releaseLeaderLease(lock); err != nil {
+						p.Logger.Error(err, "could not give the leader Lease up; another replica leads once it expires")
+					}
 				}
 			}()
 			return nil

@@ -78,3 +78,46 @@ func TestLostLeaseExitsAtOnce(t *testing.T) {
 		t.Fatalf("still running %s after losing the Lease", time.Since(stolen).Round(time.Second))
 	}
 }
+
+// A leader that shuts down cleanly gives its Lease up, so that the next
+// one need not wait for it to expire.
+func TestCleanShutdownReleasesTheLease(t *testing.T) {
+	env := tenantrytest.New(t, tenantrytest.Options{})
+	kubeconfig, err := env.Host.Kubeconfig()
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "host.kubeconfig")
+	if err := os.WriteFile(path, kubeconfig, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	opts := Options{
+		Kubeconfig: path, MetricsBindAddress: "0", HealthProbeBindAddress: "0",
+		LeaderElection: true, LeaderElectionNamespace: "default", LeaderElectionID: "tenantry-release-test",
+		Logger: LoggerOptions{Output: io.Discard},
+	}
+	app := fx.New(fx.Supply(opts), Module, fx.Invoke(func(manager.Manager) {}), fx.NopLogger)
+	if err := app.Start(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	leases := kubernetes.NewForConfigOrDie(env.Host.Config()).CoordinationV1().Leases("default")
+	var holder string
+	tenantrytest.Eventually(t, 30*time.Second, "the manager holds the Lease", func(ctx context.Context) (bool, error) {
+		l, err := leases.Get(ctx, opts.LeaderElectionID, metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		holder = ptr.Deref(l.Spec.HolderIdentity, "")
+		return holder != "", nil
+	})
+	if err := app.Stop(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	l, err := leases.Get(t.Context(), opts.LeaderElectionID, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if h := ptr.Deref(l.Spec.HolderIdentity, ""); h != "" || ptr.Deref(l.Spec.LeaseDurationSeconds, 0) != 1 {
+		t.Fatalf("after a clean shutdown the Lease is held by %q for %ds; want given up (was %q)", h, ptr.Deref(l.Spec.LeaseDurationSeconds, 0), holder)
+	}
+}

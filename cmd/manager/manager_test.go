@@ -98,6 +98,10 @@ func (b *syncBuffer) String() string {
 }
 
 func TestMain(m *testing.M) {
+	if os.Getenv(runManagerEnv) == "1" {
+		// A manager process of a test (startManager).
+		os.Exit(run(os.Args[1:], os.Stderr))
+	}
 	// The binary sets the process's loggers in run(); tests build apps
 	// without it.
 	ctrllog.SetLogger(logr.Discard())

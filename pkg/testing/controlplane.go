@@ -42,6 +42,8 @@ type ControlPlane struct {
 	stopped      bool
 	// nodes is how many simulated nodes kwok runs here, or has run.
 	nodes int
+	// paths are the network paths of single clients (NewPath).
+	paths []*tcpProxy
 }
 
 // hostName is the host control plane's name.
@@ -149,9 +151,14 @@ func (c *ControlPlane) Config() *rest.Config { return rest.CopyConfig(c.config) 
 // as Config, with one cluster, user and context, each named after the control
 // plane, and that context current.
 func (c *ControlPlane) Kubeconfig() ([]byte, error) {
+	return c.kubeconfig(c.config.Host)
+}
+
+// kubeconfig is Kubeconfig with another server URL.
+func (c *ControlPlane) kubeconfig(server string) ([]byte, error) {
 	kc := clientcmdapi.NewConfig()
 	kc.Clusters[c.name] = &clientcmdapi.Cluster{
-		Server:                   c.config.Host,
+		Server:                   server,
 		CertificateAuthorityData: c.config.CAData,
 	}
 	kc.AuthInfos[c.name] = &clientcmdapi.AuthInfo{
@@ -238,6 +245,58 @@ func (c *ControlPlane) Reconnect() error {
 	return c.routeLocked()
 }
 
+// Path is a network path of its own to a control plane's API server, for
+// one client: disconnecting it partitions that client alone while every
+// other client goes on, as when one replica of a controller loses its
+// network. It follows the API server through restarts, as Address does.
+type Path struct {
+	cp    *ControlPlane
+	proxy *tcpProxy
+}
+
+// NewPath opens a new network path to the control plane's API server. It
+// closes with the control plane.
+func (c *ControlPlane) NewPath() (*Path, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.stopped {
+		return nil, fmt.Errorf("control plane %q: %w", c.name, ErrStopped)
+	}
+	proxy, err := newTCPProxy()
+	if err != nil {
+		return nil, fmt.Errorf("control plane %q: %w", c.name, err)
+	}
+	if err := proxy.set(forward, c.proxy.Addr()); err != nil {
+		proxy.close()
+		return nil, fmt.Errorf("control plane %q: %w", c.name, err)
+	}
+	c.paths = append(c.paths, proxy)
+	return &Path{cp: c, proxy: proxy}, nil
+}
+
+// Config is the control plane's Config, through the path.
+func (p *Path) Config() *rest.Config {
+	config := p.cp.Config()
+	config.Host = "https://" + p.proxy.Addr()
+	return config
+}
+
+// Kubeconfig is the control plane's Kubeconfig, through the path.
+func (p *Path) Kubeconfig() ([]byte, error) {
+	return p.cp.kubeconfig("https://" + p.proxy.Addr())
+}
+
+// Disconnect partitions the path's client, as ControlPlane.Disconnect does
+// all of them: open connections are cut, new ones never answered.
+func (p *Path) Disconnect() error {
+	return p.proxy.set(blackhole, "")
+}
+
+// Reconnect heals the path's partition.
+func (p *Path) Reconnect() error {
+	return p.proxy.set(forward, p.cp.proxy.Addr())
+}
+
 // routeLocked points the proxy where the control plane's state says: a
 // partition wins over everything, then a stopped API server.
 func (c *ControlPlane) routeLocked() error {
@@ -282,6 +341,9 @@ func (c *ControlPlane) stop() error {
 		})
 	}
 	wg.Wait()
+	for _, p := range c.paths {
+		p.close()
+	}
 	if c.proxy != nil {
 		c.proxy.close()
 	}
