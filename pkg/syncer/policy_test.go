@@ -9,8 +9,10 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/tenantry/tenantry/pkg/syncer"
@@ -28,6 +30,7 @@ func TestHostPolicyStripsAndRefusesPodFields(t *testing.T) {
 		ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: unique("greedy")},
 		Spec: corev1.PodSpec{
 			PriorityClassName: "system-node-critical",
+			SchedulerName:     "tenant-scheduler",
 			Tolerations:       []corev1.Toleration{{Operator: corev1.TolerationOpExists}},
 			NodeSelector:      map[string]string{"node-role.kubernetes.io/control-plane": ""},
 			Containers:        []corev1.Container{{Name: "app", Image: "app"}},
@@ -40,7 +43,29 @@ func TestHostPolicyStripsAndRefusesPodFields(t *testing.T) {
 			Volumes:    []corev1.Volume{{Name: "root", VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: "/"}}}},
 		},
 	}
-	for _, p := range []*corev1.Pod{greedy, hostile} {
+	cloner := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: unique("gitrepo")},
+		Spec: corev1.PodSpec{
+			Containers: []corev1.Container{{Name: "app", Image: "app"}},
+			Volumes: []corev1.Volume{{Name: "src", VolumeSource: corev1.VolumeSource{GitRepo: &corev1.GitRepoVolumeSource{
+				Repository: "https://example.com/hooks.git",
+			}}}},
+		},
+	}
+	volumePicker := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: unique("picker")},
+		Spec: corev1.PodSpec{
+			Containers: []corev1.Container{{Name: "app", Image: "app"}},
+			Volumes: []corev1.Volume{{Name: "scratch", VolumeSource: corev1.VolumeSource{Ephemeral: &corev1.EphemeralVolumeSource{
+				VolumeClaimTemplate: &corev1.PersistentVolumeClaimTemplate{Spec: corev1.PersistentVolumeClaimSpec{
+					AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+					VolumeName:  "someone-elses-volume",
+					Resources:   corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")}},
+				}},
+			}}}},
+		},
+	}
+	for _, p := range []*corev1.Pod{greedy, hostile, cloner, volumePicker} {
 		if err := tenant.Create(ctx, p); err != nil {
 			t.Fatal(err)
 		}
@@ -52,8 +77,10 @@ func TestHostPolicyStripsAndRefusesPodFields(t *testing.T) {
 	if err := shared.Host.Get(ctx, shared.HostKey("tenant-2", greedy.Namespace, greedy.Name), &host); err != nil {
 		t.Fatal(err)
 	}
-	if host.Spec.PriorityClassName != "" || (host.Spec.Priority != nil && *host.Spec.Priority != 0) || len(host.Spec.NodeSelector) != 0 {
-		t.Errorf("host Pod: priority class %q (%v), node selector %v; want the host's defaults", host.Spec.PriorityClassName, host.Spec.Priority, host.Spec.NodeSelector)
+	if host.Spec.PriorityClassName != "" || (host.Spec.Priority != nil && *host.Spec.Priority != 0) || len(host.Spec.NodeSelector) != 0 ||
+		host.Spec.SchedulerName != corev1.DefaultSchedulerName {
+		t.Errorf("host Pod: priority class %q (%v), node selector %v, scheduler %q; want the host's defaults",
+			host.Spec.PriorityClassName, host.Spec.Priority, host.Spec.NodeSelector, host.Spec.SchedulerName)
 	}
 	for _, tol := range host.Spec.Tolerations {
 		if tol.Key == "" {
@@ -64,7 +91,8 @@ func TestHostPolicyStripsAndRefusesPodFields(t *testing.T) {
 		events := eventsAbout(t, tenant, greedy.Namespace, greedy.Name, syncer.ReasonHostStripped)
 		for _, e := range events {
 			if e.Type == corev1.EventTypeNormal && strings.Contains(e.Note, "priorityClassName system-node-critical") &&
-				strings.Contains(e.Note, "toleration of every taint") && strings.Contains(e.Note, "node-role.kubernetes.io/control-plane") {
+				strings.Contains(e.Note, "toleration of every taint") && strings.Contains(e.Note, "node-role.kubernetes.io/control-plane") &&
+				strings.Contains(e.Note, "schedulerName tenant-scheduler") {
 				return len(events) == 1, fmt.Errorf("%d events", len(events))
 			}
 		}
@@ -73,6 +101,64 @@ func TestHostPolicyStripsAndRefusesPodFields(t *testing.T) {
 
 	expectHostRejectedEvent(t, tenant, hostile.Namespace, hostile.Name, "hostPath")
 	expectNoHostCopy(t, "tenant-2", hostile)
+	expectHostRejectedEvent(t, tenant, cloner.Namespace, cloner.Name, "volume src is of type gitRepo")
+	expectNoHostCopy(t, "tenant-2", cloner)
+
+	eventually(t, 20*time.Second, "the picker's host Pod, with a claim template that picks no volume", func(ctx context.Context) (bool, error) {
+		var host corev1.Pod
+		if err := shared.Host.Get(ctx, shared.HostKey("tenant-2", volumePicker.Namespace, volumePicker.Name), &host); err != nil {
+			return false, err
+		}
+		claim := host.Spec.Volumes[0].Ephemeral.VolumeClaimTemplate.Spec
+		return claim.VolumeName == "" && claim.Selector == nil, fmt.Errorf("volumeName %q", claim.VolumeName)
+	})
+	eventually(t, 10*time.Second, "a HostStripped Event naming the volume", func(context.Context) (bool, error) {
+		for _, e := range eventsAbout(t, tenant, volumePicker.Namespace, volumePicker.Name, syncer.ReasonHostStripped) {
+			if strings.Contains(e.Note, "volume scratch's volumeName") {
+				return true, nil
+			}
+		}
+		return false, nil
+	})
+}
+
+// A Service that claims host addresses or the host's load balancer is
+// synced without them, and the tenant told.
+func TestHostPolicyStripsServiceAddresses(t *testing.T) {
+	useWorld(t)
+	ctx := t.Context()
+	tenant := shared.Tenants["tenant-2"]
+	svc := &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: unique("claimer")},
+		Spec: corev1.ServiceSpec{
+			Type:              corev1.ServiceTypeLoadBalancer,
+			LoadBalancerIP:    "203.0.113.7",
+			LoadBalancerClass: ptr.To("example.com/internal"),
+			ExternalIPs:       []string{"203.0.113.8"},
+			Ports:             []corev1.ServicePort{{Name: "http", Port: 80, Protocol: corev1.ProtocolTCP}},
+		},
+	}
+	if err := tenant.Create(ctx, svc); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = tenant.Delete(context.Background(), svc) })
+	eventually(t, 20*time.Second, "the host Service without the tenant's addresses", func(ctx context.Context) (bool, error) {
+		var host corev1.Service
+		if err := shared.Host.Get(ctx, shared.HostKey("tenant-2", svc.Namespace, svc.Name), &host); err != nil {
+			return false, err
+		}
+		return host.Spec.LoadBalancerIP == "" && host.Spec.LoadBalancerClass == nil && len(host.Spec.ExternalIPs) == 0,
+			fmt.Errorf("loadBalancerIP %q, class %v, externalIPs %v", host.Spec.LoadBalancerIP, host.Spec.LoadBalancerClass, host.Spec.ExternalIPs)
+	})
+	eventually(t, 10*time.Second, "a HostStripped Event naming them", func(context.Context) (bool, error) {
+		for _, e := range eventsAbout(t, tenant, svc.Namespace, svc.Name, syncer.ReasonHostStripped) {
+			if strings.Contains(e.Note, "loadBalancerIP 203.0.113.7") && strings.Contains(e.Note, "externalIPs 203.0.113.8") &&
+				strings.Contains(e.Note, "loadBalancerClass example.com/internal") {
+				return true, nil
+			}
+		}
+		return false, nil
+	})
 }
 
 // Every host namespace of a tenant gets the isolation NetworkPolicy: its

@@ -130,8 +130,15 @@ func (t Translator) HostMetadata(tenant, host client.Object, clusterScoped, copy
 		annotations = map[string]string{}
 	}
 	if copyUserMetadata {
-		copiedLabels := t.copyAllowed(labels, tenant.GetLabels(), annotations[AnnotationCopiedLabels])
-		copiedAnnotations := t.copyAllowed(annotations, tenant.GetAnnotations(), annotations[AnnotationCopiedAnnotations])
+		labelsRecord, annotationsRecord := annotations[AnnotationCopiedLabels], annotations[AnnotationCopiedAnnotations]
+		if host.GetResourceVersion() != "" && annotations[AnnotationSyncedDigest] == "" {
+			// Written before Tenantry kept records: what the tenant has
+			// now is presumed copied, so that keys now denied go.
+			labelsRecord = orRecord(labelsRecord, tenant.GetLabels())
+			annotationsRecord = orRecord(annotationsRecord, tenant.GetAnnotations())
+		}
+		copiedLabels := t.copyAllowed(labels, tenant.GetLabels(), labelsRecord)
+		copiedAnnotations := t.copyAllowed(annotations, tenant.GetAnnotations(), annotationsRecord)
 		setRecord(annotations, AnnotationCopiedLabels, copiedLabels)
 		setRecord(annotations, AnnotationCopiedAnnotations, copiedAnnotations)
 	}
@@ -210,6 +217,14 @@ func (t Translator) copyAllowed(dst, src map[string]string, record string) []str
 
 // setRecord stores keys under the record annotation name, or removes it
 // when there are none.
+// orRecord is record, or when there is none, the keys of src.
+func orRecord(record string, src map[string]string) string {
+	if record != "" {
+		return record
+	}
+	return strings.Join(slices.Sorted(maps.Keys(src)), ",")
+}
+
 func setRecord(annotations map[string]string, name string, keys []string) {
 	if len(keys) == 0 {
 		delete(annotations, name)

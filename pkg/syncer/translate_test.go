@@ -121,3 +121,30 @@ func TestHostMetadataCopiesAllowedKeysAndRemovals(t *testing.T) {
 		t.Error("an annotation denied after it was copied stayed in the host")
 	}
 }
+
+// A host copy written before Tenantry kept records loses the denied keys
+// it has from its tenant object; one written since keeps a denied key the
+// host added.
+func TestHostMetadataCleansCopiesWithoutRecords(t *testing.T) {
+	tr := Translator{Cluster: "vc"}
+	tenant := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{
+		Namespace: "default", Name: "web", UID: "u1",
+		Labels: map[string]string{"app": "web", "linkerd.io/inject": "enabled"},
+	}}
+	old := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{
+		ResourceVersion: "7", Labels: map[string]string{"app": "web", "linkerd.io/inject": "enabled"},
+	}}
+	tr.HostMetadata(tenant, old, false, true)
+	if _, ok := old.Labels["linkerd.io/inject"]; ok || old.Labels["app"] != "web" {
+		t.Errorf("an old copy's labels %v: want the denied key gone, app kept", old.Labels)
+	}
+
+	recent := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{
+		ResourceVersion: "8", Labels: map[string]string{"app": "web", "linkerd.io/inject": "enabled"},
+		Annotations: map[string]string{AnnotationSyncedDigest: "d", AnnotationCopiedLabels: "app"},
+	}}
+	tr.HostMetadata(tenant, recent, false, true)
+	if recent.Labels["linkerd.io/inject"] != "enabled" {
+		t.Errorf("a recent copy's labels %v: the host's own denied key must stay", recent.Labels)
+	}
+}
