@@ -113,13 +113,7 @@ func NewManager(p managerParams) (manager.Manager, error) {
 					p.Logger.Info("management manager stopped on its own")
 					_ = p.Shutdowner.Shutdown(fx.ExitCode(1))
 				}
-				if lock != nil {
-					// Every controller has stopped: no write of ours can
-					// land after another replica leads.
-					if err := releaseLeaderLease(lock); err != nil {
-						p.Logger.Error(err, "could not give the leader Lease up; another replica leads once it expires")
-					}
-				}
+
 			}()
 			return nil
 		},
@@ -127,10 +121,18 @@ func NewManager(p managerParams) (manager.Manager, error) {
 			cancel()
 			select {
 			case <-exited:
-				return nil
 			case <-ctx.Done():
 				return fmt.Errorf("management manager did not stop in time: %w", ctx.Err())
 			}
+			if lock != nil {
+				// The tenants' apps (stopped before, as they were started
+				// after) and the manager's controllers have stopped: no
+				// write of ours lands after another replica leads.
+				if err := releaseLeaderLease(lock); err != nil {
+					p.Logger.Error(err, "could not give the leader Lease up; another replica leads once it expires")
+				}
+			}
+			return nil
 		},
 	})
 	return mgr, nil

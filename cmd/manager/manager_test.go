@@ -326,37 +326,37 @@ func TestManagementApp(t *testing.T) {
 	})
 
 	t.Run("spec.hostPolicy puts a quota and limits in each host namespace, and steers Pods and metadata", func(t *testing.T) {
+		// A VirtualCluster of its own, on tenant-1, which no other syncs now.
 		ctx := t.Context()
-		vc := &tenantryv1alpha1.VirtualCluster{}
-		if err := host.Get(ctx, client.ObjectKey{Name: "alpha"}, vc); err != nil {
-			t.Fatal(err)
-		}
-		vc.Spec.HostPolicy = &tenantryv1alpha1.HostPolicy{
-			Pods: &tenantryv1alpha1.PodPolicy{
-				NodeSelector: map[string]string{"pool": "tenants"},
-				Tolerations:  []corev1.Toleration{{Key: "dedicated", Value: "tenants", Effect: corev1.TaintEffectNoSchedule}},
+		createSecret(t, host, "policed-kubeconfig", kubeconfigs["tenant-1"])
+		vc := &tenantryv1alpha1.VirtualCluster{
+			ObjectMeta: metav1.ObjectMeta{Name: "policed"},
+			Spec: tenantryv1alpha1.VirtualClusterSpec{
+				KubeconfigSecretRef: tenantryv1alpha1.SecretKeyReference{Namespace: "default", Name: "policed-kubeconfig"},
+				HostPolicy: &tenantryv1alpha1.HostPolicy{
+					Pods: &tenantryv1alpha1.PodPolicy{
+						NodeSelector:       map[string]string{"pool": "tenants"},
+						Tolerations:        []corev1.Toleration{{Key: "dedicated", Value: "tenants", Effect: corev1.TaintEffectNoSchedule}},
+						AllowedVolumeTypes: []string{"gitRepo"},
+					},
+					Metadata:      &tenantryv1alpha1.MetadataPolicy{AllowedPrefixes: []string{"linkerd.io/"}},
+					ResourceQuota: &corev1.ResourceQuotaSpec{Hard: corev1.ResourceList{corev1.ResourcePods: resource.MustParse("2")}},
+					LimitRange: &corev1.LimitRangeSpec{Limits: []corev1.LimitRangeItem{{
+						Type: corev1.LimitTypeContainer, Default: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("100m")},
+					}}},
+				},
 			},
-			Metadata:      &tenantryv1alpha1.MetadataPolicy{AllowedPrefixes: []string{"linkerd.io/"}},
-			ResourceQuota: &corev1.ResourceQuotaSpec{Hard: corev1.ResourceList{corev1.ResourcePods: resource.MustParse("2")}},
-			LimitRange: &corev1.LimitRangeSpec{Limits: []corev1.LimitRangeItem{{
-				Type: corev1.LimitTypeContainer, Default: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("100m")},
-			}}},
 		}
-		vc.Spec.HostPolicy.Pods.AllowedVolumeTypes = []string{"gitRepo"}
-		if err := host.Update(ctx, vc); !apierrors.IsInvalid(err) {
+		if err := host.Create(ctx, vc); !apierrors.IsInvalid(err) {
 			t.Fatalf("allowing gitRepo volumes: %v; want Invalid", err)
 		}
 		vc.Spec.HostPolicy.Pods.AllowedVolumeTypes = nil
-		startsBefore := len(tenants.starts("alpha"))
-		if err := host.Update(ctx, vc); err != nil {
+		if err := host.Create(ctx, vc); err != nil {
 			t.Fatal(err)
 		}
-		eventually(t, 20*time.Second, "alpha re-spawned", func(context.Context) (bool, error) {
-			return len(tenants.starts("alpha")) == startsBefore+1, nil
-		})
-		expectReady(t, host, "alpha", metav1.ConditionTrue, tenantryv1alpha1.ReasonSpawned)
+		expectReady(t, host, "policed", metav1.ConditionTrue, tenantryv1alpha1.ReasonSpawned)
 
-		tenant := newHostClient(t, env.Tenants[1])
+		tenant := newHostClient(t, env.Tenants[0])
 		if err := tenant.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "policed"}}); err != nil {
 			t.Fatal(err)
 		}
@@ -373,11 +373,15 @@ func TestManagementApp(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		hostNS := syncer.HostNamespace("alpha", "policed")
+		hostNS := syncer.HostNamespace("policed", "policed")
 		var first corev1.Pod
-		eventually(t, 30*time.Second, "the first host Pod", func(ctx context.Context) (bool, error) {
-			err := host.Get(ctx, client.ObjectKey{Namespace: hostNS, Name: "first"}, &first)
-			return err == nil, err
+		eventually(t, 30*time.Second, "a host Pod", func(ctx context.Context) (bool, error) {
+			var pods corev1.PodList
+			if err := host.List(ctx, &pods, client.InNamespace(hostNS)); err != nil || len(pods.Items) == 0 {
+				return false, err
+			}
+			first = pods.Items[0] // whichever the host took first: its quota takes two of the three
+			return true, nil
 		})
 		if first.Spec.NodeSelector["pool"] != "tenants" || !slices.ContainsFunc(first.Spec.Tolerations, func(t corev1.Toleration) bool { return t.Key == "dedicated" }) {
 			t.Errorf("host Pod: node selector %v, tolerations %v; want the policy's", first.Spec.NodeSelector, first.Spec.Tolerations)
@@ -392,21 +396,37 @@ func TestManagementApp(t *testing.T) {
 		if err := host.Get(ctx, client.ObjectKey{Namespace: hostNS, Name: syncer.QuotaName}, &quota); err != nil {
 			t.Fatalf("the host namespace's quota: %v", err)
 		}
-		eventually(t, 30*time.Second, "the third Pod refused by the host's quota, and the tenant told", func(ctx context.Context) (bool, error) {
+		eventually(t, 30*time.Second, "two Pods in the host, and the one the host's quota refused told so", func(ctx context.Context) (bool, error) {
+			var pods corev1.PodList
+			if err := host.List(ctx, &pods, client.InNamespace(hostNS)); err != nil {
+				return false, err
+			}
 			var events eventsv1.EventList
 			if err := tenant.List(ctx, &events, client.InNamespace("policed")); err != nil {
 				return false, err
 			}
+			refused := 0
 			for _, e := range events.Items {
-				if e.Regarding.Name == "third" && e.Reason == syncer.ReasonHostRejected && strings.Contains(e.Note, "exceeded quota") {
-					return true, nil
+				if e.Reason == syncer.ReasonHostRejected && strings.Contains(e.Note, "exceeded quota") {
+					refused++
 				}
 			}
-			return false, fmt.Errorf("%d events", len(events.Items))
+			return len(pods.Items) == 2 && refused == 1, fmt.Errorf("%d host Pods, %d refused", len(pods.Items), refused)
 		})
+		// The quota's status changed with every Pod, and each change
+		// looked at the policy objects: none was rewritten, although the
+		// API server filled in the LimitRange's defaultRequest.
+		for _, resource := range []string{"limitranges", "resourcequotas", "networkpolicies"} {
+			m := tenantrytest.Metric(t, "tenantry_syncer_writes_total", map[string]string{
+				"cluster": "policed", "resource": resource, "direction": "down", "verb": "update",
+			})
+			if n := m.GetCounter().GetValue(); n != 0 {
+				t.Errorf("%s updated %v times; want only created", resource, n)
+			}
+		}
 
 		// Without the policy, the quota and the LimitRange go.
-		if err := host.Get(ctx, client.ObjectKey{Name: "alpha"}, vc); err != nil {
+		if err := host.Get(ctx, client.ObjectKey{Name: "policed"}, vc); err != nil {
 			t.Fatal(err)
 		}
 		vc.Spec.HostPolicy = nil

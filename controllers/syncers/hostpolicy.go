@@ -55,7 +55,8 @@ func validateHostPolicy(p tenantryv1alpha1.HostPolicy) error {
 var optionalVolumeTypes = []string{"hostPath", "nfs", "csi", "iscsi"}
 
 // overDefault is the policy of a VirtualCluster whose spec.hostPolicy is
-// vc: each field vc sets replaces def's.
+// vc: each field vc sets replaces def's, but metadata.deniedPrefixes, which
+// add to def's.
 func overDefault(def tenantryv1alpha1.HostPolicy, vc *tenantryv1alpha1.HostPolicy) tenantryv1alpha1.HostPolicy {
 	if vc == nil {
 		return def
@@ -81,7 +82,9 @@ func overDefault(def tenantryv1alpha1.HostPolicy, vc *tenantryv1alpha1.HostPolic
 		metadata = *def.Metadata
 	}
 	if m := vc.Metadata; m != nil {
-		metadata.DeniedPrefixes = either(m.DeniedPrefixes, metadata.DeniedPrefixes)
+		// Denials add up: a VirtualCluster takes entries off only through
+		// allowedPrefixes.
+		metadata.DeniedPrefixes = append(slices.Clone(metadata.DeniedPrefixes), m.DeniedPrefixes...)
 		metadata.AllowedPrefixes = either(m.AllowedPrefixes, metadata.AllowedPrefixes)
 	}
 	out.Metadata = &metadata

@@ -28,7 +28,7 @@ func TestVirtualClusterPolicyOverDefault(t *testing.T) {
 	}
 	got := overDefault(def, &tenantryv1alpha1.HostPolicy{
 		Pods:       &tenantryv1alpha1.PodPolicy{AllowedPriorityClasses: []string{"tenant-high"}},
-		Metadata:   &tenantryv1alpha1.MetadataPolicy{AllowedPrefixes: []string{"linkerd.io/"}},
+		Metadata:   &tenantryv1alpha1.MetadataPolicy{AllowedPrefixes: []string{"linkerd.io/"}, DeniedPrefixes: []string{"billing.example.com/"}},
 		LimitRange: &corev1.LimitRangeSpec{},
 	})
 	if !slices.Equal(got.Pods.AllowedPriorityClasses, []string{"tenant-high"}) {
@@ -42,8 +42,9 @@ func TestVirtualClusterPolicyOverDefault(t *testing.T) {
 	}
 
 	denied := deniedMetadataPrefixes(nil, got)
-	if !slices.Contains(denied, "team.example.com/") || slices.Contains(denied, "linkerd.io/") || !slices.Contains(denied, "kubernetes.io/") {
-		t.Errorf("denied prefixes %v: want the default list, plus team.example.com/, less linkerd.io/", denied)
+	if !slices.Contains(denied, "team.example.com/") || !slices.Contains(denied, "billing.example.com/") ||
+		slices.Contains(denied, "linkerd.io/") || !slices.Contains(denied, "kubernetes.io/") {
+		t.Errorf("denied prefixes %v: want the default list, plus the default policy's and the VirtualCluster's, less linkerd.io/", denied)
 	}
 	if n := len(syncer.DefaultDeniedMetadataPrefixes); !slices.Contains(syncer.DefaultDeniedMetadataPrefixes, "linkerd.io/") || n < 10 {
 		t.Error("the default deny list was changed")

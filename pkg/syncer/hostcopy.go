@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"maps"
-	"reflect"
 
 	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -30,15 +29,21 @@ const AnnotationSyncedDigest = "tenantry.dev/synced-digest"
 //   - The tenant asks for what it asked at the last write (the same
 //     AnnotationSyncedDigest) and current still holds all of it: whatever
 //     else current holds is another writer's, and is kept as it is. Only
-//     metadata is brought up to date. So a host webhook or controller that
-//     adds a field is not fought over.
+//     metadata is brought up to date (the framework's and what Down sets).
+//     So a host webhook or controller that adds a field is not fought over.
 //   - Otherwise (the tenant changed, or a field of the tenant's was changed
 //     in the host): Down on current, which replaces what Down syncs, and
 //     so also removes what the tenant removed.
 func (s *Syncer) HostCopy(tr Translator, tenant, current client.Object) (client.Object, error) {
 	asked, err := s.build(tr, tenant, nil)
 	if err != nil {
-		return nil, err
+		if current == nil {
+			return nil, err
+		}
+		// What the tenant asks would not be made today (a policy narrowed
+		// since): the copy that exists is kept in step as far as Down
+		// goes, with its record as it is.
+		return s.build(tr, tenant, current)
 	}
 	askedContent, err := content(asked)
 	if err != nil {
@@ -67,9 +72,11 @@ func (s *Syncer) HostCopy(tr Translator, tenant, current client.Object) (client.
 	if !contains(currentContent, askedContent) {
 		return host, nil // a field of the tenant's was changed in the host: repair it
 	}
+	// current's content, with metadata as Down left it (a Namespace's Pod
+	// Security label is Down's).
 	kept := current.DeepCopyObject().(client.Object)
-	tr.HostMetadata(tenant, kept, s.ClusterScoped, s.CopyUserMetadata)
-	setAnnotation(kept, AnnotationSyncedDigest, digest)
+	kept.SetLabels(host.GetLabels())
+	kept.SetAnnotations(host.GetAnnotations())
 	return kept, nil
 }
 
@@ -115,8 +122,7 @@ func contentDigest(content map[string]any) (string, error) {
 
 // contains says whether have holds everything want does: every key of a
 // map with a value that holds want's, lists of the same length holding
-// want's element by element, equal scalars. A zero scalar in want, which
-// may be a field the tenant left unset, is also held by its absence.
+// want's element by element, equal scalars.
 func contains(have, want any) bool {
 	switch w := want.(type) {
 	case map[string]any:
@@ -145,9 +151,6 @@ func contains(have, want any) bool {
 		}
 		return true
 	case nil:
-		return true
-	}
-	if have == nil && reflect.ValueOf(want).IsZero() {
 		return true
 	}
 	return equality.Semantic.DeepEqual(have, want)

@@ -47,8 +47,6 @@ type namespacePolicy struct {
 	// fill sets obj's content, or says that the namespace has no such
 	// object.
 	fill func(obj client.Object) bool
-	// content is what fill sets, to compare.
-	content func(obj client.Object) any
 }
 
 // namespacePolicies keeps the policy objects in each of one tenant's host
@@ -60,21 +58,13 @@ type namespacePolicies struct {
 	host       client.Client
 	excluded   map[string]bool
 	policies   []namespacePolicy
+	// quota is whether the namespaces have a quota of Tenantry's.
+	quota bool
 }
 
 func newNamespacePolicies(tr Translator, hostRead client.Reader, host client.Client, excluded map[string]bool, opts Options) *namespacePolicies {
-	p := &namespacePolicies{translator: tr, hostRead: hostRead, host: host, excluded: excluded}
-	if !opts.DisableNetworkIsolation {
-		p.policies = append(p.policies, namespacePolicy{
-			resource: "networkpolicies", name: IsolationPolicyName,
-			newObject: func() client.Object { return &networkingv1.NetworkPolicy{} },
-			fill: func(o client.Object) bool {
-				o.(*networkingv1.NetworkPolicy).Spec = isolationPolicy(tr.Cluster)
-				return true
-			},
-			content: func(o client.Object) any { return o.(*networkingv1.NetworkPolicy).Spec },
-		})
-	}
+	p := &namespacePolicies{translator: tr, hostRead: hostRead, host: host, excluded: excluded, quota: opts.ResourceQuota != nil}
+	// The quota first: it counts what follows.
 	p.policies = append(p.policies, namespacePolicy{
 		resource: "resourcequotas", name: QuotaName,
 		newObject: func() client.Object { return &corev1.ResourceQuota{} },
@@ -84,7 +74,6 @@ func newNamespacePolicies(tr Translator, hostRead client.Reader, host client.Cli
 			}
 			return opts.ResourceQuota != nil
 		},
-		content: func(o client.Object) any { return o.(*corev1.ResourceQuota).Spec },
 	}, namespacePolicy{
 		resource: "limitranges", name: LimitRangeName,
 		newObject: func() client.Object { return &corev1.LimitRange{} },
@@ -94,8 +83,17 @@ func newNamespacePolicies(tr Translator, hostRead client.Reader, host client.Cli
 			}
 			return opts.LimitRange != nil
 		},
-		content: func(o client.Object) any { return o.(*corev1.LimitRange).Spec },
 	})
+	if !opts.DisableNetworkIsolation {
+		p.policies = append(p.policies, namespacePolicy{
+			resource: "networkpolicies", name: IsolationPolicyName,
+			newObject: func() client.Object { return &networkingv1.NetworkPolicy{} },
+			fill: func(o client.Object) bool {
+				o.(*networkingv1.NetworkPolicy).Spec = isolationPolicy(tr.Cluster)
+				return true
+			},
+		})
+	}
 	return p
 }
 
@@ -192,8 +190,18 @@ func (p *namespacePolicies) keepOne(ctx context.Context, policy namespacePolicy,
 		writes.WithLabelValues(cluster, policy.resource, "down", "create").Inc()
 		ctrl.LoggerFrom(ctx).V(1).Info("created a host namespace policy", "resource", policy.resource, "namespace", hostNS, "name", policy.name)
 		return false, nil
-	case equality.Semantic.DeepEqual(policy.content(current), policy.content(desired)) &&
-		equality.Semantic.DeepEqual(current.GetAnnotations(), desired.GetAnnotations()):
+	}
+	// The API server fills in defaults (a LimitRange's defaultRequest from
+	// its default): what is stored holds what we wrote, and more.
+	have, err := content(current)
+	if err != nil {
+		return false, err
+	}
+	want, err := content(desired)
+	if err != nil {
+		return false, err
+	}
+	if contains(have, want) && equality.Semantic.DeepEqual(current.GetAnnotations(), desired.GetAnnotations()) {
 		return false, nil
 	}
 	desired.SetResourceVersion(current.GetResourceVersion())
@@ -202,6 +210,24 @@ func (p *namespacePolicies) keepOne(ctx context.Context, policy namespacePolicy,
 	}
 	writes.WithLabelValues(cluster, policy.resource, "down", "update").Inc()
 	return false, nil
+}
+
+// errPolicyPending says that a host namespace's quota is not in force yet.
+var errPolicyPending = errors.New("the host namespace's ResourceQuota is not in force yet")
+
+// inForce says whether the quota of host namespace hostNS, if it has one,
+// is in force: the host's quota controller has taken it up (its status
+// holds its limits). Until then the host's admission lets anything in.
+func (p *namespacePolicies) inForce(ctx context.Context, hostNS string) (bool, error) {
+	var quota corev1.ResourceQuota
+	err := p.hostRead.Get(ctx, client.ObjectKey{Namespace: hostNS, Name: QuotaName}, &quota)
+	switch {
+	case apierrors.IsNotFound(err):
+		return !p.quota, nil // not yet in the cache, if it should be
+	case err != nil:
+		return false, fmt.Errorf("reading the ResourceQuota of host namespace %s: %w", hostNS, err)
+	}
+	return equality.Semantic.DeepEqual(quota.Spec.Hard, quota.Status.Hard), nil
 }
 
 // alreadyExists tells a policy object of ours that the cache has not seen

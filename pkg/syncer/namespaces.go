@@ -55,12 +55,20 @@ type hostNamespaces struct {
 
 // ensure makes the host namespace of tenantNamespace, with its policy
 // objects (a quota, a LimitRange, the isolation NetworkPolicy), so that
-// they hold from the namespace's first object on.
+// they hold from the namespace's first object on; errPolicyPending says to
+// come back once the quota is in force.
 func (n *hostNamespaces) ensure(ctx context.Context, tenantNamespace string) error {
 	if err := n.ensureNamespace(ctx, tenantNamespace); err != nil {
 		return err
 	}
-	_, err := n.policies.keep(ctx, HostNamespace(n.translator.Cluster, tenantNamespace), tenantNamespace)
+	hostNS := HostNamespace(n.translator.Cluster, tenantNamespace)
+	if _, err := n.policies.keep(ctx, hostNS, tenantNamespace); err != nil {
+		return err
+	}
+	inForce, err := n.policies.inForce(ctx, hostNS)
+	if err == nil && !inForce {
+		return errPolicyPending
+	}
 	return err
 }
 

@@ -2,6 +2,7 @@ package syncer
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -25,6 +26,9 @@ const (
 	// foreignRetry is how soon a sync blocked by a host object Tenantry does
 	// not own looks again.
 	foreignRetry = time.Minute
+	// policyPendingRetry is how soon a sync waiting for its host
+	// namespace's quota to be in force looks again.
+	policyPendingRetry = 200 * time.Millisecond
 )
 
 // reconciler syncs one type for one tenant cluster. A request names a
@@ -109,7 +113,7 @@ func (r *reconciler) sync(ctx context.Context, key types.NamespacedName, tenant,
 		}
 		if tenant != nil && !tenant.GetDeletionTimestamp().IsZero() && r.syncer.FinishDelete != nil {
 			if err := r.syncer.FinishDelete(ctx, r.tenant, tenant); client.IgnoreNotFound(err) != nil {
-				return false, reconcile.Result{}, fmt.Errorf("finishing deletion of tenant %s %s: %w", r.syncer.Name, key, err)
+				return false, reconcile.Result{}, tenantError{fmt.Errorf("finishing deletion of tenant %s %s: %w", r.syncer.Name, key, err)}
 			}
 			writes.WithLabelValues(r.translator.Cluster, r.syncer.Name, "up", "delete").Inc()
 		}
@@ -130,7 +134,7 @@ func (r *reconciler) sync(ctx context.Context, key types.NamespacedName, tenant,
 			return false, reconcile.Result{}, nil
 		case r.syncer.lost(tenant):
 			if err := r.syncer.Lost(ctx, r.tenant, tenant.DeepCopyObject().(client.Object)); err != nil {
-				return false, reconcile.Result{}, fmt.Errorf("reporting the loss of the host copy of %s %s: %w", r.syncer.Name, key, err)
+				return false, reconcile.Result{}, tenantError{fmt.Errorf("reporting the loss of the host copy of %s %s: %w", r.syncer.Name, key, err)}
 			}
 			return false, reconcile.Result{}, nil
 		}
@@ -156,7 +160,7 @@ func (r *reconciler) sync(ctx context.Context, key types.NamespacedName, tenant,
 	if r.syncer.Up != nil {
 		changed, err := r.syncer.Up(ctx, r.tenant, host, tenant.DeepCopyObject().(client.Object))
 		if err != nil {
-			return wrote, reconcile.Result{}, fmt.Errorf("syncing %s %s up: %w", r.syncer.Name, key, err)
+			return wrote, reconcile.Result{}, tenantError{fmt.Errorf("syncing %s %s up: %w", r.syncer.Name, key, err)}
 		}
 		if changed {
 			writes.WithLabelValues(r.translator.Cluster, r.syncer.Name, "up", "update").Inc()
@@ -168,7 +172,11 @@ func (r *reconciler) sync(ctx context.Context, key types.NamespacedName, tenant,
 // createHost creates the host copy of tenant, and its namespace first.
 func (r *reconciler) createHost(ctx context.Context, tenant client.Object) (bool, reconcile.Result, error) {
 	if !r.syncer.ClusterScoped {
-		if err := r.namespaces.ensure(ctx, tenant.GetNamespace()); err != nil {
+		err := r.namespaces.ensure(ctx, tenant.GetNamespace())
+		if errors.Is(err, errPolicyPending) {
+			return false, reconcile.Result{RequeueAfter: policyPendingRetry}, nil
+		}
+		if err != nil {
 			return false, reconcile.Result{}, err
 		}
 	}

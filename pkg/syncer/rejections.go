@@ -69,6 +69,9 @@ func Refuse(format string, args ...any) error {
 // failures (the host unreachable or throttling, a conflict, a timeout) are
 // not the tenant's to hear of.
 func hostRejection(err error) *refusal {
+	if errors.As(err, new(tenantError)) {
+		return nil // the tenant's answer to a write of ours, never the host's
+	}
 	var own *refusal
 	if errors.As(err, &own) {
 		return own
@@ -83,6 +86,13 @@ func hostRejection(err error) *refusal {
 	}
 	return nil
 }
+
+// tenantError marks a failed write to the tenant (bringing status up,
+// reporting a loss), whose refusal is not the host's and is not reported
+// to the tenant as one.
+type tenantError struct{ error }
+
+func (e tenantError) Unwrap() error { return e.error }
 
 // disruptionBudget says whether status is an eviction's refusal by a
 // PodDisruptionBudget.

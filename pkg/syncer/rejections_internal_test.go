@@ -28,6 +28,8 @@ func TestHostRejection(t *testing.T) {
 		{"wrapped", fmt.Errorf("creating host pods x: %w", apierrors.NewForbidden(pods, "web", errors.New("quota"))), true},
 		{"eviction a budget refuses", budgetRefusal(), true},
 		{"the syncer's own", fmt.Errorf("translating pods web down: %w", Refuse("reserved name %q", "x")), true},
+		{"the tenant's refusal of a status update", tenantError{fmt.Errorf("syncing pods web up: %w",
+			apierrors.NewInvalid(schema.GroupKind{Kind: "Pod"}, "web", field.ErrorList{field.Invalid(field.NewPath("status", "qosClass"), "Burstable", "field is immutable")}))}, false},
 		{"throttled", apierrors.NewTooManyRequests("slow down", 1), false},
 		{"conflict", apierrors.NewConflict(pods, "web", errors.New("newer")), false},
 		{"host unavailable", apierrors.NewServiceUnavailable("later"), false},

@@ -215,8 +215,6 @@ func (t Translator) copyAllowed(dst, src map[string]string, record string) []str
 	return copied
 }
 
-// setRecord stores keys under the record annotation name, or removes it
-// when there are none.
 // orRecord is record, or when there is none, the keys of src.
 func orRecord(record string, src map[string]string) string {
 	if record != "" {
@@ -225,6 +223,8 @@ func orRecord(record string, src map[string]string) string {
 	return strings.Join(slices.Sorted(maps.Keys(src)), ",")
 }
 
+// setRecord stores keys under the record annotation name, or removes it
+// when there are none.
 func setRecord(annotations map[string]string, name string, keys []string) {
 	if len(keys) == 0 {
 		delete(annotations, name)

@@ -226,6 +226,9 @@ func podUp(ctx context.Context, c client.Client, h, t client.Object) (bool, erro
 var copyPodStatus = syncer.StatusUp(func(h, t client.Object) bool {
 	host, tenant := h.(*corev1.Pod), t.(*corev1.Pod)
 	status := *host.Status.DeepCopy()
+	// The tenant's API server set the tenant Pod's QoS class at creation,
+	// from its own view (no host LimitRange), and it never changes.
+	status.QOSClass = tenant.Status.QOSClass
 	if i := slices.IndexFunc(tenant.Status.Conditions, isEvictionMark); i >= 0 {
 		j := slices.IndexFunc(status.Conditions, func(c corev1.PodCondition) bool { return c.Type == corev1.DisruptionTarget })
 		switch {

@@ -106,7 +106,9 @@ func hostNodePort(ports []corev1.ServicePort, p corev1.ServicePort) int32 {
 // through ExternalName to take the host's cluster IP, its spec from before
 // (JSON). It is written with the first step and removed with the second, so
 // that a swap cut short (the manager killed, the connection lost) is
-// finished from it by the next sync.
+// finished from it by the next sync. The tenant can write it too, but only
+// to its own harm: it concerns the tenant's own Service, whose host copy
+// Down still writes only what the tenant may ask.
 const AnnotationReassigningFrom = "tenantry.dev/reassigning-from"
 
 // serviceClusterIPUp gives the tenant Service the host's cluster IP, so that
@@ -184,6 +186,15 @@ func finishReassignment(ctx context.Context, c client.Client, host, placeholder 
 			s.Spec.IPFamilies = nil
 		}
 		return s
+	}
+	want := host.Spec.ClusterIP
+	if want == "" || want == corev1.ClusterIPNone {
+		// No IP to take (a record the tenant wrote itself, or a host copy
+		// replaced since): the Service gets its own back.
+		if err := c.Update(ctx, withIP(clusterIPs(before))); err != nil {
+			return false, fmt.Errorf("restoring the Service's cluster IP %s: %w", before.ClusterIP, err)
+		}
+		return true, nil
 	}
 	err := c.Update(ctx, withIP(clusterIPs(host.Spec)))
 	if err == nil {

@@ -93,8 +93,10 @@ type VirtualClusterSpec struct {
 }
 
 // HostPolicy is what the host lets a tenant cluster ask of it. Each field
-// set here replaces the field of the same name in the manager's default
-// policy; an empty list counts as not set.
+// set here (within pods and metadata, each of theirs) replaces the field of
+// the same name in the manager's default policy, but metadata's
+// deniedPrefixes, which add to the default's; an empty list counts as not
+// set.
 type HostPolicy struct {
 	// Pods: what the tenant's Pods may ask of the host's scheduler and
 	// nodes. A Pod field the policy does not allow is left out of the host
@@ -183,7 +185,8 @@ type PodPolicy struct {
 // are.
 type MetadataPolicy struct {
 	// DeniedPrefixes are key prefixes added to the manager's deny list
-	// (--denied-metadata-prefixes): keys with them are not copied.
+	// (--denied-metadata-prefixes, and the default policy's deniedPrefixes):
+	// keys with them are not copied.
 	// +listType=set
 	// +kubebuilder:validation:MaxItems=64
 	// +kubebuilder:validation:items:MaxLength=253
