@@ -64,6 +64,11 @@ type Hub struct {
 	// watchers get, by watched kind and then by id, the name of every
 	// watched host object that changes.
 	watchers map[string]map[int]func(name string)
+
+	// indexOnce guards indexed: the routed types whose informer has the
+	// cluster index.
+	indexOnce sync.Mutex
+	indexed   map[schema.GroupVersionKind]bool
 }
 
 type routeKey struct {
@@ -120,6 +125,7 @@ func NewHub(config *rest.Config, opts HubOptions) (*Hub, error) {
 		routes:   map[routeKey]map[int]func(client.Object){},
 		informed: map[string]bool{},
 		watchers: map[string]map[int]func(string){},
+		indexed:  map[schema.GroupVersionKind]bool{},
 	}, nil
 }
 
@@ -165,10 +171,26 @@ func (h *Hub) ClientFor(cluster string) (client.Client, error) {
 	return c, nil
 }
 
+// clusterIndex indexes the hub's cache of every routed type by the
+// tenantry.dev/cluster label, so that one tenant's copies are found in time
+// proportional to their number, not to every tenant's.
+const clusterIndex = "tenantry.dev/cluster"
+
+// clusterOf is the clusterIndex value of a host object.
+func clusterOf(o client.Object) []string {
+	if c, ok := o.GetLabels()[LabelCluster]; ok {
+		return []string{c}
+	}
+	return nil
+}
+
 // Route sends the events of host objects of obj's type that belong to
 // cluster to handle (and to every other handler routed for them), until
-// the returned cancel is called. The first route
-// for a type starts its informer and waits for it to sync.
+// the returned cancel is called. It first hands handle every such object
+// the host has now, as the informer did for the first route of the type:
+// a tenant that starts late (re-spawned, or after the manager restarted)
+// learns of its copies at once, orphans among them. The first route for a
+// type starts its informer and waits for it to sync.
 func (h *Hub) Route(ctx context.Context, obj client.Object, cluster string, handle func(client.Object)) (cancel func(), err error) {
 	gvk, err := gvkOf(obj, h.opts.Scheme)
 	if err != nil {
@@ -186,6 +208,19 @@ func (h *Hub) Route(ctx context.Context, obj client.Object, cluster string, hand
 	}
 	h.routes[key][id] = handle
 	h.mu.Unlock()
+	list, err := h.newList(gvk)
+	if err != nil {
+		return nil, err
+	}
+	if err := h.cache.List(ctx, list, client.MatchingFields{clusterIndex: cluster}); err != nil {
+		return nil, fmt.Errorf("listing cluster %s's host %s: %w", cluster, gvk.Kind, err)
+	}
+	if err := meta.EachListItem(list, func(o runtime.Object) error {
+		handle(o.(client.Object))
+		return nil
+	}); err != nil {
+		return nil, err
+	}
 	return func() {
 		h.mu.Lock()
 		delete(h.routes[key], id)
@@ -196,9 +231,29 @@ func (h *Hub) Route(ctx context.Context, obj client.Object, cluster string, hand
 	}, nil
 }
 
-// inform makes sure the type's informer runs with the hub's dispatcher,
-// which routes each event by the object's cluster label.
+// newList returns an empty list of gvk's kind.
+func (h *Hub) newList(gvk schema.GroupVersionKind) (client.ObjectList, error) {
+	return newList(gvk, h.opts.Scheme)
+}
+
+// inform makes sure the type's informer runs, indexed by cluster, with the
+// hub's dispatcher, which routes each event by the object's cluster label.
 func (h *Hub) inform(ctx context.Context, gvk schema.GroupVersionKind, obj client.Object) error {
+	h.mu.RLock()
+	done := h.informed[gvk.String()]
+	h.mu.RUnlock()
+	if !done {
+		h.indexOnce.Lock()
+		if !h.indexed[gvk] {
+			err := h.cache.IndexField(ctx, obj, clusterIndex, clusterOf)
+			if err != nil {
+				h.indexOnce.Unlock()
+				return fmt.Errorf("indexing host %s by cluster: %w", gvk.Kind, err)
+			}
+			h.indexed[gvk] = true
+		}
+		h.indexOnce.Unlock()
+	}
 	return h.handleOnce(ctx, gvk.String(), obj, func(o client.Object) {
 		h.mu.RLock()
 		routes := h.routes[routeKey{gvk: gvk, cluster: o.GetLabels()[LabelCluster]}]

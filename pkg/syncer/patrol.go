@@ -3,6 +3,7 @@ package syncer
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"time"
 
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -27,20 +28,23 @@ type patroller struct {
 	scheme *runtime.Scheme
 }
 
-// start is a source.TypedFunc: it patrols until ctx ends.
+// start is a source.TypedFunc: it patrols until ctx ends, first at a
+// random point of the period, so that tenants started together (after a
+// restart) do not all patrol at once.
 func (p *patroller) start(ctx context.Context, q workqueue.TypedRateLimitingInterface[reconcile.Request]) error {
 	go func() {
-		ticker := time.NewTicker(p.period)
-		defer ticker.Stop()
+		next := time.NewTimer(rand.N(p.period))
+		defer next.Stop()
 		for {
 			select {
 			case <-ctx.Done():
 				return
-			case <-ticker.C:
-				if err := p.round(ctx, q); err != nil && ctx.Err() == nil {
-					ctrl.LoggerFrom(ctx).Error(err, "patrol round failed", "resource", p.r.syncer.Name)
-				}
+			case <-next.C:
 			}
+			if err := p.round(ctx, q); err != nil && ctx.Err() == nil {
+				ctrl.LoggerFrom(ctx).Error(err, "patrol round failed", "resource", p.r.syncer.Name)
+			}
+			next.Reset(p.period)
 		}
 	}()
 	return nil
@@ -60,7 +64,7 @@ func (p *patroller) round(ctx context.Context, q workqueue.TypedRateLimitingInte
 	if err != nil {
 		return err
 	}
-	if err := p.r.hostRead.List(ctx, hosts, client.MatchingLabels{LabelCluster: tr.Cluster}); err != nil {
+	if err := p.r.hostRead.List(ctx, hosts, client.MatchingFields{clusterIndex: tr.Cluster}); err != nil {
 		return fmt.Errorf("listing host %s: %w", s.Name, err)
 	}
 

@@ -50,11 +50,14 @@ func TestPatrolRoundQueuesDriftOnly(t *testing.T) {
 	staleHost.Annotations[AnnotationTenantUID] = "an-earlier-uid"
 	orphanHost := hostCM(tenantCM("default", "orphan", "u5", "a"), "a")
 	system := tenantCM("kube-system", "system", "u6", "a")
+	// Another cluster's copy: not this patroller's to see.
+	othersHost := &corev1.ConfigMap{}
+	Translator{Cluster: "other"}.HostMetadata(tenantCM("default", "others", "u7", "a"), othersHost, false, true)
 
 	tenant := fake.NewClientBuilder().WithScheme(clientgoscheme.Scheme).
 		WithObjects(inSync, edited, missing, stale, system).Build()
-	host := fake.NewClientBuilder().WithScheme(clientgoscheme.Scheme).
-		WithObjects(hostCM(inSync, "a"), hostCM(edited, "changed by hand"), staleHost, orphanHost).Build()
+	host := fake.NewClientBuilder().WithScheme(clientgoscheme.Scheme).WithIndex(&corev1.ConfigMap{}, clusterIndex, clusterOf).
+		WithObjects(hostCM(inSync, "a"), hostCM(edited, "changed by hand"), staleHost, orphanHost, othersHost).Build()
 
 	r := &reconciler{syncer: &s, translator: tr, tenant: tenant, hostRead: host, excluded: map[string]bool{"kube-system": true}}
 	p := &patroller{r: r, gvk: corev1.SchemeGroupVersion.WithKind("ConfigMap"), scheme: clientgoscheme.Scheme}

@@ -1,0 +1,58 @@
+package syncer_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+
+	"github.com/tenantry/tenantry/pkg/syncer"
+	"github.com/tenantry/tenantry/pkg/syncer/builtin"
+	"github.com/tenantry/tenantry/pkg/syncer/syncertest"
+)
+
+// A tenant that starts after others already route its type (re-spawned,
+// or after the manager restarted) learns of its existing host copies at
+// once: one whose tenant object went while it was stopped is removed
+// without a patroller.
+func TestRestartedTenantRemovesItsOrphansAtOnce(t *testing.T) {
+	w := syncertest.NewWorld(t, syncertest.WorldOptions{
+		Tenants: 2, Syncers: []syncer.Syncer{builtin.ConfigMaps()},
+		Syncer: syncer.Options{PatrolPeriod: -1},
+	})
+	ctx := t.Context()
+	tenant := w.Tenants["tenant-2"]
+	kept, gone := configMap(unique("kept"), map[string]string{"k": "v"}), configMap(unique("gone"), map[string]string{"k": "v"})
+	for _, cm := range []*corev1.ConfigMap{kept, gone} {
+		if err := tenant.Create(ctx, cm); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, cm := range []*corev1.ConfigMap{kept, gone} {
+		eventually(t, 20*time.Second, "host copy of "+cm.Name, func(ctx context.Context) (bool, error) {
+			err := w.Host.Get(ctx, w.HostKey("tenant-2", cm.Namespace, cm.Name), &corev1.ConfigMap{})
+			return err == nil, err
+		})
+	}
+
+	if err := w.Registry.Stop(ctx, "tenant-2"); err != nil {
+		t.Fatal(err)
+	}
+	if err := tenant.Delete(ctx, gone); err != nil {
+		t.Fatal(err)
+	}
+	var cp = w.Env.Tenants[1]
+	if err := w.Registry.Spawn("tenant-2", cp.Config()); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 10*time.Second, "the orphaned host copy removed", func(ctx context.Context) (bool, error) {
+		err := w.Host.Get(ctx, w.HostKey("tenant-2", gone.Namespace, gone.Name), &corev1.ConfigMap{})
+		return apierrors.IsNotFound(err), fmt.Errorf("host copy: %v", err)
+	})
+	if err := w.Host.Get(ctx, w.HostKey("tenant-2", kept.Namespace, kept.Name), &corev1.ConfigMap{}); err != nil {
+		t.Fatalf("the host copy of a tenant object still there: %v", err)
+	}
+}
