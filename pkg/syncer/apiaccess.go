@@ -23,6 +23,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
@@ -359,8 +360,7 @@ func setupPodAPIAccess(mgr manager.Manager, hub *Hub, r *podAPIAccess) error {
 		key, ok := r.translator.TenantKey(o)
 		return key, ok && o.GetName() == apiAccessSecretName(key.Name)
 	}
-	return builder.ControllerManagedBy(mgr).
-		Named(cluster+"-pod-api-access").
+	return tenantController(mgr, "pod-api-access", controller.Options{}).
 		For(&corev1.Pod{}, builder.WithPredicates(predicate.Funcs{
 			UpdateFunc: func(event.UpdateEvent) bool { return false }, // the host Pod's events tell
 		})).

@@ -100,5 +100,9 @@
 // what was then repaired; tenantry_syncer_writes_total counts writes by
 // direction and verb; tenantry_syncer_conflicts_total counts conflicts;
 // tenantry_syncer_host_rejections_total counts the host's refusals by API
-// reason.
+// reason. A stopped cluster's series are deleted. controller-runtime's own
+// series (reconciles, work queues) name a tenant's controllers by what they
+// do, such as configmaps-syncer, the same in every tenant, and so add up
+// over the tenants: per-tenant series there would grow with the number of
+// tenants and could not be deleted.
 package syncer

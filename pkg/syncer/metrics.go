@@ -2,6 +2,10 @@ package syncer
 
 import (
 	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
 )
 
@@ -35,4 +39,28 @@ var (
 
 func init() {
 	metrics.Registry.MustRegister(driftFound, driftRepaired, writes, conflicts, hostRejections)
+}
+
+// clusterSeries are the syncers' metrics that carry a cluster label.
+var clusterSeries = []*prometheus.MetricVec{driftFound.MetricVec, driftRepaired.MetricVec, writes.MetricVec, conflicts.MetricVec, hostRejections.MetricVec}
+
+// forgetCluster deletes every series of cluster's, once its syncers have
+// stopped: series of gone tenants would otherwise pile up with churn.
+func forgetCluster(cluster string) {
+	for _, v := range clusterSeries {
+		v.DeletePartialMatch(prometheus.Labels{"cluster": cluster})
+	}
+}
+
+// tenantController starts building one of a tenant's controllers, named
+// after what it does (the same name in every tenant), not after its
+// tenant: controller-runtime labels its metrics and work queues with the
+// name, and series per tenant would grow with the number of tenants and
+// outlive them (its own series cannot be deleted). Its metrics so add up
+// over the tenants; its logs carry the cluster key, and Tenantry's own
+// metrics the cluster label. controller-runtime's check that names are
+// unique in the process is off for the same reason.
+func tenantController(mgr manager.Manager, name string, opts controller.Options) *builder.Builder {
+	opts.SkipNameValidation = ptr.To(true)
+	return builder.ControllerManagedBy(mgr).Named(name).WithOptions(opts)
 }

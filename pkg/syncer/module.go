@@ -113,7 +113,15 @@ const perClusterTimeout = 30 * time.Second
 // cluster's start.
 func TenantModulePerCluster(hub *Hub, perCluster PerCluster) fx.Option {
 	return fx.Module("syncer", fx.Invoke(fx.Annotate(
-		func(mgr manager.Manager, cluster string, log logr.Logger) error {
+		func(lc fx.Lifecycle, mgr manager.Manager, cluster string, log logr.Logger) error {
+			// Its series go with the cluster. The hook runs as the app
+			// stops, before the manager drains: a sync that ends during
+			// the drain can leave a series behind, until the cluster is
+			// forgotten again.
+			lc.Append(fx.Hook{OnStop: func(context.Context) error {
+				forgetCluster(cluster)
+				return nil
+			}})
 			ctx, cancel := context.WithTimeout(context.Background(), perClusterTimeout)
 			defer cancel()
 			opts, syncers, err := perCluster(ctx, cluster)
@@ -124,7 +132,7 @@ func TenantModulePerCluster(hub *Hub, perCluster PerCluster) fx.Option {
 			all := append([]Syncer{NamespaceSyncer(opts.PodSecurityLevel)}, syncers...)
 			return setup(mgr, cluster, log, hub, opts, all)
 		},
-		fx.ParamTags(``, `name:"cluster-name"`, ``),
+		fx.ParamTags(``, ``, `name:"cluster-name"`, ``),
 	)))
 }
 
@@ -151,13 +159,11 @@ func setup(mgr manager.Manager, cluster string, log logr.Logger, hub *Hub, opts 
 			tenant: mgr.GetClient(), hostRead: hub.Reader(), host: host,
 			recorder: recorder, excluded: excluded, rejections: newRejections(),
 		}
-		b := builder.ControllerManagedBy(mgr).
-			Named(cluster+"-"+s.Name+"-syncer").
+		b := tenantController(mgr, s.Name+"-syncer", controller.Options{MaxConcurrentReconciles: opts.Workers}).
 			For(s.Object(), builder.WithPredicates(predicate.NewPredicateFuncs(func(o client.Object) bool {
 				return !excluded[namespaceOf(s, o)]
 			}))).
 			WatchesRawSource(hostEvents(hub, s, tr)).
-			WithOptions(controller.Options{MaxConcurrentReconciles: opts.Workers}).
 			WithLogConstructor(func(req *reconcile.Request) logr.Logger {
 				l := log.WithValues("controller", s.Name+"-syncer")
 				if req != nil {

@@ -13,8 +13,8 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
-	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 )
@@ -105,8 +105,7 @@ func (p *namespacePolicies) setup(mgr manager.Manager, hub *Hub) error {
 		key, ok := p.translator.TenantKey(o)
 		return types.NamespacedName{Name: key.Name}, ok
 	}
-	b := builder.ControllerManagedBy(mgr).
-		Named(cluster + "-namespace-policies").
+	b := tenantController(mgr, "namespace-policies", controller.Options{}).
 		For(&corev1.Namespace{}).
 		WatchesRawSource(routed(hub, &corev1.Namespace{}, cluster, byHostNamespace))
 	for _, policy := range p.policies {

@@ -17,6 +17,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
@@ -96,8 +97,7 @@ func setupVirtualNodes(mgr manager.Manager, cluster string, hub *Hub, opts Optio
 		}
 		return nil
 	})
-	return builder.ControllerManagedBy(mgr).
-		Named(cluster+"-virtual-nodes").
+	return tenantController(mgr, "virtual-nodes", controller.Options{}).
 		For(&corev1.Node{}, builder.WithPredicates(predicate.NewPredicateFuncs(isManaged))).
 		// A Pod counts once bound, and until deleted.
 		Watches(&corev1.Pod{}, byNode, builder.WithPredicates(predicate.Funcs{

@@ -10,8 +10,8 @@ import (
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 )
@@ -67,8 +67,7 @@ func (p *pendingSyncers) setup(mgr manager.Manager, cluster string) error {
 	if none {
 		return nil
 	}
-	return builder.ControllerManagedBy(mgr).
-		Named(cluster + "-pending-syncers").
+	return tenantController(mgr, "pending-syncers", controller.Options{}).
 		For(&apiextensionsv1.CustomResourceDefinition{}).
 		Complete(reconcile.Func(func(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
 			var crd apiextensionsv1.CustomResourceDefinition

@@ -12,6 +12,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
@@ -40,8 +41,7 @@ type publicCRDs struct {
 
 func setupPublicCRDs(mgr manager.Manager, cluster string, hub *Hub) error {
 	r := &publicCRDs{cluster: cluster, tenant: mgr.GetClient(), hostRead: hub.Reader(), recorder: mgr.GetEventRecorder("tenantry-syncer")}
-	return builder.ControllerManagedBy(mgr).
-		Named(cluster+"-public-crds").
+	return tenantController(mgr, "public-crds", controller.Options{}).
 		For(&apiextensionsv1.CustomResourceDefinition{}, builder.WithPredicates(predicate.NewPredicateFuncs(func(o client.Object) bool {
 			return o.GetLabels()[LabelManagedBy] == ManagedByValue
 		}))).
