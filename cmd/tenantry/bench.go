@@ -21,6 +21,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
 	toolscache "k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/util/flowcontrol"
 	ctrlcache "sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -49,9 +50,9 @@ var benchCommand = command{
 		fs.IntVar(&o.podSamples, "pod-samples", 200, "Pods created, at --latency-rate, for the Pod start figures.")
 		fs.IntVar(&o.throughputTenants, "throughput-tenants", 10, "Tenants syncing at once for the throughput figure.")
 		fs.IntVar(&o.throughputObjects, "throughput-objects", 200, "ConfigMaps per tenant API server for the throughput figure.")
-		fs.Float64Var(&o.tenantQPS, "tenant-host-qps", syncer.DefaultTenantQPS,
-			"Each tenant's host write rate (default: bin/manager's); the raw baseline gets the same per client.")
-		fs.IntVar(&o.tenantBurst, "tenant-host-burst", syncer.DefaultTenantBurst, "Each tenant's burst of host writes (default: bin/manager's).")
+		fs.Float64Var(&o.hostQPS, "host-qps", syncer.DefaultHostQPS,
+			"The syncers' budget of host requests, all tenants together (default: bin/manager's); the raw baseline's clients share the same.")
+		fs.IntVar(&o.hostBurst, "host-burst", syncer.DefaultHostBurst, "Burst of that budget (default: bin/manager's).")
 		fs.StringVar(&o.cpuProfile, "cpuprofile", "", "Write a CPU profile of the throughput run to this file (read it with go tool pprof).")
 		return func(ctx context.Context) error { return runBench(ctx, o, os.Stdout) }
 	},
@@ -65,8 +66,8 @@ type benchOptions struct {
 	latencySamples, podSamples           int
 	latencyRate                          float64
 	throughputTenants, throughputObjects int
-	tenantQPS                            float64
-	tenantBurst                          int
+	hostQPS                              float64
+	hostBurst                            int
 	cpuProfile                           string
 }
 
@@ -130,7 +131,7 @@ func runBench(ctx context.Context, o benchOptions, out io.Writer) error {
 	if b.host, err = client.New(env.Host.Config(), client.Options{Scheme: scheme}); err != nil {
 		return err
 	}
-	if b.hub, err = syncer.NewHub(env.Host.Config(), syncer.HubOptions{Scheme: scheme, TenantQPS: float32(o.tenantQPS), TenantBurst: o.tenantBurst}); err != nil {
+	if b.hub, err = syncer.NewHub(env.Host.Config(), syncer.HubOptions{Scheme: scheme, HostQPS: o.hostQPS, HostBurst: o.hostBurst}); err != nil {
 		return err
 	}
 	hubCtx, stopHub := context.WithCancel(ctx)
@@ -324,9 +325,10 @@ func (b *bench) throughput(ctx context.Context) ([]result, error) {
 	}
 
 	began = time.Now()
+	budget := flowcontrol.NewTokenBucketRateLimiter(float32(b.o.hostQPS), b.o.hostBurst)
 	if err := parallelNames(names, func(i int, _ string) error {
 		cfg := b.env.Host.Config()
-		cfg.QPS, cfg.Burst = float32(b.o.tenantQPS), b.o.tenantBurst
+		cfg.RateLimiter = budget
 		c, err := client.New(cfg, client.Options{})
 		if err != nil {
 			return err
@@ -343,7 +345,7 @@ func (b *bench) throughput(ctx context.Context) ([]result, error) {
 	}
 	raw := float64(copies) / time.Since(began).Seconds()
 	ratio := synced / raw
-	note := fmt.Sprintf("%d tenants over 2 API servers, %d ConfigMaps per server; per-tenant host QPS %g, burst %d", len(names), b.o.throughputObjects, b.o.tenantQPS, b.o.tenantBurst)
+	note := fmt.Sprintf("%d tenants over 2 API servers, %d ConfigMaps per server; host budget %g QPS, burst %d, shared", len(names), b.o.throughputObjects, b.o.hostQPS, b.o.hostBurst)
 	return []result{
 		{Name: "throughput synced down", Value: round(synced, 0), Unit: "objects/s", Note: note},
 		{Name: "raw host create rate (direct clients)", Value: round(raw, 0), Unit: "objects/s", Note: note},

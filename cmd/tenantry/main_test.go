@@ -101,7 +101,7 @@ func TestBenchSmall(t *testing.T) {
 	var log bytes.Buffer
 	err := runBench(t.Context(), benchOptions{
 		out: out, nodes: 1, spawnClusters: 2, memoryClusters: 2, latencySamples: 5, podSamples: 5, latencyRate: 50,
-		throughputTenants: 2, throughputObjects: 10, tenantQPS: 50, tenantBurst: 100,
+		throughputTenants: 2, throughputObjects: 10, hostQPS: 1000, hostBurst: 1000,
 	}, &log)
 	if err != nil {
 		t.Fatalf("bench failed: %v\n%s", err, log.String())

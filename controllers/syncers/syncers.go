@@ -50,7 +50,12 @@ type Options struct {
 	// HostPolicy is the default host policy of every VirtualCluster: what
 	// a VirtualCluster's spec.hostPolicy does not set.
 	HostPolicy tenantryv1alpha1.HostPolicy
-	// TenantQPS and TenantBurst limit each tenant's writes to the host.
+	// HostQPS and HostBurst are the budget of the syncers' requests to the
+	// host, shared by the tenants that have work in turn.
+	HostQPS   float64
+	HostBurst int
+	// TenantQPS and TenantBurst, if TenantQPS is set, cap each tenant's
+	// requests below its share.
 	TenantQPS   float64
 	TenantBurst int
 }
@@ -107,8 +112,11 @@ func (o *Options) BindFlags(fs *flag.FlagSet) {
 		})
 	fs.BoolVar(&o.Syncer.ExposeNodeAddresses, "expose-node-addresses", false,
 		"Copy host nodes' addresses and kubelet port to tenants' virtual nodes (by default a virtual node shows only its name).")
-	fs.Float64Var(&o.TenantQPS, "tenant-host-qps", syncer.DefaultTenantQPS, "Each tenant's rate of writes to the host, per second.")
-	fs.IntVar(&o.TenantBurst, "tenant-host-burst", syncer.DefaultTenantBurst, "Each tenant's burst of writes to the host.")
+	fs.Float64Var(&o.HostQPS, "host-qps", syncer.DefaultHostQPS,
+		"Requests per second the syncers send the host, all tenants together; the tenants that have work share them in turn.")
+	fs.IntVar(&o.HostBurst, "host-burst", syncer.DefaultHostBurst, "Burst of the syncers' requests to the host, all tenants together.")
+	fs.Float64Var(&o.TenantQPS, "tenant-host-qps", 0, "A ceiling on each tenant's requests to the host, per second, below its share of --host-qps; 0: none.")
+	fs.IntVar(&o.TenantBurst, "tenant-host-burst", 0, "Burst of the ceiling set by --tenant-host-qps (default: its QPS).")
 }
 
 // Module runs the built-in syncers. It needs the host *rest.Config,
@@ -141,7 +149,10 @@ func options(p params) Options {
 
 func newHub(p params) (*syncer.Hub, error) {
 	o := options(p)
-	return syncer.NewHub(p.Config, syncer.HubOptions{Scheme: p.Scheme, TenantQPS: float32(o.TenantQPS), TenantBurst: o.TenantBurst})
+	return syncer.NewHub(p.Config, syncer.HubOptions{
+		Scheme: p.Scheme, HostQPS: o.HostQPS, HostBurst: o.HostBurst,
+		TenantQPS: float32(o.TenantQPS), TenantBurst: o.TenantBurst,
+	})
 }
 
 func tenantModule(p params, hub *syncer.Hub) (fx.Option, error) {

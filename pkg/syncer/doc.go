@@ -69,10 +69,12 @@
 //   - Concurrency: every write carries the resourceVersion it was computed
 //     from; a conflict is retried, a newer object never blindly
 //     overwritten.
-//   - Fairness: each tenant syncs through its own queues (one per type, in its
-//     own manager) and writes to the host through its own rate-limited
-//     client, so a tenant that creates thousands of objects does not hold
-//     back another.
+//   - Fairness: each tenant syncs through its own queues (one per type, in
+//     its own manager), and its host client waits for its turn in the Hub's
+//     host budget (HubOptions.HostQPS), which the tenants that have work
+//     share by fair queuing: a tenant that creates thousands of objects
+//     waits behind its own requests, and a tenant alone gets the whole
+//     budget.
 //
 // # Pods
 //

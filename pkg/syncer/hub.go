@@ -3,8 +3,10 @@ package syncer
 import (
 	"context"
 	"fmt"
+	"net/http"
 	"sync"
 
+	"golang.org/x/time/rate"
 	corev1 "k8s.io/api/core/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -24,18 +26,25 @@ type HubOptions struct {
 	// Scheme knows every synced type. Required.
 	Scheme *runtime.Scheme
 
-	// TenantQPS and TenantBurst limit each tenant's writes to the host, so
-	// that a tenant that creates thousands of objects at once spends its own
-	// budget and not the others'. Default to DefaultTenantQPS and
-	// DefaultTenantBurst.
+	// HostQPS and HostBurst are the budget of requests that the tenants'
+	// syncers send the host, all tenants together. The tenants that have
+	// work share it in turn (fair queuing), so a tenant alone gets all of
+	// it and a flood by one tenant does not hold another back. Default to
+	// DefaultHostQPS and DefaultHostBurst.
+	HostQPS   float64
+	HostBurst int
+
+	// TenantQPS and TenantBurst, if TenantQPS is set, are also a ceiling
+	// on each tenant's requests, below its share of the budget. Default:
+	// none.
 	TenantQPS   float32
 	TenantBurst int
 }
 
-// The default limits of each tenant's writes to the host.
+// The default budget of requests to the host, shared by every tenant.
 const (
-	DefaultTenantQPS   = 50
-	DefaultTenantBurst = 100
+	DefaultHostQPS   = 1000
+	DefaultHostBurst = 1000
 )
 
 // Hub is the host side of syncing, shared by every tenant: one host
@@ -47,7 +56,9 @@ const (
 // Run a Hub with Start (it is a manager.Runnable: add it to the management
 // manager) before tenants route through it.
 type Hub struct {
-	mapper meta.RESTMapper
+	mapper     meta.RESTMapper
+	httpClient *http.Client
+	budget     *writeBudget
 	config *rest.Config
 	opts   HubOptions
 	cache  cache.Cache
@@ -81,11 +92,14 @@ func NewHub(config *rest.Config, opts HubOptions) (*Hub, error) {
 	if opts.Scheme == nil {
 		return nil, fmt.Errorf("hub needs a scheme")
 	}
-	if opts.TenantQPS <= 0 {
-		opts.TenantQPS = DefaultTenantQPS
+	if opts.HostQPS <= 0 {
+		opts.HostQPS = DefaultHostQPS
+	}
+	if opts.HostBurst <= 0 {
+		opts.HostBurst = DefaultHostBurst
 	}
 	if opts.TenantBurst <= 0 {
-		opts.TenantBurst = DefaultTenantBurst
+		opts.TenantBurst = max(1, int(opts.TenantQPS))
 	}
 	managed, err := labels.NewRequirement(LabelManagedBy, selection.Equals, []string{ManagedByValue})
 	if err != nil {
@@ -118,7 +132,9 @@ func NewHub(config *rest.Config, opts HubOptions) (*Hub, error) {
 		return nil, fmt.Errorf("building host cache: %w", err)
 	}
 	return &Hub{
-		mapper:   mapper,
+		mapper:     mapper,
+		httpClient: httpClient,
+		budget:     newWriteBudget(opts.HostQPS, opts.HostBurst),
 		config:   rest.CopyConfig(config),
 		opts:     opts,
 		cache:    c,
@@ -129,9 +145,17 @@ func NewHub(config *rest.Config, opts HubOptions) (*Hub, error) {
 	}, nil
 }
 
-// Start runs the hub's informers until ctx ends.
+// Start runs the hub's informers and hands out the host budget until ctx
+// ends.
 func (h *Hub) Start(ctx context.Context) error {
-	return h.cache.Start(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		h.budget.run(ctx)
+	}()
+	err := h.cache.Start(ctx)
+	<-done
+	return err
 }
 
 // NeedLeaderElection is false: every replica keeps its host cache warm.
@@ -157,14 +181,18 @@ func serves(mapper meta.RESTMapper, gvk schema.GroupVersionKind) (bool, error) {
 // Reader reads host objects that Tenantry manages, from the shared cache.
 func (h *Hub) Reader() client.Reader { return h.cache }
 
-// ClientFor returns a host client for one tenant's writes, with the
-// tenant's own rate limit. Reads belong to Reader.
+// ClientFor returns a host client for one tenant's writes, whose requests
+// wait for the tenant's turn in the host budget. It shares the hub's
+// connections and REST mapper. Reads belong to Reader.
 func (h *Hub) ClientFor(cluster string) (client.Client, error) {
 	cfg := rest.CopyConfig(h.config)
-	cfg.QPS, cfg.Burst = h.opts.TenantQPS, h.opts.TenantBurst
-	cfg.RateLimiter = nil
+	limiter := tenantLimiter{budget: h.budget, tenant: cluster}
+	if h.opts.TenantQPS > 0 {
+		limiter.ceiling = rate.NewLimiter(rate.Limit(h.opts.TenantQPS), h.opts.TenantBurst)
+	}
+	cfg.RateLimiter = limiter
 	cfg.UserAgent = rest.DefaultKubernetesUserAgent() + " tenantry-syncer/" + cluster
-	c, err := client.New(cfg, client.Options{Scheme: h.opts.Scheme})
+	c, err := client.New(cfg, client.Options{Scheme: h.opts.Scheme, Mapper: h.mapper, HTTPClient: h.httpClient})
 	if err != nil {
 		return nil, fmt.Errorf("host client for cluster %s: %w", cluster, err)
 	}

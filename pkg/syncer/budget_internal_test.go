@@ -1,0 +1,102 @@
+package syncer
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"k8s.io/apimachinery/pkg/util/wait"
+)
+
+// gatedBudget is a writeBudget whose tokens the test hands out one by one.
+func gatedBudget(t *testing.T) (*writeBudget, chan<- struct{}) {
+	tokens := make(chan struct{})
+	b := newWriteBudgetTaking(func(ctx context.Context) error {
+		select {
+		case <-tokens:
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); b.run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	return b, tokens
+}
+
+// queue starts n requests of tenant, each telling served its tenant once
+// let through, and waits until they all wait.
+func queue(t *testing.T, ctx context.Context, b *writeBudget, tenant string, n int, served chan<- string) {
+	t.Helper()
+	for range n {
+		go func() {
+			if b.wait(ctx, tenant) == nil {
+				served <- tenant
+			}
+		}()
+	}
+	err := wait.PollUntilContextTimeout(t.Context(), time.Millisecond, 5*time.Second, true, func(context.Context) (bool, error) {
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		return len(b.queues[tenant]) == n, nil
+	})
+	if err != nil {
+		t.Fatalf("%d requests of %s queued: %v", n, tenant, err)
+	}
+}
+
+// next hands out one token and says who got it.
+func next(t *testing.T, tokens chan<- struct{}, served <-chan string) string {
+	t.Helper()
+	tokens <- struct{}{}
+	select {
+	case who := <-served:
+		return who
+	case <-time.After(5 * time.Second):
+		t.Fatal("a token went to no one")
+		return ""
+	}
+}
+
+// A tenant that floods waits behind its own requests: one that sends a
+// single request is served at its turn, not after the flood.
+func TestWriteBudgetServesTenantsInTurn(t *testing.T) {
+	b, tokens := gatedBudget(t)
+	served := make(chan string, 20)
+	queue(t, t.Context(), b, "flood", 10, served)
+	queue(t, t.Context(), b, "quiet", 1, served)
+	var order []string
+	for range 4 {
+		order = append(order, next(t, tokens, served))
+	}
+	if fmt.Sprint(order) != "[flood quiet flood flood]" {
+		t.Fatalf("served %v; want the quiet tenant second", order)
+	}
+}
+
+// A request given up (its context ended) leaves the queue and takes no
+// token from the others.
+func TestWriteBudgetForgetsCancelledRequests(t *testing.T) {
+	b, tokens := gatedBudget(t)
+	served := make(chan string, 20)
+	ctx, cancel := context.WithCancel(t.Context())
+	queue(t, ctx, b, "gone", 3, served)
+	queue(t, t.Context(), b, "stays", 2, served)
+	cancel()
+	err := wait.PollUntilContextTimeout(t.Context(), time.Millisecond, 5*time.Second, true, func(context.Context) (bool, error) {
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		return len(b.queues["gone"]) == 0 && len(b.turns) == 1, nil
+	})
+	if err != nil {
+		t.Fatalf("cancelled requests still queued: %v", err)
+	}
+	for range 2 {
+		if who := next(t, tokens, served); who != "stays" {
+			t.Fatalf("a token went to %s", who)
+		}
+	}
+}
