@@ -59,9 +59,9 @@ type Hub struct {
 	mapper     meta.RESTMapper
 	httpClient *http.Client
 	budget     *writeBudget
-	config *rest.Config
-	opts   HubOptions
-	cache  cache.Cache
+	config     *rest.Config
+	opts       HubOptions
+	cache      cache.Cache
 
 	mu sync.RWMutex
 	// routes hold, by type and cluster, the handlers of host events, each
@@ -135,13 +135,13 @@ func NewHub(config *rest.Config, opts HubOptions) (*Hub, error) {
 		mapper:     mapper,
 		httpClient: httpClient,
 		budget:     newWriteBudget(opts.HostQPS, opts.HostBurst),
-		config:   rest.CopyConfig(config),
-		opts:     opts,
-		cache:    c,
-		routes:   map[routeKey]map[int]func(client.Object){},
-		informed: map[string]bool{},
-		watchers: map[string]map[int]func(string){},
-		indexed:  map[schema.GroupVersionKind]bool{},
+		config:     rest.CopyConfig(config),
+		opts:       opts,
+		cache:      c,
+		routes:     map[routeKey]map[int]func(client.Object){},
+		informed:   map[string]bool{},
+		watchers:   map[string]map[int]func(string){},
+		indexed:    map[schema.GroupVersionKind]bool{},
 	}, nil
 }
 
