@@ -234,7 +234,7 @@ func setup(mgr manager.Manager, cluster string, log logr.Logger, hub *Hub, opts 
 			return err
 		}
 	}
-	return pending.setup(mgr, cluster)
+	return pending.setup(mgr)
 }
 
 // SyncersGroup is the fx value group from which the controller-manager

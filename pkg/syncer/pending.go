@@ -16,9 +16,22 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 )
 
-// pendingRetry is how soon a pending syncer whose CRD exists looks again
-// for its type to be served.
-const pendingRetry = time.Second
+// pendingRetry is how soon a pending syncer whose CRD the tenant has looks
+// again for the host to serve its type, the first time; each further look
+// waits twice as long, up to pendingRetryMax. A public host CRD that
+// changes wakes it at once.
+const (
+	pendingRetry    = time.Second
+	pendingRetryMax = 5 * time.Minute
+)
+
+// pendingDelay is how long to wait before look number attempt (from 0).
+func pendingDelay(attempt int) time.Duration {
+	if attempt >= 16 {
+		return pendingRetryMax
+	}
+	return min(pendingRetry<<attempt, pendingRetryMax)
+}
 
 // pendingSyncers holds the syncers of types that a tenant (or the host)
 // does not serve yet, typically custom resources whose CRD has not arrived,
@@ -33,6 +46,8 @@ type pendingSyncers struct {
 
 	mu      sync.Mutex
 	waiting map[schema.GroupKind]pendingSyncer
+	// looks counts, by kind, the looks that found the host not serving it.
+	looks map[schema.GroupKind]int
 }
 
 type pendingSyncer struct {
@@ -60,7 +75,7 @@ func (p *pendingSyncers) ready(gvk schema.GroupVersionKind) (bool, error) {
 }
 
 // setup watches the tenant's CRDs for the pending syncers' types.
-func (p *pendingSyncers) setup(mgr manager.Manager, cluster string) error {
+func (p *pendingSyncers) setup(mgr manager.Manager) error {
 	p.mu.Lock()
 	none := len(p.waiting) == 0
 	p.mu.Unlock()
@@ -69,6 +84,9 @@ func (p *pendingSyncers) setup(mgr manager.Manager, cluster string) error {
 	}
 	return tenantController(mgr, "pending-syncers", controller.Options{}).
 		For(&apiextensionsv1.CustomResourceDefinition{}).
+		// A public host CRD, of the same name as the tenant's copy of it,
+		// may be what the host now serves.
+		WatchesRawSource(named(p.hub.WatchPublicCRDs, nil)).
 		Complete(reconcile.Func(func(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
 			var crd apiextensionsv1.CustomResourceDefinition
 			if err := mgr.GetClient().Get(ctx, req.NamespacedName, &crd); err != nil {
@@ -93,13 +111,21 @@ func (p *pendingSyncers) crdChanged(crd *apiextensionsv1.CustomResourceDefinitio
 		return reconcile.Result{}, err
 	}
 	if !ready {
-		return reconcile.Result{RequeueAfter: pendingRetry}, nil
+		p.mu.Lock()
+		if p.looks == nil {
+			p.looks = map[schema.GroupKind]int{}
+		}
+		delay := pendingDelay(p.looks[gk])
+		p.looks[gk]++
+		p.mu.Unlock()
+		return reconcile.Result{RequeueAfter: delay}, nil
 	}
 	if err := p.start(w.syncer, w.gvk); err != nil {
 		return reconcile.Result{}, fmt.Errorf("starting syncer %s: %w", w.syncer.Name, err)
 	}
 	p.mu.Lock()
 	delete(p.waiting, gk)
+	delete(p.looks, gk)
 	p.mu.Unlock()
 	p.log.Info("syncer started: its type is now served", "resource", w.syncer.Name, "gvk", w.gvk.String())
 	return reconcile.Result{}, nil
