@@ -47,7 +47,21 @@ type Options struct {
 	// once; a Spawn can take up to the spawn timeout, so more workers keep
 	// one unreachable tenant from delaying the others. Defaults to 4.
 	MaxConcurrentReconciles int
+
+	// TenantQPS and TenantBurst limit the requests that Tenantry sends each
+	// tenant's API server, where a kubeconfig says nothing of it (client-go
+	// would allow 5 per second). Default to DefaultTenantQPS and
+	// DefaultTenantBurst.
+	TenantQPS   float64
+	TenantBurst int
 }
+
+// The default limits of Tenantry's requests to each tenant API server: a
+// kube-controller-manager's.
+const (
+	DefaultTenantQPS   = 50
+	DefaultTenantBurst = 100
+)
 
 type params struct {
 	fx.In
@@ -67,10 +81,12 @@ func setup(p params) error {
 		workers = 4
 	}
 	r := &Reconciler{
-		Client:    p.Manager.GetClient(),
-		APIReader: p.APIReader,
-		Registry:  p.Registry,
-		Recorder:  p.Manager.GetEventRecorder("tenantry-" + ControllerName),
+		Client:      p.Manager.GetClient(),
+		APIReader:   p.APIReader,
+		Registry:    p.Registry,
+		Recorder:    p.Manager.GetEventRecorder("tenantry-" + ControllerName),
+		TenantQPS:   p.Options.TenantQPS,
+		TenantBurst: p.Options.TenantBurst,
 	}
 	if err := p.Manager.GetFieldIndexer().IndexField(context.Background(), &tenantryv1alpha1.VirtualCluster{}, secretRefIndex,
 		func(o client.Object) []string {

@@ -72,3 +72,26 @@ func TestRedact(t *testing.T) {
 		t.Fatalf("redact kept %d bytes", len(long))
 	}
 }
+
+// A tenant's kubeconfig sets no client-side limit: the tenant gets the
+// manager's, not client-go's 5 requests per second.
+func TestTenantClientLimits(t *testing.T) {
+	cfg, err := restConfigFromKubeconfig([]byte(inlineKubeconfig))
+	if err != nil {
+		t.Fatal(err)
+	}
+	(&Reconciler{}).limit(cfg)
+	if cfg.QPS != DefaultTenantQPS || cfg.Burst != DefaultTenantBurst {
+		t.Errorf("QPS %v, burst %d; want the defaults", cfg.QPS, cfg.Burst)
+	}
+	cfg.QPS, cfg.Burst = 0, 0
+	(&Reconciler{TenantQPS: 300, TenantBurst: 600}).limit(cfg)
+	if cfg.QPS != 300 || cfg.Burst != 600 {
+		t.Errorf("QPS %v, burst %d; want the flags'", cfg.QPS, cfg.Burst)
+	}
+	cfg.QPS, cfg.Burst = 7, 9
+	(&Reconciler{TenantQPS: 300, TenantBurst: 600}).limit(cfg)
+	if cfg.QPS != 7 || cfg.Burst != 9 {
+		t.Errorf("QPS %v, burst %d; want the kubeconfig's own", cfg.QPS, cfg.Burst)
+	}
+}

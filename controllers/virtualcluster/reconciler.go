@@ -1,6 +1,7 @@
 package virtualcluster
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/json"
@@ -43,6 +44,10 @@ type Reconciler struct {
 	Registry *clusterregistry.RemoteClusterRegistry
 	// Recorder records Events on VirtualClusters.
 	Recorder events.EventRecorder
+	// TenantQPS and TenantBurst limit Tenantry's requests to each tenant
+	// API server, where its kubeconfig sets no limit; zero: the defaults.
+	TenantQPS   float64
+	TenantBurst int
 
 	mu sync.Mutex
 	// spawnedFrom is the digest of the kubeconfig each running cluster was
@@ -215,6 +220,7 @@ func (r *Reconciler) loadKubeconfig(ctx context.Context, vc *tenantryv1alpha1.Vi
 		out := notReady(tenantryv1alpha1.ReasonInvalidKubeconfig, msg, errors.New(msg))
 		return nil, [sha256.Size]byte{}, &out
 	}
+	r.limit(config)
 	// The digest covers what the cluster's app is built from: the
 	// kubeconfig, where its Pods reach it, and its host policy.
 	policy, err := json.Marshal(vc.Spec.HostPolicy)
@@ -231,6 +237,17 @@ func (r *Reconciler) loadKubeconfig(ctx context.Context, vc *tenantryv1alpha1.Vi
 	var digest [sha256.Size]byte
 	h.Sum(digest[:0])
 	return config, digest, nil
+}
+
+// limit sets the client-side limits of config, a tenant's, where its
+// kubeconfig left them unset.
+func (r *Reconciler) limit(config *rest.Config) {
+	if config.QPS == 0 {
+		config.QPS = float32(cmp.Or(r.TenantQPS, DefaultTenantQPS))
+	}
+	if config.Burst == 0 {
+		config.Burst = cmp.Or(r.TenantBurst, DefaultTenantBurst)
+	}
 }
 
 // transient says whether a failed read says nothing about what was read:

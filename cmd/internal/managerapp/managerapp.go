@@ -26,6 +26,10 @@ func (o *Options) BindFlags(fs *flag.FlagSet) {
 	o.Options.BindFlags(fs)
 	fs.IntVar(&o.VirtualCluster.MaxConcurrentReconciles, "virtualcluster-concurrency", 4,
 		"VirtualClusters reconciled at once.")
+	fs.Float64Var(&o.VirtualCluster.TenantQPS, "tenant-api-qps", virtualcluster.DefaultTenantQPS,
+		"Requests per second Tenantry sends each tenant's API server, where its kubeconfig sets no limit.")
+	fs.IntVar(&o.VirtualCluster.TenantBurst, "tenant-api-burst", virtualcluster.DefaultTenantBurst,
+		"Burst of Tenantry's requests to each tenant's API server.")
 	o.Syncers.BindFlags(fs)
 }
 
