@@ -84,7 +84,10 @@ func TestTenantClientLimits(t *testing.T) {
 	if cfg.QPS != DefaultTenantQPS || cfg.Burst != DefaultTenantBurst {
 		t.Errorf("QPS %v, burst %d; want the defaults", cfg.QPS, cfg.Burst)
 	}
-	cfg.QPS, cfg.Burst = 0, 0
+	if cfg.RateLimiter == nil || cfg.RateLimiter.QPS() != DefaultTenantQPS {
+		t.Errorf("rate limiter %v: want one bucket shared by every client of the tenant", cfg.RateLimiter)
+	}
+	cfg.QPS, cfg.Burst, cfg.RateLimiter = 0, 0, nil
 	(&Reconciler{TenantQPS: 300, TenantBurst: 600}).limit(cfg)
 	if cfg.QPS != 300 || cfg.Burst != 600 {
 		t.Errorf("QPS %v, burst %d; want the flags'", cfg.QPS, cfg.Burst)

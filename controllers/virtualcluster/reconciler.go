@@ -18,6 +18,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/events"
+	"k8s.io/client-go/util/flowcontrol"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
@@ -239,14 +240,18 @@ func (r *Reconciler) loadKubeconfig(ctx context.Context, vc *tenantryv1alpha1.Vi
 	return config, digest, nil
 }
 
-// limit sets the client-side limits of config, a tenant's, where its
-// kubeconfig left them unset.
+// limit sets the client-side limit of config, a tenant's: one token
+// bucket for every client built from it (without one, each resource
+// type's REST client would get a bucket of its own).
 func (r *Reconciler) limit(config *rest.Config) {
 	if config.QPS == 0 {
 		config.QPS = float32(cmp.Or(r.TenantQPS, DefaultTenantQPS))
 	}
 	if config.Burst == 0 {
 		config.Burst = cmp.Or(r.TenantBurst, DefaultTenantBurst)
+	}
+	if config.RateLimiter == nil {
+		config.RateLimiter = flowcontrol.NewTokenBucketRateLimiter(config.QPS, config.Burst)
 	}
 }
 

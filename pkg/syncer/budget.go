@@ -2,6 +2,7 @@ package syncer
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"sync"
 
@@ -25,18 +26,25 @@ type writeBudget struct {
 	next   int                        // index in turns of the next to serve
 	// queued wakes run when a request starts to wait.
 	queued chan struct{}
+	// stopped is closed when run returns: no token comes any more.
+	stopped chan struct{}
 }
+
+// errBudgetStopped fails a request that waits for a budget no longer run.
+var errBudgetStopped = errors.New("the hub that hands out the host budget has stopped")
 
 func newWriteBudget(qps float64, burst int) *writeBudget {
 	return newWriteBudgetTaking(rate.NewLimiter(rate.Limit(qps), burst).Wait)
 }
 
 func newWriteBudgetTaking(take func(context.Context) error) *writeBudget {
-	return &writeBudget{take: take, queues: map[string][]chan struct{}{}, queued: make(chan struct{}, 1)}
+	return &writeBudget{take: take, queues: map[string][]chan struct{}{}, queued: make(chan struct{}, 1), stopped: make(chan struct{})}
 }
 
-// run hands the budget's tokens out until ctx ends.
+// run hands the budget's tokens out until ctx ends; then requests fail
+// with errBudgetStopped.
 func (b *writeBudget) run(ctx context.Context) {
+	defer close(b.stopped)
 	for {
 		select {
 		case <-ctx.Done():
@@ -91,15 +99,19 @@ func (b *writeBudget) wait(ctx context.Context, tenant string) error {
 	case b.queued <- struct{}{}:
 	default:
 	}
+	var err error
 	select {
 	case <-granted:
 		return nil
 	case <-ctx.Done():
-		if !b.cancel(tenant, granted) {
-			return nil // granted meanwhile
-		}
-		return ctx.Err()
+		err = ctx.Err()
+	case <-b.stopped:
+		err = errBudgetStopped
 	}
+	if !b.cancel(tenant, granted) {
+		return nil // granted meanwhile
+	}
+	return err
 }
 
 // cancel takes a waiting request out of its queue; false if it was

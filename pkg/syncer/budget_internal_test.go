@@ -2,6 +2,7 @@ package syncer
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"testing"
 	"time"
@@ -98,5 +99,34 @@ func TestWriteBudgetForgetsCancelledRequests(t *testing.T) {
 		if who := next(t, tokens, served); who != "stays" {
 			t.Fatalf("a token went to %s", who)
 		}
+	}
+}
+
+// Requests waiting when the budget stops fail, rather than wait for good.
+func TestWriteBudgetStoppedFailsWaiters(t *testing.T) {
+	b := newWriteBudgetTaking(func(ctx context.Context) error { <-ctx.Done(); return ctx.Err() })
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); b.run(ctx) }()
+	failed := make(chan error, 1)
+	go func() { failed <- b.wait(t.Context(), "late") }()
+	err := wait.PollUntilContextTimeout(t.Context(), time.Millisecond, 5*time.Second, true, func(context.Context) (bool, error) {
+		return b.waiting(), nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cancel()
+	<-done
+	select {
+	case err := <-failed:
+		if !errors.Is(err, errBudgetStopped) {
+			t.Fatalf("a request waiting at the stop: %v; want errBudgetStopped", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("a request still waits for a stopped budget")
+	}
+	if err := b.wait(t.Context(), "later"); !errors.Is(err, errBudgetStopped) {
+		t.Fatalf("a request after the stop: %v; want errBudgetStopped", err)
 	}
 }

@@ -102,9 +102,10 @@
 // what was then repaired; tenantry_syncer_writes_total counts writes by
 // direction and verb; tenantry_syncer_conflicts_total counts conflicts;
 // tenantry_syncer_host_rejections_total counts the host's refusals by API
-// reason. A stopped cluster's series are deleted. controller-runtime's own
-// series (reconciles, work queues) name a tenant's controllers by what they
-// do, such as configmaps-syncer, the same in every tenant, and so add up
-// over the tenants: per-tenant series there would grow with the number of
-// tenants and could not be deleted.
+// reason. A stopped cluster's series are deleted. controller-runtime's
+// reconcile series name a tenant's controllers by what they do, such as
+// configmaps-syncer, the same in every tenant, and so add up over the
+// tenants (but its worker gauges, which each controller sets as it
+// starts): per-tenant series there would grow with the number of tenants
+// and could not be deleted. Tenants' work queues report no metrics.
 package syncer

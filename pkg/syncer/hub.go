@@ -10,12 +10,14 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/selection"
 	"k8s.io/client-go/rest"
 	toolscache "k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/transport"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/apiutil"
@@ -191,8 +193,13 @@ func (h *Hub) ClientFor(cluster string) (client.Client, error) {
 		limiter.ceiling = rate.NewLimiter(rate.Limit(h.opts.TenantQPS), h.opts.TenantBurst)
 	}
 	cfg.RateLimiter = limiter
-	cfg.UserAgent = rest.DefaultKubernetesUserAgent() + " tenantry-syncer/" + cluster
-	c, err := client.New(cfg, client.Options{Scheme: h.opts.Scheme, Mapper: h.mapper, HTTPClient: h.httpClient})
+	// The shared connections, under the tenant's own User-Agent, which the
+	// host's audit log shows (the shared transport's own is set only where
+	// a request has none).
+	httpClient := *h.httpClient
+	httpClient.Transport = transport.NewUserAgentRoundTripper(
+		rest.DefaultKubernetesUserAgent()+" tenantry-syncer/"+cluster, h.httpClient.Transport)
+	c, err := client.New(cfg, client.Options{Scheme: h.opts.Scheme, Mapper: h.mapper, HTTPClient: &httpClient})
 	if err != nil {
 		return nil, fmt.Errorf("host client for cluster %s: %w", cluster, err)
 	}
@@ -236,32 +243,38 @@ func (h *Hub) Route(ctx context.Context, obj client.Object, cluster string, hand
 	}
 	h.routes[key][id] = handle
 	h.mu.Unlock()
-	list, err := h.newList(gvk)
-	if err != nil {
-		return nil, err
-	}
-	if err := h.cache.List(ctx, list, client.MatchingFields{clusterIndex: cluster}); err != nil {
-		return nil, fmt.Errorf("listing cluster %s's host %s: %w", cluster, gvk.Kind, err)
-	}
-	if err := meta.EachListItem(list, func(o runtime.Object) error {
-		handle(o.(client.Object))
-		return nil
-	}); err != nil {
-		return nil, err
-	}
-	return func() {
+	cancel = func() {
 		h.mu.Lock()
 		delete(h.routes[key], id)
 		if len(h.routes[key]) == 0 {
 			delete(h.routes, key)
 		}
 		h.mu.Unlock()
-	}, nil
+	}
+	list := listFor(obj, gvk, h.opts.Scheme)
+	if err := h.cache.List(ctx, list, client.MatchingFields{clusterIndex: cluster}); err != nil {
+		cancel()
+		return nil, fmt.Errorf("listing cluster %s's host %s: %w", cluster, gvk.Kind, err)
+	}
+	_ = meta.EachListItem(list, func(o runtime.Object) error {
+		handle(o.(client.Object))
+		return nil
+	})
+	return cancel, nil
 }
 
-// newList returns an empty list of gvk's kind.
-func (h *Hub) newList(gvk schema.GroupVersionKind) (client.ObjectList, error) {
-	return newList(gvk, h.opts.Scheme)
+// listFor is an empty list for objects like obj, of type gvk: an
+// unstructured one for an unstructured obj, so that it is read from the
+// same informer.
+func listFor(obj client.Object, gvk schema.GroupVersionKind, scheme *runtime.Scheme) client.ObjectList {
+	if _, ok := obj.(*unstructured.Unstructured); !ok {
+		if l, err := newList(gvk, scheme); err == nil {
+			return l
+		}
+	}
+	l := &unstructured.UnstructuredList{}
+	l.SetGroupVersionKind(gvk.GroupVersion().WithKind(gvk.Kind + "List"))
+	return l
 }
 
 // inform makes sure the type's informer runs, indexed by cluster, with the
@@ -384,6 +397,9 @@ func (h *Hub) watch(ctx context.Context, kind string, obj client.Object, list cl
 	h.watchers[kind][id] = handle
 	h.mu.Unlock()
 	if err := h.cache.List(ctx, list); err != nil {
+		h.mu.Lock()
+		delete(h.watchers[kind], id)
+		h.mu.Unlock()
 		return nil, fmt.Errorf("listing host %s: %w", kind, err)
 	}
 	if err := meta.EachListItem(list, func(o runtime.Object) error {

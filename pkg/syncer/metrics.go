@@ -2,11 +2,13 @@ package syncer
 
 import (
 	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/client-go/util/workqueue"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 )
 
 // The syncers' metrics, in controller-runtime's registry.
@@ -54,13 +56,18 @@ func forgetCluster(cluster string) {
 
 // tenantController starts building one of a tenant's controllers, named
 // after what it does (the same name in every tenant), not after its
-// tenant: controller-runtime labels its metrics and work queues with the
-// name, and series per tenant would grow with the number of tenants and
-// outlive them (its own series cannot be deleted). Its metrics so add up
-// over the tenants; its logs carry the cluster key, and Tenantry's own
+// tenant: controller-runtime labels its metrics with the name, and series
+// per tenant would grow with the number of tenants and outlive them (its
+// own series cannot be deleted). Its reconcile counters and durations so
+// add up over the tenants (its worker gauges, set by each controller that
+// starts, do not); its work queue reports no metrics, whose gauges would
+// not add up either. Its logs carry the cluster key, and Tenantry's own
 // metrics the cluster label. controller-runtime's check that names are
 // unique in the process is off for the same reason.
 func tenantController(mgr manager.Manager, name string, opts controller.Options) *builder.Builder {
 	opts.SkipNameValidation = ptr.To(true)
+	opts.NewQueue = func(_ string, limiter workqueue.TypedRateLimiter[reconcile.Request]) workqueue.TypedRateLimitingInterface[reconcile.Request] {
+		return workqueue.NewTypedRateLimitingQueueWithConfig(limiter, workqueue.TypedRateLimitingQueueConfig[reconcile.Request]{}) // unnamed: no metrics
+	}
 	return builder.ControllerManagedBy(mgr).Named(name).WithOptions(opts)
 }

@@ -154,6 +154,13 @@ func setup(mgr manager.Manager, cluster string, log logr.Logger, hub *Hub, opts 
 	recorder := mgr.GetEventRecorder("tenantry-syncer")
 
 	start := func(s *Syncer, gvk schema.GroupVersionKind) error {
+		// The hub's informer of the type, with its cluster index, before
+		// the patroller may read through the index.
+		ctx, cancel := context.WithTimeout(context.Background(), perClusterTimeout)
+		defer cancel()
+		if err := hub.inform(ctx, gvk, s.Object()); err != nil {
+			return fmt.Errorf("syncer %s: %w", s.Name, err)
+		}
 		r := &reconciler{
 			syncer: s, translator: tr, namespaces: namespaces,
 			tenant: mgr.GetClient(), hostRead: hub.Reader(), host: host,
