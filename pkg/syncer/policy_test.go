@@ -3,6 +3,7 @@ package syncer_test
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -87,17 +88,8 @@ func TestHostPolicyStripsAndRefusesPodFields(t *testing.T) {
 			t.Errorf("host Pod tolerates every taint: %v", host.Spec.Tolerations)
 		}
 	}
-	eventually(t, 10*time.Second, "a Normal HostStripped Event naming what was left out", func(context.Context) (bool, error) {
-		events := eventsAbout(t, tenant, greedy.Namespace, greedy.Name, syncer.ReasonHostStripped)
-		for _, e := range events {
-			if e.Type == corev1.EventTypeNormal && strings.Contains(e.Note, "priorityClassName system-node-critical") &&
-				strings.Contains(e.Note, "toleration of every taint") && strings.Contains(e.Note, "node-role.kubernetes.io/control-plane") &&
-				strings.Contains(e.Note, "schedulerName tenant-scheduler") {
-				return len(events) == 1, fmt.Errorf("%d events", len(events))
-			}
-		}
-		return false, fmt.Errorf("events %v", events)
-	})
+	expectStrippedEvent(t, tenant, greedy.Namespace, greedy.Name, "priorityClassName system-node-critical",
+		"toleration of every taint", "node-role.kubernetes.io/control-plane", "schedulerName tenant-scheduler")
 
 	expectHostRejectedEvent(t, tenant, hostile.Namespace, hostile.Name, "hostPath")
 	expectNoHostCopy(t, "tenant-2", hostile)
@@ -112,14 +104,7 @@ func TestHostPolicyStripsAndRefusesPodFields(t *testing.T) {
 		claim := host.Spec.Volumes[0].Ephemeral.VolumeClaimTemplate.Spec
 		return claim.VolumeName == "" && claim.Selector == nil, fmt.Errorf("volumeName %q", claim.VolumeName)
 	})
-	eventually(t, 10*time.Second, "a HostStripped Event naming the volume", func(context.Context) (bool, error) {
-		for _, e := range eventsAbout(t, tenant, volumePicker.Namespace, volumePicker.Name, syncer.ReasonHostStripped) {
-			if strings.Contains(e.Note, "volume scratch's volumeName") {
-				return true, nil
-			}
-		}
-		return false, nil
-	})
+	expectStrippedEvent(t, tenant, volumePicker.Namespace, volumePicker.Name, "volume scratch's volumeName")
 }
 
 // A Service that claims host addresses or the host's load balancer is
@@ -150,14 +135,22 @@ func TestHostPolicyStripsServiceAddresses(t *testing.T) {
 		return host.Spec.LoadBalancerIP == "" && host.Spec.LoadBalancerClass == nil && len(host.Spec.ExternalIPs) == 0,
 			fmt.Errorf("loadBalancerIP %q, class %v, externalIPs %v", host.Spec.LoadBalancerIP, host.Spec.LoadBalancerClass, host.Spec.ExternalIPs)
 	})
-	eventually(t, 10*time.Second, "a HostStripped Event naming them", func(context.Context) (bool, error) {
-		for _, e := range eventsAbout(t, tenant, svc.Namespace, svc.Name, syncer.ReasonHostStripped) {
-			if strings.Contains(e.Note, "loadBalancerIP 203.0.113.7") && strings.Contains(e.Note, "externalIPs 203.0.113.8") &&
-				strings.Contains(e.Note, "loadBalancerClass example.com/internal") {
-				return true, nil
+	expectStrippedEvent(t, tenant, svc.Namespace, svc.Name,
+		"loadBalancerIP 203.0.113.7", "externalIPs 203.0.113.8", "loadBalancerClass example.com/internal")
+}
+
+// expectStrippedEvent waits for the one Normal HostStripped Event of a
+// tenant object, naming each of want.
+func expectStrippedEvent(t *testing.T, tenant client.Client, ns, name string, want ...string) {
+	t.Helper()
+	eventually(t, 10*time.Second, fmt.Sprintf("one Normal HostStripped Event on %s/%s naming %q", ns, name, want), func(context.Context) (bool, error) {
+		events := eventsAbout(t, tenant, ns, name, syncer.ReasonHostStripped)
+		for _, e := range events {
+			if e.Type == corev1.EventTypeNormal && !slices.ContainsFunc(want, func(w string) bool { return !strings.Contains(e.Note, w) }) {
+				return len(events) == 1, fmt.Errorf("%d events", len(events))
 			}
 		}
-		return false, nil
+		return false, fmt.Errorf("events %v", events)
 	})
 }
 
