@@ -35,7 +35,7 @@ type Options struct {
 
 	// DisableNetworkIsolation leaves host namespaces without the isolation
 	// NetworkPolicy (IsolationPolicyName), for hosts that isolate tenants
-	// otherwise.
+	// otherwise; the ones made before are deleted.
 	DisableNetworkIsolation bool
 
 	// DisablePublicCRDs turns off copying the host's public CRDs into

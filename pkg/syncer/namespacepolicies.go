@@ -84,16 +84,15 @@ func newNamespacePolicies(tr Translator, hostRead client.Reader, host client.Cli
 			return opts.LimitRange != nil
 		},
 	})
-	if !opts.DisableNetworkIsolation {
-		p.policies = append(p.policies, namespacePolicy{
-			resource: "networkpolicies", name: IsolationPolicyName,
-			newObject: func() client.Object { return &networkingv1.NetworkPolicy{} },
-			fill: func(o client.Object) bool {
-				o.(*networkingv1.NetworkPolicy).Spec = isolationPolicy(tr.Cluster)
-				return true
-			},
-		})
-	}
+	// Kept even when isolation is off, to delete the ones made before.
+	p.policies = append(p.policies, namespacePolicy{
+		resource: "networkpolicies", name: IsolationPolicyName,
+		newObject: func() client.Object { return &networkingv1.NetworkPolicy{} },
+		fill: func(o client.Object) bool {
+			o.(*networkingv1.NetworkPolicy).Spec = isolationPolicy(tr.Cluster)
+			return !opts.DisableNetworkIsolation
+		},
+	})
 	return p
 }
 
