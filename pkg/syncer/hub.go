@@ -10,7 +10,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -211,6 +210,20 @@ func (h *Hub) ClientFor(cluster string) (client.Client, error) {
 // proportional to their number, not to every tenant's.
 const clusterIndex = "tenantry.dev/cluster"
 
+// index adds clusterIndex to the informer of gvk, once.
+func (h *Hub) index(ctx context.Context, gvk schema.GroupVersionKind, obj client.Object) error {
+	h.indexOnce.Lock()
+	defer h.indexOnce.Unlock()
+	if h.indexed[gvk] {
+		return nil
+	}
+	if err := h.cache.IndexField(ctx, obj, clusterIndex, clusterOf); err != nil {
+		return fmt.Errorf("indexing host %s by cluster: %w", gvk.Kind, err)
+	}
+	h.indexed[gvk] = true
+	return nil
+}
+
 // clusterOf is the clusterIndex value of a host object.
 func clusterOf(o client.Object) []string {
 	if c, ok := o.GetLabels()[LabelCluster]; ok {
@@ -263,37 +276,11 @@ func (h *Hub) Route(ctx context.Context, obj client.Object, cluster string, hand
 	return cancel, nil
 }
 
-// listFor is an empty list for objects like obj, of type gvk: an
-// unstructured one for an unstructured obj, so that it is read from the
-// same informer.
-func listFor(obj client.Object, gvk schema.GroupVersionKind, scheme *runtime.Scheme) client.ObjectList {
-	if _, ok := obj.(*unstructured.Unstructured); !ok {
-		if l, err := newList(gvk, scheme); err == nil {
-			return l
-		}
-	}
-	l := &unstructured.UnstructuredList{}
-	l.SetGroupVersionKind(gvk.GroupVersion().WithKind(gvk.Kind + "List"))
-	return l
-}
-
 // inform makes sure the type's informer runs, indexed by cluster, with the
 // hub's dispatcher, which routes each event by the object's cluster label.
 func (h *Hub) inform(ctx context.Context, gvk schema.GroupVersionKind, obj client.Object) error {
-	h.mu.RLock()
-	done := h.informed[gvk.String()]
-	h.mu.RUnlock()
-	if !done {
-		h.indexOnce.Lock()
-		if !h.indexed[gvk] {
-			err := h.cache.IndexField(ctx, obj, clusterIndex, clusterOf)
-			if err != nil {
-				h.indexOnce.Unlock()
-				return fmt.Errorf("indexing host %s by cluster: %w", gvk.Kind, err)
-			}
-			h.indexed[gvk] = true
-		}
-		h.indexOnce.Unlock()
+	if err := h.index(ctx, gvk, obj); err != nil {
+		return err
 	}
 	return h.handleOnce(ctx, gvk.String(), obj, func(o client.Object) {
 		h.mu.RLock()

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
@@ -47,6 +48,8 @@ type namespacePolicy struct {
 	// fill sets obj's content, or says that the namespace has no such
 	// object.
 	fill func(obj client.Object) bool
+	// wanted is what fill says.
+	wanted bool
 }
 
 // namespacePolicies keeps the policy objects in each of one tenant's host
@@ -58,12 +61,10 @@ type namespacePolicies struct {
 	host       client.Client
 	excluded   map[string]bool
 	policies   []namespacePolicy
-	// quota is whether the namespaces have a quota of Tenantry's.
-	quota bool
 }
 
 func newNamespacePolicies(tr Translator, hostRead client.Reader, host client.Client, excluded map[string]bool, opts Options) *namespacePolicies {
-	p := &namespacePolicies{translator: tr, hostRead: hostRead, host: host, excluded: excluded, quota: opts.ResourceQuota != nil}
+	p := &namespacePolicies{translator: tr, hostRead: hostRead, host: host, excluded: excluded}
 	// The quota first: it counts what follows.
 	p.policies = append(p.policies, namespacePolicy{
 		resource: "resourcequotas", name: QuotaName,
@@ -93,6 +94,9 @@ func newNamespacePolicies(tr Translator, hostRead client.Reader, host client.Cli
 			return !opts.DisableNetworkIsolation
 		},
 	})
+	for i := range p.policies {
+		p.policies[i].wanted = p.policies[i].fill(p.policies[i].newObject())
+	}
 	return p
 }
 
@@ -213,15 +217,20 @@ func (p *namespacePolicies) keepOne(ctx context.Context, policy namespacePolicy,
 // errPolicyPending says that a host namespace's quota is not in force yet.
 var errPolicyPending = errors.New("the host namespace's ResourceQuota is not in force yet")
 
-// inForce says whether the quota of host namespace hostNS, if it has one,
-// is in force: the host's quota controller has taken it up (its status
-// holds its limits). Until then the host's admission lets anything in.
+// inForce says whether the quota of host namespace hostNS, if it should
+// have one, is in force: the host's quota controller has taken it up (its
+// status holds its limits). Until then the host's admission lets anything
+// in. It only reads the cache: it runs before every first object of a
+// namespace.
 func (p *namespacePolicies) inForce(ctx context.Context, hostNS string) (bool, error) {
+	if !slices.ContainsFunc(p.policies, func(np namespacePolicy) bool { return np.name == QuotaName && np.wanted }) {
+		return true, nil
+	}
 	var quota corev1.ResourceQuota
 	err := p.hostRead.Get(ctx, client.ObjectKey{Namespace: hostNS, Name: QuotaName}, &quota)
 	switch {
 	case apierrors.IsNotFound(err):
-		return !p.quota, nil // not yet in the cache, if it should be
+		return false, nil // made a moment ago, or its making failed: the controller makes it
 	case err != nil:
 		return false, fmt.Errorf("reading the ResourceQuota of host namespace %s: %w", hostNS, err)
 	}

@@ -56,14 +56,18 @@ type hostNamespaces struct {
 // ensure makes the host namespace of tenantNamespace, with its policy
 // objects (a quota, a LimitRange, the isolation NetworkPolicy), so that
 // they hold from the namespace's first object on; errPolicyPending says to
-// come back once the quota is in force.
+// come back once the quota is in force. For a namespace that exists, it
+// only reads the cache: the namespace policy controller keeps them.
 func (n *hostNamespaces) ensure(ctx context.Context, tenantNamespace string) error {
-	if err := n.ensureNamespace(ctx, tenantNamespace); err != nil {
+	created, err := n.ensureNamespace(ctx, tenantNamespace)
+	if err != nil {
 		return err
 	}
 	hostNS := HostNamespace(n.translator.Cluster, tenantNamespace)
-	if _, err := n.policies.keep(ctx, hostNS, tenantNamespace); err != nil {
-		return err
+	if created {
+		if _, err := n.policies.keep(ctx, hostNS, tenantNamespace); err != nil {
+			return err
+		}
 	}
 	inForce, err := n.policies.inForce(ctx, hostNS)
 	if err == nil && !inForce {
@@ -72,44 +76,46 @@ func (n *hostNamespaces) ensure(ctx context.Context, tenantNamespace string) err
 	return err
 }
 
-func (n *hostNamespaces) ensureNamespace(ctx context.Context, tenantNamespace string) error {
+// ensureNamespace makes the host namespace of tenantNamespace, and says
+// whether it made it.
+func (n *hostNamespaces) ensureNamespace(ctx context.Context, tenantNamespace string) (created bool, err error) {
 	key := n.translator.HostKey(client.ObjectKey{Name: tenantNamespace}, true)
 	var existing corev1.Namespace
-	err := n.hostRead.Get(ctx, key, &existing)
+	err = n.hostRead.Get(ctx, key, &existing)
 	switch {
 	case err == nil && !existing.DeletionTimestamp.IsZero():
-		return fmt.Errorf("host namespace %s is being deleted; waiting", key.Name)
+		return false, fmt.Errorf("host namespace %s is being deleted; waiting", key.Name)
 	case err == nil:
-		return nil
+		return false, nil
 	case !apierrors.IsNotFound(err):
-		return fmt.Errorf("reading host namespace %s: %w", key.Name, err)
+		return false, fmt.Errorf("reading host namespace %s: %w", key.Name, err)
 	}
 
 	var tenantNS corev1.Namespace
 	if err := n.tenant.Get(ctx, client.ObjectKey{Name: tenantNamespace}, &tenantNS); err != nil {
-		return fmt.Errorf("reading tenant namespace %s: %w", tenantNamespace, err)
+		return false, fmt.Errorf("reading tenant namespace %s: %w", tenantNamespace, err)
 	}
 	if !tenantNS.DeletionTimestamp.IsZero() {
-		return fmt.Errorf("tenant namespace %s is being deleted", tenantNamespace)
+		return false, fmt.Errorf("tenant namespace %s is being deleted", tenantNamespace)
 	}
 	desired, err := n.syncer.HostCopy(n.translator, &tenantNS, nil)
 	if err != nil {
-		return err
+		return false, err
 	}
 	err = n.host.Create(ctx, desired)
 	if apierrors.IsAlreadyExists(err) {
 		var found corev1.Namespace
 		if err := n.host.Get(ctx, key, &found); err != nil {
-			return fmt.Errorf("reading host namespace %s: %w", key.Name, err)
+			return false, fmt.Errorf("reading host namespace %s: %w", key.Name, err)
 		}
 		if !n.translator.Owns(&found) {
-			return fmt.Errorf("host namespace %s exists and is not managed by Tenantry for this cluster", key.Name)
+			return false, fmt.Errorf("host namespace %s exists and is not managed by Tenantry for this cluster", key.Name)
 		}
-		return nil
+		return false, nil
 	}
 	if err != nil {
-		return fmt.Errorf("creating host namespace %s: %w", key.Name, err)
+		return false, fmt.Errorf("creating host namespace %s: %w", key.Name, err)
 	}
 	writes.WithLabelValues(n.translator.Cluster, n.syncer.Name, "down", "create").Inc()
-	return nil
+	return true, nil
 }

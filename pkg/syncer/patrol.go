@@ -53,17 +53,11 @@ func (p *patroller) start(ctx context.Context, q workqueue.TypedRateLimitingInte
 // round compares everything once and queues each key found out of sync.
 func (p *patroller) round(ctx context.Context, q workqueue.TypedRateLimitingInterface[reconcile.Request]) error {
 	s, tr := p.r.syncer, p.r.translator
-	tenants, err := newList(p.gvk, p.scheme)
-	if err != nil {
-		return err
-	}
+	tenants := listFor(s.Object(), p.gvk, p.scheme)
 	if err := p.r.tenant.List(ctx, tenants); err != nil {
 		return fmt.Errorf("listing tenant %s: %w", s.Name, err)
 	}
-	hosts, err := newList(p.gvk, p.scheme)
-	if err != nil {
-		return err
-	}
+	hosts := listFor(s.Object(), p.gvk, p.scheme)
 	if err := p.r.hostRead.List(ctx, hosts, client.MatchingFields{clusterIndex: tr.Cluster}); err != nil {
 		return fmt.Errorf("listing host %s: %w", s.Name, err)
 	}
@@ -81,7 +75,7 @@ func (p *patroller) round(ctx context.Context, q workqueue.TypedRateLimitingInte
 		p.r.drifted.Store(key, true)
 		q.Add(reconcile.Request{NamespacedName: key})
 	}
-	err = meta.EachListItem(tenants, func(o runtime.Object) error {
+	err := meta.EachListItem(tenants, func(o runtime.Object) error {
 		t := o.(client.Object)
 		key := client.ObjectKeyFromObject(t)
 		hostKey := tr.HostKey(key, s.ClusterScoped)
@@ -120,18 +114,17 @@ func (p *patroller) drifted(t, h client.Object, found bool) bool {
 	return err != nil || !semanticallyEqual(h, desired)
 }
 
-// newList returns an empty list of gvk's kind: typed when the scheme knows
-// it, unstructured otherwise.
-func newList(gvk schema.GroupVersionKind, scheme *runtime.Scheme) (client.ObjectList, error) {
+// listFor is an empty list for objects like obj, of type gvk: an
+// unstructured one for an unstructured obj, so that it is read from the
+// same informer.
+func listFor(obj client.Object, gvk schema.GroupVersionKind, scheme *runtime.Scheme) client.ObjectList {
 	listGVK := gvk.GroupVersion().WithKind(gvk.Kind + "List")
-	if scheme.Recognizes(listGVK) {
-		o, err := scheme.New(listGVK)
-		if err != nil {
-			return nil, fmt.Errorf("new %s: %w", listGVK, err)
+	if _, unstructuredObj := obj.(*unstructured.Unstructured); !unstructuredObj {
+		if o, err := scheme.New(listGVK); err == nil {
+			return o.(client.ObjectList)
 		}
-		return o.(client.ObjectList), nil
 	}
 	l := &unstructured.UnstructuredList{}
 	l.SetGroupVersionKind(listGVK)
-	return l, nil
+	return l
 }
