@@ -125,6 +125,8 @@ func (r *RemoteClusterRegistry) newManager(lc fx.Lifecycle, t *tenant, cfg *rest
 		HealthProbeBindAddress:  "0",
 		LeaderElection:          false,
 		WebhookServer:           noWebhookServer{},
+		// Waits for sync are notified, not polled: see notifyingCache.
+		NewCache: newNotifyingCache,
 		GracefulShutdownTimeout: ptr.To(r.opts.GracefulShutdownTimeout),
 		Controller: ctrlconfig.Controller{
 			// Every cluster runs the same modules, so the same controller

@@ -1,0 +1,4 @@
+package clusterregistry
+
+// NewNotifyingCache is newNotifyingCache, for the tests of its promises.
+var NewNotifyingCache = newNotifyingCache
