@@ -119,14 +119,14 @@ func (r *RemoteClusterRegistry) startTenant(c *cluster, config *rest.Config) (_ 
 // start and stop into the app's lifecycle.
 func (r *RemoteClusterRegistry) newManager(lc fx.Lifecycle, t *tenant, cfg *rest.Config, log logr.Logger) (manager.Manager, error) {
 	mgr, err := manager.New(cfg, manager.Options{
-		Scheme:                  r.opts.Scheme,
-		Logger:                  log,
-		Metrics:                 metricsserver.Options{BindAddress: "0"},
-		HealthProbeBindAddress:  "0",
-		LeaderElection:          false,
-		WebhookServer:           noWebhookServer{},
+		Scheme:                 r.opts.Scheme,
+		Logger:                 log,
+		Metrics:                metricsserver.Options{BindAddress: "0"},
+		HealthProbeBindAddress: "0",
+		LeaderElection:         false,
+		WebhookServer:          noWebhookServer{},
 		// Waits for sync are notified, not polled: see notifyingCache.
-		NewCache: newNotifyingCache,
+		NewCache:                newNotifyingCache,
 		GracefulShutdownTimeout: ptr.To(r.opts.GracefulShutdownTimeout),
 		Controller: ctrlconfig.Controller{
 			// Every cluster runs the same modules, so the same controller
