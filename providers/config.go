@@ -20,13 +20,13 @@ func NewRestConfig(opts Options) (*rest.Config, error) {
 		if err != nil {
 			return nil, fmt.Errorf("loading host kubeconfig %s: %w", opts.Kubeconfig, err)
 		}
-		return withUserAgent(cfg), nil
+		return withDefaults(cfg, opts), nil
 	}
 	var inClusterErr error
 	if os.Getenv(clientcmd.RecommendedConfigPathEnvVar) == "" {
 		cfg, err := rest.InClusterConfig()
 		if err == nil {
-			return withUserAgent(cfg), nil
+			return withDefaults(cfg, opts), nil
 		}
 		inClusterErr = err
 	}
@@ -38,12 +38,16 @@ func NewRestConfig(opts Options) (*rest.Config, error) {
 		}
 		return nil, fmt.Errorf("loading host kubeconfig from $KUBECONFIG: %w", err)
 	}
-	return withUserAgent(cfg), nil
+	return withDefaults(cfg, opts), nil
 }
 
-func withUserAgent(cfg *rest.Config) *rest.Config {
+// withDefaults names the manager in its requests and sets its own request
+// limits (see Options.HostAPIQPS).
+func withDefaults(cfg *rest.Config, opts Options) *rest.Config {
 	if cfg.UserAgent == "" {
 		cfg.UserAgent = rest.DefaultKubernetesUserAgent() + " tenantry-manager"
 	}
+	opts.Default()
+	cfg.QPS, cfg.Burst = float32(opts.HostAPIQPS), opts.HostAPIBurst
 	return cfg
 }

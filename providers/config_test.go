@@ -34,6 +34,14 @@ func TestNewRestConfig(t *testing.T) {
 	if !strings.Contains(cfg.UserAgent, "tenantry-manager") {
 		t.Errorf("user agent %q does not name the manager", cfg.UserAgent)
 	}
+	if cfg.QPS != DefaultHostAPIQPS || cfg.Burst != DefaultHostAPIBurst {
+		t.Errorf("host client limits %g/%d, want the defaults %d/%d (client-go's own 5/10 starves a thousand tenants)",
+			cfg.QPS, cfg.Burst, DefaultHostAPIQPS, DefaultHostAPIBurst)
+	}
+	cfg, err = NewRestConfig(Options{Kubeconfig: path, HostAPIQPS: 7, HostAPIBurst: 9})
+	if err != nil || cfg.QPS != 7 || cfg.Burst != 9 {
+		t.Errorf("--kube-api-qps 7 --kube-api-burst 9: %g/%d, %v", cfg.QPS, cfg.Burst, err)
+	}
 	cfg, err = NewRestConfig(Options{Kubeconfig: path, KubeContext: "b"})
 	if err != nil || cfg.Host != "https://b.example:6443" {
 		t.Fatalf("--context b: %v, %v", cfg, err)

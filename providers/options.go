@@ -24,6 +24,17 @@ type Options struct {
 	MetricsBindAddress string
 	// HealthProbeBindAddress serves /healthz and /readyz; "0" turns them off.
 	HealthProbeBindAddress string
+	// PprofBindAddress serves Go's profiles (net/http/pprof) under
+	// /debug/pprof/; empty or "0", the default, serves none.
+	PprofBindAddress string
+
+	// HostAPIQPS and HostAPIBurst limit the management manager's own
+	// requests to the host: VirtualClusters, their status and kubeconfig
+	// Secrets, events, leader election. The syncers' requests have a
+	// budget of their own (the syncers' --host-qps). Default:
+	// DefaultHostAPIQPS and DefaultHostAPIBurst.
+	HostAPIQPS   float64
+	HostAPIBurst int
 
 	// LeaderElection makes replicas elect one leader that reconciles; the
 	// others wait. LeaderElectionNamespace holds the Lease (defaults to the
@@ -46,6 +57,15 @@ type Options struct {
 	Logger LoggerOptions
 }
 
+// The management manager's default limits on its requests to the host:
+// enough to make 1,000 VirtualClusters Ready (a kubeconfig read, a
+// finalizer and a status write each) in seconds, where client-go's default
+// of 5 per second would take ten minutes.
+const (
+	DefaultHostAPIQPS   = 100
+	DefaultHostAPIBurst = 200
+)
+
 // Default fills in unset fields.
 func (o *Options) Default() {
 	if o.MetricsBindAddress == "" {
@@ -53,6 +73,12 @@ func (o *Options) Default() {
 	}
 	if o.HealthProbeBindAddress == "" {
 		o.HealthProbeBindAddress = ":8081"
+	}
+	if o.HostAPIQPS <= 0 {
+		o.HostAPIQPS = DefaultHostAPIQPS
+	}
+	if o.HostAPIBurst <= 0 {
+		o.HostAPIBurst = DefaultHostAPIBurst
 	}
 	if o.LeaderElectionID == "" {
 		o.LeaderElectionID = "tenantry-manager.tenantry.dev"
@@ -79,6 +105,11 @@ func (o *Options) BindFlags(fs *flag.FlagSet) {
 	fs.StringVar(&o.KubeContext, "context", o.KubeContext, "Kubeconfig context to use (default: its current context).")
 	fs.StringVar(&o.MetricsBindAddress, "metrics-bind-address", o.MetricsBindAddress, `Address of the Prometheus metrics endpoint; "0" turns it off.`)
 	fs.StringVar(&o.HealthProbeBindAddress, "health-probe-bind-address", o.HealthProbeBindAddress, `Address of /healthz and /readyz; "0" turns them off.`)
+	fs.StringVar(&o.PprofBindAddress, "pprof-bind-address", o.PprofBindAddress,
+		`Address of Go's profiles (/debug/pprof/); empty or "0", the default, serves none. They show the process's memory and code: keep it local.`)
+	fs.Float64Var(&o.HostAPIQPS, "kube-api-qps", o.HostAPIQPS,
+		"Requests per second of the management manager's own host client (VirtualClusters, their Secrets and status, events); the syncers' have --host-qps.")
+	fs.IntVar(&o.HostAPIBurst, "kube-api-burst", o.HostAPIBurst, "Burst of the management manager's own host client.")
 	fs.BoolVar(&o.LeaderElection, "leader-elect", o.LeaderElection, "Elect a leader among replicas; only the leader reconciles.")
 	fs.StringVar(&o.LeaderElectionNamespace, "leader-election-namespace", o.LeaderElectionNamespace,
 		"Namespace of the leader election Lease (default: the pod's namespace; required out of cluster).")

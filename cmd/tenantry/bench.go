@@ -25,6 +25,7 @@ import (
 	ctrlcache "sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/tenantry/tenantry/controllers/virtualcluster"
 	"github.com/tenantry/tenantry/pkg/clusterregistry"
 	"github.com/tenantry/tenantry/pkg/syncer"
 	"github.com/tenantry/tenantry/pkg/syncer/builtin"
@@ -42,7 +43,29 @@ var benchCommand = command{
 		fs.StringVar(&o.assets, "assets", "", "Directory holding kube-apiserver, etcd, kube-controller-manager, kube-scheduler and kwok "+
 			"(default: $"+tenantrytest.AssetsEnv+", else this binary's own directory).")
 		fs.IntVar(&o.nodes, "nodes", 2, "Simulated host nodes that run the Pods.")
-		fs.BoolVar(&o.clusterStarts, "cluster-starts", true, "Measure first how long the test clusters take to start, with and without their components.")
+		fs.Func("steps", "Comma-separated steps to run, in their order: "+strings.Join(benchSteps, ", ")+
+			" (starts: the test clusters' start times; scale: bin/manager with many VirtualClusters). Default: all.", func(v string) error {
+			steps, err := parseSteps(v)
+			o.steps = steps
+			return err
+		})
+		o.steps = parseStepsDefault()
+		fs.Func("scale-tenants", "Comma-separated, growing VirtualCluster counts of the scale run (default 100,250,500,1000).", func(v string) error {
+			counts, err := parseCounts(v)
+			o.scaleTenants = counts
+			return err
+		})
+		o.scaleTenants = []int{100, 250, 500, 1000}
+		fs.IntVar(&o.scaleServers, "scale-servers", 4, "Tenant API servers the scale run's VirtualClusters share.")
+		fs.IntVar(&o.scaleObjects, "scale-objects", 3, "ConfigMaps each VirtualCluster of the scale run syncs.")
+		fs.IntVar(&o.scaleExtraObjects, "scale-extra-objects", 10,
+			"ConfigMaps added per tenant API server at the largest count, for the memory per synced object; 0 skips it.")
+		fs.DurationVar(&o.scaleIdleWindow, "scale-idle-window", 20*time.Second, "How long the idle manager's request rates are measured over.")
+		fs.Func("manager-args", "Extra flags for bin/manager in the scale run, space-separated (the figures are then not the defaults').", func(v string) error {
+			o.managerArgs = strings.Fields(v)
+			return nil
+		})
+		fs.StringVar(&o.managerBinary, "manager", "", "bin/manager for the scale run (default: the manager beside this binary).")
 		fs.IntVar(&o.spawnClusters, "spawn-clusters", 50, "Clusters spawned and stopped one by one for the spawn figures.")
 		fs.IntVar(&o.memoryClusters, "memory-clusters", 100, "Clusters spawned at once for the memory figure.")
 		fs.IntVar(&o.latencySamples, "latency-samples", 300, "Objects created for each latency figure.")
@@ -61,7 +84,13 @@ var benchCommand = command{
 type benchOptions struct {
 	out, assets                          string
 	nodes                                int
-	clusterStarts                        bool
+	steps                                map[string]bool
+	scaleTenants                         []int
+	scaleServers, scaleObjects           int
+	scaleExtraObjects                    int
+	scaleIdleWindow                      time.Duration
+	managerBinary                        string
+	managerArgs                          []string
 	spawnClusters, memoryClusters        int
 	latencySamples, podSamples           int
 	latencyRate                          float64
@@ -87,6 +116,8 @@ type report struct {
 	Command string   `json:"command"`
 	Machine string   `json:"machine"`
 	Results []result `json:"results"`
+	// Scale holds the scale run's figures at each VirtualCluster count.
+	Scale []scalePoint `json:"scale,omitempty"`
 }
 
 // bench is the machinery of one run: a host that runs Pods on simulated
@@ -106,7 +137,7 @@ func runBench(ctx context.Context, o benchOptions, out io.Writer) error {
 		o.assets = defaultAssets()
 	}
 	var results []result
-	if o.clusterStarts {
+	if o.steps["starts"] {
 		fmt.Fprintln(out, "==> measuring the start of the test clusters")
 		rs, err := clusterStart(ctx, o)
 		if err != nil {
@@ -114,25 +145,107 @@ func runBench(ctx context.Context, o benchOptions, out io.Writer) error {
 		}
 		results = append(results, rs...)
 	}
+	if libraryStepsIn(o.steps) {
+		rs, err := runLibrarySteps(ctx, o, out)
+		if err != nil {
+			return err
+		}
+		results = append(results, rs...)
+	}
+	var points []scalePoint
+	if o.steps["scale"] {
+		fmt.Fprintln(out, "==> measuring bin/manager at scale")
+		rs, ps, err := runScale(ctx, o, out)
+		if err != nil {
+			return fmt.Errorf("scale: %w", err)
+		}
+		results, points = append(results, rs...), ps
+	}
+
+	rep := report{
+		Date:    time.Now().UTC().Format(time.RFC3339),
+		Command: "make bench (bin/tenantry bench " + strings.Join(os.Args[2:], " ") + ")",
+		Machine: machine(),
+		Results: results,
+		Scale:   points,
+	}
+	table := rep.table()
+	fmt.Fprint(out, "\n"+table)
+	return rep.write(o.out)
+}
+
+// benchSteps are the bench's steps, in the order they run.
+var benchSteps = []string{"starts", "spawn", "memory", "latency", "throughput", "pods", "scale"}
+
+// libraryStep is a step that drives the library in this process.
+type libraryStep struct {
+	name, what string
+	run        func(*bench, context.Context) ([]result, error)
+}
+
+// librarySteps are the steps that drive the library in this process, on a
+// host with nodes and two tenants with their controller-manager.
+var librarySteps = []libraryStep{
+	{"spawn", "spawn and stop", (*bench).spawn},
+	{"memory", "memory per tenant", (*bench).memory},
+	{"latency", "sync latency", (*bench).latency},
+	{"throughput", "throughput", (*bench).throughput},
+	{"pods", "Pod start", (*bench).podStart},
+}
+
+func parseSteps(v string) (map[string]bool, error) {
+	steps := map[string]bool{}
+	for f := range strings.SplitSeq(v, ",") {
+		if f = strings.TrimSpace(f); f == "" {
+			continue
+		}
+		if !slices.Contains(benchSteps, f) {
+			return nil, fmt.Errorf("unknown step %q: the steps are %s", f, strings.Join(benchSteps, ", "))
+		}
+		steps[f] = true
+	}
+	if len(steps) == 0 {
+		return nil, fmt.Errorf("no step named: the steps are %s", strings.Join(benchSteps, ", "))
+	}
+	return steps, nil
+}
+
+func parseStepsDefault() map[string]bool {
+	steps, _ := parseSteps(strings.Join(benchSteps, ","))
+	return steps
+}
+
+func libraryStepsIn(steps map[string]bool) bool {
+	return slices.ContainsFunc(librarySteps, func(s libraryStep) bool { return steps[s.name] })
+}
+
+// runLibrarySteps runs the selected library steps on a host that runs Pods
+// on simulated nodes and two tenants with their own controller-manager,
+// with a Hub and a registry wired as bin/manager wires them, with its
+// default limits.
+func runLibrarySteps(ctx context.Context, o benchOptions, out io.Writer) ([]result, error) {
 	fmt.Fprintf(out, "==> starting a host with %d nodes and 2 tenants with their controller-manager\n", o.nodes)
 	env, err := tenantrytest.Start(ctx, tenantrytest.Options{Tenants: 2, HostNodes: o.nodes, TenantControllerManager: true, BinaryAssetsDirectory: o.assets})
 	if err != nil {
-		return err
+		return nil, err
 	}
 	defer func() { _ = env.Stop() }()
 	b := &bench{o: o, env: env}
 	for _, cp := range env.Tenants {
-		b.tenants = append(b.tenants, cp.Config())
+		cfg := cp.Config()
+		// What bin/manager gives each tenant's clients by default.
+		cfg.QPS, cfg.Burst = virtualcluster.DefaultTenantQPS, virtualcluster.DefaultTenantBurst
+		b.tenants = append(b.tenants, cfg)
 	}
 	scheme, err := providers.NewScheme()
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if b.host, err = client.New(env.Host.Config(), client.Options{Scheme: scheme}); err != nil {
-		return err
+		return nil, err
 	}
 	if b.hub, err = syncer.NewHub(env.Host.Config(), syncer.HubOptions{Scheme: scheme, HostQPS: o.hostQPS, HostBurst: o.hostBurst}); err != nil {
-		return err
+		return nil, err
 	}
 	hubCtx, stopHub := context.WithCancel(ctx)
 	defer stopHub()
@@ -142,34 +255,19 @@ func runBench(ctx context.Context, o benchOptions, out io.Writer) error {
 	}, syncer.TenantModule(b.hub, syncer.Options{}, builtin.All()...))
 	defer func() { _ = b.registry.Close(context.Background()) }()
 
-	for _, step := range []struct {
-		what string
-		run  func(context.Context) ([]result, error)
-	}{
-		{"spawn and stop", b.spawn},
-		{"memory per tenant", b.memory},
-		{"sync latency", b.latency},
-		{"throughput", b.throughput},
-		{"Pod start", b.podStart},
-	} {
+	var results []result
+	for _, step := range librarySteps {
+		if !o.steps[step.name] {
+			continue
+		}
 		fmt.Fprintln(out, "==> measuring", step.what)
-		rs, err := step.run(ctx)
+		rs, err := step.run(b, ctx)
 		if err != nil {
-			return fmt.Errorf("%s: %w", step.what, err)
+			return nil, fmt.Errorf("%s: %w", step.what, err)
 		}
 		results = append(results, rs...)
 	}
-	results = append(results, processMemory(o.assets)...)
-
-	rep := report{
-		Date:    time.Now().UTC().Format(time.RFC3339),
-		Command: "make bench (bin/tenantry bench " + strings.Join(os.Args[2:], " ") + ")",
-		Machine: machine(),
-		Results: results,
-	}
-	table := rep.table()
-	fmt.Fprint(out, "\n"+table)
-	return rep.write(o.out)
+	return append(results, processMemory(o.assets)...), nil
 }
 
 // spawn measures Spawn (to caches synced) and Stop, one cluster at a time,

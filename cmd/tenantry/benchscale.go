@@ -1,0 +1,401 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	tenantryconfig "github.com/tenantry/tenantry/config"
+	tenantryv1alpha1 "github.com/tenantry/tenantry/pkg/apis/tenantry/v1alpha1"
+	"github.com/tenantry/tenantry/pkg/syncer"
+	tenantrytest "github.com/tenantry/tenantry/pkg/testing"
+	"github.com/tenantry/tenantry/providers"
+)
+
+// scaleNamespace is the namespace, in every tenant API server of the scale
+// run, that holds the objects each VirtualCluster syncs.
+const scaleNamespace = "bench-scale"
+
+// scalePoint is what the scale run measures at one VirtualCluster count.
+type scalePoint struct {
+	Tenants          int     `json:"tenants"`
+	ReadySeconds     float64 `json:"readySeconds"`     // manager start -> every VirtualCluster Ready
+	HeapMiB          float64 `json:"heapMiB"`          // live heap, after a forced GC
+	RSSMiB           float64 `json:"rssMiB"`           // resident memory of the process
+	Goroutines       int     `json:"goroutines"`       // of the process
+	Connections      int     `json:"connections"`      // open sockets of the process
+	HostRequestsIdle float64 `json:"hostRequestsIdle"` // host API requests per second, idle, all tenants
+	TenantRequests   float64 `json:"tenantRequestsIdle"`
+}
+
+// scaleRun is the scale step: bin/manager, run as users run it (default
+// flags, but for the addresses of its listeners), against a host and a
+// handful of tenant API servers that many VirtualClusters share. Every
+// VirtualCluster syncs its server's bench-scale namespace into host
+// namespaces of its own.
+type scaleRun struct {
+	o       benchOptions
+	out     io.Writer
+	env     *tenantrytest.Environment
+	host    client.Client
+	dir     string
+	secrets []string // a kubeconfig Secret per tenant API server
+	hostURL string   // host of the host API server, as client-go's metrics label it
+	manager *managerProcess
+}
+
+func runScale(ctx context.Context, o benchOptions, out io.Writer) (_ []result, _ []scalePoint, retErr error) {
+	if len(o.scaleTenants) == 0 {
+		return nil, nil, nil
+	}
+	binary := o.managerBinary
+	if binary == "" {
+		self, err := os.Executable()
+		if err != nil {
+			return nil, nil, fmt.Errorf("finding bin/manager: %w", err)
+		}
+		binary = filepath.Join(filepath.Dir(self), "manager")
+	}
+	if _, err := os.Stat(binary); err != nil {
+		return nil, nil, fmt.Errorf("the scale run needs bin/manager (make build): %w", err)
+	}
+	dir, err := os.MkdirTemp("", "tenantry-scale-")
+	if err != nil {
+		return nil, nil, err
+	}
+	defer func() {
+		if retErr == nil {
+			_ = os.RemoveAll(dir)
+		} else {
+			retErr = fmt.Errorf("%w (logs kept in %s)", retErr, dir)
+		}
+	}()
+	crds, err := tenantryconfig.CRDs()
+	if err != nil {
+		return nil, nil, err
+	}
+	fmt.Fprintf(out, "    a host and %d tenant API servers (logs: %s)\n", o.scaleServers, dir)
+	env, err := tenantrytest.Start(ctx, tenantrytest.Options{
+		Tenants: o.scaleServers, HostCRDs: crds, BinaryAssetsDirectory: o.assets, LogDirectory: dir,
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	defer func() { _ = env.Stop() }()
+	s := &scaleRun{o: o, out: out, env: env, dir: dir, hostURL: strings.TrimPrefix(env.Host.Config().Host, "https://")}
+	scheme, err := providers.NewScheme()
+	if err != nil {
+		return nil, nil, err
+	}
+	hostConfig := env.Host.Config()
+	hostConfig.QPS, hostConfig.Burst = 500, 1000 // the bench's own client, not the manager's
+	if s.host, err = client.New(hostConfig, client.Options{Scheme: scheme}); err != nil {
+		return nil, nil, err
+	}
+	if err := s.prepare(ctx); err != nil {
+		return nil, nil, err
+	}
+	kubeconfig, err := env.Host.Kubeconfig()
+	if err != nil {
+		return nil, nil, err
+	}
+	kubeconfigPath := filepath.Join(dir, "host.kubeconfig")
+	if err := os.WriteFile(kubeconfigPath, kubeconfig, 0o600); err != nil {
+		return nil, nil, err
+	}
+	defer func() {
+		if s.manager != nil {
+			_ = s.manager.stop()
+		}
+	}()
+
+	var points []scalePoint
+	for i, n := range o.scaleTenants {
+		if s.manager != nil {
+			if err := s.manager.stop(); err != nil {
+				return nil, nil, err
+			}
+			s.manager = nil
+		}
+		if err := s.ensureVirtualClusters(ctx, n); err != nil {
+			return nil, nil, err
+		}
+		s.manager, err = startManagerProcess(ctx, binary, kubeconfigPath, o.managerArgs, filepath.Join(dir, fmt.Sprintf("manager-%d.log", i)))
+		if err != nil {
+			return nil, nil, err
+		}
+		p, err := s.measure(ctx, n)
+		if err != nil {
+			return nil, nil, fmt.Errorf("%d VirtualClusters: %w", n, err)
+		}
+		fmt.Fprintf(out, "    %d VirtualClusters: Ready in %.1f s, heap %.0f MiB, RSS %.0f MiB, %d goroutines, %d connections, %.2f host requests/s idle\n",
+			n, p.ReadySeconds, p.HeapMiB, p.RSSMiB, p.Goroutines, p.Connections, p.HostRequestsIdle)
+		points = append(points, p)
+	}
+	perObject, err := s.memoryPerObject(ctx, points[len(points)-1])
+	if err != nil {
+		return nil, nil, fmt.Errorf("memory per synced object: %w", err)
+	}
+	if err := writeScaleChart(filepath.Join(o.out, "scale.svg"), points); err != nil {
+		return nil, nil, err
+	}
+	return scaleResults(o, points, perObject), points, nil
+}
+
+// prepare makes the objects the VirtualClusters sync, and a kubeconfig
+// Secret per tenant API server.
+func (s *scaleRun) prepare(ctx context.Context) error {
+	if err := s.host.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: secretsNamespace}}); err != nil {
+		return err
+	}
+	for i, cp := range s.env.Tenants {
+		data, err := cp.Kubeconfig()
+		if err != nil {
+			return err
+		}
+		secret := &corev1.Secret{
+			ObjectMeta: metav1.ObjectMeta{Namespace: secretsNamespace, Name: cp.Name() + "-kubeconfig"},
+			Data:       map[string][]byte{tenantryv1alpha1.DefaultKubeconfigKey: data},
+		}
+		if err := s.host.Create(ctx, secret); err != nil {
+			return err
+		}
+		s.secrets = append(s.secrets, secret.Name)
+		tenant, err := client.New(cp.Config(), client.Options{})
+		if err != nil {
+			return err
+		}
+		if err := tenant.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: scaleNamespace}}); err != nil {
+			return err
+		}
+		if err := createConfigMaps(ctx, tenant, 0, s.o.scaleObjects); err != nil {
+			return fmt.Errorf("tenant %d: %w", i, err)
+		}
+	}
+	return nil
+}
+
+func createConfigMaps(ctx context.Context, c client.Client, from, to int) error {
+	for j := from; j < to; j++ {
+		cm := &corev1.ConfigMap{
+			ObjectMeta: metav1.ObjectMeta{Namespace: scaleNamespace, Name: fmt.Sprintf("cm-%d", j)},
+			Data:       map[string]string{"index": strconv.Itoa(j), "payload": strings.Repeat("x", 256)},
+		}
+		if err := c.Create(ctx, cm); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func scaleName(i int) string { return fmt.Sprintf("scale-%04d", i) }
+
+// ensureVirtualClusters makes VirtualClusters up to n, spread over the
+// tenant API servers, and clears the status of every one, so that the
+// manager about to start is seen to make each Ready.
+func (s *scaleRun) ensureVirtualClusters(ctx context.Context, n int) error {
+	return parallel(16, n, func(i int) error {
+		var vc tenantryv1alpha1.VirtualCluster
+		err := s.host.Get(ctx, client.ObjectKey{Name: scaleName(i)}, &vc)
+		if client.IgnoreNotFound(err) != nil {
+			return err
+		}
+		if err != nil {
+			vc = tenantryv1alpha1.VirtualCluster{
+				ObjectMeta: metav1.ObjectMeta{Name: scaleName(i)},
+				Spec: tenantryv1alpha1.VirtualClusterSpec{KubeconfigSecretRef: tenantryv1alpha1.SecretKeyReference{
+					Namespace: secretsNamespace, Name: s.secrets[i%len(s.secrets)],
+				}},
+			}
+			return s.host.Create(ctx, &vc)
+		}
+		vc.Status = tenantryv1alpha1.VirtualClusterStatus{}
+		return s.host.Status().Update(ctx, &vc)
+	})
+}
+
+// measure waits until the n VirtualClusters are Ready and have synced
+// their objects, then measures the idle manager.
+func (s *scaleRun) measure(ctx context.Context, n int) (scalePoint, error) {
+	p := scalePoint{Tenants: n}
+	began := s.manager.started
+	if err := poll(ctx, 250*time.Millisecond, 5*time.Minute, func(ctx context.Context) (bool, error) {
+		ready, err := s.readyCount(ctx)
+		return ready >= n, err
+	}); err != nil {
+		return p, fmt.Errorf("waiting for every VirtualCluster to be Ready: %w", err)
+	}
+	p.ReadySeconds = round(time.Since(began).Seconds(), 1)
+	if err := s.waitCopies(ctx, n*s.o.scaleObjects); err != nil {
+		return p, err
+	}
+	before, err := s.manager.metrics(ctx)
+	if err != nil {
+		return p, err
+	}
+	// A window to measure rates over, not a wait for a state.
+	select {
+	case <-time.After(s.o.scaleIdleWindow):
+	case <-ctx.Done():
+		return p, ctx.Err()
+	}
+	after, err := s.manager.metrics(ctx)
+	if err != nil {
+		return p, err
+	}
+	window := s.o.scaleIdleWindow.Seconds()
+	hostRequests := after.requests(func(h string) bool { return h == s.hostURL }) - before.requests(func(h string) bool { return h == s.hostURL })
+	tenantRequests := after.requests(func(h string) bool { return h != s.hostURL }) - before.requests(func(h string) bool { return h != s.hostURL })
+	p.HostRequestsIdle = round(hostRequests/window, 2)
+	p.TenantRequests = round(tenantRequests/window, 2)
+	p.RSSMiB = round(after.value("process_resident_memory_bytes")/(1<<20), 0)
+	p.Goroutines = int(after.value("go_goroutines"))
+	heap, err := s.manager.liveHeap(ctx)
+	if err != nil {
+		return p, err
+	}
+	p.HeapMiB = round(float64(heap)/(1<<20), 1)
+	p.Connections = s.manager.sockets()
+	return p, nil
+}
+
+// readyCount counts the VirtualClusters Ready for their generation.
+func (s *scaleRun) readyCount(ctx context.Context) (int, error) {
+	var list tenantryv1alpha1.VirtualClusterList
+	if err := s.host.List(ctx, &list); err != nil {
+		return 0, err
+	}
+	ready := 0
+	for _, vc := range list.Items {
+		c := meta.FindStatusCondition(vc.Status.Conditions, tenantryv1alpha1.ConditionReady)
+		if c != nil && c.Status == metav1.ConditionTrue && vc.Status.ObservedGeneration == vc.Generation {
+			ready++
+		}
+	}
+	return ready, nil
+}
+
+// waitCopies waits until the host holds want copies of the tenants'
+// bench-scale ConfigMaps.
+func (s *scaleRun) waitCopies(ctx context.Context, want int) error {
+	have := 0
+	err := poll(ctx, time.Second, 5*time.Minute, func(ctx context.Context) (bool, error) {
+		var list metav1.PartialObjectMetadataList
+		list.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("ConfigMapList"))
+		if err := s.host.List(ctx, &list, client.MatchingLabels{syncer.LabelManagedBy: syncer.ManagedByValue}); err != nil {
+			return false, err
+		}
+		have = 0
+		for _, cm := range list.Items {
+			if cm.Annotations[syncer.AnnotationTenantNamespace] == scaleNamespace {
+				have++
+			}
+		}
+		return have >= want, nil
+	})
+	if err != nil {
+		return fmt.Errorf("waiting for %d host copies (%d so far): %w", want, have, err)
+	}
+	return nil
+}
+
+// memoryPerObject adds objects to every tenant API server at the largest
+// count, and divides the manager's live heap growth by the host copies
+// they make.
+func (s *scaleRun) memoryPerObject(ctx context.Context, last scalePoint) (float64, error) {
+	if s.o.scaleExtraObjects <= 0 {
+		return 0, nil
+	}
+	for _, cp := range s.env.Tenants {
+		tenant, err := client.New(cp.Config(), client.Options{})
+		if err != nil {
+			return 0, err
+		}
+		if err := createConfigMaps(ctx, tenant, s.o.scaleObjects, s.o.scaleObjects+s.o.scaleExtraObjects); err != nil {
+			return 0, err
+		}
+	}
+	if err := s.waitCopies(ctx, last.Tenants*(s.o.scaleObjects+s.o.scaleExtraObjects)); err != nil {
+		return 0, err
+	}
+	heap, err := s.manager.liveHeap(ctx)
+	if err != nil {
+		return 0, err
+	}
+	copies := last.Tenants * s.o.scaleExtraObjects
+	return (float64(heap) - last.HeapMiB*(1<<20)) / float64(copies) / 1024, nil
+}
+
+func scaleResults(o benchOptions, points []scalePoint, perObjectKiB float64) []result {
+	first, last := points[0], points[len(points)-1]
+	flags := "default flags"
+	if len(o.managerArgs) > 0 {
+		flags = "flags " + strings.Join(o.managerArgs, " ")
+	}
+	setup := fmt.Sprintf("bin/manager, %s, %d VirtualClusters over %d tenant API servers, every built-in syncer, %d ConfigMaps each",
+		flags, last.Tenants, o.scaleServers, o.scaleObjects)
+	var rs []result
+	for _, p := range points {
+		rs = append(rs, result{
+			Name: fmt.Sprintf("scale: %d VirtualClusters Ready after the manager starts", p.Tenants), Value: p.ReadySeconds, Unit: "s",
+			Note: "process start -> every VirtualCluster Ready=True",
+		})
+	}
+	rs[len(rs)-1].Target, rs[len(rs)-1].Met = "<= 60 s", ptrBool(last.ReadySeconds <= 60)
+	perTenant := func(a, b float64) float64 {
+		if last.Tenants == first.Tenants {
+			return b / float64(last.Tenants)
+		}
+		return (b - a) / float64(last.Tenants-first.Tenants)
+	}
+	heap := perTenant(first.HeapMiB, last.HeapMiB)
+	goroutines := perTenant(float64(first.Goroutines), float64(last.Goroutines))
+	slope := fmt.Sprintf("growth from %d to %d VirtualClusters, per VirtualCluster", first.Tenants, last.Tenants)
+	hostIdle := last.HostRequestsIdle / float64(last.Tenants)
+	rs = append(rs,
+		result{Name: "scale: manager RSS", Value: last.RSSMiB, Unit: "MiB", Note: setup},
+		result{Name: "scale: manager live heap", Value: last.HeapMiB, Unit: "MiB", Note: "after a forced GC (pprof heap?gc=1)"},
+		result{Name: "scale: heap per idle tenant", Value: round(heap, 2), Unit: "MiB", Target: "<= 2 MiB", Met: ptrBool(heap <= 2), Note: slope},
+		result{Name: "scale: goroutines per idle tenant", Value: round(goroutines, 1), Unit: "goroutines", Target: "<= 40", Met: ptrBool(goroutines <= 40), Note: slope},
+		result{Name: "scale: open connections", Value: float64(last.Connections), Unit: "sockets", Note: "of the manager process, every tenant and the host"},
+		result{Name: "scale: idle host requests per tenant", Value: round(hostIdle, 4), Unit: "req/s", Target: "<= 0.01 req/s", Met: ptrBool(hostIdle <= 0.01),
+			Note: fmt.Sprintf("rest_client_requests_total to the host over %s idle, all tenants %.2f req/s", o.scaleIdleWindow, last.HostRequestsIdle)},
+		result{Name: "scale: idle tenant API requests per tenant", Value: round(last.TenantRequests/float64(last.Tenants), 4), Unit: "req/s",
+			Note: "health checks of the tenant API servers, and nothing else"},
+	)
+	if o.scaleExtraObjects > 0 {
+		rs = append(rs, result{Name: "scale: memory per synced object", Value: round(perObjectKiB, 1), Unit: "KiB",
+			Note: fmt.Sprintf("live heap growth over %d host copies (%d ConfigMaps of 256 bytes more per tenant API server): the hub's host copy and the tenant cache's object",
+				last.Tenants*o.scaleExtraObjects, o.scaleExtraObjects)})
+	}
+	return rs
+}
+
+// parseCounts reads a comma-separated list of VirtualCluster counts.
+func parseCounts(s string) ([]int, error) {
+	var counts []int
+	for f := range strings.SplitSeq(s, ",") {
+		if f = strings.TrimSpace(f); f == "" {
+			continue
+		}
+		n, err := strconv.Atoi(f)
+		if err != nil || n < 1 {
+			return nil, fmt.Errorf("%q is not a positive count", f)
+		}
+		if len(counts) > 0 && n <= counts[len(counts)-1] {
+			return nil, fmt.Errorf("counts must grow: %d after %d", n, counts[len(counts)-1])
+		}
+		counts = append(counts, n)
+	}
+	return counts, nil
+}
