@@ -121,8 +121,10 @@ func contentDigest(content map[string]any) (string, error) {
 }
 
 // contains says whether have holds everything want does: every key of a
-// map with a value that holds want's, lists of the same length holding
-// want's element by element, equal scalars.
+// map with a value that holds want's; for a list, want's elements in their
+// order, each held by an element of have, with have's other elements
+// anywhere between (a sidecar, a volume or a pull secret a host webhook
+// added); equal scalars.
 func contains(have, want any) bool {
 	switch w := want.(type) {
 	case map[string]any:
@@ -141,13 +143,17 @@ func contains(have, want any) bool {
 		if !ok {
 			return len(w) == 0 && have == nil
 		}
-		if len(h) != len(w) {
-			return false
-		}
-		for i := range w {
-			if !contains(h[i], w[i]) {
+		// Matching each wanted element to the first element of have left
+		// that holds it leaves the most of have for the elements after.
+		j := 0
+		for _, wv := range w {
+			for j < len(h) && !contains(h[j], wv) {
+				j++
+			}
+			if j == len(h) {
 				return false
 			}
+			j++
 		}
 		return true
 	case nil:

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -706,24 +707,14 @@ func TestHostWritersAreNotFoughtOver(t *testing.T) {
 
 	// The host's "controller": it puts data key injected back whenever it
 	// is missing, and counts its writes.
-	var injections atomic.Int32
-	writerCtx, stopWriter := context.WithCancel(ctx)
-	writerDone := make(chan struct{})
-	go func() {
-		defer close(writerDone)
-		_ = wait.PollUntilContextCancel(writerCtx, 20*time.Millisecond, true, func(ctx context.Context) (bool, error) {
-			var host corev1.ConfigMap
-			if err := shared.Host.Get(ctx, hostKey, &host); err != nil || host.Data["injected"] != "" {
-				return false, nil
-			}
-			host.Data["injected"] = "by-the-host"
-			if shared.Host.Update(ctx, &host) == nil {
-				injections.Add(1)
-			}
-			return false, nil
-		})
-	}()
-	t.Cleanup(func() { stopWriter(); <-writerDone })
+	injections := runHostWriter(t, hostKey, &corev1.ConfigMap{}, func(o client.Object) bool {
+		cm := o.(*corev1.ConfigMap)
+		if cm.Data["injected"] != "" {
+			return false
+		}
+		cm.Data["injected"] = "by-the-host"
+		return true
+	})
 
 	hostHas := func(what string, ok func(*corev1.ConfigMap) bool) {
 		t.Helper()
@@ -775,4 +766,84 @@ func TestHostWritersAreNotFoughtOver(t *testing.T) {
 	if n := injections.Load(); n != before {
 		t.Fatalf("the host writer wrote %d more times after a label change; want none", n-before)
 	}
+}
+
+// A host writer that adds an element to a list of a host copy (here a pull
+// secret of a ServiceAccount, as some distributions' controllers do) keeps
+// it, and neither side writes again when the tenant's metadata changes.
+func TestHostListAdditionsAreNotFoughtOver(t *testing.T) {
+	useWorld(t)
+	ctx := t.Context()
+	tenant := shared.Tenants["tenant-2"]
+	ns := "default"
+	sa := &corev1.ServiceAccount{
+		ObjectMeta:       metav1.ObjectMeta{Namespace: ns, Name: unique("puller")},
+		ImagePullSecrets: []corev1.LocalObjectReference{{Name: "tenant-pull"}},
+	}
+	if err := tenant.Create(ctx, sa); err != nil {
+		t.Fatal(err)
+	}
+	hostKey := shared.HostKey("tenant-2", ns, sa.Name)
+	additions := runHostWriter(t, hostKey, &corev1.ServiceAccount{}, func(o client.Object) bool {
+		h := o.(*corev1.ServiceAccount)
+		if slices.Contains(h.ImagePullSecrets, corev1.LocalObjectReference{Name: "host-pull"}) {
+			return false
+		}
+		h.ImagePullSecrets = append(h.ImagePullSecrets, corev1.LocalObjectReference{Name: "host-pull"})
+		return true
+	})
+	hostPulls := func(what string, ok func(*corev1.ServiceAccount) bool) {
+		t.Helper()
+		eventually(t, 10*time.Second, what, func(ctx context.Context) (bool, error) {
+			var h corev1.ServiceAccount
+			if err := shared.Host.Get(ctx, hostKey, &h); err != nil {
+				return false, err
+			}
+			return ok(&h), fmt.Errorf("labels %v, pull secrets %v", h.Labels, h.ImagePullSecrets)
+		})
+	}
+	both := []corev1.LocalObjectReference{{Name: "tenant-pull"}, {Name: "host-pull"}}
+	hostPulls("the host's pull secret after the tenant's", func(h *corev1.ServiceAccount) bool {
+		return slices.Equal(h.ImagePullSecrets, both)
+	})
+	eventually(t, 10*time.Second, "a label added in the tenant", func(ctx context.Context) (bool, error) {
+		var c corev1.ServiceAccount
+		if err := tenant.Get(ctx, client.ObjectKeyFromObject(sa), &c); err != nil {
+			return false, err
+		}
+		c.Labels = map[string]string{"touched": "1"}
+		err := tenant.Update(ctx, &c)
+		return err == nil, err
+	})
+	hostPulls("the tenant's label, both pull secrets", func(h *corev1.ServiceAccount) bool {
+		return h.Labels["touched"] == "1" && slices.Equal(h.ImagePullSecrets, both)
+	})
+	if n := additions.Load(); n != 1 {
+		t.Fatalf("the host writer wrote %d times; want once: Tenantry took its pull secret away", n)
+	}
+}
+
+// runHostWriter runs, until the test ends, a host "controller" that reads
+// the object at key into obj every 20 ms and writes it back whenever edit
+// changed it; it returns the count of its writes.
+func runHostWriter(t *testing.T, key client.ObjectKey, obj client.Object, edit func(client.Object) bool) *atomic.Int32 {
+	t.Helper()
+	var writes atomic.Int32
+	ctx, stop := context.WithCancel(t.Context())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = wait.PollUntilContextCancel(ctx, 20*time.Millisecond, true, func(ctx context.Context) (bool, error) {
+			o := obj.DeepCopyObject().(client.Object)
+			if err := shared.Host.Get(ctx, key, o); err != nil || !edit(o) {
+				return false, nil
+			}
+			if shared.Host.Update(ctx, o) == nil {
+				writes.Add(1)
+			}
+			return false, nil
+		})
+	}()
+	t.Cleanup(func() { stop(); <-done })
+	return &writes
 }
