@@ -68,8 +68,8 @@ type readiness struct {
 	retry   error
 	event   string // eventtype when the outcome deserves an event beyond a transition
 	action  string
-	// transient: the kubeconfig could not be read this time (the host
-	// throttled, timed out or restarted), which says nothing about it.
+	// transient: the kubeconfig could not be read this time, which says
+	// nothing about it (see loadKubeconfig).
 	transient bool
 }
 
@@ -206,7 +206,11 @@ func (r *Reconciler) loadKubeconfig(ctx context.Context, vc *tenantryv1alpha1.Vi
 		}
 		out := notReady(tenantryv1alpha1.ReasonFailed, fmt.Sprintf("Reading Secret %s/%s: %v", ref.Namespace, ref.Name, err),
 			fmt.Errorf("reading Secret %s/%s: %w", ref.Namespace, ref.Name, err))
-		out.transient = transient(err)
+		// Any failure but NotFound says nothing about the kubeconfig: a
+		// host that throttles, times out or restarts, or a lapse in the
+		// manager's own rights (Forbidden, Unauthorized) must not stop
+		// every running tenant.
+		out.transient = true
 		return nil, [sha256.Size]byte{}, &out
 	}
 	data, ok := secret.Data[key]
@@ -253,18 +257,6 @@ func (r *Reconciler) limit(config *rest.Config) {
 	if config.RateLimiter == nil {
 		config.RateLimiter = flowcontrol.NewTokenBucketRateLimiter(config.QPS, config.Burst)
 	}
-}
-
-// transient says whether a failed read says nothing about what was read:
-// the host throttled, timed out, failed or could not be reached. A refusal
-// (Forbidden, Unauthorized) is an answer.
-func transient(err error) bool {
-	var status apierrors.APIStatus
-	if !errors.As(err, &status) {
-		return true // no answer at all
-	}
-	return apierrors.IsTooManyRequests(err) || apierrors.IsServerTimeout(err) || apierrors.IsTimeout(err) ||
-		apierrors.IsServiceUnavailable(err) || apierrors.IsInternalError(err) || apierrors.IsUnexpectedServerError(err)
 }
 
 // reachesHost says whether config reaches the management cluster itself:

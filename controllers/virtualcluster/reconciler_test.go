@@ -25,16 +25,19 @@ import (
 	tenantrytest "github.com/tenantry/tenantry/pkg/testing"
 )
 
-// throttlingReader answers reads of Secrets with 429 while throttling is
-// set, as a host API server under load does.
-type throttlingReader struct {
+// failingReader answers reads of Secrets with the error it holds, if any:
+// a 429 as a host API server under load does, a 403 as one whose RBAC is
+// being rolled out.
+type failingReader struct {
 	client.Reader
-	throttling atomic.Bool
+	err atomic.Pointer[error]
 }
 
-func (r *throttlingReader) Get(ctx context.Context, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
-	if _, secret := obj.(*corev1.Secret); secret && r.throttling.Load() {
-		return apierrors.NewTooManyRequests("the host is busy", 1)
+func (r *failingReader) Get(ctx context.Context, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+	if _, secret := obj.(*corev1.Secret); secret {
+		if err := r.err.Load(); err != nil {
+			return *err
+		}
 	}
 	return r.Reader.Get(ctx, key, obj, opts...)
 }
@@ -103,8 +106,9 @@ func TestLongNamesAreRefused(t *testing.T) {
 	}
 }
 
-// A host that cannot serve the kubeconfig Secret for a moment does not stop
-// a running tenant; a Secret that is gone does.
+// A host that cannot serve the kubeconfig Secret for a moment, or refuses
+// it to the manager, does not stop a running tenant; a Secret that is gone
+// does.
 func TestTransientSecretReadErrorsKeepTheTenantRunning(t *testing.T) {
 	env, host := startHost(t, 1)
 	kubeconfig, err := env.Tenants[0].Kubeconfig()
@@ -113,7 +117,7 @@ func TestTransientSecretReadErrorsKeepTheTenantRunning(t *testing.T) {
 	}
 	ctx := t.Context()
 	secret, vc := createVirtualCluster(t, host, "t1", kubeconfig)
-	reader := &throttlingReader{Reader: host}
+	reader := &failingReader{Reader: host}
 	r, registry := newReconciler(t, host, reader)
 	reconcile := func() error {
 		_, err := r.Reconcile(ctx, ctrl.Request{NamespacedName: client.ObjectKey{Name: vc.Name}})
@@ -137,14 +141,19 @@ func TestTransientSecretReadErrorsKeepTheTenantRunning(t *testing.T) {
 	if err := reconcile(); err != nil || !running() {
 		t.Fatalf("first reconcile: %v, running %v", err, running())
 	}
-	reader.throttling.Store(true)
-	if err := reconcile(); err == nil {
-		t.Error("a throttled Secret read was not retried")
+	for _, failure := range []error{
+		apierrors.NewTooManyRequests("the host is busy", 1),
+		apierrors.NewForbidden(schema.GroupResource{Resource: "secrets"}, secret.Name, errors.New("RBAC is being rolled out")),
+	} {
+		reader.err.Store(&failure)
+		if err := reconcile(); err == nil {
+			t.Errorf("%v: the Secret read was not retried", failure)
+		}
+		if !running() || readyStatus() != metav1.ConditionTrue {
+			t.Fatalf("%v: the tenant stopped (running %v, Ready %s)", failure, running(), readyStatus())
+		}
 	}
-	if !running() || readyStatus() != metav1.ConditionTrue {
-		t.Fatalf("a throttled Secret read stopped the tenant (running %v, Ready %s)", running(), readyStatus())
-	}
-	reader.throttling.Store(false)
+	reader.err.Store(nil)
 	if err := host.Delete(ctx, secret); err != nil {
 		t.Fatal(err)
 	}
@@ -178,24 +187,4 @@ func TestKubeconfigOfTheHostIsRefused(t *testing.T) {
 		t.Fatalf("Ready = %+v, want False with reason %s", c, tenantryv1alpha1.ReasonHostCluster)
 	}
 	t.Logf("Ready=False %s: %s", c.Reason, c.Message)
-}
-
-func TestTransientReadErrors(t *testing.T) {
-	secrets := schema.GroupResource{Resource: "secrets"}
-	for _, tc := range []struct {
-		err  error
-		want bool
-	}{
-		{apierrors.NewTooManyRequests("busy", 1), true},
-		{apierrors.NewServiceUnavailable("restarting"), true},
-		{apierrors.NewTimeoutError("slow", 1), true},
-		{apierrors.NewInternalError(errors.New("etcd")), true},
-		{errors.New("dial tcp: connection refused"), true},
-		{apierrors.NewForbidden(secrets, "k", errors.New("RBAC")), false},
-		{apierrors.NewUnauthorized("expired"), false},
-	} {
-		if got := transient(tc.err); got != tc.want {
-			t.Errorf("transient(%v) = %v, want %v", tc.err, got, tc.want)
-		}
-	}
 }
