@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log"
@@ -200,7 +201,13 @@ func finishReassignment(ctx context.Context, c client.Client, host, placeholder 
 	if err == nil {
 		return true, nil
 	}
-	// Restore the tenant's own IP, and say where the host serves.
+	if !apierrors.IsInvalid(err) {
+		// No answer about the IP (a conflict, the tenant throttling or
+		// away): the record stays, and the next sync tries again.
+		return true, fmt.Errorf("taking the host's cluster IP %s: %w", host.Spec.ClusterIP, err)
+	}
+	// The tenant cannot take the host's IP (outside its service range, or
+	// in use): restore its own, and say where the host serves.
 	restored := withIP(clusterIPs(before))
 	if restored.Annotations == nil {
 		restored.Annotations = map[string]string{}

@@ -65,6 +65,9 @@ func TestClusterIPSwapSurvivesAKill(t *testing.T) {
 	if midway.Spec.Type != corev1.ServiceTypeExternalName || midway.Annotations[AnnotationReassigningFrom] == "" {
 		t.Fatalf("after the kill: type %s, annotations %v; want ExternalName with the recorded spec", midway.Spec.Type, midway.Annotations)
 	}
+	if ip, ok := midway.Annotations[AnnotationHostClusterIP]; ok {
+		t.Fatalf("a failed write that says nothing about the IP gave up the swap for good (%s %s)", AnnotationHostClusterIP, ip)
+	}
 
 	// The restarted manager syncs the Service as it finds it.
 	changed, err := serviceClusterIPUp(ctx, tenant, host, midway.DeepCopy())
