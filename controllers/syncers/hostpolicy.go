@@ -120,20 +120,31 @@ func podPolicy(p tenantryv1alpha1.HostPolicy) builtin.PodPolicy {
 	}
 }
 
-// deniedMetadataPrefixes is base (the manager's list; nil: the default
-// list) with p's denied prefixes added and its allowed ones taken off.
-func deniedMetadataPrefixes(base []string, p tenantryv1alpha1.HostPolicy) []string {
-	if base == nil {
-		base = syncer.DefaultDeniedMetadataPrefixes
+// metadataPrefixes are the denied and allowed key prefixes of a tenant
+// whose policy is p, given the manager's lists (nil: the defaults): p's
+// denied prefixes join the denied and leave the allowed, its allowed ones
+// the other way round.
+func metadataPrefixes(denied, allowed []string, p tenantryv1alpha1.HostPolicy) (outDenied, outAllowed []string) {
+	if denied == nil {
+		denied = syncer.DefaultDeniedMetadataPrefixes
+	}
+	if allowed == nil {
+		allowed = syncer.DefaultAllowedMetadataPrefixes
 	}
 	if p.Metadata == nil {
-		return base
+		return denied, allowed
 	}
-	out := []string{}
-	for _, prefix := range append(slices.Clone(base), p.Metadata.DeniedPrefixes...) {
-		if !slices.Contains(p.Metadata.AllowedPrefixes, prefix) && !slices.Contains(out, prefix) {
-			out = append(out, prefix)
+	return moved(denied, p.Metadata.DeniedPrefixes, p.Metadata.AllowedPrefixes),
+		moved(allowed, p.Metadata.AllowedPrefixes, p.Metadata.DeniedPrefixes)
+}
+
+// moved is base with in added and out taken off, without repeats.
+func moved(base, in, out []string) []string {
+	list := []string{}
+	for _, prefix := range append(slices.Clone(base), in...) {
+		if !slices.Contains(out, prefix) && !slices.Contains(list, prefix) {
+			list = append(list, prefix)
 		}
 	}
-	return out
+	return list
 }

@@ -41,15 +41,24 @@ func TestVirtualClusterPolicyOverDefault(t *testing.T) {
 		t.Error("the default policy was changed")
 	}
 
-	denied := deniedMetadataPrefixes(nil, got)
+	denied, allowed := metadataPrefixes(nil, nil, got)
 	if !slices.Contains(denied, "team.example.com/") || !slices.Contains(denied, "billing.example.com/") ||
 		slices.Contains(denied, "linkerd.io/") || !slices.Contains(denied, "kubernetes.io/") {
 		t.Errorf("denied prefixes %v: want the default list, plus the default policy's and the VirtualCluster's, less linkerd.io/", denied)
 	}
+	if !slices.Contains(allowed, "linkerd.io/") || !slices.Contains(allowed, "app.kubernetes.io/") {
+		t.Errorf("allowed prefixes %v: want the default list and linkerd.io/", allowed)
+	}
 	if n := len(syncer.DefaultDeniedMetadataPrefixes); !slices.Contains(syncer.DefaultDeniedMetadataPrefixes, "linkerd.io/") || n < 10 {
 		t.Error("the default deny list was changed")
 	}
-	if denied := deniedMetadataPrefixes([]string{}, tenantryv1alpha1.HostPolicy{}); len(denied) != 0 {
+	_, allowed = metadataPrefixes(nil, nil, tenantryv1alpha1.HostPolicy{
+		Metadata: &tenantryv1alpha1.MetadataPolicy{DeniedPrefixes: []string{"app.kubernetes.io/"}},
+	})
+	if slices.Contains(allowed, "app.kubernetes.io/") {
+		t.Errorf("allowed prefixes %v: a VirtualCluster's denied prefix stays allowed", allowed)
+	}
+	if denied, _ := metadataPrefixes([]string{}, nil, tenantryv1alpha1.HostPolicy{}); len(denied) != 0 {
 		t.Errorf("an empty manager list: %v; want none", denied)
 	}
 }

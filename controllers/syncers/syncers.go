@@ -93,16 +93,13 @@ func (o *Options) BindFlags(fs *flag.FlagSet) {
 	fs.IntVar(&o.Syncer.Workers, "sync-workers", 4, "Objects of one type one tenant syncs at once.")
 	fs.StringVar(&o.Syncer.PodSecurityLevel, "host-pod-security-level", syncer.DefaultPodSecurityLevel,
 		"Pod Security level enforced on host namespaces: privileged, baseline or restricted.")
-	fs.Func("denied-metadata-prefixes", fmt.Sprintf("Comma-separated label and annotation key prefixes never copied from tenant objects to the host (they steer host add-ons); replaces the default list: %s.",
+	fs.Func("denied-metadata-prefixes", fmt.Sprintf("Comma-separated label and annotation key prefixes not copied from tenant objects to the host (they steer host add-ons), each covering its subdomains; replaces the default list: %s.",
 		strings.Join(syncer.DefaultDeniedMetadataPrefixes, ",")), func(v string) error {
-		o.Syncer.DeniedMetadataPrefixes = []string{}
-		for _, p := range strings.FieldsFunc(v, func(r rune) bool { return r == ',' || r == ' ' }) {
-			if !strings.HasSuffix(p, "/") {
-				return fmt.Errorf("prefix %q: a key prefix ends with /, as in example.com/", p)
-			}
-			o.Syncer.DeniedMetadataPrefixes = append(o.Syncer.DeniedMetadataPrefixes, p)
-		}
-		return nil
+		return parsePrefixes(v, &o.Syncer.DeniedMetadataPrefixes)
+	})
+	fs.Func("allowed-metadata-prefixes", fmt.Sprintf("Comma-separated label and annotation key prefixes copied although a shorter denied prefix covers them; replaces the default list: %s.",
+		strings.Join(syncer.DefaultAllowedMetadataPrefixes, ",")), func(v string) error {
+		return parsePrefixes(v, &o.Syncer.AllowedMetadataPrefixes)
 	})
 	fs.Func("host-policy", "A YAML file holding the default host policy of every VirtualCluster, as its spec.hostPolicy (priority classes, schedulers, runtime classes, volume types, node selector and tolerations of Pods; metadata prefixes; a ResourceQuota and a LimitRange per host namespace). Default: the safe policy described in the README.",
 		func(path string) error {
@@ -171,7 +168,8 @@ func tenantModule(p params, hub *syncer.Hub) (fx.Option, error) {
 		policy := overDefault(o.HostPolicy, vc.Spec.HostPolicy)
 		opts := o.Syncer
 		opts.InClusterServer = vc.Spec.InClusterServer
-		opts.DeniedMetadataPrefixes = deniedMetadataPrefixes(o.Syncer.DeniedMetadataPrefixes, policy)
+		opts.DeniedMetadataPrefixes, opts.AllowedMetadataPrefixes = metadataPrefixes(
+			o.Syncer.DeniedMetadataPrefixes, o.Syncer.AllowedMetadataPrefixes, policy)
 		opts.ResourceQuota, opts.LimitRange = policy.ResourceQuota, policy.LimitRange
 		syncers, err := builtin.ByName(o.Resources, podPolicy(policy))
 		if err != nil {
@@ -183,4 +181,17 @@ func tenantModule(p params, hub *syncer.Hub) (fx.Option, error) {
 		}
 		return opts, syncers, nil
 	}), nil
+}
+
+// parsePrefixes reads a comma-separated list of key prefixes, in lower
+// case, into list (an empty value: none).
+func parsePrefixes(v string, list *[]string) error {
+	*list = []string{}
+	for _, p := range strings.FieldsFunc(v, func(r rune) bool { return r == ',' || r == ' ' }) {
+		if !strings.HasSuffix(p, "/") {
+			return fmt.Errorf("prefix %q: a key prefix ends with /, as in example.com/", p)
+		}
+		*list = append(*list, strings.ToLower(p))
+	}
+	return nil
 }

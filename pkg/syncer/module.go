@@ -61,11 +61,15 @@ type Options struct {
 	ResourceQuota *corev1.ResourceQuotaSpec
 	LimitRange    *corev1.LimitRangeSpec
 
-	// DeniedMetadataPrefixes are the label and annotation key prefixes never
-	// copied from tenant objects to their host copies; nil means
-	// DefaultDeniedMetadataPrefixes, an empty list none (Tenantry's own
-	// tenantry.dev/ keys are never copied).
+	// DeniedMetadataPrefixes are the label and annotation key prefixes not
+	// copied from tenant objects to their host copies, each covering its
+	// domain and subdomains; nil means DefaultDeniedMetadataPrefixes, an
+	// empty list none (Tenantry's own tenantry.dev/ keys are never copied).
 	DeniedMetadataPrefixes []string
+	// AllowedMetadataPrefixes are copied although a denied prefix covers
+	// them, where they are the longer; nil means
+	// DefaultAllowedMetadataPrefixes.
+	AllowedMetadataPrefixes []string
 
 	// ExcludeNamespaces are tenant namespaces whose objects are never
 	// synced. Defaults to the tenant's system namespaces: kube-system,
@@ -141,7 +145,7 @@ func setup(mgr manager.Manager, cluster string, log logr.Logger, hub *Hub, opts 
 	if err != nil {
 		return err
 	}
-	tr := Translator{Cluster: cluster, DeniedMetadataPrefixes: opts.DeniedMetadataPrefixes}
+	tr := Translator{Cluster: cluster, DeniedMetadataPrefixes: opts.DeniedMetadataPrefixes, AllowedMetadataPrefixes: opts.AllowedMetadataPrefixes}
 	excluded := map[string]bool{}
 	for _, ns := range opts.ExcludeNamespaces {
 		excluded[ns] = true

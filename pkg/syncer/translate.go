@@ -73,9 +73,14 @@ func HostNamespace(cluster, ns string) string {
 type Translator struct {
 	// Cluster is the VirtualCluster's name.
 	Cluster string
-	// DeniedMetadataPrefixes are the label and annotation key prefixes never
-	// copied to the host; nil means DefaultDeniedMetadataPrefixes.
+	// DeniedMetadataPrefixes are the label and annotation key prefixes not
+	// copied to the host, each covering its domain and subdomains; nil
+	// means DefaultDeniedMetadataPrefixes.
 	DeniedMetadataPrefixes []string
+	// AllowedMetadataPrefixes are copied although a denied prefix covers
+	// them, where they are the longer; nil means
+	// DefaultAllowedMetadataPrefixes.
+	AllowedMetadataPrefixes []string
 }
 
 // HostKey is where the host copy of the tenant object key lives: same name,
@@ -161,38 +166,71 @@ const (
 
 // DefaultDeniedMetadataPrefixes are the label and annotation key prefixes
 // that are not copied from tenant objects to the host by default: keys that
-// the host's own add-ons act on, with which a tenant could steer them
-// (networks, cloud identities, meshes and their sidecars, load balancers,
-// secret injectors, GitOps tools, and Kubernetes' own keys).
+// the host's own add-ons act on, with which a tenant could steer them. A
+// prefix covers its domain and every subdomain ("kubernetes.io/" covers
+// "volume.kubernetes.io/" and "scheduler.alpha.kubernetes.io/"), so that a
+// family of keys is denied whole, the ones yet to come with it.
 var DefaultDeniedMetadataPrefixes = []string{
-	"kubernetes.io/", "k8s.io/", "node.kubernetes.io/", "node-role.kubernetes.io/",
-	"service.beta.kubernetes.io/", "service.kubernetes.io/", "networking.gke.io/", "cloud.google.com/",
-	"k8s.v1.cni.cncf.io/", "v1.multus-cni.io/", "cni.projectcalico.org/", "projectcalico.org/", "io.cilium/", "cilium.io/",
-	"eks.amazonaws.com/", "azure.workload.identity/", "iam.gke.io/", "iam.amazonaws.com/",
-	"sidecar.istio.io/", "traffic.sidecar.istio.io/", "istio.io/", "proxy.istio.io/", "inject.istio.io/",
-	"networking.istio.io/", "security.istio.io/", "linkerd.io/", "config.linkerd.io/", "kuma.io/",
-	"policy.cilium.io/", "cluster-autoscaler.kubernetes.io/",
-	"metallb.universe.tf/", "metallb.io/", "external-dns.alpha.kubernetes.io/",
-	"vault.hashicorp.com/", "cert-manager.io/", "argocd.argoproj.io/", "kustomize.toolkit.fluxcd.io/",
+	// Kubernetes' own: storage binding, scheduling, load balancers, proxies,
+	// the autoscaler, Pod Security, external DNS.
+	"kubernetes.io/", "k8s.io/",
+	// Networks and network policy.
+	"cni.cncf.io/", "multus-cni.io/", "projectcalico.org/", "cilium.io/", "io.cilium/", "metallb.universe.tf/", "metallb.io/",
+	// Cloud identities, load balancers and node pools.
+	"amazonaws.com/", "azure.workload.identity/", "azure.com/", "gke.io/", "cloud.google.com/", "karpenter.sh/",
+	// Meshes, sidecar and agent injection.
+	"istio.io/", "linkerd.io/", "kuma.io/", "hashicorp.com/", "dapr.io/", "opentelemetry.io/", "datadoghq.com/", "fluentbit.io/",
+	// Certificates, GitOps, backups, admission exemptions, platforms.
+	"cert-manager.io/", "argoproj.io/", "fluxcd.io/", "velero.io/", "kyverno.io/", "gatekeeper.sh/", "openshift.io/",
 }
 
-// denied says whether the Translator keeps key from host copies. Prefixes
-// compare without case: the API server accepts annotation keys in any case.
+// DefaultAllowedMetadataPrefixes are copied although a denied prefix covers
+// them: Kubernetes' keys that describe a workload rather than steer the
+// host (the recommended app labels, and the labels and annotations of Jobs'
+// and StatefulSets' Pods, which selectors and the downward API read).
+var DefaultAllowedMetadataPrefixes = []string{
+	"app.kubernetes.io/", "batch.kubernetes.io/", "apps.kubernetes.io/", "statefulset.kubernetes.io/", "kubectl.kubernetes.io/",
+}
+
+// denied says whether the Translator keeps key from host copies: a key in
+// Tenantry's own domain always; else the longest prefix, denied or
+// allowed, that covers the key's domain decides; a key no prefix covers (or
+// with no prefix) is copied. Keys compare without case: the API server
+// accepts annotation keys in any case.
 func (t Translator) denied(key string) bool {
-	key = strings.ToLower(key)
-	if strings.HasPrefix(key, reservedPrefix) || strings.Contains(key, "."+reservedPrefix) {
+	domain, _, prefixed := strings.Cut(strings.ToLower(key), "/")
+	if !prefixed {
+		return false
+	}
+	if covers(strings.TrimSuffix(reservedPrefix, "/"), domain) {
 		return true
 	}
-	prefixes := t.DeniedMetadataPrefixes
-	if prefixes == nil {
-		prefixes = DefaultDeniedMetadataPrefixes
+	denied, allowed := t.DeniedMetadataPrefixes, t.AllowedMetadataPrefixes
+	if denied == nil {
+		denied = DefaultDeniedMetadataPrefixes
 	}
+	if allowed == nil {
+		allowed = DefaultAllowedMetadataPrefixes
+	}
+	return longestCover(denied, domain) > longestCover(allowed, domain)
+}
+
+// longestCover is the length of the longest of prefixes that covers domain,
+// or -1.
+func longestCover(prefixes []string, domain string) int {
+	longest := -1
 	for _, p := range prefixes {
-		if strings.HasPrefix(key, p) {
-			return true
+		d := strings.ToLower(strings.TrimSuffix(p, "/"))
+		if covers(d, domain) {
+			longest = max(longest, len(d))
 		}
 	}
-	return false
+	return longest
+}
+
+// covers says whether domain is d or a subdomain of it.
+func covers(d, domain string) bool {
+	return domain == d || strings.HasSuffix(domain, "."+d)
 }
 
 // copyAllowed copies src's allowed keys into dst, removes from dst the keys

@@ -66,6 +66,46 @@ func FuzzHostNamespace(f *testing.F) {
 	})
 }
 
+// A denied prefix covers its domain's subdomains, in any case; an allowed
+// prefix wins where it is the longer; Tenantry's own keys never pass.
+func TestDeniedMetadataKeys(t *testing.T) {
+	defaults := Translator{Cluster: "vc"}
+	linkerdAllowed := Translator{Cluster: "vc", AllowedMetadataPrefixes: append([]string{"linkerd.io/"}, DefaultAllowedMetadataPrefixes...)}
+	for _, c := range []struct {
+		tr     Translator
+		key    string
+		denied bool
+	}{
+		{defaults, "app", false},
+		{defaults, "team.example.com/owner", false},
+		{defaults, "kubernetes.io/ingress.class", true},
+		{defaults, "volume.kubernetes.io/selected-node", true},
+		{defaults, "pv.kubernetes.io/bind-completed", true},
+		{defaults, "scheduler.alpha.kubernetes.io/node-selector", true},
+		{defaults, "service.kubernetes.io/service-proxy-name", true},
+		{defaults, "Volume.Kubernetes.IO/selected-node", true},
+		{defaults, "notkubernetes.io/x", false},
+		{defaults, "app.kubernetes.io/name", false},
+		{defaults, "statefulset.kubernetes.io/pod-name", false},
+		{defaults, "batch.kubernetes.io/job-completion-index", false},
+		{defaults, "k8s.v1.cni.cncf.io/networks", true},
+		{defaults, "traffic.sidecar.istio.io/excludeOutboundIPRanges", true},
+		{defaults, "eks.amazonaws.com/role-arn", true},
+		{defaults, "consul.hashicorp.com/connect-inject", true},
+		{defaults, "config.linkerd.io/skip-outbound-ports", true},
+		{defaults, "tenantry.dev/cluster", true},
+		{defaults, "x.tenantry.dev/y", true},
+		{linkerdAllowed, "config.linkerd.io/skip-outbound-ports", false},
+		{linkerdAllowed, "tenantry.dev/cluster", true},
+		{Translator{Cluster: "vc", AllowedMetadataPrefixes: []string{"tenantry.dev/"}}, "tenantry.dev/cluster", true},
+		{Translator{Cluster: "vc", DeniedMetadataPrefixes: []string{}}, "kubernetes.io/x", false},
+	} {
+		if got := c.tr.denied(c.key); got != c.denied {
+			t.Errorf("denied(%q) = %v, want %v (denied %v, allowed %v)", c.key, got, c.denied, c.tr.DeniedMetadataPrefixes, c.tr.AllowedMetadataPrefixes)
+		}
+	}
+}
+
 // Tenant labels and annotations reach the host copy except denied ones;
 // one removed in the tenant goes from the host copy, one the host added
 // stays.

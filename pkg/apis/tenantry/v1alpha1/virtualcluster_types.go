@@ -185,8 +185,9 @@ type PodPolicy struct {
 // are.
 type MetadataPolicy struct {
 	// DeniedPrefixes are key prefixes added to the manager's deny list
-	// (--denied-metadata-prefixes, and the default policy's deniedPrefixes):
-	// keys with them are not copied.
+	// (--denied-metadata-prefixes, and the default policy's deniedPrefixes)
+	// and taken off its allowed list: keys with them, or in a subdomain of
+	// theirs, are not copied.
 	// +listType=set
 	// +kubebuilder:validation:MaxItems=64
 	// +kubebuilder:validation:items:MaxLength=253
@@ -194,9 +195,10 @@ type MetadataPolicy struct {
 	// +optional
 	DeniedPrefixes []string `json:"deniedPrefixes,omitempty"`
 
-	// AllowedPrefixes are taken off the manager's deny list, entry by
-	// entry (for example "linkerd.io/" for a tenant that the host's mesh
-	// may serve).
+	// AllowedPrefixes are taken off the manager's deny list and copied
+	// although a shorter denied prefix covers them (for example
+	// "linkerd.io/" for a tenant that the host's mesh may serve, which
+	// also lets config.linkerd.io/ keys through).
 	// +listType=set
 	// +kubebuilder:validation:MaxItems=64
 	// +kubebuilder:validation:items:MaxLength=253
