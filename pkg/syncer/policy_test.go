@@ -10,6 +10,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
+	nodev1 "k8s.io/api/node/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -32,9 +33,14 @@ func TestHostPolicyStripsAndRefusesPodFields(t *testing.T) {
 		Spec: corev1.PodSpec{
 			PriorityClassName: "system-node-critical",
 			SchedulerName:     "tenant-scheduler",
+			RuntimeClassName:  ptr.To("tenant-runtime"),
 			Tolerations:       []corev1.Toleration{{Operator: corev1.TolerationOpExists}},
 			NodeSelector:      map[string]string{"node-role.kubernetes.io/control-plane": ""},
-			Containers:        []corev1.Container{{Name: "app", Image: "app"}},
+			TopologySpreadConstraints: []corev1.TopologySpreadConstraint{{
+				TopologyKey: "node-role.kubernetes.io/control-plane", MaxSkew: 1, WhenUnsatisfiable: corev1.DoNotSchedule,
+				LabelSelector: &metav1.LabelSelector{},
+			}},
+			Containers: []corev1.Container{{Name: "app", Image: "app"}},
 		},
 	}
 	hostile := &corev1.Pod{
@@ -58,13 +64,22 @@ func TestHostPolicyStripsAndRefusesPodFields(t *testing.T) {
 		Spec: corev1.PodSpec{
 			Containers: []corev1.Container{{Name: "app", Image: "app"}},
 			Volumes: []corev1.Volume{{Name: "scratch", VolumeSource: corev1.VolumeSource{Ephemeral: &corev1.EphemeralVolumeSource{
-				VolumeClaimTemplate: &corev1.PersistentVolumeClaimTemplate{Spec: corev1.PersistentVolumeClaimSpec{
-					AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
-					VolumeName:  "someone-elses-volume",
-					Resources:   corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")}},
-				}},
+				VolumeClaimTemplate: &corev1.PersistentVolumeClaimTemplate{
+					// Passed on to the host claim by the host's own controller.
+					ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{syncer.LabelCluster: "tenant-1"}},
+					Spec: corev1.PersistentVolumeClaimSpec{
+						AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+						VolumeName:  "someone-elses-volume",
+						Resources:   corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")}},
+					},
+				},
 			}}}},
 		},
+	}
+	// The tenant's admission refuses a Pod naming a RuntimeClass it lacks.
+	runtimeClass := &nodev1.RuntimeClass{ObjectMeta: metav1.ObjectMeta{Name: "tenant-runtime"}, Handler: "tenant"}
+	if err := tenant.Create(ctx, runtimeClass); client.IgnoreAlreadyExists(err) != nil {
+		t.Fatal(err)
 	}
 	for _, p := range []*corev1.Pod{greedy, hostile, cloner, volumePicker} {
 		if err := tenant.Create(ctx, p); err != nil {
@@ -79,9 +94,10 @@ func TestHostPolicyStripsAndRefusesPodFields(t *testing.T) {
 		t.Fatal(err)
 	}
 	if host.Spec.PriorityClassName != "" || (host.Spec.Priority != nil && *host.Spec.Priority != 0) || len(host.Spec.NodeSelector) != 0 ||
-		host.Spec.SchedulerName != corev1.DefaultSchedulerName {
-		t.Errorf("host Pod: priority class %q (%v), node selector %v, scheduler %q; want the host's defaults",
-			host.Spec.PriorityClassName, host.Spec.Priority, host.Spec.NodeSelector, host.Spec.SchedulerName)
+		host.Spec.SchedulerName != corev1.DefaultSchedulerName || host.Spec.RuntimeClassName != nil || len(host.Spec.TopologySpreadConstraints) != 0 {
+		t.Errorf("host Pod: priority class %q (%v), node selector %v, scheduler %q, runtime class %v, topology spread %v; want the host's defaults",
+			host.Spec.PriorityClassName, host.Spec.Priority, host.Spec.NodeSelector, host.Spec.SchedulerName,
+			host.Spec.RuntimeClassName, host.Spec.TopologySpreadConstraints)
 	}
 	for _, tol := range host.Spec.Tolerations {
 		if tol.Key == "" {
@@ -89,9 +105,12 @@ func TestHostPolicyStripsAndRefusesPodFields(t *testing.T) {
 		}
 	}
 	expectStrippedEvent(t, tenant, greedy.Namespace, greedy.Name, "priorityClassName system-node-critical",
-		"toleration of every taint", "node-role.kubernetes.io/control-plane", "schedulerName tenant-scheduler")
+		"toleration of every taint", "node-role.kubernetes.io/control-plane", "schedulerName tenant-scheduler",
+		"runtimeClassName tenant-runtime", "topologySpreadConstraint on node-role.kubernetes.io/control-plane")
 
-	expectHostRejectedEvent(t, tenant, hostile.Namespace, hostile.Name, "hostPath")
+	// Tenantry's own refusal, not the host's Pod Security (which would
+	// refuse a hostPath volume too).
+	expectHostRejectedEvent(t, tenant, hostile.Namespace, hostile.Name, "volume root is of type hostPath")
 	expectNoHostCopy(t, "tenant-2", hostile)
 	expectHostRejectedEvent(t, tenant, cloner.Namespace, cloner.Name, "volume src is of type gitRepo")
 	expectNoHostCopy(t, "tenant-2", cloner)
@@ -101,10 +120,12 @@ func TestHostPolicyStripsAndRefusesPodFields(t *testing.T) {
 		if err := shared.Host.Get(ctx, shared.HostKey("tenant-2", volumePicker.Namespace, volumePicker.Name), &host); err != nil {
 			return false, err
 		}
-		claim := host.Spec.Volumes[0].Ephemeral.VolumeClaimTemplate.Spec
-		return claim.VolumeName == "" && claim.Selector == nil, fmt.Errorf("volumeName %q", claim.VolumeName)
+		template := host.Spec.Volumes[0].Ephemeral.VolumeClaimTemplate
+		return template.Spec.VolumeName == "" && template.Spec.Selector == nil && template.Labels == nil,
+			fmt.Errorf("volumeName %q, labels %v", template.Spec.VolumeName, template.Labels)
 	})
-	expectStrippedEvent(t, tenant, volumePicker.Namespace, volumePicker.Name, "volume scratch's volumeName")
+	expectStrippedEvent(t, tenant, volumePicker.Namespace, volumePicker.Name, "volume scratch's volumeName",
+		"volume scratch's claim template labels and annotations")
 }
 
 // A Service that claims host addresses or the host's load balancer is

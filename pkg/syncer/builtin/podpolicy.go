@@ -106,15 +106,30 @@ func (p PodPolicy) apply(spec *corev1.PodSpec, cluster string) (stripped []strin
 		maps.Copy(spec.NodeSelector, p.NodeSelector)
 	}
 	stripped = append(stripped, scopeAffinity(spec.Affinity, cluster)...)
+	for _, c := range spec.TopologySpreadConstraints {
+		if deniedNodeLabel(c.TopologyKey) {
+			stripped = append(stripped, "topologySpreadConstraint on "+c.TopologyKey)
+		}
+	}
+	spec.TopologySpreadConstraints = slices.DeleteFunc(spec.TopologySpreadConstraints, func(c corev1.TopologySpreadConstraint) bool {
+		return deniedNodeLabel(c.TopologyKey) // only nodes with the key count: a node selector
+	})
 	for i := range spec.Volumes {
 		e := spec.Volumes[i].Ephemeral
 		if e == nil || e.VolumeClaimTemplate == nil {
 			continue
 		}
-		claim := &e.VolumeClaimTemplate.Spec
-		if claim.VolumeName != "" || claim.Selector != nil {
-			claim.VolumeName, claim.Selector = "", nil
-			stripped = append(stripped, fmt.Sprintf("volume %s's volumeName and selector (a tenant cannot pick a host volume)", spec.Volumes[i].Name))
+		name := spec.Volumes[i].Name
+		if taken := ownVolumesOnly(&e.VolumeClaimTemplate.Spec); len(taken) > 0 {
+			stripped = append(stripped, fmt.Sprintf("volume %s's %s (a tenant cannot pick a host volume)", name, strings.Join(taken, ", ")))
+		}
+		// The host's ephemeral volume controller puts the template's
+		// metadata on the claim it makes, where no policy of Tenantry's
+		// would filter it (and Tenantry's own keys would pass it off as a
+		// copy).
+		if meta := &e.VolumeClaimTemplate.ObjectMeta; len(meta.Labels)+len(meta.Annotations) > 0 {
+			meta.Labels, meta.Annotations = nil, nil
+			stripped = append(stripped, fmt.Sprintf("volume %s's claim template labels and annotations", name))
 		}
 	}
 	return stripped, nil
@@ -169,20 +184,22 @@ func scopeAffinity(a *corev1.Affinity, cluster string) (stripped []string) {
 	if a == nil {
 		return nil
 	}
+	scopeTerm := func(t *corev1.PodAffinityTerm) {
+		for j, ns := range t.Namespaces {
+			t.Namespaces[j] = syncer.HostNamespace(cluster, ns)
+		}
+		if t.NamespaceSelector != nil {
+			t.NamespaceSelector = &metav1.LabelSelector{MatchLabels: map[string]string{syncer.LabelCluster: cluster}}
+		}
+	}
 	scope := func(terms []corev1.PodAffinityTerm) {
 		for i := range terms {
-			t := &terms[i]
-			for j, ns := range t.Namespaces {
-				t.Namespaces[j] = syncer.HostNamespace(cluster, ns)
-			}
-			if t.NamespaceSelector != nil {
-				t.NamespaceSelector = &metav1.LabelSelector{MatchLabels: map[string]string{syncer.LabelCluster: cluster}}
-			}
+			scopeTerm(&terms[i])
 		}
 	}
 	weighted := func(terms []corev1.WeightedPodAffinityTerm) {
 		for i := range terms {
-			scope([]corev1.PodAffinityTerm{terms[i].PodAffinityTerm})
+			scopeTerm(&terms[i].PodAffinityTerm)
 		}
 	}
 	if p := a.PodAffinity; p != nil {
@@ -203,15 +220,22 @@ func scopeAffinity(a *corev1.Affinity, cluster string) (stripped []string) {
 				return false
 			})
 		}
+		// A term left with no requirement would match no node: it goes.
+		emptied := func(t corev1.NodeSelectorTerm) bool { return len(t.MatchExpressions) == 0 && len(t.MatchFields) == 0 }
 		if req := n.RequiredDuringSchedulingIgnoredDuringExecution; req != nil {
 			for i := range req.NodeSelectorTerms {
 				req.NodeSelectorTerms[i].MatchExpressions = deny(req.NodeSelectorTerms[i].MatchExpressions)
+			}
+			if req.NodeSelectorTerms = slices.DeleteFunc(req.NodeSelectorTerms, emptied); len(req.NodeSelectorTerms) == 0 {
+				n.RequiredDuringSchedulingIgnoredDuringExecution = nil
 			}
 		}
 		for i := range n.PreferredDuringSchedulingIgnoredDuringExecution {
 			pref := &n.PreferredDuringSchedulingIgnoredDuringExecution[i].Preference
 			pref.MatchExpressions = deny(pref.MatchExpressions)
 		}
+		n.PreferredDuringSchedulingIgnoredDuringExecution = slices.DeleteFunc(n.PreferredDuringSchedulingIgnoredDuringExecution,
+			func(t corev1.PreferredSchedulingTerm) bool { return emptied(t.Preference) })
 	}
 	return stripped
 }

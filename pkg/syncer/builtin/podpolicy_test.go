@@ -138,6 +138,58 @@ func TestPodPolicyScopesWhatReachesBeyondTheTenant(t *testing.T) {
 		t.Errorf("the tenant is not told: %s", all)
 	}
 
+	// The same node selection, through other doors.
+	controlPlane := corev1.NodeSelectorRequirement{Key: "node-role.kubernetes.io/control-plane", Operator: corev1.NodeSelectorOpExists}
+	spec = corev1.PodSpec{
+		TopologySpreadConstraints: []corev1.TopologySpreadConstraint{
+			{TopologyKey: "node-role.kubernetes.io/control-plane", MaxSkew: 1, WhenUnsatisfiable: corev1.DoNotSchedule, LabelSelector: &everyPod},
+			{TopologyKey: corev1.LabelTopologyZone, MaxSkew: 1, WhenUnsatisfiable: corev1.DoNotSchedule, LabelSelector: &everyPod},
+		},
+		Affinity: &corev1.Affinity{
+			NodeAffinity: &corev1.NodeAffinity{
+				RequiredDuringSchedulingIgnoredDuringExecution: &corev1.NodeSelector{NodeSelectorTerms: []corev1.NodeSelectorTerm{
+					{MatchExpressions: []corev1.NodeSelectorRequirement{controlPlane}},
+				}},
+				PreferredDuringSchedulingIgnoredDuringExecution: []corev1.PreferredSchedulingTerm{
+					{Weight: 1, Preference: corev1.NodeSelectorTerm{MatchExpressions: []corev1.NodeSelectorRequirement{controlPlane}}},
+				},
+			},
+			PodAffinity: &corev1.PodAffinity{PreferredDuringSchedulingIgnoredDuringExecution: []corev1.WeightedPodAffinityTerm{
+				{Weight: 1, PodAffinityTerm: corev1.PodAffinityTerm{LabelSelector: &everyPod, NamespaceSelector: &metav1.LabelSelector{}, TopologyKey: corev1.LabelHostname}},
+			}},
+		},
+		Volumes: []corev1.Volume{{Name: "scratch", VolumeSource: corev1.VolumeSource{Ephemeral: &corev1.EphemeralVolumeSource{
+			VolumeClaimTemplate: &corev1.PersistentVolumeClaimTemplate{
+				ObjectMeta: metav1.ObjectMeta{
+					Labels:      map[string]string{"tenantry.dev/cluster": "another-vc"},
+					Annotations: map[string]string{"volume.kubernetes.io/selected-node": "control-plane-1"},
+				},
+				Spec: corev1.PersistentVolumeClaimSpec{DataSourceRef: &corev1.TypedObjectReference{Kind: "VolumeSnapshot", Name: "theirs", Namespace: ptr.To("another-tenant")}},
+			},
+		}}}},
+	}
+	stripped, err = PodPolicy{}.apply(&spec, "vc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c := spec.TopologySpreadConstraints; len(c) != 1 || c[0].TopologyKey != corev1.LabelTopologyZone {
+		t.Errorf("topology spread constraints %v, want only the zone's", c)
+	}
+	if n := spec.Affinity.NodeAffinity; n.RequiredDuringSchedulingIgnoredDuringExecution != nil || len(n.PreferredDuringSchedulingIgnoredDuringExecution) != 0 {
+		t.Errorf("node affinity %+v: want the terms left empty gone (an empty required term matches no node)", n)
+	}
+	if sel := spec.Affinity.PodAffinity.PreferredDuringSchedulingIgnoredDuringExecution[0].PodAffinityTerm.NamespaceSelector; sel == nil || sel.MatchLabels["tenantry.dev/cluster"] != "vc" {
+		t.Errorf("a preferred term's namespace selector %v, want the VirtualCluster's namespaces", sel)
+	}
+	template := spec.Volumes[0].Ephemeral.VolumeClaimTemplate
+	if template.Labels != nil || template.Annotations != nil || template.Spec.DataSourceRef != nil {
+		t.Errorf("claim template %+v: want no metadata and no data source in another namespace", template)
+	}
+	if all := strings.Join(stripped, "; "); !strings.Contains(all, "topologySpreadConstraint on node-role") ||
+		!strings.Contains(all, "claim template labels and annotations") || !strings.Contains(all, "dataSourceRef in another namespace") {
+		t.Errorf("the tenant is not told: %s", all)
+	}
+
 	for _, v := range []corev1.VolumeSource{
 		{NFS: &corev1.NFSVolumeSource{Server: "storage", Path: "/exports/other-tenant"}},
 		{CSI: &corev1.CSIVolumeSource{Driver: "ebs.csi.aws.com"}},

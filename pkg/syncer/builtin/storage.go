@@ -19,14 +19,8 @@ func PersistentVolumeClaims() syncer.Syncer {
 		Down: func(t, h client.Object) error {
 			tenant, host := t.(*corev1.PersistentVolumeClaim), h.(*corev1.PersistentVolumeClaim)
 			if host.ResourceVersion == "" {
-				spec := *tenant.Spec.DeepCopy()
-				spec.VolumeName = ""
-				spec.Selector = nil
-				if spec.DataSourceRef != nil && spec.DataSourceRef.Namespace != nil {
-					spec.DataSourceRef = nil
-					spec.DataSource = nil
-				}
-				host.Spec = spec
+				host.Spec = *tenant.Spec.DeepCopy()
+				ownVolumesOnly(&host.Spec)
 				return nil
 			}
 			// After creation only the requested size may grow.
@@ -37,4 +31,23 @@ func PersistentVolumeClaims() syncer.Syncer {
 			return &c.Status
 		})),
 	}
+}
+
+// ownVolumesOnly takes out of a claim what would let a tenant pick a host
+// volume, or data, not its own: the volume name, a volume selector, and a
+// data source in another namespace. It says what it took out.
+func ownVolumesOnly(spec *corev1.PersistentVolumeClaimSpec) (taken []string) {
+	if spec.VolumeName != "" {
+		spec.VolumeName = ""
+		taken = append(taken, "volumeName")
+	}
+	if spec.Selector != nil {
+		spec.Selector = nil
+		taken = append(taken, "selector")
+	}
+	if spec.DataSourceRef != nil && spec.DataSourceRef.Namespace != nil {
+		spec.DataSourceRef, spec.DataSource = nil, nil
+		taken = append(taken, "dataSourceRef in another namespace")
+	}
+	return taken
 }
