@@ -4,8 +4,10 @@
 //
 //	manager --kubeconfig host.kubeconfig
 //
-// Run `manager --help` for its flags. SIGINT or SIGTERM stops every tenant
-// cluster's controllers, then the manager, and exits.
+// Run `manager --help` for its flags. A host API server that does not
+// answer at start is waited for (with /readyz not ready meanwhile). SIGINT
+// or SIGTERM stops every tenant cluster's controllers, then the manager,
+// and exits.
 package main
 
 import (
@@ -15,10 +17,9 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/signal"
+	"syscall"
 	"time"
-
-	"github.com/go-logr/logr"
-	"go.uber.org/fx"
 
 	"github.com/tenantry/tenantry/cmd/internal/managerapp"
 	"github.com/tenantry/tenantry/providers"
@@ -51,13 +52,31 @@ func run(args []string, stderr io.Writer) int {
 		return 2
 	}
 
-	var log logr.Logger
-	app := managerapp.New(opts, fx.Populate(&log))
-	if err := app.Err(); err != nil {
+	log, err := providers.NewLogger(opts.Logger)
+	if err != nil {
 		fmt.Fprintf(stderr, "manager: %v\n", err)
 		return 1
 	}
 	providers.SetProcessLoggers(log)
+	// A host that is away at start is waited for, not a crash loop.
+	waitCtx, stopWaiting := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err = providers.WaitForHost(waitCtx, opts.Options, log)
+	signalled := waitCtx.Err() != nil
+	stopWaiting()
+	switch {
+	case err != nil && signalled:
+		log.Info("stopped while waiting for the host API server")
+		return 0
+	case err != nil:
+		fmt.Fprintf(stderr, "manager: %v\n", err)
+		return 1
+	}
+
+	app := managerapp.New(opts)
+	if err := app.Err(); err != nil {
+		fmt.Fprintf(stderr, "manager: %v\n", err)
+		return 1
+	}
 	startCtx, cancel := context.WithTimeout(context.Background(), startTimeout)
 	defer cancel()
 	if err := app.Start(startCtx); err != nil {
