@@ -20,10 +20,6 @@ const inClusterNamespacePath = "/var/run/secrets/kubernetes.io/serviceaccount/na
 // releaseTimeout bounds giving up the leader Lease on a clean shutdown.
 const releaseTimeout = 5 * time.Second
 
-// leaderRequestTimeout bounds each request of the leader election: half of
-// controller-runtime's default renew deadline (10 s).
-const leaderRequestTimeout = 5 * time.Second
-
 // newLeaderLock is the leader election Lease lock of the manager, with an
 // identity of its own (host name and a UUID) so that the manager can give
 // the Lease up itself (releaseLeaderLease) on a clean shutdown. Giving it
@@ -46,7 +42,7 @@ func newLeaderLock(config *rest.Config, o Options) (resourcelock.Interface, erro
 	config = rest.AddUserAgent(rest.CopyConfig(config), "leader-election")
 	// A request that hangs must not use up the whole renew deadline: as
 	// controller-runtime's own lock, half of it.
-	config.Timeout = leaderRequestTimeout
+	config.Timeout = o.RenewDeadline / 2
 	clientset, err := kubernetes.NewForConfig(config)
 	if err != nil {
 		return nil, fmt.Errorf("the leader election client: %w", err)

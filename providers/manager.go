@@ -62,6 +62,9 @@ func NewManager(p managerParams) (manager.Manager, error) {
 	o := p.Options
 	var lock resourcelock.Interface
 	if o.LeaderElection {
+		if err := o.validateLeaderElection(); err != nil {
+			return nil, err
+		}
 		var err error
 		if lock, err = newLeaderLock(p.Config, o); err != nil {
 			return nil, err
@@ -76,6 +79,9 @@ func NewManager(p managerParams) (manager.Manager, error) {
 		LeaderElection:          o.LeaderElection,
 		LeaderElectionID:        o.LeaderElectionID,
 		LeaderElectionNamespace: o.LeaderElectionNamespace,
+		LeaseDuration:           ptr.To(o.LeaseDuration),
+		RenewDeadline:           ptr.To(o.RenewDeadline),
+		RetryPeriod:             ptr.To(o.RetryPeriod),
 		// Given up by releaseLeaderLease on a clean shutdown only.
 		LeaderElectionResourceLockInterface: lock,
 		GracefulShutdownTimeout:             ptr.To(o.GracefulShutdownTimeout),

@@ -2,6 +2,7 @@ package providers
 
 import (
 	"flag"
+	"fmt"
 	"time"
 
 	"github.com/tenantry/tenantry/pkg/clusterregistry"
@@ -42,6 +43,16 @@ type Options struct {
 	LeaderElection          bool
 	LeaderElectionNamespace string
 	LeaderElectionID        string
+	// LeaseDuration is how long replicas that do not lead wait, from when
+	// they last saw the Lease renewed, before they take it: the longest a
+	// dead leader's tenants go unserved. RenewDeadline is how long the
+	// leader keeps trying to renew before it gives up and exits;
+	// RetryPeriod how often every replica tries to acquire or renew.
+	// Default: DefaultLeaseDuration, DefaultRenewDeadline,
+	// DefaultRetryPeriod (controller-runtime's and Kubernetes' own).
+	LeaseDuration time.Duration
+	RenewDeadline time.Duration
+	RetryPeriod   time.Duration
 
 	// GracefulShutdownTimeout bounds how long the management manager, and
 	// each tenant manager, waits for its controllers to drain.
@@ -66,6 +77,13 @@ const (
 	DefaultHostAPIBurst = 200
 )
 
+// Leader election's default timing, as Kubernetes' own controllers have it.
+const (
+	DefaultLeaseDuration = 15 * time.Second
+	DefaultRenewDeadline = 10 * time.Second
+	DefaultRetryPeriod   = 2 * time.Second
+)
+
 // Default fills in unset fields.
 func (o *Options) Default() {
 	if o.MetricsBindAddress == "" {
@@ -79,6 +97,15 @@ func (o *Options) Default() {
 	}
 	if o.HostAPIBurst <= 0 {
 		o.HostAPIBurst = DefaultHostAPIBurst
+	}
+	if o.LeaseDuration <= 0 {
+		o.LeaseDuration = DefaultLeaseDuration
+	}
+	if o.RenewDeadline <= 0 {
+		o.RenewDeadline = DefaultRenewDeadline
+	}
+	if o.RetryPeriod <= 0 {
+		o.RetryPeriod = DefaultRetryPeriod
 	}
 	if o.LeaderElectionID == "" {
 		o.LeaderElectionID = "tenantry-manager.tenantry.dev"
@@ -114,6 +141,12 @@ func (o *Options) BindFlags(fs *flag.FlagSet) {
 	fs.StringVar(&o.LeaderElectionNamespace, "leader-election-namespace", o.LeaderElectionNamespace,
 		"Namespace of the leader election Lease (default: the pod's namespace; required out of cluster).")
 	fs.StringVar(&o.LeaderElectionID, "leader-election-id", o.LeaderElectionID, "Name of the leader election Lease.")
+	fs.DurationVar(&o.LeaseDuration, "leader-elect-lease-duration", o.LeaseDuration,
+		"How long replicas wait, from the Lease's last renewal they saw, before they take it from a leader that stopped renewing: the longest failover.")
+	fs.DurationVar(&o.RenewDeadline, "leader-elect-renew-deadline", o.RenewDeadline,
+		"How long the leader tries to renew its Lease before it gives up and exits; shorter than the lease duration.")
+	fs.DurationVar(&o.RetryPeriod, "leader-elect-retry-period", o.RetryPeriod,
+		"How often replicas try to acquire or renew the Lease.")
 	fs.DurationVar(&o.GracefulShutdownTimeout, "graceful-shutdown-timeout", o.GracefulShutdownTimeout,
 		"How long managers wait for their controllers to drain on shutdown.")
 	fs.DurationVar(&o.SpawnTimeout, "spawn-timeout", o.SpawnTimeout,
@@ -123,4 +156,18 @@ func (o *Options) BindFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&o.ClusterUnhealthyTimeout, "cluster-unhealthy-timeout", o.ClusterUnhealthyTimeout,
 		"How long a tenant API server may fail its checks before its cluster is reported Failed and re-spawned.")
 	o.Logger.BindFlags(fs)
+}
+
+// validateLeaderElection checks the leader election timing as client-go's
+// elector would, with the flags' names: the renew deadline must leave
+// room within the lease, and retries within the renew deadline.
+func (o Options) validateLeaderElection() error {
+	if o.RenewDeadline >= o.LeaseDuration {
+		return fmt.Errorf("--leader-elect-renew-deadline (%s) must be shorter than --leader-elect-lease-duration (%s)", o.RenewDeadline, o.LeaseDuration)
+	}
+	// client-go's elector retries with a jitter of up to 1.2 periods.
+	if limit := time.Duration(float64(o.RetryPeriod) * 1.2); o.RenewDeadline <= limit {
+		return fmt.Errorf("--leader-elect-renew-deadline (%s) must be longer than 1.2 times --leader-elect-retry-period (%s)", o.RenewDeadline, o.RetryPeriod)
+	}
+	return nil
 }
