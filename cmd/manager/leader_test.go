@@ -42,9 +42,18 @@ type managerProcess struct {
 // its own; it is killed at the test's end.
 func startManager(t *testing.T, kubeconfig []byte, args ...string) *managerProcess {
 	t.Helper()
+	m, err := launchManager(t, kubeconfig, args...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+// launchManager is startManager for any goroutine: it returns its error.
+func launchManager(t *testing.T, kubeconfig []byte, args ...string) (*managerProcess, error) {
 	path := filepath.Join(t.TempDir(), "host.kubeconfig")
 	if err := os.WriteFile(path, kubeconfig, 0o600); err != nil {
-		t.Fatal(err)
+		return nil, err
 	}
 	m := &managerProcess{log: &syncBuffer{}, done: make(chan struct{})}
 	m.cmd = exec.Command(os.Args[0], append([]string{
@@ -53,7 +62,7 @@ func startManager(t *testing.T, kubeconfig []byte, args ...string) *managerProce
 	m.cmd.Env = append(os.Environ(), runManagerEnv+"=1")
 	m.cmd.Stdout, m.cmd.Stderr = m.log, m.log
 	if err := m.cmd.Start(); err != nil {
-		t.Fatal(err)
+		return nil, fmt.Errorf("starting a manager process: %w", err)
 	}
 	go func() {
 		m.err = m.cmd.Wait()
@@ -67,7 +76,7 @@ func startManager(t *testing.T, kubeconfig []byte, args ...string) *managerProce
 			t.Logf("manager %d's log:\n%s", m.cmd.Process.Pid, m.log.String())
 		}
 	})
-	return m
+	return m, nil
 }
 
 // hostWrites are the times at which the manager logged a write of a host
