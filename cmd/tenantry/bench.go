@@ -9,7 +9,6 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
-	"runtime/pprof"
 	"slices"
 	"strings"
 	"sync"
@@ -21,7 +20,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
 	toolscache "k8s.io/client-go/tools/cache"
-	"k8s.io/client-go/util/flowcontrol"
 	ctrlcache "sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -71,11 +69,8 @@ var benchCommand = command{
 		fs.IntVar(&o.latencySamples, "latency-samples", 300, "Objects created for each latency figure.")
 		fs.Float64Var(&o.latencyRate, "latency-rate", 50, "Objects per second while measuring latency.")
 		fs.IntVar(&o.podSamples, "pod-samples", 200, "Pods created, at --latency-rate, for the Pod start figures.")
-		fs.IntVar(&o.throughputTenants, "throughput-tenants", 10, "Tenants syncing at once for the throughput figure.")
-		fs.IntVar(&o.throughputObjects, "throughput-objects", 200, "ConfigMaps per tenant API server for the throughput figure.")
-		fs.Float64Var(&o.hostQPS, "host-qps", syncer.DefaultHostQPS,
-			"The syncers' budget of host requests, all tenants together (default: bin/manager's); the raw baseline's clients share the same.")
-		fs.IntVar(&o.hostBurst, "host-burst", syncer.DefaultHostBurst, "Burst of that budget (default: bin/manager's).")
+		fs.IntVar(&o.throughputObjects, "throughput-objects", 1000, "ConfigMaps created, in all, for the throughput figure.")
+		fs.IntVar(&o.throughputWriters, "throughput-writers", 16, "Writers creating them, spread over the tenants.")
 		fs.StringVar(&o.cpuProfile, "cpuprofile", "", "Write a CPU profile of the throughput run to this file (read it with go tool pprof).")
 		return func(ctx context.Context) error { return runBench(ctx, o, os.Stdout) }
 	},
@@ -94,9 +89,7 @@ type benchOptions struct {
 	spawnClusters, memoryClusters        int
 	latencySamples, podSamples           int
 	latencyRate                          float64
-	throughputTenants, throughputObjects int
-	hostQPS                              float64
-	hostBurst                            int
+	throughputObjects, throughputWriters int
 	cpuProfile                           string
 }
 
@@ -152,6 +145,14 @@ func runBench(ctx context.Context, o benchOptions, out io.Writer) error {
 		}
 		results = append(results, rs...)
 	}
+	if o.steps["sync"] {
+		fmt.Fprintln(out, "==> measuring sync latency and throughput through bin/manager")
+		rs, err := runSync(ctx, o, out)
+		if err != nil {
+			return fmt.Errorf("sync: %w", err)
+		}
+		results = append(results, rs...)
+	}
 	var points []scalePoint
 	if o.steps["scale"] {
 		fmt.Fprintln(out, "==> measuring bin/manager at scale")
@@ -175,7 +176,7 @@ func runBench(ctx context.Context, o benchOptions, out io.Writer) error {
 }
 
 // benchSteps are the bench's steps, in the order they run.
-var benchSteps = []string{"starts", "spawn", "memory", "latency", "throughput", "pods", "scale"}
+var benchSteps = []string{"starts", "spawn", "memory", "pods", "sync", "scale"}
 
 // libraryStep is a step that drives the library in this process.
 type libraryStep struct {
@@ -188,8 +189,6 @@ type libraryStep struct {
 var librarySteps = []libraryStep{
 	{"spawn", "spawn and stop", (*bench).spawn},
 	{"memory", "memory per tenant", (*bench).memory},
-	{"latency", "sync latency", (*bench).latency},
-	{"throughput", "throughput", (*bench).throughput},
 	{"pods", "Pod start", (*bench).podStart},
 }
 
@@ -244,7 +243,7 @@ func runLibrarySteps(ctx context.Context, o benchOptions, out io.Writer) ([]resu
 	if b.host, err = client.New(env.Host.Config(), client.Options{Scheme: scheme}); err != nil {
 		return nil, err
 	}
-	if b.hub, err = syncer.NewHub(env.Host.Config(), syncer.HubOptions{Scheme: scheme, HostQPS: o.hostQPS, HostBurst: o.hostBurst}); err != nil {
+	if b.hub, err = syncer.NewHub(env.Host.Config(), syncer.HubOptions{Scheme: scheme}); err != nil {
 		return nil, err
 	}
 	hubCtx, stopHub := context.WithCancel(ctx)
@@ -329,128 +328,6 @@ func (b *bench) memory(ctx context.Context) ([]result, error) {
 	}}, nil
 }
 
-// latency measures tenant create -> host copy at latencyRate objects per
-// second.
-func (b *bench) latency(ctx context.Context) ([]result, error) {
-	const cluster, ns = "latency", "bench-latency"
-	tenant, stop, err := b.spawnWithNamespace(ctx, cluster, ns)
-	if err != nil {
-		return nil, err
-	}
-	defer stop()
-	hostNS := syncer.HostNamespace(cluster, ns)
-
-	// Down: watch the host for the copies' arrival.
-	arrivals, stopHost, err := watchArrivals(ctx, b.env.Host.Config(), &corev1.ConfigMap{}, hostNS, func(o client.Object) bool { return true })
-	if err != nil {
-		return nil, err
-	}
-	defer stopHost()
-	created, err := b.createPaced(ctx, tenant, b.o.latencySamples, func(i int) client.Object {
-		return &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: fmt.Sprintf("cm-%d", i)}}
-	})
-	if err != nil {
-		return nil, err
-	}
-	down, err := arrivals.wait(ctx, created, time.Minute)
-	if err != nil {
-		return nil, fmt.Errorf("down: %w", err)
-	}
-
-	n := fmt.Sprintf("%d objects at %g/s", b.o.latencySamples, b.o.latencyRate)
-	return []result{
-		ms("down-sync p50 (tenant create -> host copy)", percentile(down, 50), "<= 50 ms", n),
-		ms("down-sync p99", percentile(down, 99), "<= 200 ms", n),
-	}, nil
-}
-
-// throughput measures, once the tenants run, how many ConfigMaps per
-// second reach the host while the tenants' API servers receive them as fast
-// as they can, against the rate of creating as many host ConfigMaps
-// directly, with as many clients of the same rate limit and concurrency.
-func (b *bench) throughput(ctx context.Context) ([]result, error) {
-	names := make([]string, b.o.throughputTenants)
-	for i := range names {
-		names[i] = fmt.Sprintf("throughput-%d", i)
-	}
-	if err := parallelNames(names, func(i int, name string) error { return b.registry.Spawn(name, b.tenants[i%len(b.tenants)]) }); err != nil {
-		return nil, err
-	}
-	defer func() {
-		for _, name := range names {
-			_ = b.registry.Stop(context.Background(), name)
-		}
-	}()
-	tenants := make([]client.Client, len(b.tenants))
-	for i, cfg := range b.tenants {
-		c := rest.CopyConfig(cfg)
-		c.QPS, c.Burst = 1000, 2000
-		var err error
-		if tenants[i], err = client.New(c, client.Options{}); err != nil {
-			return nil, err
-		}
-		if err := tenants[i].Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "bench-throughput"}}); err != nil {
-			return nil, err
-		}
-	}
-	copies := b.o.throughputTenants * b.o.throughputObjects // every tenant syncs every object of its API server
-
-	if b.o.cpuProfile != "" {
-		f, err := os.Create(b.o.cpuProfile)
-		if err != nil {
-			return nil, err
-		}
-		defer f.Close()
-		if err := pprof.StartCPUProfile(f); err != nil {
-			return nil, err
-		}
-		defer pprof.StopCPUProfile()
-	}
-	began := time.Now()
-	if err := parallel(len(tenants), len(tenants), func(i int) error {
-		return parallel(8, b.o.throughputObjects, func(j int) error {
-			return tenants[i].Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "bench-throughput", Name: fmt.Sprintf("cm-%d", j)}})
-		})
-	}); err != nil {
-		return nil, err
-	}
-	if err := waitCount(ctx, b.host, names, "bench-throughput", b.o.throughputObjects, 5*time.Minute); err != nil {
-		return nil, err
-	}
-	synced := float64(copies) / time.Since(began).Seconds()
-	if b.o.cpuProfile != "" {
-		pprof.StopCPUProfile()
-	}
-
-	began = time.Now()
-	budget := flowcontrol.NewTokenBucketRateLimiter(float32(b.o.hostQPS), b.o.hostBurst)
-	if err := parallelNames(names, func(i int, _ string) error {
-		cfg := b.env.Host.Config()
-		cfg.RateLimiter = budget
-		c, err := client.New(cfg, client.Options{})
-		if err != nil {
-			return err
-		}
-		ns := fmt.Sprintf("raw-%d", i)
-		if err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
-			return err
-		}
-		return parallel(4, b.o.throughputObjects, func(j int) error { // 4: a syncer's workers
-			return c.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: fmt.Sprintf("cm-%d", j)}})
-		})
-	}); err != nil {
-		return nil, err
-	}
-	raw := float64(copies) / time.Since(began).Seconds()
-	ratio := synced / raw
-	note := fmt.Sprintf("%d tenants over 2 API servers, %d ConfigMaps per server; host budget %g QPS, burst %d, shared", len(names), b.o.throughputObjects, b.o.hostQPS, b.o.hostBurst)
-	return []result{
-		{Name: "throughput synced down", Value: round(synced, 0), Unit: "objects/s", Note: note},
-		{Name: "raw host create rate (direct clients)", Value: round(raw, 0), Unit: "objects/s", Note: note},
-		{Name: "throughput ratio synced/raw", Value: round(ratio, 2), Unit: "", Target: ">= 0.8", Met: ptrBool(ratio >= 0.8)},
-	}, nil
-}
-
 // podStart measures, for Pods created in a tenant at latencyRate, the time
 // from the tenant's create to the tenant Pod Running: down to the host, the
 // host's scheduler, kwok's kubelet, and status back up. The last leg, host
@@ -481,18 +358,18 @@ func (b *bench) podStart(ctx context.Context) ([]result, error) {
 	}
 
 	running := func(o client.Object) bool { return o.(*corev1.Pod).Status.Phase == corev1.PodRunning }
-	hostRunning, stopHost, err := watchArrivals(ctx, b.env.Host.Config(), &corev1.Pod{}, hostNS, running)
+	hostRunning, stopHost, err := watchArrivals(ctx, b.env.Host.Config(), &corev1.Pod{}, []string{hostNS}, running)
 	if err != nil {
 		return nil, err
 	}
 	defer stopHost()
-	tenantRunning, stopTenant, err := watchArrivals(ctx, b.tenants[0], &corev1.Pod{}, ns, running)
+	tenantRunning, stopTenant, err := watchArrivals(ctx, b.tenants[0], &corev1.Pod{}, []string{ns}, running)
 	if err != nil {
 		return nil, err
 	}
 	defer stopTenant()
 
-	created, err := b.createPaced(ctx, tenant, b.o.podSamples, func(i int) client.Object {
+	created, err := createPaced(ctx, tenant, b.o.podSamples, b.o.latencyRate, func(i int) client.Object {
 		return &corev1.Pod{
 			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: fmt.Sprintf("pod-%d", i)},
 			Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: "nginx"}}},
@@ -540,19 +417,24 @@ func (b *bench) spawnWithNamespace(ctx context.Context, cluster, ns string) (_ c
 	return tenant, stop, nil
 }
 
-// createPaced creates n objects, object(0) to object(n-1), at latencyRate
-// per second through c, and returns when each was created, by name.
-func (b *bench) createPaced(ctx context.Context, c client.Client, n int, object func(i int) client.Object) (map[string]time.Time, error) {
+// createPaced creates n objects, object(0) to object(n-1), at rate per
+// second through c, and returns when the API server answered each create,
+// by name.
+func createPaced(ctx context.Context, c client.Client, n int, rate float64, object func(i int) client.Object) (map[string]time.Time, error) {
 	created := make(map[string]time.Time, n)
-	tick := time.NewTicker(time.Duration(float64(time.Second) / b.o.latencyRate))
+	tick := time.NewTicker(time.Duration(float64(time.Second) / rate))
 	defer tick.Stop()
 	for i := range n {
-		<-tick.C
+		select {
+		case <-tick.C:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
 		obj := object(i)
-		created[obj.GetName()] = time.Now()
 		if err := c.Create(ctx, obj); err != nil {
 			return nil, err
 		}
+		created[obj.GetName()] = time.Now()
 	}
 	return created, nil
 }
@@ -563,8 +445,14 @@ type arrivals struct {
 	seen map[string]time.Time
 }
 
-func watchArrivals(ctx context.Context, cfg *rest.Config, obj client.Object, ns string, cond func(client.Object) bool) (*arrivals, func(), error) {
-	c, err := ctrlcache.New(cfg, ctrlcache.Options{DefaultNamespaces: map[string]ctrlcache.Config{ns: {}}})
+// watchArrivals watches objects like obj in namespaces and records when
+// each name first satisfied cond.
+func watchArrivals(ctx context.Context, cfg *rest.Config, obj client.Object, namespaces []string, cond func(client.Object) bool) (*arrivals, func(), error) {
+	watched := map[string]ctrlcache.Config{}
+	for _, ns := range namespaces {
+		watched[ns] = ctrlcache.Config{}
+	}
+	c, err := ctrlcache.New(cfg, ctrlcache.Options{DefaultNamespaces: watched})
 	if err != nil {
 		return nil, nil, err
 	}
@@ -634,25 +522,6 @@ func waitGet(ctx context.Context, c client.Client, key client.ObjectKey, obj cli
 		err := c.Get(ctx, key, obj)
 		return err == nil, err
 	})
-}
-
-// waitCount waits until every cluster's host namespace holds n ConfigMaps.
-func waitCount(ctx context.Context, host client.Client, clusters []string, ns string, n int, timeout time.Duration) error {
-	ctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
-	for _, cluster := range clusters {
-		err := poll(ctx, 50*time.Millisecond, 0, func(ctx context.Context) (bool, error) {
-			var list corev1.ConfigMapList
-			if err := host.List(ctx, &list, client.InNamespace(syncer.HostNamespace(cluster, ns))); err != nil {
-				return false, err
-			}
-			return len(list.Items) >= n, fmt.Errorf("%d of %d ConfigMaps synced", len(list.Items), n)
-		})
-		if err != nil {
-			return fmt.Errorf("%s: %w", cluster, err)
-		}
-	}
-	return nil
 }
 
 func parallel(workers, n int, f func(i int) error) error {

@@ -18,6 +18,16 @@ import (
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	tenantryconfig "github.com/tenantry/tenantry/config"
+	tenantryv1alpha1 "github.com/tenantry/tenantry/pkg/apis/tenantry/v1alpha1"
+	tenantrytest "github.com/tenantry/tenantry/pkg/testing"
+	"github.com/tenantry/tenantry/providers"
 )
 
 // managerProcess is bin/manager run by the bench as a user runs it: default
@@ -183,4 +193,199 @@ func (m *managerProcess) sockets() int {
 		}
 	}
 	return n
+}
+
+// managerWorld is where the bench runs bin/manager as users run it: a host
+// with Tenantry's CRDs, tenant API servers with a kubeconfig Secret each in
+// the host, and the manager process, started and stopped by the steps.
+type managerWorld struct {
+	o          benchOptions
+	env        *tenantrytest.Environment
+	host       client.Client   // the bench's own client, not the manager's
+	tenants    []client.Client // one per tenant API server
+	secrets    []string        // a kubeconfig Secret per tenant API server
+	hostURL    string          // host of the host API server, as client-go's metrics label it
+	dir        string          // logs and the host kubeconfig
+	kubeconfig string
+	binary     string
+	manager    *managerProcess
+}
+
+// startManagerWorld starts a host and servers tenant API servers for the
+// step named step, with their kubeconfig Secrets in the host.
+func startManagerWorld(ctx context.Context, o benchOptions, step string, servers int, out io.Writer) (_ *managerWorld, retErr error) {
+	binary := o.managerBinary
+	if binary == "" {
+		self, err := os.Executable()
+		if err != nil {
+			return nil, fmt.Errorf("finding bin/manager: %w", err)
+		}
+		binary = filepath.Join(filepath.Dir(self), "manager")
+	}
+	if _, err := os.Stat(binary); err != nil {
+		return nil, fmt.Errorf("this step needs bin/manager (make build): %w", err)
+	}
+	dir, err := os.MkdirTemp("", "tenantry-"+step+"-")
+	if err != nil {
+		return nil, err
+	}
+	w := &managerWorld{o: o, dir: dir, binary: binary}
+	defer func() {
+		if retErr != nil {
+			retErr = w.close(retErr)
+		}
+	}()
+	crds, err := tenantryconfig.CRDs()
+	if err != nil {
+		return nil, err
+	}
+	fmt.Fprintf(out, "    a host and %d tenant API servers (logs: %s)\n", servers, dir)
+	w.env, err = tenantrytest.Start(ctx, tenantrytest.Options{
+		Tenants: servers, HostCRDs: crds, BinaryAssetsDirectory: o.assets, LogDirectory: dir,
+	})
+	if err != nil {
+		return nil, err
+	}
+	w.hostURL = strings.TrimPrefix(w.env.Host.Config().Host, "https://")
+	scheme, err := providers.NewScheme()
+	if err != nil {
+		return nil, err
+	}
+	if w.host, err = client.New(unthrottled(w.env.Host.Config()), client.Options{Scheme: scheme}); err != nil {
+		return nil, err
+	}
+	kubeconfig, err := w.env.Host.Kubeconfig()
+	if err != nil {
+		return nil, err
+	}
+	w.kubeconfig = filepath.Join(dir, "host.kubeconfig")
+	if err := os.WriteFile(w.kubeconfig, kubeconfig, 0o600); err != nil {
+		return nil, err
+	}
+	if err := w.host.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: secretsNamespace}}); err != nil {
+		return nil, err
+	}
+	for _, cp := range w.env.Tenants {
+		data, err := cp.Kubeconfig()
+		if err != nil {
+			return nil, err
+		}
+		secret := &corev1.Secret{
+			ObjectMeta: metav1.ObjectMeta{Namespace: secretsNamespace, Name: cp.Name() + "-kubeconfig"},
+			Data:       map[string][]byte{tenantryv1alpha1.DefaultKubeconfigKey: data},
+		}
+		if err := w.host.Create(ctx, secret); err != nil {
+			return nil, err
+		}
+		w.secrets = append(w.secrets, secret.Name)
+		tenant, err := client.New(unthrottled(cp.Config()), client.Options{})
+		if err != nil {
+			return nil, err
+		}
+		w.tenants = append(w.tenants, tenant)
+	}
+	return w, nil
+}
+
+// unthrottled is cfg for the bench's own clients, which must never be what
+// limits a figure.
+func unthrottled(cfg *rest.Config) *rest.Config {
+	cfg.QPS, cfg.Burst = 5000, 10000
+	return cfg
+}
+
+// close stops the manager and the clusters; it keeps the logs when err is
+// not nil, and says where.
+func (w *managerWorld) close(err error) error {
+	_ = w.stopManager()
+	if w.env != nil {
+		_ = w.env.Stop()
+	}
+	if err != nil {
+		return fmt.Errorf("%w (logs kept in %s)", err, w.dir)
+	}
+	_ = os.RemoveAll(w.dir)
+	return nil
+}
+
+// startManager starts bin/manager with default flags (and the bench's
+// --manager-args), logging to logName in the world's directory.
+func (w *managerWorld) startManager(ctx context.Context, logName string) error {
+	m, err := startManagerProcess(ctx, w.binary, w.kubeconfig, w.o.managerArgs, filepath.Join(w.dir, logName))
+	if err != nil {
+		return err
+	}
+	w.manager = m
+	return nil
+}
+
+func (w *managerWorld) stopManager() error {
+	if w.manager == nil {
+		return nil
+	}
+	err := w.manager.stop()
+	w.manager = nil
+	return err
+}
+
+// ensureVirtualClusters makes the VirtualClusters name(0)..name(n-1),
+// spread over the tenant API servers, and clears the status of those that
+// exist, so that the manager about to start is seen to make each Ready.
+func (w *managerWorld) ensureVirtualClusters(ctx context.Context, n int, name func(int) string) error {
+	return parallel(16, n, func(i int) error {
+		var vc tenantryv1alpha1.VirtualCluster
+		err := w.host.Get(ctx, client.ObjectKey{Name: name(i)}, &vc)
+		if client.IgnoreNotFound(err) != nil {
+			return err
+		}
+		if err != nil {
+			vc = tenantryv1alpha1.VirtualCluster{
+				ObjectMeta: metav1.ObjectMeta{Name: name(i)},
+				Spec: tenantryv1alpha1.VirtualClusterSpec{KubeconfigSecretRef: tenantryv1alpha1.SecretKeyReference{
+					Namespace: secretsNamespace, Name: w.secrets[i%len(w.secrets)],
+				}},
+			}
+			return w.host.Create(ctx, &vc)
+		}
+		vc.Status = tenantryv1alpha1.VirtualClusterStatus{}
+		return w.host.Status().Update(ctx, &vc)
+	})
+}
+
+// readyCount counts the VirtualClusters Ready for their generation.
+func (w *managerWorld) readyCount(ctx context.Context) (int, error) {
+	var list tenantryv1alpha1.VirtualClusterList
+	if err := w.host.List(ctx, &list); err != nil {
+		return 0, err
+	}
+	ready := 0
+	for _, vc := range list.Items {
+		c := meta.FindStatusCondition(vc.Status.Conditions, tenantryv1alpha1.ConditionReady)
+		if c != nil && c.Status == metav1.ConditionTrue && vc.Status.ObservedGeneration == vc.Generation {
+			ready++
+		}
+	}
+	return ready, nil
+}
+
+// waitReady waits until n VirtualClusters are Ready.
+func (w *managerWorld) waitReady(ctx context.Context, n int, timeout time.Duration) error {
+	ready := 0
+	err := poll(ctx, 250*time.Millisecond, timeout, func(ctx context.Context) (bool, error) {
+		var err error
+		ready, err = w.readyCount(ctx)
+		return ready >= n, err
+	})
+	if err != nil {
+		return fmt.Errorf("waiting for %d VirtualClusters to be Ready (%d are): %w", n, ready, err)
+	}
+	return nil
+}
+
+// managerFlags says which flags bin/manager runs with.
+func (w *managerWorld) managerFlags() string {
+	if len(w.o.managerArgs) == 0 {
+		return "default flags"
+	}
+	return "flags " + strings.Join(w.o.managerArgs, " ")
 }

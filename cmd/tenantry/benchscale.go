@@ -4,22 +4,16 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	tenantryconfig "github.com/tenantry/tenantry/config"
-	tenantryv1alpha1 "github.com/tenantry/tenantry/pkg/apis/tenantry/v1alpha1"
 	"github.com/tenantry/tenantry/pkg/syncer"
-	tenantrytest "github.com/tenantry/tenantry/pkg/testing"
-	"github.com/tenantry/tenantry/providers"
 )
 
 // scaleNamespace is the namespace, in every tenant API server of the scale
@@ -44,94 +38,34 @@ type scalePoint struct {
 // VirtualCluster syncs its server's bench-scale namespace into host
 // namespaces of its own.
 type scaleRun struct {
-	o       benchOptions
-	out     io.Writer
-	env     *tenantrytest.Environment
-	host    client.Client
-	dir     string
-	secrets []string // a kubeconfig Secret per tenant API server
-	hostURL string   // host of the host API server, as client-go's metrics label it
-	manager *managerProcess
+	*managerWorld
+	o   benchOptions
+	out io.Writer
 }
 
 func runScale(ctx context.Context, o benchOptions, out io.Writer) (_ []result, _ []scalePoint, retErr error) {
 	if len(o.scaleTenants) == 0 {
 		return nil, nil, nil
 	}
-	binary := o.managerBinary
-	if binary == "" {
-		self, err := os.Executable()
-		if err != nil {
-			return nil, nil, fmt.Errorf("finding bin/manager: %w", err)
-		}
-		binary = filepath.Join(filepath.Dir(self), "manager")
-	}
-	if _, err := os.Stat(binary); err != nil {
-		return nil, nil, fmt.Errorf("the scale run needs bin/manager (make build): %w", err)
-	}
-	dir, err := os.MkdirTemp("", "tenantry-scale-")
+	w, err := startManagerWorld(ctx, o, "scale", o.scaleServers, out)
 	if err != nil {
 		return nil, nil, err
 	}
-	defer func() {
-		if retErr == nil {
-			_ = os.RemoveAll(dir)
-		} else {
-			retErr = fmt.Errorf("%w (logs kept in %s)", retErr, dir)
-		}
-	}()
-	crds, err := tenantryconfig.CRDs()
-	if err != nil {
-		return nil, nil, err
-	}
-	fmt.Fprintf(out, "    a host and %d tenant API servers (logs: %s)\n", o.scaleServers, dir)
-	env, err := tenantrytest.Start(ctx, tenantrytest.Options{
-		Tenants: o.scaleServers, HostCRDs: crds, BinaryAssetsDirectory: o.assets, LogDirectory: dir,
-	})
-	if err != nil {
-		return nil, nil, err
-	}
-	defer func() { _ = env.Stop() }()
-	s := &scaleRun{o: o, out: out, env: env, dir: dir, hostURL: strings.TrimPrefix(env.Host.Config().Host, "https://")}
-	scheme, err := providers.NewScheme()
-	if err != nil {
-		return nil, nil, err
-	}
-	hostConfig := env.Host.Config()
-	hostConfig.QPS, hostConfig.Burst = 500, 1000 // the bench's own client, not the manager's
-	if s.host, err = client.New(hostConfig, client.Options{Scheme: scheme}); err != nil {
-		return nil, nil, err
-	}
+	defer func() { retErr = w.close(retErr) }()
+	s := &scaleRun{managerWorld: w, o: o, out: out}
 	if err := s.prepare(ctx); err != nil {
 		return nil, nil, err
 	}
-	kubeconfig, err := env.Host.Kubeconfig()
-	if err != nil {
-		return nil, nil, err
-	}
-	kubeconfigPath := filepath.Join(dir, "host.kubeconfig")
-	if err := os.WriteFile(kubeconfigPath, kubeconfig, 0o600); err != nil {
-		return nil, nil, err
-	}
-	defer func() {
-		if s.manager != nil {
-			_ = s.manager.stop()
-		}
-	}()
 
 	var points []scalePoint
 	for i, n := range o.scaleTenants {
-		if s.manager != nil {
-			if err := s.manager.stop(); err != nil {
-				return nil, nil, err
-			}
-			s.manager = nil
-		}
-		if err := s.ensureVirtualClusters(ctx, n); err != nil {
+		if err := s.stopManager(); err != nil {
 			return nil, nil, err
 		}
-		s.manager, err = startManagerProcess(ctx, binary, kubeconfigPath, o.managerArgs, filepath.Join(dir, fmt.Sprintf("manager-%d.log", i)))
-		if err != nil {
+		if err := s.ensureVirtualClusters(ctx, n, scaleName); err != nil {
+			return nil, nil, err
+		}
+		if err := s.startManager(ctx, fmt.Sprintf("manager-%d.log", i)); err != nil {
 			return nil, nil, err
 		}
 		p, err := s.measure(ctx, n)
@@ -149,32 +83,13 @@ func runScale(ctx context.Context, o benchOptions, out io.Writer) (_ []result, _
 	if err := writeScaleChart(filepath.Join(o.out, "scale.svg"), points); err != nil {
 		return nil, nil, err
 	}
-	return scaleResults(o, points, perObject), points, nil
+	return scaleResults(o, s.managerFlags(), points, perObject), points, nil
 }
 
-// prepare makes the objects the VirtualClusters sync, and a kubeconfig
-// Secret per tenant API server.
+// prepare makes the objects the VirtualClusters sync in every tenant API
+// server.
 func (s *scaleRun) prepare(ctx context.Context) error {
-	if err := s.host.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: secretsNamespace}}); err != nil {
-		return err
-	}
-	for i, cp := range s.env.Tenants {
-		data, err := cp.Kubeconfig()
-		if err != nil {
-			return err
-		}
-		secret := &corev1.Secret{
-			ObjectMeta: metav1.ObjectMeta{Namespace: secretsNamespace, Name: cp.Name() + "-kubeconfig"},
-			Data:       map[string][]byte{tenantryv1alpha1.DefaultKubeconfigKey: data},
-		}
-		if err := s.host.Create(ctx, secret); err != nil {
-			return err
-		}
-		s.secrets = append(s.secrets, secret.Name)
-		tenant, err := client.New(cp.Config(), client.Options{})
-		if err != nil {
-			return err
-		}
+	for i, tenant := range s.tenants {
 		if err := tenant.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: scaleNamespace}}); err != nil {
 			return err
 		}
@@ -200,40 +115,13 @@ func createConfigMaps(ctx context.Context, c client.Client, from, to int) error 
 
 func scaleName(i int) string { return fmt.Sprintf("scale-%04d", i) }
 
-// ensureVirtualClusters makes VirtualClusters up to n, spread over the
-// tenant API servers, and clears the status of every one, so that the
-// manager about to start is seen to make each Ready.
-func (s *scaleRun) ensureVirtualClusters(ctx context.Context, n int) error {
-	return parallel(16, n, func(i int) error {
-		var vc tenantryv1alpha1.VirtualCluster
-		err := s.host.Get(ctx, client.ObjectKey{Name: scaleName(i)}, &vc)
-		if client.IgnoreNotFound(err) != nil {
-			return err
-		}
-		if err != nil {
-			vc = tenantryv1alpha1.VirtualCluster{
-				ObjectMeta: metav1.ObjectMeta{Name: scaleName(i)},
-				Spec: tenantryv1alpha1.VirtualClusterSpec{KubeconfigSecretRef: tenantryv1alpha1.SecretKeyReference{
-					Namespace: secretsNamespace, Name: s.secrets[i%len(s.secrets)],
-				}},
-			}
-			return s.host.Create(ctx, &vc)
-		}
-		vc.Status = tenantryv1alpha1.VirtualClusterStatus{}
-		return s.host.Status().Update(ctx, &vc)
-	})
-}
-
 // measure waits until the n VirtualClusters are Ready and have synced
 // their objects, then measures the idle manager.
 func (s *scaleRun) measure(ctx context.Context, n int) (scalePoint, error) {
 	p := scalePoint{Tenants: n}
 	began := s.manager.started
-	if err := poll(ctx, 250*time.Millisecond, 5*time.Minute, func(ctx context.Context) (bool, error) {
-		ready, err := s.readyCount(ctx)
-		return ready >= n, err
-	}); err != nil {
-		return p, fmt.Errorf("waiting for every VirtualCluster to be Ready: %w", err)
+	if err := s.waitReady(ctx, n, 5*time.Minute); err != nil {
+		return p, err
 	}
 	p.ReadySeconds = round(time.Since(began).Seconds(), 1)
 	if err := s.waitCopies(ctx, n*s.o.scaleObjects); err != nil {
@@ -269,22 +157,6 @@ func (s *scaleRun) measure(ctx context.Context, n int) (scalePoint, error) {
 	return p, nil
 }
 
-// readyCount counts the VirtualClusters Ready for their generation.
-func (s *scaleRun) readyCount(ctx context.Context) (int, error) {
-	var list tenantryv1alpha1.VirtualClusterList
-	if err := s.host.List(ctx, &list); err != nil {
-		return 0, err
-	}
-	ready := 0
-	for _, vc := range list.Items {
-		c := meta.FindStatusCondition(vc.Status.Conditions, tenantryv1alpha1.ConditionReady)
-		if c != nil && c.Status == metav1.ConditionTrue && vc.Status.ObservedGeneration == vc.Generation {
-			ready++
-		}
-	}
-	return ready, nil
-}
-
 // waitCopies waits until the host holds want copies of the tenants'
 // bench-scale ConfigMaps.
 func (s *scaleRun) waitCopies(ctx context.Context, want int) error {
@@ -316,11 +188,7 @@ func (s *scaleRun) memoryPerObject(ctx context.Context, last scalePoint) (float6
 	if s.o.scaleExtraObjects <= 0 {
 		return 0, nil
 	}
-	for _, cp := range s.env.Tenants {
-		tenant, err := client.New(cp.Config(), client.Options{})
-		if err != nil {
-			return 0, err
-		}
+	for _, tenant := range s.tenants {
 		if err := createConfigMaps(ctx, tenant, s.o.scaleObjects, s.o.scaleObjects+s.o.scaleExtraObjects); err != nil {
 			return 0, err
 		}
@@ -336,12 +204,8 @@ func (s *scaleRun) memoryPerObject(ctx context.Context, last scalePoint) (float6
 	return (float64(heap) - last.HeapMiB*(1<<20)) / float64(copies) / 1024, nil
 }
 
-func scaleResults(o benchOptions, points []scalePoint, perObjectKiB float64) []result {
+func scaleResults(o benchOptions, flags string, points []scalePoint, perObjectKiB float64) []result {
 	first, last := points[0], points[len(points)-1]
-	flags := "default flags"
-	if len(o.managerArgs) > 0 {
-		flags = "flags " + strings.Join(o.managerArgs, " ")
-	}
 	setup := fmt.Sprintf("bin/manager, %s, %d VirtualClusters over %d tenant API servers, every built-in syncer, %d ConfigMaps each",
 		flags, last.Tenants, o.scaleServers, o.scaleObjects)
 	var rs []result
