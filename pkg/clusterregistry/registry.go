@@ -84,6 +84,13 @@ type Options struct {
 	// GracefulShutdownTimeout bounds how long a tenant manager waits for its
 	// controllers to drain when it stops. Defaults to 30s.
 	GracefulShutdownTimeout time.Duration
+
+	// KeepManagedFields keeps server-side apply's managed fields on the
+	// objects of the tenant managers' caches. By default they are dropped:
+	// they are often most of a small object's memory, times every tenant.
+	// An update of an object read from the cache still leaves them as the
+	// API server has them.
+	KeepManagedFields bool
 }
 
 func (o *Options) setDefaults() {

@@ -699,3 +699,39 @@ func TestAsTenantModule(t *testing.T) {
 		t.Fatalf("group holds %d modules, want 2", len(got))
 	}
 }
+
+// Tenant caches hold objects without their managed fields, unless asked
+// to keep them; the API server's stay either way.
+func TestTenantCachesDropManagedFields(t *testing.T) {
+	tenant := newClient(t, shared.Tenants[0])
+	ns := &corev1.Namespace{}
+	ns.Name = "managed-fields-" + utilrand.String(5)
+	if err := tenant.Create(t.Context(), ns); err != nil {
+		t.Fatal(err)
+	}
+	for _, keep := range []bool{false, true} {
+		got := make(chan client.Client, 1)
+		r := newRegistry(t, clusterregistry.Options{KeepManagedFields: keep},
+			fx.Invoke(func(c client.Client) { got <- c }))
+		name := fmt.Sprintf("fields-%t", keep)
+		if err := r.Spawn(name, shared.Tenants[0].Config()); err != nil {
+			t.Fatal(err)
+		}
+		cached := <-got
+		var read corev1.Namespace
+		eventually(t, 10*time.Second, "the namespace in the tenant cache", func(ctx context.Context) (bool, error) {
+			err := cached.Get(ctx, client.ObjectKeyFromObject(ns), &read)
+			return err == nil, err
+		})
+		if kept := len(read.ManagedFields) > 0; kept != keep {
+			t.Errorf("KeepManagedFields %t: the cached namespace has %d managed fields", keep, len(read.ManagedFields))
+		}
+		if err := r.Stop(t.Context(), name); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var server corev1.Namespace
+	if err := tenant.Get(t.Context(), client.ObjectKeyFromObject(ns), &server); err != nil || len(server.ManagedFields) == 0 {
+		t.Errorf("the API server's namespace: %d managed fields, %v", len(server.ManagedFields), err)
+	}
+}

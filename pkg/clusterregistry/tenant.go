@@ -12,6 +12,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/util/flowcontrol"
 	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	ctrlconfig "sigs.k8s.io/controller-runtime/pkg/config"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
@@ -118,6 +119,10 @@ func (r *RemoteClusterRegistry) startTenant(c *cluster, config *rest.Config) (_ 
 // newManager builds the cluster's controller-runtime manager and hooks its
 // start and stop into the app's lifecycle.
 func (r *RemoteClusterRegistry) newManager(lc fx.Lifecycle, t *tenant, cfg *rest.Config, log logr.Logger) (manager.Manager, error) {
+	var cacheOpts cache.Options
+	if !r.opts.KeepManagedFields {
+		cacheOpts.DefaultTransform = cache.TransformStripManagedFields()
+	}
 	mgr, err := manager.New(cfg, manager.Options{
 		Scheme:                 r.opts.Scheme,
 		Logger:                 log,
@@ -127,6 +132,7 @@ func (r *RemoteClusterRegistry) newManager(lc fx.Lifecycle, t *tenant, cfg *rest
 		WebhookServer:          noWebhookServer{},
 		// Waits for sync are notified, not polled: see notifyingCache.
 		NewCache:                newNotifyingCache,
+		Cache:                   cacheOpts,
 		GracefulShutdownTimeout: ptr.To(r.opts.GracefulShutdownTimeout),
 		Controller: ctrlconfig.Controller{
 			// Every cluster runs the same modules, so the same controller

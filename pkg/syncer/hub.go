@@ -123,6 +123,9 @@ func NewHub(config *rest.Config, opts HubOptions) (*Hub, error) {
 		Mapper:               mapper,
 		Scheme:               opts.Scheme,
 		DefaultLabelSelector: labels.NewSelector().Add(*managed),
+		// Nothing reads them, and they would be most of a small copy's
+		// memory; an update leaves the API server's as they are.
+		DefaultTransform: cache.TransformStripManagedFields(),
 		// Public CRDs and nodes are the host's own, not Tenantry's copies.
 		ByObject: map[client.Object]cache.ByObject{
 			&apiextensionsv1.CustomResourceDefinition{}: {Label: labels.NewSelector().Add(*public)},
