@@ -22,6 +22,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
+	ctrlcache "sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	tenantryconfig "github.com/tenantry/tenantry/config"
@@ -202,6 +203,8 @@ type managerWorld struct {
 	o          benchOptions
 	env        *tenantrytest.Environment
 	host       client.Client   // the bench's own client, not the manager's
+	vcs        ctrlcache.Cache // the VirtualClusters, watched: polling a thousand would load the host
+	stopVCs    func()
 	tenants    []client.Client // one per tenant API server
 	secrets    []string        // a kubeconfig Secret per tenant API server
 	hostURL    string          // host of the host API server, as client-go's metrics label it
@@ -254,6 +257,19 @@ func startManagerWorld(ctx context.Context, o benchOptions, step string, servers
 	if w.host, err = client.New(unthrottled(w.env.Host.Config()), client.Options{Scheme: scheme}); err != nil {
 		return nil, err
 	}
+	if w.vcs, err = ctrlcache.New(unthrottled(w.env.Host.Config()), ctrlcache.Options{Scheme: scheme}); err != nil {
+		return nil, err
+	}
+	if _, err := w.vcs.GetInformer(ctx, &tenantryv1alpha1.VirtualCluster{}, ctrlcache.BlockUntilSynced(false)); err != nil {
+		return nil, err
+	}
+	vcsCtx, stopVCs := context.WithCancel(context.Background())
+	vcsDone := make(chan struct{})
+	go func() { defer close(vcsDone); _ = w.vcs.Start(vcsCtx) }()
+	w.stopVCs = func() { stopVCs(); <-vcsDone }
+	if !w.vcs.WaitForCacheSync(ctx) {
+		return nil, fmt.Errorf("watching VirtualClusters: the cache did not sync")
+	}
 	kubeconfig, err := w.env.Host.Kubeconfig()
 	if err != nil {
 		return nil, err
@@ -298,6 +314,9 @@ func unthrottled(cfg *rest.Config) *rest.Config {
 // not nil, and says where.
 func (w *managerWorld) close(err error) error {
 	_ = w.stopManager()
+	if w.stopVCs != nil {
+		w.stopVCs()
+	}
 	if w.env != nil {
 		_ = w.env.Stop()
 	}
@@ -352,10 +371,11 @@ func (w *managerWorld) ensureVirtualClusters(ctx context.Context, n int, name fu
 	})
 }
 
-// readyCount counts the VirtualClusters Ready for their generation.
+// readyCount counts the VirtualClusters Ready for their generation, as
+// the watch has them.
 func (w *managerWorld) readyCount(ctx context.Context) (int, error) {
 	var list tenantryv1alpha1.VirtualClusterList
-	if err := w.host.List(ctx, &list); err != nil {
+	if err := w.vcs.List(ctx, &list); err != nil {
 		return 0, err
 	}
 	ready := 0

@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net"
 	"sync"
 	"time"
 
@@ -16,7 +15,6 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	utilnet "k8s.io/apimachinery/pkg/util/net"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/events"
@@ -274,16 +272,7 @@ func (r *Reconciler) reachesHost(ctx context.Context, config *rest.Config) (bool
 	}
 	cfg := rest.CopyConfig(config)
 	cfg.Timeout = clusterIDTimeout
-	// A dialer of its own keeps this client out of client-go's shared
-	// transport cache, so that its connection is closed once answered,
-	// not kept idle beside the tenant manager's for good.
-	cfg.Dial = (&net.Dialer{Timeout: clusterIDTimeout, KeepAlive: 30 * time.Second}).DialContext
-	httpClient, err := rest.HTTPClientFor(cfg)
-	if err != nil {
-		return false, fmt.Errorf("tenant client: %w", err)
-	}
-	defer utilnet.CloseIdleConnectionsFor(httpClient.Transport)
-	tenant, err := kubernetes.NewForConfigAndClient(cfg, httpClient)
+	tenant, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
 		return false, fmt.Errorf("tenant client: %w", err)
 	}

@@ -4,10 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 	"time"
 
 	"github.com/go-logr/logr"
 	"go.uber.org/fx"
+	utilnet "k8s.io/apimachinery/pkg/util/net"
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/util/flowcontrol"
@@ -78,12 +80,20 @@ func (r *RemoteClusterRegistry) startTenant(c *cluster, config *rest.Config) (_ 
 		}
 	}()
 
-	probe, err := newProbe(cfg)
+	// A first check, on a client of its own whose connection is closed
+	// after it; the health checks that follow go through the manager's
+	// client (newManager), so that a cluster holds one connection.
+	first, err := rest.HTTPClientFor(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("cluster %q: building HTTP client: %w", c.name, err)
+	}
+	probe, err := newProbe(cfg, first)
 	if err != nil {
 		return nil, fmt.Errorf("cluster %q: %w", c.name, err)
 	}
-	t.probe = probe
-	if err := probe(ctx); err != nil {
+	err = probe(ctx)
+	utilnet.CloseIdleConnectionsFor(first.Transport)
+	if err != nil {
 		return nil, fmt.Errorf("cluster %q: %w", c.name, err)
 	}
 
@@ -147,6 +157,9 @@ func (r *RemoteClusterRegistry) newManager(lc fx.Lifecycle, t *tenant, cfg *rest
 	})
 	if err != nil {
 		return nil, fmt.Errorf("building manager: %w", err)
+	}
+	if t.probe, err = newProbe(cfg, mgr.GetHTTPClient()); err != nil {
+		return nil, err
 	}
 	tracked := &readinessTracker{Manager: mgr}
 	lc.Append(fx.Hook{
@@ -213,20 +226,21 @@ func (t *tenant) stop(ctx context.Context) error {
 	return nil
 }
 
-// newProbe returns a health check of the API server behind cfg: an
-// authenticated discovery request (GET /api), so that it fails on a stopped
-// server, a cut network and rejected credentials alike. It waits for no
-// client-side rate limiter.
-func newProbe(cfg *rest.Config) (func(context.Context) error, error) {
+// newProbe returns a health check of the API server behind cfg, through
+// httpClient: an authenticated discovery request (GET /api), so that it
+// fails on a stopped server, a cut network and rejected credentials alike.
+// It waits for no client-side rate limiter.
+func newProbe(cfg *rest.Config, httpClient *http.Client) (func(context.Context) error, error) {
 	pcfg := rest.CopyConfig(cfg)
-	pcfg.Timeout = probeTimeout
 	pcfg.RateLimiter = flowcontrol.NewFakeAlwaysRateLimiter()
-	dc, err := discovery.NewDiscoveryClientForConfig(pcfg)
+	dc, err := discovery.NewDiscoveryClientForConfigAndClient(pcfg, httpClient)
 	if err != nil {
 		return nil, fmt.Errorf("building health check client: %w", err)
 	}
 	host := cfg.Host
 	return func(ctx context.Context) error {
+		ctx, cancel := context.WithTimeout(ctx, probeTimeout)
+		defer cancel()
 		if err := dc.RESTClient().Get().AbsPath("/api").Do(ctx).Error(); err != nil {
 			return fmt.Errorf("%w: %s: %w", ErrUnreachable, host, err)
 		}
