@@ -59,7 +59,7 @@ generate: $(CONTROLLER_GEN) ## Regenerate deepcopy code, CRDs and RBAC from kube
 	$(CONTROLLER_GEN) object crd paths=./examples/... output:crd:artifacts:config=examples/config/crd
 
 .PHONY: bench
-bench: build envtest ## Benchmarks (spawn, memory, latency, throughput): a table, and bench/results/results.{json,md}.
+bench: build envtest ## Benchmarks (spawn, memory, Pods, sync through bin/manager, 1,000 VirtualClusters): bench/results/.
 	$(BIN)/tenantry bench --out bench/results
 
 .PHONY: fuzz
