@@ -55,6 +55,11 @@
 // reconciler, sees the failure and re-spawns. A cluster's failure never
 // touches another's, and never ends the process.
 //
+// A cluster holds one connection to its API server: its health checks go
+// through its manager's HTTP client. Its cache holds objects without their
+// managed fields (Options.KeepManagedFields keeps them); an update of an
+// object read from it leaves the API server's managed fields as they are.
+//
 // # Metrics
 //
 // The registry exports, through controller-runtime's metrics registry:
