@@ -57,7 +57,6 @@ func run(args []string, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "manager: %v\n", err)
 		return 1
 	}
-	providers.SetProcessLoggers(log)
 	// A host that is away at start is waited for, not a crash loop.
 	waitCtx, stopWaiting := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	err = providers.WaitForHost(waitCtx, opts.Options, log)
@@ -77,6 +76,9 @@ func run(args []string, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "manager: %v\n", err)
 		return 1
 	}
+	// The process-wide loggers, once the process is sure to run (tests
+	// call run in-process for its errors).
+	providers.SetProcessLoggers(log)
 	startCtx, cancel := context.WithTimeout(context.Background(), startTimeout)
 	defer cancel()
 	if err := app.Start(startCtx); err != nil {
