@@ -31,8 +31,11 @@ type Syncer struct {
 	// Namespaces).
 	ClusterScoped bool
 
-	// Filter, if set, says which tenant objects to sync; the others are left
-	// alone, and so are host objects that would copy them.
+	// Filter, if set, says which tenant objects to sync. A tenant object it
+	// refuses is not copied, and a host copy Tenantry made of it before
+	// (when the filter, or the object, said otherwise) is deleted, as the
+	// copy of a deleted object would be. The tenant object itself is left
+	// alone; host objects that are not Tenantry's copies are never touched.
 	Filter func(tenant client.Object) bool
 
 	// Down sets the host copy's content from the tenant object: spec, data,

@@ -1,0 +1,444 @@
+package sharding
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"os"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/go-logr/logr"
+	coordinationv1 "k8s.io/api/coordination/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	utilrand "k8s.io/apimachinery/pkg/util/rand"
+	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+)
+
+// LabelGroup marks the Leases of one group of replicas.
+const LabelGroup = "tenantry.dev/shard-group"
+
+// Defaults of Options.
+const (
+	DefaultLeaseDuration = 15 * time.Second
+	DefaultRenewDeadline = 10 * time.Second
+	DefaultRenewPeriod   = 2 * time.Second
+)
+
+// Options configure a Coordinator.
+type Options struct {
+	// Namespace holds the group's Leases. Required.
+	Namespace string
+	// Group names the replicas that share keys, and prefixes their Leases'
+	// names. Required: a DNS label.
+	Group string
+	// Identity is this replica's, unique among the live ones. Default: the
+	// host name and a random suffix.
+	Identity string
+	// LeaseDuration is how long a peer whose Lease has not changed still
+	// counts live; RenewDeadline how long this replica keeps trying to
+	// renew its own before it counts itself lost; RenewPeriod how often it
+	// renews and reads its peers. Defaults: DefaultLeaseDuration,
+	// DefaultRenewDeadline, DefaultRenewPeriod.
+	LeaseDuration, RenewDeadline, RenewPeriod time.Duration
+	// Logger logs membership changes.
+	Logger logr.Logger
+}
+
+func (o *Options) setDefaults() error {
+	if o.Namespace == "" {
+		return errors.New("sharding: Options.Namespace is required")
+	}
+	if errs := validation.IsDNS1123Label(o.Group); len(errs) > 0 {
+		return fmt.Errorf("sharding: group %q: %s", o.Group, strings.Join(errs, "; "))
+	}
+	if o.Identity == "" {
+		host, err := os.Hostname()
+		if err != nil {
+			return fmt.Errorf("sharding: the replica's identity: %w", err)
+		}
+		o.Identity = strings.ToLower(host) + "-" + utilrand.String(5)
+	}
+	if errs := validation.IsDNS1123Subdomain(peerLeaseName(o.Group, o.Identity)); len(errs) > 0 {
+		return fmt.Errorf("sharding: identity %q: %s", o.Identity, strings.Join(errs, "; "))
+	}
+	if o.LeaseDuration <= 0 {
+		o.LeaseDuration = DefaultLeaseDuration
+	}
+	if o.RenewDeadline <= 0 {
+		o.RenewDeadline = DefaultRenewDeadline
+	}
+	if o.RenewPeriod <= 0 {
+		o.RenewPeriod = DefaultRenewPeriod
+	}
+	if o.RenewDeadline >= o.LeaseDuration {
+		return fmt.Errorf("sharding: the renew deadline (%s) must be shorter than the lease duration (%s)", o.RenewDeadline, o.LeaseDuration)
+	}
+	if o.RenewPeriod >= o.RenewDeadline {
+		return fmt.Errorf("sharding: the renew period (%s) must be shorter than the renew deadline (%s)", o.RenewPeriod, o.RenewDeadline)
+	}
+	if o.Logger.GetSink() == nil {
+		o.Logger = logr.Discard()
+	}
+	return nil
+}
+
+// Coordinator is one replica's view of its group: who is live, who owns a
+// key, and the keys' fencing Leases. Its methods are safe for concurrent
+// use; Owner and Holds answer from memory.
+type Coordinator struct {
+	c    client.Client
+	opts Options
+
+	mu sync.Mutex
+	// seen is, per peer identity, the peer Lease's resourceVersion and when
+	// this replica saw it change.
+	seen      map[string]observation
+	live      []string // sorted, this replica included while not lost
+	held      map[string]bool
+	changes   []chan struct{}
+	lost      chan struct{}
+	lastRenew time.Time
+	// ready: a round has read the peers, so Live is known.
+	ready bool
+}
+
+type observation struct {
+	resourceVersion string
+	at              time.Time
+}
+
+// New builds a Coordinator on c, a client of the cluster that holds the
+// Leases (reads must not come from a cache: a stale read could take a
+// Lease a peer holds).
+func New(c client.Client, opts Options) (*Coordinator, error) {
+	if err := opts.setDefaults(); err != nil {
+		return nil, err
+	}
+	return &Coordinator{c: c, opts: opts, seen: map[string]observation{}, held: map[string]bool{}, lost: make(chan struct{})}, nil
+}
+
+// Identity is this replica's identity.
+func (co *Coordinator) Identity() string { return co.opts.Identity }
+
+// Lost is closed once this replica has failed to renew its peer Lease for
+// the renew deadline: from then on it must not write for any key, and its
+// peers take its keys once its Lease has run out. A lost Coordinator does
+// not recover; the process restarts.
+func (co *Coordinator) Lost() <-chan struct{} { return co.lost }
+
+// Changes returns a channel that receives (without blocking the sender)
+// whenever the live peers change, so that the caller re-checks ownership.
+func (co *Coordinator) Changes() <-chan struct{} {
+	co.mu.Lock()
+	defer co.mu.Unlock()
+	ch := make(chan struct{}, 1)
+	co.changes = append(co.changes, ch)
+	return ch
+}
+
+// Live are the peers counted live, this replica among them, sorted.
+func (co *Coordinator) Live() []string {
+	co.mu.Lock()
+	defer co.mu.Unlock()
+	return slices.Clone(co.live)
+}
+
+// Owner is the live peer that should own key: the one with the highest
+// rendezvous score; "" while no peer is known live.
+func (co *Coordinator) Owner(key string) string {
+	co.mu.Lock()
+	defer co.mu.Unlock()
+	return owner(co.live, key)
+}
+
+// owner is the peer of peers with the highest rendezvous score for key.
+func owner(peers []string, key string) string {
+	best, bestScore := "", uint64(0)
+	for _, p := range peers {
+		if s := score(p, key); best == "" || s > bestScore || (s == bestScore && p > best) {
+			best, bestScore = p, s
+		}
+	}
+	return best
+}
+
+// score is the rendezvous weight of peer for key.
+func score(peer, key string) uint64 {
+	h := sha256.New()
+	h.Write([]byte(peer))
+	h.Write([]byte{0})
+	h.Write([]byte(key))
+	return binary.BigEndian.Uint64(h.Sum(nil)[:8])
+}
+
+// Run renews this replica's peer Lease and reads its peers' every renew
+// period until ctx ends, then deletes its peer Lease, so that its peers
+// take its keys at once (the caller releases the keys it holds first). It
+// returns ctx's end, or an error once the replica is lost.
+func (co *Coordinator) Run(ctx context.Context) error {
+	co.mu.Lock()
+	co.lastRenew = time.Now()
+	co.mu.Unlock()
+	watchdog := time.NewTimer(co.opts.RenewDeadline)
+	defer watchdog.Stop()
+	tick := time.NewTicker(co.opts.RenewPeriod)
+	defer tick.Stop()
+	for {
+		if err := co.round(ctx); err != nil {
+			if ctx.Err() == nil {
+				co.opts.Logger.Error(err, "renewing the peer Lease")
+			}
+		} else {
+			watchdog.Reset(co.opts.RenewDeadline)
+		}
+		select {
+		case <-ctx.Done():
+			co.leave()
+			return ctx.Err()
+		case <-watchdog.C:
+			co.mu.Lock()
+			since := time.Since(co.lastRenew)
+			co.mu.Unlock()
+			close(co.lost)
+			co.setLive(nil)
+			return fmt.Errorf("sharding: replica %s lost: its peer Lease not renewed for %s", co.opts.Identity, since.Round(time.Millisecond))
+		case <-tick.C:
+		}
+	}
+}
+
+// round renews the peer Lease and reads the peers'.
+func (co *Coordinator) round(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, co.opts.RenewPeriod)
+	defer cancel()
+	if err := co.renew(ctx); err != nil {
+		return err
+	}
+	co.mu.Lock()
+	co.lastRenew = time.Now()
+	co.mu.Unlock()
+	var leases coordinationv1.LeaseList
+	if err := co.c.List(ctx, &leases, client.InNamespace(co.opts.Namespace), client.MatchingLabels{LabelGroup: co.opts.Group}); err != nil {
+		return fmt.Errorf("listing the peer Leases: %w", err)
+	}
+	now := time.Now()
+	co.mu.Lock()
+	var (
+		live  []string
+		stale []coordinationv1.Lease
+	)
+	present := map[string]bool{}
+	for _, l := range leases.Items {
+		peer, ok := strings.CutPrefix(l.Name, peerLeasePrefix(co.opts.Group))
+		if !ok {
+			continue
+		}
+		present[peer] = true
+		o, known := co.seen[peer]
+		if !known || o.resourceVersion != l.ResourceVersion {
+			o = observation{resourceVersion: l.ResourceVersion, at: now}
+			co.seen[peer] = o
+		}
+		switch age := now.Sub(o.at); {
+		case peer == co.opts.Identity || age < co.opts.LeaseDuration:
+			live = append(live, peer)
+		case age > staleFactor*co.opts.LeaseDuration:
+			stale = append(stale, l)
+		}
+	}
+	for peer := range co.seen {
+		if !present[peer] {
+			delete(co.seen, peer) // gone: deleted on a clean shutdown
+		}
+	}
+	co.ready = true
+	co.mu.Unlock()
+	co.setLive(live)
+	for _, l := range stale {
+		// A replica dead this long (killed, with an identity no restart
+		// reuses) leaves its Lease behind: it goes, unless renewed since.
+		if err := client.IgnoreNotFound(co.c.Delete(ctx, &l, client.Preconditions{ResourceVersion: &l.ResourceVersion})); err != nil && !apierrors.IsConflict(err) {
+			co.opts.Logger.Error(err, "deleting a dead peer's Lease", "lease", l.Name)
+		}
+	}
+	return nil
+}
+
+// staleFactor times the lease duration without a change, a dead peer's
+// Lease is deleted.
+const staleFactor = 4
+
+// setLive records the live peers and, if they changed, tells the
+// subscribers.
+func (co *Coordinator) setLive(live []string) {
+	slices.Sort(live)
+	co.mu.Lock()
+	defer co.mu.Unlock()
+	if slices.Equal(live, co.live) {
+		return
+	}
+	co.opts.Logger.Info("live peers changed", "peers", live, "before", co.live)
+	co.live = live
+	for _, ch := range co.changes {
+		select {
+		case ch <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// renew creates or renews this replica's peer Lease.
+func (co *Coordinator) renew(ctx context.Context) error {
+	now := metav1.NewMicroTime(time.Now())
+	var l coordinationv1.Lease
+	key := client.ObjectKey{Namespace: co.opts.Namespace, Name: peerLeaseName(co.opts.Group, co.opts.Identity)}
+	err := co.c.Get(ctx, key, &l)
+	if apierrors.IsNotFound(err) {
+		l = coordinationv1.Lease{
+			ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: key.Name, Labels: map[string]string{LabelGroup: co.opts.Group}},
+			Spec: coordinationv1.LeaseSpec{
+				HolderIdentity:       ptr.To(co.opts.Identity),
+				LeaseDurationSeconds: ptr.To(int32(co.opts.LeaseDuration / time.Second)),
+				AcquireTime:          &now,
+				RenewTime:            &now,
+			},
+		}
+		if err := co.c.Create(ctx, &l); err != nil {
+			return fmt.Errorf("creating the peer Lease: %w", err)
+		}
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("reading the peer Lease: %w", err)
+	}
+	l.Spec.RenewTime = &now
+	if err := co.c.Update(ctx, &l); err != nil {
+		return fmt.Errorf("renewing the peer Lease: %w", err)
+	}
+	return nil
+}
+
+// leave deletes this replica's peer Lease.
+func (co *Coordinator) leave() {
+	ctx, cancel := context.WithTimeout(context.Background(), co.opts.RenewPeriod)
+	defer cancel()
+	l := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: co.opts.Namespace, Name: peerLeaseName(co.opts.Group, co.opts.Identity)}}
+	if err := client.IgnoreNotFound(co.c.Delete(ctx, l)); err != nil {
+		co.opts.Logger.Error(err, "deleting the peer Lease; peers take its keys once it runs out")
+	}
+}
+
+// Acquire takes key's fencing Lease for this replica if it is free, held
+// by this replica already, or held by a peer this replica does not count
+// live, and says whether this replica holds it now. A replica writes for a
+// key only while it holds its Lease and Lost is open.
+func (co *Coordinator) Acquire(ctx context.Context, key string) (bool, error) {
+	select {
+	case <-co.lost:
+		return false, nil
+	default:
+	}
+	co.mu.Lock()
+	ready := co.ready
+	co.mu.Unlock()
+	if !ready {
+		return false, nil // the peers are not known yet: any holder may be live
+	}
+	name := keyLeaseName(co.opts.Group, key)
+	if errs := validation.IsDNS1123Subdomain(name); len(errs) > 0 {
+		return false, fmt.Errorf("sharding: key %q: %s", key, strings.Join(errs, "; "))
+	}
+	now := metav1.NewMicroTime(time.Now())
+	var l coordinationv1.Lease
+	err := co.c.Get(ctx, client.ObjectKey{Namespace: co.opts.Namespace, Name: name}, &l)
+	if apierrors.IsNotFound(err) {
+		l = coordinationv1.Lease{
+			ObjectMeta: metav1.ObjectMeta{Namespace: co.opts.Namespace, Name: name},
+			Spec:       coordinationv1.LeaseSpec{HolderIdentity: ptr.To(co.opts.Identity), AcquireTime: &now, LeaseTransitions: ptr.To[int32](0)},
+		}
+		err = co.c.Create(ctx, &l)
+		if apierrors.IsAlreadyExists(err) {
+			return false, nil // another took it first
+		}
+		return co.took(key, err)
+	}
+	if err != nil {
+		return false, fmt.Errorf("reading key %s's Lease: %w", key, err)
+	}
+	holder := ptr.Deref(l.Spec.HolderIdentity, "")
+	switch {
+	case holder == co.opts.Identity:
+		return co.took(key, nil)
+	case holder != "" && slices.Contains(co.Live(), holder):
+		return false, nil
+	}
+	l.Spec.HolderIdentity = ptr.To(co.opts.Identity)
+	l.Spec.AcquireTime = &now
+	l.Spec.LeaseTransitions = ptr.To(ptr.Deref(l.Spec.LeaseTransitions, 0) + 1)
+	err = co.c.Update(ctx, &l) // fails on a conflict if another took it meanwhile
+	if apierrors.IsConflict(err) {
+		return false, nil
+	}
+	return co.took(key, err)
+}
+
+func (co *Coordinator) took(key string, err error) (bool, error) {
+	if err != nil {
+		return false, fmt.Errorf("taking key %s's Lease: %w", key, err)
+	}
+	co.mu.Lock()
+	co.held[key] = true
+	co.mu.Unlock()
+	return true, nil
+}
+
+// Holds says whether this replica holds key's Lease, as far as it knows,
+// and is not lost.
+func (co *Coordinator) Holds(key string) bool {
+	select {
+	case <-co.lost:
+		return false
+	default:
+	}
+	co.mu.Lock()
+	defer co.mu.Unlock()
+	return co.held[key]
+}
+
+// Release gives key's Lease up if this replica holds it, once it has
+// stopped writing for key, so that the next owner takes it at once.
+func (co *Coordinator) Release(ctx context.Context, key string) error {
+	co.mu.Lock()
+	delete(co.held, key)
+	co.mu.Unlock()
+	var l coordinationv1.Lease
+	err := co.c.Get(ctx, client.ObjectKey{Namespace: co.opts.Namespace, Name: keyLeaseName(co.opts.Group, key)}, &l)
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("reading key %s's Lease: %w", key, err)
+	}
+	if ptr.Deref(l.Spec.HolderIdentity, "") != co.opts.Identity {
+		return nil
+	}
+	l.Spec.HolderIdentity = nil
+	if err := co.c.Update(ctx, &l); err != nil {
+		return fmt.Errorf("releasing key %s's Lease: %w", key, err)
+	}
+	return nil
+}
+
+func peerLeasePrefix(group string) string { return group + "-peer-" }
+
+func peerLeaseName(group, identity string) string { return peerLeasePrefix(group) + identity }
+
+func keyLeaseName(group, key string) string { return group + "-key-" + key }

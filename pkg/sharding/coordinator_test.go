@@ -1,0 +1,172 @@
+package sharding_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
+
+	"github.com/tenantry/tenantry/pkg/sharding"
+	tenantrytest "github.com/tenantry/tenantry/pkg/testing"
+)
+
+// Test timing: a lease of 3 s, so that a death is seen in seconds.
+const (
+	leaseDuration = 3 * time.Second
+	renewDeadline = 2 * time.Second
+	renewPeriod   = 250 * time.Millisecond
+)
+
+// replica is a Coordinator running until stop.
+type replica struct {
+	*sharding.Coordinator
+	stop func()
+	done chan error
+}
+
+func startReplica(t *testing.T, c client.Client, id string) *replica {
+	t.Helper()
+	co, err := sharding.New(c, sharding.Options{
+		Namespace: "default", Group: "test", Identity: id,
+		LeaseDuration: leaseDuration, RenewDeadline: renewDeadline, RenewPeriod: renewPeriod,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	r := &replica{Coordinator: co, done: make(chan error, 1)}
+	go func() { r.done <- co.Run(ctx) }()
+	var once sync.Once
+	r.stop = func() { once.Do(func() { cancel(); <-r.done }) }
+	t.Cleanup(r.stop)
+	return r
+}
+
+func waitLive(t *testing.T, want []string, replicas ...*replica) {
+	t.Helper()
+	for _, r := range replicas {
+		tenantrytest.Eventually(t, 10*time.Second, fmt.Sprintf("%s sees %v live", r.Identity(), want), func(context.Context) (bool, error) {
+			return slices.Equal(r.Live(), want), fmt.Errorf("live %v", r.Live())
+		})
+	}
+}
+
+// Replicas agree on each key's owner; only the owner takes a key's Lease
+// while the others live; a replica that leaves cleanly is gone from the
+// others' view at once, and its released keys are taken by their new owner.
+func TestReplicasShareKeys(t *testing.T) {
+	env := tenantrytest.New(t, tenantrytest.Options{})
+	c := newClient(t, env)
+	ctx := t.Context()
+	a, b, cc := startReplica(t, c, "a"), startReplica(t, c, "b"), startReplica(t, c, "c")
+	waitLive(t, []string{"a", "b", "c"}, a, b, cc)
+	replicas := map[string]*replica{"a": a, "b": b, "c": cc}
+
+	owned := map[string][]string{}
+	for i := range 30 {
+		key := fmt.Sprintf("vc-%d", i)
+		o := a.Owner(key)
+		if b.Owner(key) != o || cc.Owner(key) != o {
+			t.Fatalf("key %s: owners %s, %s, %s; want one", key, o, b.Owner(key), cc.Owner(key))
+		}
+		owned[o] = append(owned[o], key)
+		if got, err := replicas[o].Acquire(ctx, key); err != nil || !got || !replicas[o].Holds(key) {
+			t.Fatalf("owner %s could not take key %s: %v", o, key, err)
+		}
+		for id, r := range replicas {
+			if got, err := r.Acquire(ctx, key); err != nil || (id != o && got) {
+				t.Fatalf("%s took key %s, held by its owner %s, alive: %t, %v", id, key, o, got, err)
+			}
+		}
+	}
+	if len(owned) != 3 {
+		t.Errorf("30 keys over 3 replicas: %v", owned)
+	}
+
+	// c leaves cleanly: it releases its keys, then its peer Lease goes.
+	for _, key := range owned["c"] {
+		if err := cc.Release(ctx, key); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cc.stop()
+	waitLive(t, []string{"a", "b"}, a, b)
+	for _, key := range owned["c"] {
+		o := a.Owner(key)
+		if got, err := replicas[o].Acquire(ctx, key); err != nil || !got {
+			t.Fatalf("key %s, released by c: new owner %s could not take it: %v", key, o, err)
+		}
+	}
+}
+
+// A replica cut off from the API server counts itself lost before any
+// peer can count it dead and take its keys.
+func TestLostReplicaStopsBeforeItsKeysMove(t *testing.T) {
+	env := tenantrytest.New(t, tenantrytest.Options{})
+	c := newClient(t, env)
+	ctx := t.Context()
+	cutOff := make(chan struct{})
+	failing := interceptor.NewClient(c.(client.WithWatch), interceptor.Funcs{
+		Update: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.UpdateOption) error {
+			select {
+			case <-cutOff:
+				return errors.New("the network is cut")
+			default:
+				return c.Update(ctx, obj, opts...)
+			}
+		},
+	})
+	a, b := startReplica(t, failing, "a"), startReplica(t, c, "b")
+	waitLive(t, []string{"a", "b"}, a, b)
+	key := ""
+	for i := 0; key == ""; i++ {
+		if k := fmt.Sprintf("vc-%d", i); a.Owner(k) == "a" {
+			key = k
+		}
+	}
+	if got, err := a.Acquire(ctx, key); err != nil || !got {
+		t.Fatalf("a could not take its key %s: %v", key, err)
+	}
+
+	close(cutOff)
+	cutAt := time.Now()
+	var lostAt time.Time
+	select {
+	case <-a.Lost():
+		lostAt = time.Now()
+	case <-time.After(2 * leaseDuration):
+		t.Fatal("a, cut off, never counted itself lost")
+	}
+	if a.Holds(key) {
+		t.Error("a lost replica still says it holds its key")
+	}
+	var tookAt time.Time
+	tenantrytest.Eventually(t, 10*time.Second, "b takes a's key", func(ctx context.Context) (bool, error) {
+		got, err := b.Acquire(ctx, key)
+		tookAt = time.Now()
+		return got, err
+	})
+	if !lostAt.Before(tookAt) {
+		t.Errorf("a counted itself lost %s after the cut, b took its key %s after it", lostAt.Sub(cutAt), tookAt.Sub(cutAt))
+	}
+	if got := b.Live(); !slices.Equal(got, []string{"b"}) {
+		t.Errorf("b sees %v live after a died", got)
+	}
+	t.Logf("cut at 0: a lost at %s, b took its key at %s (lease %s, renew deadline %s)",
+		lostAt.Sub(cutAt).Round(10*time.Millisecond), tookAt.Sub(cutAt).Round(10*time.Millisecond), leaseDuration, renewDeadline)
+}
+
+func newClient(t *testing.T, env *tenantrytest.Environment) client.Client {
+	t.Helper()
+	c, err := client.NewWithWatch(env.Host.Config(), client.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}

@@ -1,0 +1,35 @@
+// Package sharding spreads keys, such as VirtualClusters, over the live
+// replicas of a controller, with Kubernetes Leases in one namespace as the
+// only shared state.
+//
+// # Membership
+//
+// Every replica runs a Coordinator, which holds a peer Lease of its own
+// (named "<group>-peer-<identity>", labelled with the group) and renews it
+// every RenewPeriod. A replica counts a peer live while it has seen that
+// peer's Lease change within LeaseDuration, by its own clock, as client-go's
+// leader election does: no two clocks are compared. A replica whose own
+// renewals have failed for RenewDeadline (shorter than LeaseDuration) counts
+// itself lost: Lost is closed, and it must stop writing for every key at
+// once, before its peers can count it dead.
+//
+// # Ownership
+//
+// Owner picks, for a key, the live peer with the highest rendezvous
+// (highest random weight) score: a hash of the peer's identity and the key.
+// Every replica that sees the same peers picks the same owner, and a peer
+// that joins or leaves moves only the keys it wins or held, about 1/N of
+// them.
+//
+// # Fencing
+//
+// Ownership as computed is advice: during a change two replicas may each
+// believe a key theirs for a moment. A key's Lease ("<group>-key-<key>")
+// fences it: Acquire takes it only when it is free, already held by this
+// replica, or held by a peer this replica no longer counts live, and a
+// replica writes for a key only while it holds that Lease and is not lost.
+// A key's Lease is written only when it changes hands, not renewed: its
+// holder's peer Lease stands for it. So the steady-state write cost is one
+// peer Lease renewal per replica per RenewPeriod, whatever the number of
+// keys.
+package sharding
