@@ -33,8 +33,10 @@ const (
 // (no traffic, no rollout progress). It frees the address before it
 // returns, for the manager's own probes.
 //
-// Any answer counts, a refusal (401, 403) too: it is the manager's to
-// report. A kubeconfig that cannot be loaded, or ctx ending, is an error.
+// The host is there when its /readyz answers ok, or refuses the manager
+// (401, 403: that is the manager's to report, not to wait out); a host
+// that answers not ready (a 5xx while it starts), or no answer, is waited
+// for. A kubeconfig that cannot be loaded, or ctx ending, is an error.
 func WaitForHost(ctx context.Context, opts Options, log logr.Logger) error {
 	opts.Default()
 	cfg, err := NewRestConfig(opts)
@@ -71,7 +73,8 @@ func WaitForHost(ctx context.Context, opts Options, log logr.Logger) error {
 	}
 }
 
-// newHostProbe is a check that the host API server at cfg answers at all.
+// newHostProbe is a check that the host API server at cfg is there: ready,
+// or refusing the manager.
 func newHostProbe(cfg *rest.Config) (func(context.Context) error, error) {
 	cfg = rest.CopyConfig(cfg)
 	cfg.Timeout = hostProbeTimeout

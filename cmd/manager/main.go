@@ -63,7 +63,7 @@ func run(args []string, stderr io.Writer) int {
 	signalled := waitCtx.Err() != nil
 	stopWaiting()
 	switch {
-	case err != nil && signalled:
+	case signalled: // also when it came just as the host answered
 		log.Info("stopped while waiting for the host API server")
 		return 0
 	case err != nil:

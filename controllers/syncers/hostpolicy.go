@@ -42,8 +42,8 @@ func validateHostPolicy(p tenantryv1alpha1.HostPolicy) error {
 	}
 	if p.Metadata != nil {
 		for _, prefix := range append(slices.Clone(p.Metadata.DeniedPrefixes), p.Metadata.AllowedPrefixes...) {
-			if !strings.HasSuffix(prefix, "/") {
-				return fmt.Errorf("metadata: prefix %q: a key prefix ends with /, as in example.com/", prefix)
+			if err := checkPrefix(prefix); err != nil {
+				return fmt.Errorf("metadata: %w (in lower case)", err)
 			}
 		}
 	}

@@ -79,10 +79,29 @@ func TestReadHostPolicy(t *testing.T) {
 	for name, c := range map[string]struct{ content, want string }{
 		"unknown field": {"pods:\n  allowedVolumeType: [nfs]\n", "allowedVolumeType"},
 		"gitRepo":       {"pods:\n  allowedVolumeTypes: [gitRepo]\n", `"gitRepo" is not one of`},
-		"bad prefix":    {"metadata:\n  deniedPrefixes: [example.com]\n", "ends with /"},
+		"no slash":      {"metadata:\n  deniedPrefixes: [example.com]\n", `prefix "example.com": a key prefix is a DNS subdomain and a slash`},
+		"a path":        {"metadata:\n  allowedPrefixes: [example.com/foo/]\n", `prefix "example.com/foo/"`},
+		"upper case":    {"metadata:\n  deniedPrefixes: [Example.com/]\n", `prefix "Example.com/"`},
 	} {
 		if _, err := readHostPolicy(write(name, c.content)); err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%s: %v; want an error naming %q", name, err, c.want)
+		}
+	}
+}
+
+// The prefix flags take prefixes in any case, stored lower-cased, and
+// refuse what is not a domain and a slash.
+func TestParsePrefixes(t *testing.T) {
+	var list []string
+	if err := parsePrefixes("Mesh.Example.COM/, team.example.com/", &list); err != nil || !slices.Equal(list, []string{"mesh.example.com/", "team.example.com/"}) {
+		t.Errorf("parsed %v, %v", list, err)
+	}
+	if err := parsePrefixes("", &list); err != nil || list == nil || len(list) != 0 {
+		t.Errorf("an empty value: %v, %v; want an empty, non-nil list (none denied)", list, err)
+	}
+	for _, bad := range []string{"example.com", "example.com/x/", "/", "exa mple.com/"} {
+		if err := parsePrefixes(bad, &list); err == nil {
+			t.Errorf("%q was taken", bad)
 		}
 	}
 }

@@ -10,6 +10,8 @@ import (
 	"strings"
 	"time"
 
+	"k8s.io/apimachinery/pkg/util/validation"
+
 	"go.uber.org/fx"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -188,10 +190,21 @@ func tenantModule(p params, hub *syncer.Hub) (fx.Option, error) {
 func parsePrefixes(v string, list *[]string) error {
 	*list = []string{}
 	for _, p := range strings.FieldsFunc(v, func(r rune) bool { return r == ',' || r == ' ' }) {
-		if !strings.HasSuffix(p, "/") {
-			return fmt.Errorf("prefix %q: a key prefix ends with /, as in example.com/", p)
+		p = strings.ToLower(p)
+		if err := checkPrefix(p); err != nil {
+			return err
 		}
-		*list = append(*list, strings.ToLower(p))
+		*list = append(*list, p)
+	}
+	return nil
+}
+
+// checkPrefix checks a label or annotation key prefix: a DNS subdomain and
+// a slash, as in example.com/.
+func checkPrefix(p string) error {
+	domain, ok := strings.CutSuffix(p, "/")
+	if errs := validation.IsDNS1123Subdomain(domain); !ok || len(errs) > 0 {
+		return fmt.Errorf("prefix %q: a key prefix is a DNS subdomain and a slash, as in example.com/", p)
 	}
 	return nil
 }

@@ -100,14 +100,21 @@ type Coordinator struct {
 	mu sync.Mutex
 	// seen is, per peer identity, the peer Lease's resourceVersion and when
 	// this replica saw it change.
-	seen      map[string]observation
-	live      []string // sorted, this replica included while not lost
-	held      map[string]bool
-	changes   []chan struct{}
-	lost      chan struct{}
+	seen    map[string]observation
+	live    []string // sorted, this replica included while not lost
+	held    map[string]bool
+	changes []chan struct{}
+	// lost is closed, once (loseOnce), when this replica must stop writing:
+	// its renewals failed for the renew deadline, or Run ended.
+	lost     chan struct{}
+	loseOnce sync.Once
+	// lastRenew is when the last successful renewal of the peer Lease was
+	// sent: peers count this replica live until at least LeaseDuration
+	// after they see it, so it may write until RenewDeadline after it.
 	lastRenew time.Time
 	// ready: a round has read the peers, so Live is known.
-	ready bool
+	ready   bool
+	running bool
 }
 
 type observation struct {
@@ -128,10 +135,10 @@ func New(c client.Client, opts Options) (*Coordinator, error) {
 // Identity is this replica's identity.
 func (co *Coordinator) Identity() string { return co.opts.Identity }
 
-// Lost is closed once this replica has failed to renew its peer Lease for
-// the renew deadline: from then on it must not write for any key, and its
-// peers take its keys once its Lease has run out. A lost Coordinator does
-// not recover; the process restarts.
+// Lost is closed once this replica must not write for any key: it has
+// failed to renew its peer Lease for the renew deadline (its peers take its
+// keys once its Lease has run out), or Run has ended. A lost Coordinator
+// does not recover; the process restarts.
 func (co *Coordinator) Lost() <-chan struct{} { return co.lost }
 
 // Changes returns a channel that receives (without blocking the sender)
@@ -180,50 +187,87 @@ func score(peer, key string) uint64 {
 }
 
 // Run renews this replica's peer Lease and reads its peers' every renew
-// period until ctx ends, then deletes its peer Lease, so that its peers
-// take its keys at once (the caller releases the keys it holds first). It
-// returns ctx's end, or an error once the replica is lost.
+// period until ctx ends; then it closes Lost and deletes its peer Lease, so
+// that its peers take its keys at once (the caller releases the keys it
+// holds first, while Run still runs). It returns ctx's end, or an error
+// once the replica is lost. Run is called once.
 func (co *Coordinator) Run(ctx context.Context) error {
 	co.mu.Lock()
+	if co.running {
+		co.mu.Unlock()
+		return errors.New("sharding: Run called twice")
+	}
+	co.running = true
 	co.lastRenew = time.Now()
 	co.mu.Unlock()
-	watchdog := time.NewTimer(co.opts.RenewDeadline)
-	defer watchdog.Stop()
 	tick := time.NewTicker(co.opts.RenewPeriod)
 	defer tick.Stop()
 	for {
-		if err := co.round(ctx); err != nil {
-			if ctx.Err() == nil {
-				co.opts.Logger.Error(err, "renewing the peer Lease")
-			}
-		} else {
-			watchdog.Reset(co.opts.RenewDeadline)
+		if err := co.round(ctx); err != nil && ctx.Err() == nil {
+			co.opts.Logger.Error(err, "renewing the peer Lease")
 		}
+		if since, ok := co.renewedWithin(); !ok {
+			co.lose()
+			return fmt.Errorf("sharding: replica %s lost: its peer Lease not renewed for %s", co.opts.Identity, since.Round(time.Millisecond))
+		}
+		// Wake at the next tick, or when the renew deadline would pass.
+		co.mu.Lock()
+		deadline := time.NewTimer(time.Until(co.lastRenew.Add(co.opts.RenewDeadline)))
+		co.mu.Unlock()
 		select {
 		case <-ctx.Done():
+			deadline.Stop()
+			co.lose()
 			co.leave()
 			return ctx.Err()
-		case <-watchdog.C:
-			co.mu.Lock()
-			since := time.Since(co.lastRenew)
-			co.mu.Unlock()
-			close(co.lost)
-			co.setLive(nil)
-			return fmt.Errorf("sharding: replica %s lost: its peer Lease not renewed for %s", co.opts.Identity, since.Round(time.Millisecond))
+		case <-deadline.C:
 		case <-tick.C:
 		}
+		deadline.Stop()
 	}
+}
+
+// renewedWithin says how long ago the last successful renewal was sent,
+// and whether that is within the renew deadline.
+func (co *Coordinator) renewedWithin() (time.Duration, bool) {
+	co.mu.Lock()
+	defer co.mu.Unlock()
+	since := time.Since(co.lastRenew)
+	return since, since < co.opts.RenewDeadline
+}
+
+// lose closes Lost and forgets the peers and the keys held.
+func (co *Coordinator) lose() {
+	co.loseOnce.Do(func() { close(co.lost) })
+	co.mu.Lock()
+	co.held = map[string]bool{}
+	co.mu.Unlock()
+	co.setLive(nil)
+}
+
+// writable says whether this replica may write for the keys it holds: not
+// lost, and renewed within the renew deadline (checked here too, so that a
+// replica paused past it, before Run notices, writes no more).
+func (co *Coordinator) writable() bool {
+	select {
+	case <-co.lost:
+		return false
+	default:
+	}
+	_, ok := co.renewedWithin()
+	return ok
 }
 
 // round renews the peer Lease and reads the peers'.
 func (co *Coordinator) round(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, co.opts.RenewPeriod)
 	defer cancel()
+	sent := time.Now()
 	if err := co.renew(ctx); err != nil {
 		return err
 	}
 	co.mu.Lock()
-	co.lastRenew = time.Now()
+	co.lastRenew = sent
 	co.mu.Unlock()
 	var leases coordinationv1.LeaseList
 	if err := co.c.List(ctx, &leases, client.InNamespace(co.opts.Namespace), client.MatchingLabels{LabelGroup: co.opts.Group}); err != nil {
@@ -306,7 +350,7 @@ func (co *Coordinator) renew(ctx context.Context) error {
 			ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: key.Name, Labels: map[string]string{LabelGroup: co.opts.Group}},
 			Spec: coordinationv1.LeaseSpec{
 				HolderIdentity:       ptr.To(co.opts.Identity),
-				LeaseDurationSeconds: ptr.To(int32(co.opts.LeaseDuration / time.Second)),
+				LeaseDurationSeconds: ptr.To(int32(max(time.Second, co.opts.LeaseDuration.Round(time.Second)) / time.Second)),
 				AcquireTime:          &now,
 				RenewTime:            &now,
 			},
@@ -337,20 +381,17 @@ func (co *Coordinator) leave() {
 }
 
 // Acquire takes key's fencing Lease for this replica if it is free, held
-// by this replica already, or held by a peer this replica does not count
-// live, and says whether this replica holds it now. A replica writes for a
-// key only while it holds its Lease and Lost is open.
+// by this replica already, or held by a peer that is gone (its peer Lease
+// deleted, or seen unchanged for the lease duration), and says whether this
+// replica holds it now. A replica writes for a key only while Holds says
+// so. key must fit a Lease name (a DNS subdomain, as a VirtualCluster's
+// name does).
 func (co *Coordinator) Acquire(ctx context.Context, key string) (bool, error) {
-	select {
-	case <-co.lost:
-		return false, nil
-	default:
-	}
 	co.mu.Lock()
 	ready := co.ready
 	co.mu.Unlock()
-	if !ready {
-		return false, nil // the peers are not known yet: any holder may be live
+	if !ready || !co.writable() {
+		return false, nil // the peers are not known yet, or this replica may not write
 	}
 	name := keyLeaseName(co.opts.Group, key)
 	if errs := validation.IsDNS1123Subdomain(name); len(errs) > 0 {
@@ -373,12 +414,14 @@ func (co *Coordinator) Acquire(ctx context.Context, key string) (bool, error) {
 	if err != nil {
 		return false, fmt.Errorf("reading key %s's Lease: %w", key, err)
 	}
-	holder := ptr.Deref(l.Spec.HolderIdentity, "")
-	switch {
+	switch holder := ptr.Deref(l.Spec.HolderIdentity, ""); {
 	case holder == co.opts.Identity:
 		return co.took(key, nil)
-	case holder != "" && slices.Contains(co.Live(), holder):
-		return false, nil
+	case holder != "":
+		gone, err := co.gone(ctx, holder)
+		if err != nil || !gone {
+			return false, err
+		}
 	}
 	l.Spec.HolderIdentity = ptr.To(co.opts.Identity)
 	l.Spec.AcquireTime = &now
@@ -388,6 +431,33 @@ func (co *Coordinator) Acquire(ctx context.Context, key string) (bool, error) {
 		return false, nil
 	}
 	return co.took(key, err)
+}
+
+// gone says whether peer may no longer write: its peer Lease is deleted,
+// or this replica has seen it unchanged for the lease duration. A peer
+// whose Lease this replica has not seen yet (it joined since the last
+// round) is read now, and counts live from now.
+func (co *Coordinator) gone(ctx context.Context, peer string) (bool, error) {
+	co.mu.Lock()
+	o, known := co.seen[peer]
+	co.mu.Unlock()
+	if known {
+		return time.Since(o.at) >= co.opts.LeaseDuration, nil
+	}
+	var l coordinationv1.Lease
+	err := co.c.Get(ctx, client.ObjectKey{Namespace: co.opts.Namespace, Name: peerLeaseName(co.opts.Group, peer)}, &l)
+	if apierrors.IsNotFound(err) {
+		return true, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("reading peer %s's Lease: %w", peer, err)
+	}
+	co.mu.Lock()
+	if _, known := co.seen[peer]; !known {
+		co.seen[peer] = observation{resourceVersion: l.ResourceVersion, at: time.Now()}
+	}
+	co.mu.Unlock()
+	return false, nil
 }
 
 func (co *Coordinator) took(key string, err error) (bool, error) {
@@ -401,12 +471,10 @@ func (co *Coordinator) took(key string, err error) (bool, error) {
 }
 
 // Holds says whether this replica holds key's Lease, as far as it knows,
-// and is not lost.
+// and may write: not lost, and renewed within the renew deadline.
 func (co *Coordinator) Holds(key string) bool {
-	select {
-	case <-co.lost:
+	if !co.writable() {
 		return false
-	default:
 	}
 	co.mu.Lock()
 	defer co.mu.Unlock()

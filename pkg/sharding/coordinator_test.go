@@ -9,6 +9,9 @@ import (
 	"testing"
 	"time"
 
+	coordinationv1 "k8s.io/api/coordination/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
@@ -155,9 +158,7 @@ func TestLostReplicaStopsBeforeItsKeysMove(t *testing.T) {
 	if !lostAt.Before(tookAt) {
 		t.Errorf("a counted itself lost %s after the cut, b took its key %s after it", lostAt.Sub(cutAt), tookAt.Sub(cutAt))
 	}
-	if got := b.Live(); !slices.Equal(got, []string{"b"}) {
-		t.Errorf("b sees %v live after a died", got)
-	}
+	waitLive(t, []string{"b"}, b)
 	t.Logf("cut at 0: a lost at %s, b took its key at %s (lease %s, renew deadline %s)",
 		lostAt.Sub(cutAt).Round(10*time.Millisecond), tookAt.Sub(cutAt).Round(10*time.Millisecond), leaseDuration, renewDeadline)
 }
@@ -169,4 +170,49 @@ func newClient(t *testing.T, env *tenantrytest.Environment) client.Client {
 		t.Fatal(err)
 	}
 	return c
+}
+
+// A key held by a peer this replica has not seen yet (it joined since the
+// last round) is not taken: the peer counts live from when it is first
+// seen, and its key moves only once it has stayed silent for the lease
+// duration.
+func TestKeyOfANewPeerIsNotTaken(t *testing.T) {
+	env := tenantrytest.New(t, tenantrytest.Options{})
+	c := newClient(t, env)
+	ctx := t.Context()
+	a := startReplica(t, c, "a")
+	waitLive(t, []string{"a"}, a)
+
+	now := metav1.NewMicroTime(time.Now())
+	for _, l := range []*coordinationv1.Lease{
+		{ // a peer that has just joined, and took a key before a's next round
+			ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "test-peer-newcomer", Labels: map[string]string{sharding.LabelGroup: "test"}},
+			Spec:       coordinationv1.LeaseSpec{HolderIdentity: ptr.To("newcomer"), RenewTime: &now},
+		},
+		{
+			ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "test-key-vc-new"},
+			Spec:       coordinationv1.LeaseSpec{HolderIdentity: ptr.To("newcomer"), AcquireTime: &now},
+		},
+		{ // held by a peer whose Lease is gone
+			ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "test-key-vc-orphan"},
+			Spec:       coordinationv1.LeaseSpec{HolderIdentity: ptr.To("departed"), AcquireTime: &now},
+		},
+	} {
+		if err := c.Create(ctx, l); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got, err := a.Acquire(ctx, "vc-orphan"); err != nil || !got {
+		t.Fatalf("a key whose holder's Lease is gone: taken %t, %v", got, err)
+	}
+	seenAt := time.Now()
+	if got, err := a.Acquire(ctx, "vc-new"); err != nil || got {
+		t.Fatalf("a key of a peer a has not seen yet: taken %t, %v", got, err)
+	}
+	tenantrytest.Eventually(t, 3*leaseDuration, "a takes the key once the newcomer stayed silent", func(ctx context.Context) (bool, error) {
+		return a.Acquire(ctx, "vc-new")
+	})
+	if waited := time.Since(seenAt); waited < leaseDuration {
+		t.Errorf("a took the newcomer's key %s after first seeing it, before the lease duration %s", waited, leaseDuration)
+	}
 }

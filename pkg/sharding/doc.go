@@ -11,7 +11,9 @@
 // leader election does: no two clocks are compared. A replica whose own
 // renewals have failed for RenewDeadline (shorter than LeaseDuration) counts
 // itself lost: Lost is closed, and it must stop writing for every key at
-// once, before its peers can count it dead.
+// once, before its peers can count it dead. A replica that stops cleanly
+// releases its keys and deletes its peer Lease, so that its peers take its
+// keys at once.
 //
 // # Ownership
 //
@@ -26,10 +28,12 @@
 // Ownership as computed is advice: during a change two replicas may each
 // believe a key theirs for a moment. A key's Lease ("<group>-key-<key>")
 // fences it: Acquire takes it only when it is free, already held by this
-// replica, or held by a peer this replica no longer counts live, and a
-// replica writes for a key only while it holds that Lease and is not lost.
-// A key's Lease is written only when it changes hands, not renewed: its
-// holder's peer Lease stands for it. So the steady-state write cost is one
-// peer Lease renewal per replica per RenewPeriod, whatever the number of
-// keys.
+// replica, or held by a peer that is gone (its peer Lease deleted, or seen
+// unchanged for LeaseDuration; a peer first seen counts live from then),
+// and a replica writes for a key only while Holds says so: it holds the
+// key's Lease, and its last successful renewal was sent within
+// RenewDeadline. A key's Lease is written only when it changes hands, not
+// renewed: its holder's peer Lease stands for it. So the steady-state write
+// cost is one peer Lease renewal per replica per RenewPeriod, whatever the
+// number of keys.
 package sharding

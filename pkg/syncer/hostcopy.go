@@ -125,7 +125,15 @@ func contentDigest(content map[string]any) (string, error) {
 // order, each held by an element of have, with have's other elements
 // anywhere between (a sidecar, a volume or a pull secret a host webhook
 // added); equal scalars.
-func contains(have, want any) bool {
+func contains(have, want any) bool { return holds(have, want, true) }
+
+// containsExactLists is contains with lists of the same length only: for
+// objects whose every list element is Tenantry's to say, such as the
+// rules of an isolation NetworkPolicy, where an element added in the host
+// (a rule that lets everyone in) must go.
+func containsExactLists(have, want any) bool { return holds(have, want, false) }
+
+func holds(have, want any, extraElements bool) bool {
 	switch w := want.(type) {
 	case map[string]any:
 		h, ok := have.(map[string]any)
@@ -133,7 +141,7 @@ func contains(have, want any) bool {
 			return len(w) == 0 && have == nil
 		}
 		for k, wv := range w {
-			if !contains(h[k], wv) {
+			if !holds(h[k], wv, extraElements) {
 				return false
 			}
 		}
@@ -143,11 +151,14 @@ func contains(have, want any) bool {
 		if !ok {
 			return len(w) == 0 && have == nil
 		}
+		if !extraElements && len(h) != len(w) {
+			return false
+		}
 		// Matching each wanted element to the first element of have left
 		// that holds it leaves the most of have for the elements after.
 		j := 0
 		for _, wv := range w {
-			for j < len(h) && !contains(h[j], wv) {
+			for j < len(h) && !holds(h[j], wv, extraElements) {
 				j++
 			}
 			if j == len(h) {

@@ -2,6 +2,7 @@ package syncer
 
 import (
 	"maps"
+	"strings"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
@@ -103,6 +104,11 @@ func TestContains(t *testing.T) {
 	} {
 		if got := contains(c.have, c.want); got != c.contains {
 			t.Errorf("%s: contains(%v, %v) = %v, want %v", c.name, c.have, c.want, got, c.contains)
+		}
+		// With exact lists, no list element more.
+		wantExact := c.contains && !strings.HasPrefix(c.name, "list element appended") && !strings.HasPrefix(c.name, "list element inserted")
+		if got := containsExactLists(c.have, c.want); got != wantExact {
+			t.Errorf("%s: containsExactLists(%v, %v) = %v, want %v", c.name, c.have, c.want, got, wantExact)
 		}
 	}
 }

@@ -194,7 +194,9 @@ func (p *namespacePolicies) keepOne(ctx context.Context, policy namespacePolicy,
 		return false, nil
 	}
 	// The API server fills in defaults (a LimitRange's defaultRequest from
-	// its default): what is stored holds what we wrote, and more.
+	// its default): what is stored holds what we wrote, and more, but no
+	// list element more (an ingress rule added in the host would let
+	// others in).
 	have, err := content(current)
 	if err != nil {
 		return false, err
@@ -203,7 +205,7 @@ func (p *namespacePolicies) keepOne(ctx context.Context, policy namespacePolicy,
 	if err != nil {
 		return false, err
 	}
-	if contains(have, want) && equality.Semantic.DeepEqual(current.GetAnnotations(), desired.GetAnnotations()) {
+	if containsExactLists(have, want) && equality.Semantic.DeepEqual(current.GetAnnotations(), desired.GetAnnotations()) {
 		return false, nil
 	}
 	desired.SetResourceVersion(current.GetResourceVersion())

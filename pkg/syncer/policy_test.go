@@ -213,6 +213,12 @@ func TestHostNamespacesAreIsolated(t *testing.T) {
 		t.Fatal(err)
 	}
 	expectPolicy("the isolation NetworkPolicy restored after an edit")
+	// A rule added beside Tenantry's, that lets everyone in, goes too.
+	policy.Spec.Ingress = append(policy.Spec.Ingress, networkingv1.NetworkPolicyIngressRule{})
+	if err := shared.Host.Update(ctx, &policy); err != nil {
+		t.Fatal(err)
+	}
+	expectPolicy("the isolation NetworkPolicy restored after a rule was added")
 	if err := shared.Host.Delete(ctx, &policy); err != nil {
 		t.Fatal(err)
 	}

@@ -194,8 +194,8 @@ var DefaultAllowedMetadataPrefixes = []string{
 
 // denied says whether the Translator keeps key from host copies: a key in
 // Tenantry's own domain always; else the longest prefix, denied or
-// allowed, that covers the key's domain decides; a key no prefix covers (or
-// with no prefix) is copied. Keys compare without case: the API server
+// allowed, that covers the key's domain decides, a denied one on a tie; a
+// key no prefix covers (or with no prefix) is copied. Keys compare without case: the API server
 // accepts annotation keys in any case.
 func (t Translator) denied(key string) bool {
 	domain, _, prefixed := strings.Cut(strings.ToLower(key), "/")
@@ -212,7 +212,7 @@ func (t Translator) denied(key string) bool {
 	if allowed == nil {
 		allowed = DefaultAllowedMetadataPrefixes
 	}
-	return longestCover(denied, domain) > longestCover(allowed, domain)
+	return longestCover(denied, domain) >= max(0, longestCover(allowed, domain))
 }
 
 // longestCover is the length of the longest of prefixes that covers domain,

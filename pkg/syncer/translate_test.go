@@ -1,6 +1,7 @@
 package syncer
 
 import (
+	"slices"
 	"strings"
 	"testing"
 
@@ -70,7 +71,14 @@ func FuzzHostNamespace(f *testing.F) {
 // prefix wins where it is the longer; Tenantry's own keys never pass.
 func TestDeniedMetadataKeys(t *testing.T) {
 	defaults := Translator{Cluster: "vc"}
-	linkerdAllowed := Translator{Cluster: "vc", AllowedMetadataPrefixes: append([]string{"linkerd.io/"}, DefaultAllowedMetadataPrefixes...)}
+	// As a VirtualCluster's allowedPrefixes make it: off the denied list,
+	// onto the allowed one.
+	linkerdAllowed := Translator{
+		Cluster:                 "vc",
+		DeniedMetadataPrefixes:  slices.DeleteFunc(slices.Clone(DefaultDeniedMetadataPrefixes), func(p string) bool { return p == "linkerd.io/" }),
+		AllowedMetadataPrefixes: append([]string{"linkerd.io/"}, DefaultAllowedMetadataPrefixes...),
+	}
+	appDenied := Translator{Cluster: "vc", DeniedMetadataPrefixes: []string{"app.kubernetes.io/"}}
 	for _, c := range []struct {
 		tr     Translator
 		key    string
@@ -99,6 +107,8 @@ func TestDeniedMetadataKeys(t *testing.T) {
 		{linkerdAllowed, "tenantry.dev/cluster", true},
 		{Translator{Cluster: "vc", AllowedMetadataPrefixes: []string{"tenantry.dev/"}}, "tenantry.dev/cluster", true},
 		{Translator{Cluster: "vc", DeniedMetadataPrefixes: []string{}}, "kubernetes.io/x", false},
+		{appDenied, "app.kubernetes.io/name", true}, // a tie goes to the denied
+		{appDenied, "kubernetes.io/x", false},
 	} {
 		if got := c.tr.denied(c.key); got != c.denied {
 			t.Errorf("denied(%q) = %v, want %v (denied %v, allowed %v)", c.key, got, c.denied, c.tr.DeniedMetadataPrefixes, c.tr.AllowedMetadataPrefixes)
