@@ -47,21 +47,17 @@ func WaitForHost(ctx context.Context, opts Options, log logr.Logger) error {
 	if err != nil {
 		return err
 	}
-	if probe(ctx) == nil {
+	err = probe(ctx)
+	if err == nil {
 		return nil
 	}
 	status := &waitStatus{}
-	stopServing, err := serveWaitingProbes(opts.HealthProbeBindAddress, status)
-	if err != nil {
-		return err
+	stopServing, serveErr := serveWaitingProbes(opts.HealthProbeBindAddress, status)
+	if serveErr != nil {
+		return serveErr
 	}
 	defer stopServing()
 	for retry := hostWaitFirstRetry; ; retry = min(2*retry, hostWaitMaxRetry) {
-		err := probe(ctx)
-		if err == nil {
-			log.Info("the host API server answers", "host", cfg.Host)
-			return nil
-		}
 		status.set(err)
 		wait := retry/2 + rand.N(retry/2+1) // jitter: replicas do not knock in step
 		log.Info("waiting for the host API server", "host", cfg.Host, "error", err.Error(), "retryIn", wait.Round(time.Millisecond).String())
@@ -69,6 +65,10 @@ func WaitForHost(ctx context.Context, opts Options, log logr.Logger) error {
 		case <-ctx.Done():
 			return fmt.Errorf("waiting for the host API server %s (last: %v): %w", cfg.Host, err, ctx.Err())
 		case <-time.After(wait):
+		}
+		if err = probe(ctx); err == nil {
+			log.Info("the host API server answers", "host", cfg.Host)
+			return nil
 		}
 	}
 }

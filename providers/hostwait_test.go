@@ -36,7 +36,10 @@ func TestWaitForHost(t *testing.T) {
 	if err := path.Disconnect(); err != nil {
 		t.Fatal(err)
 	}
-	probeAddr := freeAddress(t)
+	probeAddr, err := tenantrytest.FreeAddress()
+	if err != nil {
+		t.Fatal(err)
+	}
 	done := make(chan error, 1)
 	go func() {
 		done <- WaitForHost(t.Context(), Options{Kubeconfig: kubeconfigPath, HealthProbeBindAddress: probeAddr}, logr.Discard())
@@ -99,14 +102,4 @@ func TestWaitForHostRefusesABadKubeconfig(t *testing.T) {
 	if err == nil || ctx.Err() != nil || !strings.Contains(err.Error(), "missing") {
 		t.Fatalf("a missing kubeconfig: %v (waited: %v)", err, ctx.Err())
 	}
-}
-
-func freeAddress(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
 }

@@ -5,7 +5,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -46,12 +45,10 @@ type managerProcess struct {
 func startManagerProcess(ctx context.Context, binary, kubeconfig string, extraArgs []string, logPath string) (*managerProcess, error) {
 	var addrs [3]string
 	for i := range addrs {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return nil, fmt.Errorf("finding a free port: %w", err)
+		var err error
+		if addrs[i], err = tenantrytest.FreeAddress(); err != nil {
+			return nil, err
 		}
-		addrs[i] = l.Addr().String()
-		_ = l.Close()
 	}
 	log, err := os.Create(logPath)
 	if err != nil {

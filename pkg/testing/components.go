@@ -372,14 +372,28 @@ func (c *ControlPlane) startComponent(ctx context.Context, opts *Options, spec c
 	return p, nil
 }
 
-// freePort asks the kernel for a free loopback port. Another process may
-// take it before the component listens, as with envtest's own ports; the
-// component then fails to start, naming the port.
-func freePort() (int, error) {
+// FreeAddress asks the kernel for a free loopback address (host:port), for
+// a listener of a test's own. Another process may take it before the
+// listener does, as with envtest's own ports; the listener then fails,
+// naming the address.
+func FreeAddress() (string, error) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", fmt.Errorf("finding a free loopback port: %w", err)
+	}
+	defer l.Close()
+	return l.Addr().String(), nil
+}
+
+// freePort is FreeAddress's port.
+func freePort() (int, error) {
+	addr, err := FreeAddress()
 	if err != nil {
 		return 0, err
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
+	_, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return 0, err
+	}
+	return strconv.Atoi(port)
 }
