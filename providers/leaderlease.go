@@ -27,13 +27,9 @@ const releaseTimeout = 5 * time.Second
 // is lost: with the host unreachable, that try holds the exit back for up to
 // the renew deadline, while another replica may already lead.
 func newLeaderLock(config *rest.Config, o Options) (resourcelock.Interface, error) {
-	namespace := o.LeaderElectionNamespace
-	if namespace == "" {
-		data, err := os.ReadFile(inClusterNamespacePath)
-		if err != nil {
-			return nil, fmt.Errorf("the leader election namespace: --leader-election-namespace is not set, and the manager does not run in a Pod (%w)", err)
-		}
-		namespace = strings.TrimSpace(string(data))
+	namespace, err := namespaceOr(o.LeaderElectionNamespace, "leader-election-namespace")
+	if err != nil {
+		return nil, fmt.Errorf("the leader election namespace: %w", err)
 	}
 	host, err := os.Hostname()
 	if err != nil {
@@ -54,6 +50,19 @@ func newLeaderLock(config *rest.Config, o Options) (resourcelock.Interface, erro
 		return nil, fmt.Errorf("the leader election lock: %w", err)
 	}
 	return lock, nil
+}
+
+// namespaceOr is namespace, or if it is empty the namespace of the Pod the
+// manager runs in; flag names the option that sets it.
+func namespaceOr(namespace, flag string) (string, error) {
+	if namespace != "" {
+		return namespace, nil
+	}
+	data, err := os.ReadFile(inClusterNamespacePath)
+	if err != nil {
+		return "", fmt.Errorf("--%s is not set, and the manager does not run in a Pod (%w)", flag, err)
+	}
+	return strings.TrimSpace(string(data)), nil
 }
 
 // releaseLeaderLease gives the leader Lease up if lock still holds it, so

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/tenantry/tenantry/pkg/clusterregistry"
+	"github.com/tenantry/tenantry/pkg/sharding"
 )
 
 // Options configure the management app. Bind them to flags with BindFlags;
@@ -54,6 +55,26 @@ type Options struct {
 	RenewDeadline time.Duration
 	RetryPeriod   time.Duration
 
+	// ShardMode says how replicas share the VirtualClusters: ShardModeNone
+	// (the default: this replica runs them all, or, with LeaderElection,
+	// the leader does) or ShardModeLease (every replica runs; each
+	// VirtualCluster runs on one live replica, fenced by a Lease of its
+	// own; see pkg/sharding). ShardNamespace holds the Leases (defaults to
+	// the pod's namespace in-cluster), ShardGroup names the replicas that
+	// share VirtualClusters and prefixes their Leases.
+	ShardMode      string
+	ShardNamespace string
+	ShardGroup     string
+	// ShardLeaseDuration is how long a replica that stopped renewing its
+	// Lease still counts live: the longest its VirtualClusters go unserved
+	// when it dies. ShardRenewDeadline is how long a replica tries to renew
+	// before it stops writing and exits; ShardRenewPeriod how often it
+	// renews and reads its peers. Default: sharding.DefaultLeaseDuration,
+	// DefaultRenewDeadline, DefaultRenewPeriod.
+	ShardLeaseDuration time.Duration
+	ShardRenewDeadline time.Duration
+	ShardRenewPeriod   time.Duration
+
 	// GracefulShutdownTimeout bounds how long the management manager, and
 	// each tenant manager, waits for its controllers to drain.
 	GracefulShutdownTimeout time.Duration
@@ -84,6 +105,12 @@ const (
 	DefaultRetryPeriod   = 2 * time.Second
 )
 
+// The values of Options.ShardMode.
+const (
+	ShardModeNone  = "none"
+	ShardModeLease = "lease"
+)
+
 // Default fills in unset fields.
 func (o *Options) Default() {
 	if o.MetricsBindAddress == "" {
@@ -109,6 +136,21 @@ func (o *Options) Default() {
 	}
 	if o.LeaderElectionID == "" {
 		o.LeaderElectionID = "tenantry-manager.tenantry.dev"
+	}
+	if o.ShardMode == "" {
+		o.ShardMode = ShardModeNone
+	}
+	if o.ShardGroup == "" {
+		o.ShardGroup = "tenantry"
+	}
+	if o.ShardLeaseDuration <= 0 {
+		o.ShardLeaseDuration = sharding.DefaultLeaseDuration
+	}
+	if o.ShardRenewDeadline <= 0 {
+		o.ShardRenewDeadline = sharding.DefaultRenewDeadline
+	}
+	if o.ShardRenewPeriod <= 0 {
+		o.ShardRenewPeriod = sharding.DefaultRenewPeriod
 	}
 	if o.GracefulShutdownTimeout <= 0 {
 		o.GracefulShutdownTimeout = clusterregistry.DefaultGracefulShutdownTimeout
@@ -147,6 +189,22 @@ func (o *Options) BindFlags(fs *flag.FlagSet) {
 		"How long the leader tries to renew its Lease before it gives up and exits; shorter than the lease duration.")
 	fs.DurationVar(&o.RetryPeriod, "leader-elect-retry-period", o.RetryPeriod,
 		"How often replicas try to acquire or renew the Lease.")
+	fs.Func("shard-mode", `How replicas share the VirtualClusters: "none" (this replica runs them all; with --leader-elect, the leader does) or "lease" (every replica runs, each VirtualCluster on one live replica, fenced by a Lease). Default: none.`,
+		func(v string) error {
+			if v != ShardModeNone && v != ShardModeLease {
+				return fmt.Errorf(`%q is not a shard mode: "none" or "lease"`, v)
+			}
+			o.ShardMode = v
+			return nil
+		})
+	fs.StringVar(&o.ShardNamespace, "shard-namespace", o.ShardNamespace,
+		"Namespace of the replicas' and VirtualClusters' Leases with --shard-mode=lease (default: the pod's namespace; required out of cluster).")
+	fs.StringVar(&o.ShardGroup, "shard-group", o.ShardGroup, "Name of the group of replicas that share VirtualClusters, and prefix of their Leases.")
+	fs.DurationVar(&o.ShardLeaseDuration, "shard-lease-duration", o.ShardLeaseDuration,
+		"How long a replica that stopped renewing its Lease still counts live: the longest a dead replica's VirtualClusters go unserved.")
+	fs.DurationVar(&o.ShardRenewDeadline, "shard-renew-deadline", o.ShardRenewDeadline,
+		"How long a replica tries to renew its Lease before it stops writing and exits; shorter than the lease duration.")
+	fs.DurationVar(&o.ShardRenewPeriod, "shard-renew-period", o.ShardRenewPeriod, "How often a replica renews its Lease and reads its peers'.")
 	fs.DurationVar(&o.GracefulShutdownTimeout, "graceful-shutdown-timeout", o.GracefulShutdownTimeout,
 		"How long managers wait for their controllers to drain on shutdown.")
 	fs.DurationVar(&o.SpawnTimeout, "spawn-timeout", o.SpawnTimeout,

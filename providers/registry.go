@@ -22,6 +22,8 @@ type registryParams struct {
 	// Modules are every tenant module contributed with
 	// clusterregistry.AsTenantModule.
 	Modules []fx.Option `group:"tenant-modules"`
+	// Fence, with Sharding, fences every tenant's requests on its Lease.
+	Fence clusterregistry.Fence `optional:"true"`
 }
 
 // NewRegistry builds the cluster registry with every tenant module of the
@@ -36,6 +38,7 @@ func NewRegistry(p registryParams) *clusterregistry.RemoteClusterRegistry {
 		HealthCheckInterval:     p.Options.ClusterHealthInterval,
 		UnhealthyTimeout:        p.Options.ClusterUnhealthyTimeout,
 		GracefulShutdownTimeout: p.Options.GracefulShutdownTimeout,
+		Fence:                   p.Fence,
 	}, p.Modules...)
 	p.Lifecycle.Append(fx.Hook{
 		OnStop: func(ctx context.Context) error {

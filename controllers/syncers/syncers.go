@@ -137,6 +137,9 @@ type params struct {
 	Options    *Options      `optional:"true"`
 	// Extra are syncers contributed by other modules (syncer.Provide).
 	Extra []syncer.Syncer `group:"syncers"`
+	// Fence, on sharded replicas, fences each tenant's host requests on
+	// its Lease.
+	Fence clusterregistry.Fence `optional:"true"`
 }
 
 func options(p params) Options {
@@ -151,6 +154,7 @@ func newHub(p params) (*syncer.Hub, error) {
 	return syncer.NewHub(p.Config, syncer.HubOptions{
 		Scheme: p.Scheme, HostQPS: o.HostQPS, HostBurst: o.HostBurst,
 		TenantQPS: float32(o.TenantQPS), TenantBurst: o.TenantBurst,
+		Fence: p.Fence,
 	})
 }
 

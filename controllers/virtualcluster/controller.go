@@ -9,6 +9,7 @@ package virtualcluster
 import (
 	"context"
 	"fmt"
+	"os"
 
 	"go.uber.org/fx"
 	corev1 "k8s.io/api/core/v1"
@@ -25,6 +26,7 @@ import (
 
 	tenantryv1alpha1 "github.com/tenantry/tenantry/pkg/apis/tenantry/v1alpha1"
 	"github.com/tenantry/tenantry/pkg/clusterregistry"
+	"github.com/tenantry/tenantry/pkg/sharding"
 )
 
 // +kubebuilder:rbac:groups=tenantry.dev,resources=virtualclusters,verbs=get;list;watch;update;patch
@@ -70,6 +72,9 @@ type params struct {
 	Registry  *clusterregistry.RemoteClusterRegistry
 	APIReader client.Reader `name:"no-cache"`
 	Options   Options       `optional:"true"`
+	// Shards, on sharded replicas, says which VirtualClusters this replica
+	// runs.
+	Shards *sharding.Coordinator `optional:"true"`
 }
 
 // Module adds the VirtualCluster controller to the management app.
@@ -80,7 +85,15 @@ func setup(p params) error {
 	if workers <= 0 {
 		workers = 4
 	}
+	replica := ""
+	if p.Shards != nil {
+		replica = p.Shards.Identity()
+	} else if host, err := os.Hostname(); err == nil {
+		replica = host
+	}
 	r := &Reconciler{
+		Shards:      p.Shards,
+		Replica:     replica,
 		Client:      p.Manager.GetClient(),
 		APIReader:   p.APIReader,
 		Registry:    p.Registry,
@@ -95,15 +108,50 @@ func setup(p params) error {
 		}); err != nil {
 		return fmt.Errorf("indexing VirtualClusters by Secret: %w", err)
 	}
-	return ctrl.NewControllerManagedBy(p.Manager).
+	b := ctrl.NewControllerManagedBy(p.Manager).
 		Named(ControllerName).
 		For(&tenantryv1alpha1.VirtualCluster{}).
 		// Metadata is enough to notice a changed Secret; its contents are
 		// read, uncached, only for the VirtualClusters that use it.
 		Watches(&corev1.Secret{}, handler.EnqueueRequestsFromMapFunc(r.virtualClustersOfSecret), builder.OnlyMetadata).
 		WatchesRawSource(source.Func(r.watchRegistryFailures)).
-		WithOptions(controller.Options{MaxConcurrentReconciles: workers}).
-		Complete(r)
+		WithOptions(controller.Options{MaxConcurrentReconciles: workers})
+	if r.Shards != nil {
+		// Subscribed before the manager runs the Coordinator, so that its
+		// first view of the live replicas is not missed.
+		b = b.WatchesRawSource(source.Func(r.watchShardChanges(r.Shards.Changes())))
+	}
+	return b.Complete(r)
+}
+
+// watchShardChanges queues every VirtualCluster whenever the live replicas
+// change, so that each is taken up or handed over as its owner changed.
+func (r *Reconciler) watchShardChanges(changes <-chan struct{}) func(context.Context, workqueue.TypedRateLimitingInterface[reconcile.Request]) error {
+	return func(ctx context.Context, q workqueue.TypedRateLimitingInterface[reconcile.Request]) error {
+		go r.requeueOnShardChanges(ctx, changes, q)
+		return nil
+	}
+}
+
+func (r *Reconciler) requeueOnShardChanges(ctx context.Context, changes <-chan struct{}, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-changes:
+		}
+		// From the cache: the controller's source waits for it to sync.
+		var list tenantryv1alpha1.VirtualClusterList
+		if err := r.Client.List(ctx, &list); err != nil {
+			if ctx.Err() == nil {
+				ctrl.LoggerFrom(ctx).Error(err, "listing VirtualClusters after the live replicas changed")
+			}
+			continue
+		}
+		for _, vc := range list.Items {
+			q.Add(reconcile.Request{NamespacedName: types.NamespacedName{Name: vc.Name}})
+		}
+	}
 }
 
 // virtualClustersOfSecret maps a Secret to the VirtualClusters that read it.

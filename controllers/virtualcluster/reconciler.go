@@ -25,6 +25,7 @@ import (
 
 	tenantryv1alpha1 "github.com/tenantry/tenantry/pkg/apis/tenantry/v1alpha1"
 	"github.com/tenantry/tenantry/pkg/clusterregistry"
+	"github.com/tenantry/tenantry/pkg/sharding"
 	"github.com/tenantry/tenantry/pkg/syncer"
 )
 
@@ -49,6 +50,12 @@ type Reconciler struct {
 	// API server, where its kubeconfig sets no limit; zero: the defaults.
 	TenantQPS   float64
 	TenantBurst int
+	// Shards, if set, shares the VirtualClusters among replicas: this one
+	// reconciles only those it owns and holds the Lease of, and hands over
+	// those that move to another replica. Nil: this replica runs them all.
+	Shards *sharding.Coordinator
+	// Replica names this replica in the VirtualClusters' status.replica.
+	Replica string
 
 	mu sync.Mutex
 	// spawnedFrom is the digest of the kubeconfig each running cluster was
@@ -84,9 +91,17 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		if apierrors.IsNotFound(err) {
 			// Gone without our finalizer (it was never added, or removed by
 			// hand): make sure nothing of it runs.
-			return ctrl.Result{}, r.stop(ctx, name)
+			if err := r.stop(ctx, name); err != nil {
+				return ctrl.Result{}, err
+			}
+			return ctrl.Result{}, r.removeLease(ctx, name)
 		}
 		return ctrl.Result{}, fmt.Errorf("reading VirtualCluster %s: %w", name, err)
+	}
+	if r.Shards != nil {
+		if res, runsHere, err := r.claim(ctx, &vc); !runsHere {
+			return res, err
+		}
 	}
 
 	if !vc.DeletionTimestamp.IsZero() {
@@ -318,6 +333,11 @@ func (r *Reconciler) finalize(ctx context.Context, vc *tenantryv1alpha1.VirtualC
 		r.Recorder.Eventf(vc, nil, corev1.EventTypeWarning, "CleanupFailed", "Delete", "Deleting the cluster's host namespaces failed: %v", err)
 		return err
 	}
+	// Before the finalizer goes, so that no Lease outlives its
+	// VirtualCluster.
+	if err := r.removeLease(ctx, vc.Name); err != nil {
+		return err
+	}
 	patch := client.MergeFrom(vc.DeepCopy())
 	controllerutil.RemoveFinalizer(vc, tenantryv1alpha1.Finalizer)
 	if err := r.Client.Patch(ctx, vc, patch); err != nil {
@@ -358,6 +378,68 @@ func (r *Reconciler) deleteHostNamespaces(ctx context.Context, vc *tenantryv1alp
 	return nil
 }
 
+// handoverPoll is how often a replica that owns a VirtualCluster tries to
+// take its Lease while the previous owner still holds it.
+const handoverPoll = time.Second
+
+// claim says whether this replica runs vc: it owns vc among the live
+// replicas and holds its Lease. A VirtualCluster owned by another replica
+// is stopped here, if it ran here, then its Lease is given up, so that its
+// new owner takes it at once.
+func (r *Reconciler) claim(ctx context.Context, vc *tenantryv1alpha1.VirtualCluster) (ctrl.Result, bool, error) {
+	name := vc.Name
+	switch owner := r.Shards.Owner(name); owner {
+	case "":
+		// The live replicas are not known yet, or this one is lost; a
+		// change of the live replicas queues every VirtualCluster again.
+		return ctrl.Result{}, false, nil
+	case r.Shards.Identity():
+	default:
+		return ctrl.Result{}, false, r.handOver(ctx, vc, owner)
+	}
+	held, err := r.Shards.Acquire(ctx, name)
+	if err != nil {
+		return ctrl.Result{}, false, fmt.Errorf("taking VirtualCluster %s's Lease: %w", name, err)
+	}
+	if !held {
+		// The previous owner still runs it: it gives the Lease up once it
+		// has stopped the cluster, or loses it once its own Lease runs out.
+		ctrl.LoggerFrom(ctx).V(1).Info("waiting for the previous owner to hand the cluster over")
+		return ctrl.Result{RequeueAfter: handoverPoll}, false, nil
+	}
+	return ctrl.Result{}, true, nil
+}
+
+// handOver stops vc's cluster if it runs here and gives its Lease up, for
+// owner to take.
+func (r *Reconciler) handOver(ctx context.Context, vc *tenantryv1alpha1.VirtualCluster, owner string) error {
+	if !r.Shards.Holds(vc.Name) {
+		return nil
+	}
+	ctrl.LoggerFrom(ctx).Info("handing the cluster over to the replica that owns it now", "owner", owner)
+	if err := r.stop(ctx, vc.Name); err != nil {
+		return err
+	}
+	if err := r.Shards.Release(ctx, vc.Name); err != nil {
+		return fmt.Errorf("giving VirtualCluster %s's Lease up: %w", vc.Name, err)
+	}
+	r.Recorder.Eventf(vc, nil, corev1.EventTypeNormal, "HandedOver", "Stop",
+		"Replica %s stopped the cluster's controllers and handed it over to replica %s", r.Replica, owner)
+	return nil
+}
+
+// removeLease deletes the Lease of a VirtualCluster that is gone, if this
+// replica holds it.
+func (r *Reconciler) removeLease(ctx context.Context, name string) error {
+	if r.Shards == nil || !r.Shards.Holds(name) {
+		return nil
+	}
+	if err := r.Shards.Remove(ctx, name); err != nil {
+		return fmt.Errorf("deleting VirtualCluster %s's Lease: %w", name, err)
+	}
+	return nil
+}
+
 // stop stops the cluster's app if it runs or failed; a cluster that is not
 // in the registry is already stopped.
 func (r *Reconciler) stop(ctx context.Context, name string) error {
@@ -390,6 +472,10 @@ func (r *Reconciler) updateStatus(ctx context.Context, vc *tenantryv1alpha1.Virt
 	})
 	if vc.Status.ObservedGeneration != vc.Generation {
 		vc.Status.ObservedGeneration = vc.Generation
+		changed = true
+	}
+	if vc.Status.Replica != r.Replica {
+		vc.Status.Replica = r.Replica
 		changed = true
 	}
 	if changed {

@@ -85,6 +85,13 @@ type Options struct {
 	// controllers to drain when it stops. Defaults to 30s.
 	GracefulShutdownTimeout time.Duration
 
+	// Fence, if set, is asked before every request a cluster's app sends:
+	// its tenant client's, its manager's, and the writes of the
+	// manage-client handed to its modules. A fenced request fails with the
+	// Fence's error; the app is meant to be stopped soon after. Sharded
+	// replicas fence each cluster on its Lease.
+	Fence Fence
+
 	// KeepManagedFields keeps server-side apply's managed fields on the
 	// objects of the tenant managers' caches. By default they are dropped:
 	// they are often most of a small object's memory, times every tenant.

@@ -69,6 +69,13 @@ func (r *RemoteClusterRegistry) startTenant(c *cluster, config *rest.Config) (_ 
 	if cfg.UserAgent == "" {
 		cfg.UserAgent = rest.DefaultKubernetesUserAgent() + " tenantry-cluster/" + c.name
 	}
+	manageClient := r.opts.ManageClient
+	if r.opts.Fence != nil {
+		fence(cfg, c.name, r.opts.Fence)
+		if manageClient != nil {
+			manageClient = fenceClient(manageClient, c.name, r.opts.Fence)
+		}
+	}
 	// A dialer of the cluster's own: its connections are closed when the
 	// cluster stops, so no idle connection (and no goroutine serving one)
 	// outlives it, and no transport is shared with another cluster.
@@ -108,7 +115,7 @@ func (r *RemoteClusterRegistry) startTenant(c *cluster, config *rest.Config) (_ 
 		),
 		fx.Provide(
 			func() *rest.Config { return rest.CopyConfig(cfg) },
-			fx.Annotate(func() client.Client { return r.opts.ManageClient }, fx.ResultTags(`name:"`+ManageClientName+`"`)),
+			fx.Annotate(func() client.Client { return manageClient }, fx.ResultTags(`name:"`+ManageClientName+`"`)),
 			func(lc fx.Lifecycle, cfg *rest.Config, log logr.Logger) (manager.Manager, error) {
 				return r.newManager(lc, t, cfg, log)
 			},

@@ -187,10 +187,12 @@ func score(peer, key string) uint64 {
 }
 
 // Run renews this replica's peer Lease and reads its peers' every renew
-// period until ctx ends; then it closes Lost and deletes its peer Lease, so
-// that its peers take its keys at once (the caller releases the keys it
-// holds first, while Run still runs). It returns ctx's end, or an error
-// once the replica is lost. Run is called once.
+// period, and as soon as a peer's lease runs out, until ctx ends; then it
+// closes Lost and deletes its peer Lease, which frees every key it held:
+// its peers take them at their next round, without waiting for the lease
+// to run out. The caller stops writing for its keys before ctx ends. Run
+// returns ctx's end, or an error once the replica is lost. Run is called
+// once.
 func (co *Coordinator) Run(ctx context.Context) error {
 	co.mu.Lock()
 	if co.running {
@@ -202,6 +204,7 @@ func (co *Coordinator) Run(ctx context.Context) error {
 	co.mu.Unlock()
 	tick := time.NewTicker(co.opts.RenewPeriod)
 	defer tick.Stop()
+	defer co.forgetMetrics()
 	for {
 		if err := co.round(ctx); err != nil && ctx.Err() == nil {
 			co.opts.Logger.Error(err, "renewing the peer Lease")
@@ -210,10 +213,9 @@ func (co *Coordinator) Run(ctx context.Context) error {
 			co.lose()
 			return fmt.Errorf("sharding: replica %s lost: its peer Lease not renewed for %s", co.opts.Identity, since.Round(time.Millisecond))
 		}
-		// Wake at the next tick, or when the renew deadline would pass.
-		co.mu.Lock()
-		deadline := time.NewTimer(time.Until(co.lastRenew.Add(co.opts.RenewDeadline)))
-		co.mu.Unlock()
+		// Wake at the next tick, when the renew deadline would pass, or
+		// when a live peer's lease runs out, so that its keys move at once.
+		deadline := time.NewTimer(co.nextWake())
 		select {
 		case <-ctx.Done():
 			deadline.Stop()
@@ -225,6 +227,25 @@ func (co *Coordinator) Run(ctx context.Context) error {
 		}
 		deadline.Stop()
 	}
+}
+
+// nextWake is how long until the renew deadline passes or the first live
+// peer's lease runs out, whichever comes first.
+func (co *Coordinator) nextWake() time.Duration {
+	co.mu.Lock()
+	defer co.mu.Unlock()
+	now := time.Now()
+	wake := co.lastRenew.Add(co.opts.RenewDeadline)
+	for _, peer := range co.live {
+		if o, ok := co.seen[peer]; ok && peer != co.opts.Identity {
+			// A lease already out (a failed round left it live) waits
+			// for the next tick: no busy loop while reads fail.
+			if expiry := o.at.Add(co.opts.LeaseDuration); expiry.After(now) && expiry.Before(wake) {
+				wake = expiry
+			}
+		}
+	}
+	return max(wake.Sub(now), 0)
 }
 
 // renewedWithin says how long ago the last successful renewal was sent,
@@ -241,6 +262,7 @@ func (co *Coordinator) lose() {
 	co.loseOnce.Do(func() { close(co.lost) })
 	co.mu.Lock()
 	co.held = map[string]bool{}
+	keysHeld.WithLabelValues(co.opts.Group, co.opts.Identity).Set(0)
 	co.mu.Unlock()
 	co.setLive(nil)
 }
@@ -331,6 +353,7 @@ func (co *Coordinator) setLive(live []string) {
 	}
 	co.opts.Logger.Info("live peers changed", "peers", live, "before", co.live)
 	co.live = live
+	livePeers.WithLabelValues(co.opts.Group, co.opts.Identity).Set(float64(len(live)))
 	for _, ch := range co.changes {
 		select {
 		case ch <- struct{}{}:
@@ -465,9 +488,24 @@ func (co *Coordinator) took(key string, err error) (bool, error) {
 		return false, fmt.Errorf("taking key %s's Lease: %w", key, err)
 	}
 	co.mu.Lock()
-	co.held[key] = true
-	co.mu.Unlock()
+	defer co.mu.Unlock()
+	if !co.held[key] {
+		co.held[key] = true
+		keysHeld.WithLabelValues(co.opts.Group, co.opts.Identity).Set(float64(len(co.held)))
+		handovers.WithLabelValues(co.opts.Group, co.opts.Identity, "acquired").Inc()
+	}
 	return true, nil
+}
+
+// drop forgets that this replica holds key.
+func (co *Coordinator) drop(key string) {
+	co.mu.Lock()
+	defer co.mu.Unlock()
+	if co.held[key] {
+		delete(co.held, key)
+		keysHeld.WithLabelValues(co.opts.Group, co.opts.Identity).Set(float64(len(co.held)))
+		handovers.WithLabelValues(co.opts.Group, co.opts.Identity, "released").Inc()
+	}
 }
 
 // Holds says whether this replica holds key's Lease, as far as it knows,
@@ -484,25 +522,47 @@ func (co *Coordinator) Holds(key string) bool {
 // Release gives key's Lease up if this replica holds it, once it has
 // stopped writing for key, so that the next owner takes it at once.
 func (co *Coordinator) Release(ctx context.Context, key string) error {
-	co.mu.Lock()
-	delete(co.held, key)
-	co.mu.Unlock()
-	var l coordinationv1.Lease
-	err := co.c.Get(ctx, client.ObjectKey{Namespace: co.opts.Namespace, Name: keyLeaseName(co.opts.Group, key)}, &l)
-	if apierrors.IsNotFound(err) {
-		return nil
-	}
-	if err != nil {
-		return fmt.Errorf("reading key %s's Lease: %w", key, err)
-	}
-	if ptr.Deref(l.Spec.HolderIdentity, "") != co.opts.Identity {
-		return nil
+	co.drop(key)
+	l, err := co.ownLease(ctx, key)
+	if l == nil || err != nil {
+		return err
 	}
 	l.Spec.HolderIdentity = nil
-	if err := co.c.Update(ctx, &l); err != nil {
+	if err := co.c.Update(ctx, l); err != nil {
 		return fmt.Errorf("releasing key %s's Lease: %w", key, err)
 	}
 	return nil
+}
+
+// Remove deletes key's Lease if this replica holds it: for a key that is
+// gone for good (a deleted VirtualCluster), once this replica has stopped
+// writing for it.
+func (co *Coordinator) Remove(ctx context.Context, key string) error {
+	co.drop(key)
+	l, err := co.ownLease(ctx, key)
+	if l == nil || err != nil {
+		return err
+	}
+	if err := client.IgnoreNotFound(co.c.Delete(ctx, l, client.Preconditions{ResourceVersion: &l.ResourceVersion})); err != nil {
+		return fmt.Errorf("deleting key %s's Lease: %w", key, err)
+	}
+	return nil
+}
+
+// ownLease reads key's Lease; nil if it does not exist or another holds it.
+func (co *Coordinator) ownLease(ctx context.Context, key string) (*coordinationv1.Lease, error) {
+	var l coordinationv1.Lease
+	err := co.c.Get(ctx, client.ObjectKey{Namespace: co.opts.Namespace, Name: keyLeaseName(co.opts.Group, key)}, &l)
+	if apierrors.IsNotFound(err) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("reading key %s's Lease: %w", key, err)
+	}
+	if ptr.Deref(l.Spec.HolderIdentity, "") != co.opts.Identity {
+		return nil, nil
+	}
+	return &l, nil
 }
 
 func peerLeasePrefix(group string) string { return group + "-peer-" }

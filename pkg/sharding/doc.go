@@ -12,8 +12,8 @@
 // renewals have failed for RenewDeadline (shorter than LeaseDuration) counts
 // itself lost: Lost is closed, and it must stop writing for every key at
 // once, before its peers can count it dead. A replica that stops cleanly
-// releases its keys and deletes its peer Lease, so that its peers take its
-// keys at once.
+// deletes its peer Lease, which frees every key it held: its peers take
+// them at their next round.
 //
 // # Ownership
 //
@@ -35,5 +35,11 @@
 // RenewDeadline. A key's Lease is written only when it changes hands, not
 // renewed: its holder's peer Lease stands for it. So the steady-state write
 // cost is one peer Lease renewal per replica per RenewPeriod, whatever the
-// number of keys.
+// number of keys. Remove deletes the Lease of a key gone for good.
+//
+// # Metrics
+//
+// tenantry_sharding_keys_held, tenantry_sharding_live_peers and
+// tenantry_sharding_handovers_total{direction="acquired"|"released"}, by
+// group and replica, in controller-runtime's metrics registry.
 package sharding

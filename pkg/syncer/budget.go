@@ -8,6 +8,8 @@ import (
 
 	"golang.org/x/time/rate"
 	"k8s.io/client-go/util/flowcontrol"
+
+	"github.com/tenantry/tenantry/pkg/clusterregistry"
 )
 
 // writeBudget is the host's request budget, shared by every tenant of a
@@ -144,17 +146,31 @@ type tenantLimiter struct {
 	budget  *writeBudget
 	tenant  string
 	ceiling *rate.Limiter // nil: none
+	fence   clusterregistry.Fence // nil: none
 }
 
 var _ flowcontrol.RateLimiter = tenantLimiter{}
 
 func (l tenantLimiter) Wait(ctx context.Context) error {
+	if err := l.fenced(); err != nil {
+		return err
+	}
 	if l.ceiling != nil {
 		if err := l.ceiling.Wait(ctx); err != nil {
 			return err
 		}
 	}
-	return l.budget.wait(ctx, l.tenant)
+	if err := l.budget.wait(ctx, l.tenant); err != nil {
+		return err
+	}
+	return l.fenced() // the turn may have been long in coming
+}
+
+func (l tenantLimiter) fenced() error {
+	if l.fence == nil {
+		return nil
+	}
+	return l.fence(l.tenant)
 }
 
 // TryAccept is never used by client-go's REST clients, which Wait; it

@@ -20,6 +20,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/apiutil"
+
+	"github.com/tenantry/tenantry/pkg/clusterregistry"
 )
 
 // HubOptions configure a Hub.
@@ -40,6 +42,12 @@ type HubOptions struct {
 	// none.
 	TenantQPS   float32
 	TenantBurst int
+
+	// Fence, if set, is asked before every request of a tenant's host
+	// client (ClientFor): a sharded replica writes for a tenant only while
+	// it holds the tenant's Lease. The tenant's app gets the same Fence
+	// from the registry (clusterregistry.Options.Fence).
+	Fence clusterregistry.Fence
 }
 
 // The default budget of requests to the host, shared by every tenant.
@@ -190,7 +198,7 @@ func (h *Hub) Reader() client.Reader { return h.cache }
 // connections and REST mapper. Reads belong to Reader.
 func (h *Hub) ClientFor(cluster string) (client.Client, error) {
 	cfg := rest.CopyConfig(h.config)
-	limiter := tenantLimiter{budget: h.budget, tenant: cluster}
+	limiter := tenantLimiter{budget: h.budget, tenant: cluster, fence: h.opts.Fence}
 	if h.opts.TenantQPS > 0 {
 		limiter.ceiling = rate.NewLimiter(rate.Limit(h.opts.TenantQPS), h.opts.TenantBurst)
 	}

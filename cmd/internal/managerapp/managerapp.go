@@ -37,11 +37,16 @@ func (o *Options) BindFlags(fs *flag.FlagSet) {
 // here; adding a tenant one is adding a clusterregistry.AsTenantModule (or,
 // for a syncer, a syncer.Provide). extra options join the app as given.
 func New(opts Options, extra ...fx.Option) *fx.App {
+	sharded := fx.Options()
+	if opts.ShardMode == providers.ShardModeLease {
+		sharded = providers.Sharding
+	}
 	return fx.New(
 		fx.Supply(opts.Options, opts.VirtualCluster, &opts.Syncers),
 		fx.StopTimeout(StopTimeout(opts)),
 		providers.FxLogger,
 		providers.Module,
+		sharded,
 		virtualcluster.Module,
 		syncers.Module,
 		fx.Options(extra...),

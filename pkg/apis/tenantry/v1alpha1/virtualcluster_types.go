@@ -220,6 +220,13 @@ type VirtualClusterStatus struct {
 	// describes.
 	// +optional
 	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+
+	// Replica is the manager replica that runs the tenant cluster's
+	// controllers: with --shard-mode=lease, the one that holds the
+	// VirtualCluster's Lease; otherwise the manager's host name (its Pod's
+	// name in a cluster).
+	// +optional
+	Replica string `json:"replica,omitempty"`
 }
 
 // VirtualCluster is one tenant cluster that Tenantry syncs with the
@@ -233,6 +240,7 @@ type VirtualClusterStatus struct {
 // +kubebuilder:subresource:status
 // +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
 // +kubebuilder:printcolumn:name="Reason",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].reason`
+// +kubebuilder:printcolumn:name="Replica",type=string,JSONPath=`.status.replica`
 // +kubebuilder:printcolumn:name="Paused",type=boolean,JSONPath=`.spec.paused`,priority=1
 // +kubebuilder:printcolumn:name="Secret",type=string,JSONPath=`.spec.kubeconfigSecretRef.name`,priority=1
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
