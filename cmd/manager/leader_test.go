@@ -79,26 +79,45 @@ func launchManager(t *testing.T, kubeconfig []byte, args ...string) (*managerPro
 	return m, nil
 }
 
-// hostWrites are the times at which the manager logged a write of a host
-// copy.
-func (m *managerProcess) hostWrites(t *testing.T) []time.Time {
+// logLine is one JSON line of a manager's log.
+type logLine struct {
+	Msg     string `json:"msg"`
+	TS      string `json:"ts"`
+	Cluster string `json:"cluster"`
+	Replica string `json:"replica"`
+	at      time.Time
+}
+
+// lines are the manager's JSON log lines so far.
+func (m *managerProcess) lines(t *testing.T) []logLine {
 	t.Helper()
-	var out []time.Time
+	var out []logLine
 	scanner := bufio.NewScanner(bytes.NewReader([]byte(m.log.String())))
 	scanner.Buffer(nil, 1<<20)
 	for scanner.Scan() {
-		var line struct {
-			Msg string `json:"msg"`
-			TS  string `json:"ts"`
-		}
-		if json.Unmarshal(scanner.Bytes(), &line) != nil || !strings.HasSuffix(line.Msg, "host copy") {
+		var line logLine
+		if json.Unmarshal(scanner.Bytes(), &line) != nil {
 			continue
 		}
 		ts, err := time.Parse(time.RFC3339Nano, line.TS)
 		if err != nil {
 			t.Fatalf("log time %q: %v", line.TS, err)
 		}
-		out = append(out, ts)
+		line.at = ts
+		out = append(out, line)
+	}
+	return out
+}
+
+// hostWrites are the manager's logs of each write of a host copy that
+// succeeded.
+func (m *managerProcess) hostWrites(t *testing.T) []logLine {
+	t.Helper()
+	var out []logLine
+	for _, l := range m.lines(t) {
+		if strings.HasSuffix(l.Msg, "host copy") {
+			out = append(out, l)
+		}
 	}
 	return out
 }
@@ -224,8 +243,8 @@ func TestOldLeaderWritesNothingAfterTheNewLeaderAcquires(t *testing.T) {
 		t.Fatal("A's log shows no host write at all: the audit sees nothing")
 	}
 	for _, w := range writes {
-		if !w.Before(acquired) {
-			t.Errorf("A wrote to the host at %s, after B acquired the Lease at %s", w.Format(time.RFC3339Nano), acquired.Format(time.RFC3339Nano))
+		if !w.at.Before(acquired) {
+			t.Errorf("A wrote to the host at %s, after B acquired the Lease at %s", w.at.Format(time.RFC3339Nano), acquired.Format(time.RFC3339Nano))
 		}
 	}
 	t.Logf("A exited %s before B acquired the Lease; B copied the %d ConfigMaps made meanwhile",

@@ -84,6 +84,10 @@ func (o *Options) setDefaults() error {
 	if o.RenewPeriod >= o.RenewDeadline {
 		return fmt.Errorf("sharding: the renew period (%s) must be shorter than the renew deadline (%s)", o.RenewPeriod, o.RenewDeadline)
 	}
+	if o.RenewPeriod >= o.LeaseDuration-o.RenewDeadline {
+		return fmt.Errorf("sharding: the renew period (%s) must be shorter than the lease duration (%s) less the renew deadline (%s): a lost replica stops writing before its peers count it dead only with that margin",
+			o.RenewPeriod, o.LeaseDuration, o.RenewDeadline)
+	}
 	if o.Logger.GetSink() == nil {
 		o.Logger = logr.Discard()
 	}
@@ -99,7 +103,7 @@ type Coordinator struct {
 
 	mu sync.Mutex
 	// seen is, per peer identity, the peer Lease's resourceVersion and when
-	// this replica saw it change.
+	// it changed, at the earliest (see round).
 	seen    map[string]observation
 	live    []string // sorted, this replica included while not lost
 	held    map[string]bool
@@ -112,6 +116,8 @@ type Coordinator struct {
 	// sent: peers count this replica live until at least LeaseDuration
 	// after they see it, so it may write until RenewDeadline after it.
 	lastRenew time.Time
+	// lastListed is when the last successful list of the peers began.
+	lastListed time.Time
 	// ready: a round has read the peers, so Live is known.
 	ready   bool
 	running bool
@@ -163,11 +169,13 @@ func (co *Coordinator) Live() []string {
 func (co *Coordinator) Owner(key string) string {
 	co.mu.Lock()
 	defer co.mu.Unlock()
-	return owner(co.live, key)
+	return OwnerAmong(co.live, key)
 }
 
-// owner is the peer of peers with the highest rendezvous score for key.
-func owner(peers []string, key string) string {
+// OwnerAmong is the peer of peers with the highest rendezvous score for
+// key, as Owner picks it when peers are live: for tools and tests that
+// predict where keys go.
+func OwnerAmong(peers []string, key string) string {
 	best, bestScore := "", uint64(0)
 	for _, p := range peers {
 		if s := score(p, key); best == "" || s > bestScore || (s == bestScore && p > best) {
@@ -292,11 +300,24 @@ func (co *Coordinator) round(ctx context.Context) error {
 	co.lastRenew = sent
 	co.mu.Unlock()
 	var leases coordinationv1.LeaseList
+	listed := time.Now()
 	if err := co.c.List(ctx, &leases, client.InNamespace(co.opts.Namespace), client.MatchingLabels{LabelGroup: co.opts.Group}); err != nil {
 		return fmt.Errorf("listing the peer Leases: %w", err)
 	}
 	now := time.Now()
 	co.mu.Lock()
+	// A renewal this list shows first landed after the previous list
+	// began, and was sent at most a renew period (its timeout) before it
+	// landed: counting from then, rather than from now, sees a death up to
+	// a renew period sooner, and still leaves the peer's writes (which end
+	// a renew deadline after its send) LeaseDuration-RenewDeadline-
+	// RenewPeriod of margin. Never earlier than that margin allows, should
+	// rounds have failed since.
+	changedAt := now.Add(-(co.opts.LeaseDuration - co.opts.RenewDeadline))
+	if co.lastListed.After(changedAt) {
+		changedAt = co.lastListed
+	}
+	co.lastListed = listed
 	var (
 		live  []string
 		stale []coordinationv1.Lease
@@ -310,7 +331,7 @@ func (co *Coordinator) round(ctx context.Context) error {
 		present[peer] = true
 		o, known := co.seen[peer]
 		if !known || o.resourceVersion != l.ResourceVersion {
-			o = observation{resourceVersion: l.ResourceVersion, at: now}
+			o = observation{resourceVersion: l.ResourceVersion, at: changedAt}
 			co.seen[peer] = o
 		}
 		switch age := now.Sub(o.at); {

@@ -8,10 +8,14 @@
 // (named "<group>-peer-<identity>", labelled with the group) and renews it
 // every RenewPeriod. A replica counts a peer live while it has seen that
 // peer's Lease change within LeaseDuration, by its own clock, as client-go's
-// leader election does: no two clocks are compared. A replica whose own
-// renewals have failed for RenewDeadline (shorter than LeaseDuration) counts
-// itself lost: Lost is closed, and it must stop writing for every key at
-// once, before its peers can count it dead. A replica that stops cleanly
+// leader election does: no two clocks are compared. (A change counts from
+// the start of the previous read of the peers, which came before it, so
+// that a death is seen up to a RenewPeriod sooner than from the read that
+// shows the change.) A replica whose own renewals have failed for
+// RenewDeadline counts itself lost: Lost is closed, and it must stop
+// writing for every key at once, before its peers can count it dead.
+// RenewPeriod must be shorter than LeaseDuration less RenewDeadline, the
+// margin between the two. A replica that stops cleanly
 // deletes its peer Lease, which frees every key it held: its peers take
 // them at their next round.
 //

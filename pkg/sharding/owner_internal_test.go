@@ -16,7 +16,7 @@ func TestOwnerSpreadsAndMovesFew(t *testing.T) {
 	moved := 0
 	for i := range keys {
 		key := fmt.Sprintf("vc-%d", i)
-		before, after := owner(three, key), owner(four, key)
+		before, after := OwnerAmong(three, key), OwnerAmong(four, key)
 		counts[before]++
 		if before != after {
 			moved++
@@ -24,7 +24,7 @@ func TestOwnerSpreadsAndMovesFew(t *testing.T) {
 				t.Fatalf("key %s moved from %s to %s, not to the peer that joined", key, before, after)
 			}
 		}
-		if without := owner([]string{"a", "c"}, key); before != "b" && without != before {
+		if without := OwnerAmong([]string{"a", "c"}, key); before != "b" && without != before {
 			t.Fatalf("key %s moved from %s to %s when b left", key, before, without)
 		}
 	}
@@ -36,10 +36,10 @@ func TestOwnerSpreadsAndMovesFew(t *testing.T) {
 	if moved < keys/4*8/10 || moved > keys/4*12/10 {
 		t.Errorf("%d of %d keys moved when a fourth peer joined; want about a quarter", moved, keys)
 	}
-	if owner(nil, "vc-1") != "" {
+	if OwnerAmong(nil, "vc-1") != "" {
 		t.Error("a key has an owner among no peers")
 	}
-	if owner(three, "vc-1") != owner([]string{"c", "a", "b"}, "vc-1") {
+	if OwnerAmong(three, "vc-1") != OwnerAmong([]string{"c", "a", "b"}, "vc-1") {
 		t.Error("the owner depends on the peers' order")
 	}
 }
