@@ -145,7 +145,7 @@ func (b *writeBudget) cancel(tenant string, granted chan struct{}) bool {
 type tenantLimiter struct {
 	budget  *writeBudget
 	tenant  string
-	ceiling *rate.Limiter // nil: none
+	ceiling *rate.Limiter         // nil: none
 	fence   clusterregistry.Fence // nil: none
 }
 
