@@ -42,7 +42,7 @@ var benchCommand = command{
 			"(default: $"+tenantrytest.AssetsEnv+", else this binary's own directory).")
 		fs.IntVar(&o.nodes, "nodes", 2, "Simulated host nodes that run the Pods.")
 		fs.Func("steps", "Comma-separated steps to run, in their order: "+strings.Join(benchSteps, ", ")+
-			" (starts: the test clusters' start times; scale: bin/manager with many VirtualClusters). Default: all.", func(v string) error {
+			" (starts: the test clusters' start times; scale: bin/manager with many VirtualClusters; handover: sharded replicas, one killed, one added). Default: all.", func(v string) error {
 			steps, err := parseSteps(v)
 			o.steps = steps
 			return err
@@ -64,6 +64,7 @@ var benchCommand = command{
 			return nil
 		})
 		fs.StringVar(&o.managerBinary, "manager", "", "bin/manager for the scale run (default: the manager beside this binary).")
+		fs.IntVar(&o.handoverClusters, "handover-clusters", 300, "VirtualClusters shared by the sharded replicas of the handover run.")
 		fs.IntVar(&o.spawnClusters, "spawn-clusters", 50, "Clusters spawned and stopped one by one for the spawn figures.")
 		fs.IntVar(&o.memoryClusters, "memory-clusters", 100, "Clusters spawned at once for the memory figure.")
 		fs.IntVar(&o.latencySamples, "latency-samples", 300, "Objects created for each latency figure.")
@@ -84,6 +85,7 @@ type benchOptions struct {
 	scaleServers, scaleObjects           int
 	scaleExtraObjects                    int
 	scaleIdleWindow                      time.Duration
+	handoverClusters                     int
 	managerBinary                        string
 	managerArgs                          []string
 	spawnClusters, memoryClusters        int
@@ -163,6 +165,15 @@ func runBench(ctx context.Context, o benchOptions, out io.Writer) error {
 		results, points = append(results, rs...), ps
 	}
 
+	if o.steps["handover"] {
+		fmt.Fprintln(out, "==> measuring handovers between sharded bin/manager replicas")
+		rs, err := runHandover(ctx, o, out)
+		if err != nil {
+			return fmt.Errorf("handover: %w", err)
+		}
+		results = append(results, rs...)
+	}
+
 	rep := report{
 		Date:    time.Now().UTC().Format(time.RFC3339),
 		Command: "make bench (bin/tenantry bench " + strings.Join(os.Args[2:], " ") + ")",
@@ -176,7 +187,7 @@ func runBench(ctx context.Context, o benchOptions, out io.Writer) error {
 }
 
 // benchSteps are the bench's steps, in the order they run.
-var benchSteps = []string{"starts", "spawn", "memory", "pods", "sync", "scale"}
+var benchSteps = []string{"starts", "spawn", "memory", "pods", "sync", "scale", "handover"}
 
 // libraryStep is a step that drives the library in this process.
 type libraryStep struct {

@@ -108,7 +108,7 @@ func TestBenchSmall(t *testing.T) {
 	if b, err := exec.Command("go", "build", "-o", manager, "github.com/tenantry/tenantry/cmd/manager").CombinedOutput(); err != nil {
 		t.Fatalf("building bin/manager: %v\n%s", err, b)
 	}
-	steps, err := parseSteps("spawn,memory,pods,sync,scale")
+	steps, err := parseSteps("spawn,memory,pods,sync,scale,handover")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -117,6 +117,7 @@ func TestBenchSmall(t *testing.T) {
 		out: out, steps: steps, nodes: 1, spawnClusters: 2, memoryClusters: 2, latencySamples: 5, podSamples: 5, latencyRate: 50,
 		throughputObjects: 20, throughputWriters: 4, managerBinary: manager,
 		scaleTenants: []int{2, 4}, scaleServers: 2, scaleObjects: 1, scaleExtraObjects: 1, scaleIdleWindow: time.Second,
+		handoverClusters: 9,
 	}, &log)
 	if err != nil {
 		t.Fatalf("bench failed: %v\n%s", err, log.String())
@@ -141,7 +142,8 @@ func TestBenchSmall(t *testing.T) {
 	for _, want := range []string{"spawn p50 (to caches synced)", "heap per idle tenant", "added latency p99", "throughput ratio synced/raw",
 		"scale: 4 VirtualClusters Ready after the manager starts", "scale: goroutines per idle tenant", "scale: memory per synced object",
 		"Pod start p50 (tenant create -> Running in the tenant)", "up-sync p99",
-		"memory (RSS) of kube-controller-manager", "memory (RSS) of kwok"} {
+		"memory (RSS) of kube-controller-manager", "memory (RSS) of kwok",
+		"sharded: handover after a replica is killed, all its VirtualClusters", "sharded: VirtualCluster Lease writes at steady state"} {
 		if !names[want] {
 			t.Errorf("results lack %q", want)
 		}

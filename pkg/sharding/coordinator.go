@@ -334,10 +334,9 @@ func (co *Coordinator) round(ctx context.Context) error {
 			o = observation{resourceVersion: l.ResourceVersion, at: changedAt}
 			co.seen[peer] = o
 		}
-		switch age := now.Sub(o.at); {
-		case peer == co.opts.Identity || age < co.opts.LeaseDuration:
+		if peer == co.opts.Identity || now.Sub(o.at) < co.opts.LeaseDuration {
 			live = append(live, peer)
-		case age > staleFactor*co.opts.LeaseDuration:
+		} else {
 			stale = append(stale, l)
 		}
 	}
@@ -350,18 +349,17 @@ func (co *Coordinator) round(ctx context.Context) error {
 	co.mu.Unlock()
 	co.setLive(live)
 	for _, l := range stale {
-		// A replica dead this long (killed, with an identity no restart
-		// reuses) leaves its Lease behind: it goes, unless renewed since.
+		// A dead replica (killed, with an identity no restart reuses)
+		// leaves its Lease behind. It has stopped writing, so it goes,
+		// unless renewed since: replicas that start later, which would
+		// count it live for a lease duration, do not, and every replica
+		// takes its keys at its next round.
 		if err := client.IgnoreNotFound(co.c.Delete(ctx, &l, client.Preconditions{ResourceVersion: &l.ResourceVersion})); err != nil && !apierrors.IsConflict(err) {
 			co.opts.Logger.Error(err, "deleting a dead peer's Lease", "lease", l.Name)
 		}
 	}
 	return nil
 }
-
-// staleFactor times the lease duration without a change, a dead peer's
-// Lease is deleted.
-const staleFactor = 4
 
 // setLive records the live peers and, if they changed, tells the
 // subscribers.

@@ -15,7 +15,9 @@
 // RenewDeadline counts itself lost: Lost is closed, and it must stop
 // writing for every key at once, before its peers can count it dead.
 // RenewPeriod must be shorter than LeaseDuration less RenewDeadline, the
-// margin between the two. A replica that stops cleanly
+// margin between the two. The first replica that counts a peer dead
+// deletes its Lease (unless renewed since), so that replicas started later
+// do not count it live. A replica that stops cleanly
 // deletes its peer Lease, which frees every key it held: its peers take
 // them at their next round.
 //
