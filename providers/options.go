@@ -216,6 +216,38 @@ func (o *Options) BindFlags(fs *flag.FlagSet) {
 	o.Logger.BindFlags(fs)
 }
 
+// Validate checks that the options go together, with the flags' names: the
+// modes, and the timing of leader election and of the shard Leases.
+func (o Options) Validate() error {
+	o.Default()
+	if o.ShardMode != ShardModeNone && o.ShardMode != ShardModeLease {
+		return fmt.Errorf(`--shard-mode %q: want "none" or "lease"`, o.ShardMode)
+	}
+	if o.LeaderElection {
+		if o.ShardMode == ShardModeLease {
+			return fmt.Errorf("--shard-mode=lease and --leader-elect exclude each other: every sharded replica runs")
+		}
+		return o.validateLeaderElection()
+	}
+	if o.ShardMode == ShardModeLease {
+		return o.validateSharding()
+	}
+	return nil
+}
+
+// validateSharding checks the shard Leases' timing as pkg/sharding would,
+// with the flags' names.
+func (o Options) validateSharding() error {
+	if o.ShardRenewDeadline >= o.ShardLeaseDuration {
+		return fmt.Errorf("--shard-renew-deadline (%s) must be shorter than --shard-lease-duration (%s)", o.ShardRenewDeadline, o.ShardLeaseDuration)
+	}
+	if margin := o.ShardLeaseDuration - o.ShardRenewDeadline; o.ShardRenewPeriod >= margin {
+		return fmt.Errorf("--shard-renew-period (%s) must be shorter than --shard-lease-duration less --shard-renew-deadline (%s): a replica that cannot renew must stop writing before its peers count it dead",
+			o.ShardRenewPeriod, margin)
+	}
+	return nil
+}
+
 // validateLeaderElection checks the leader election timing as client-go's
 // elector would, with the flags' names: the renew deadline must leave
 // room within the lease, and retries within the renew deadline.

@@ -2,7 +2,6 @@ package providers
 
 import (
 	"context"
-	"errors"
 	"fmt"
 
 	"github.com/go-logr/logr"
@@ -39,8 +38,8 @@ type coordinatorParams struct {
 // once the Lease has run out.
 func NewCoordinator(p coordinatorParams) (*sharding.Coordinator, error) {
 	o := p.Options
-	if o.LeaderElection {
-		return nil, errors.New("--shard-mode=lease and --leader-elect exclude each other: every sharded replica runs")
+	if err := o.Validate(); err != nil {
+		return nil, err
 	}
 	namespace, err := namespaceOr(o.ShardNamespace, "shard-namespace")
 	if err != nil {

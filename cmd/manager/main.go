@@ -51,6 +51,10 @@ func run(args []string, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "manager: unexpected arguments %q\n", fs.Args())
 		return 2
 	}
+	if err := opts.Validate(); err != nil {
+		fmt.Fprintf(stderr, "manager: %v\n", err)
+		return 2
+	}
 
 	log, err := providers.NewLogger(opts.Logger)
 	if err != nil {

@@ -517,6 +517,21 @@ func TestFlags(t *testing.T) {
 	if code := run([]string{"--kubeconfig", filepath.Join(t.TempDir(), "missing")}, &out); code != 1 || !strings.Contains(out.String(), "missing") {
 		t.Fatalf("missing kubeconfig: exit %d, output %q", code, out.String())
 	}
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--shard-mode", "hash"}, `"hash" is not a shard mode`},
+		{[]string{"--shard-mode", "lease", "--leader-elect"}, "exclude each other"},
+		{[]string{"--shard-mode", "lease", "--shard-lease-duration", "10s"}, "--shard-renew-deadline (10s) must be shorter than --shard-lease-duration (10s)"},
+		{[]string{"--shard-mode", "lease", "--shard-lease-duration", "11s"}, "--shard-renew-period (2s) must be shorter"},
+		{[]string{"--leader-elect", "--leader-elect-renew-deadline", "20s"}, "must be shorter than --leader-elect-lease-duration"},
+	} {
+		out.Reset()
+		if code := run(c.args, &out); code != 2 || !strings.Contains(out.String(), c.want) {
+			t.Errorf("%v: exit %d, output %q; want exit 2 and %q", c.args, code, out.String(), c.want)
+		}
+	}
 }
 
 func newHostClient(t *testing.T, cp *tenantrytest.ControlPlane) client.Client {

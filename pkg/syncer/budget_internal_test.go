@@ -4,10 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"k8s.io/apimachinery/pkg/util/wait"
+
+	"github.com/tenantry/tenantry/pkg/clusterregistry"
 )
 
 // gatedBudget is a writeBudget whose tokens the test hands out one by one.
@@ -128,5 +131,36 @@ func TestWriteBudgetStoppedFailsWaiters(t *testing.T) {
 	}
 	if err := b.wait(t.Context(), "later"); !errors.Is(err, errBudgetStopped) {
 		t.Fatalf("a request after the stop: %v; want errBudgetStopped", err)
+	}
+}
+
+// A fenced tenant's request fails before it waits for its turn, and one
+// fenced while it waited fails when its turn comes, unsent.
+func TestTenantLimiterAsksTheFence(t *testing.T) {
+	b, tokens := gatedBudget(t)
+	var fenced atomic.Bool
+	l := tenantLimiter{budget: b, tenant: "a", fence: func(cluster string) error {
+		if fenced.Load() {
+			return fmt.Errorf("%w: %s", clusterregistry.ErrFenced, cluster)
+		}
+		return nil
+	}}
+	done := make(chan error, 1)
+	go func() { done <- l.Wait(t.Context()) }()
+	err := wait.PollUntilContextTimeout(t.Context(), time.Millisecond, 5*time.Second, true, func(context.Context) (bool, error) {
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		return len(b.queues["a"]) == 1, nil
+	})
+	if err != nil {
+		t.Fatalf("the request never waited for its turn: %v", err)
+	}
+	fenced.Store(true)
+	tokens <- struct{}{}
+	if err := <-done; !errors.Is(err, clusterregistry.ErrFenced) {
+		t.Errorf("a request fenced while it waited: %v; want ErrFenced", err)
+	}
+	if err := l.Wait(t.Context()); !errors.Is(err, clusterregistry.ErrFenced) {
+		t.Errorf("a fenced request: %v; want ErrFenced", err)
 	}
 }
