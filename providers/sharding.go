@@ -2,7 +2,9 @@ package providers
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"net/http"
 
 	"github.com/go-logr/logr"
 	"go.uber.org/fx"
@@ -65,6 +67,15 @@ func NewCoordinator(p coordinatorParams) (*sharding.Coordinator, error) {
 	log.Info("sharding VirtualClusters over the live replicas", "replica", co.Identity(), "namespace", namespace, "group", o.ShardGroup)
 	if err := p.Manager.Add(coordinatorRunnable{co: co, log: log}); err != nil {
 		return nil, fmt.Errorf("adding the sharding coordinator: %w", err)
+	}
+	// Ready once the replica has read its peers, and no more once lost.
+	if err := p.Manager.AddReadyzCheck("sharding", func(*http.Request) error {
+		if len(co.Live()) == 0 {
+			return errors.New("the live replicas are not known: not read yet, or this replica lost its Lease")
+		}
+		return nil
+	}); err != nil {
+		return nil, fmt.Errorf("adding the sharding readyz check: %w", err)
 	}
 	return co, nil
 }

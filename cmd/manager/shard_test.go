@@ -2,11 +2,14 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"maps"
+	"os/exec"
 	"slices"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -35,9 +38,10 @@ const shardedVCs = 18
 // replica that owns it; SIGKILL one and its VirtualClusters are Ready
 // again under the others within about the lease duration, while the
 // others' never stop; a fourth replica takes exactly the VirtualClusters
-// it now owns, and only those stop where they ran. Throughout, no cluster
-// runs on two replicas at once, and no replica writes to the host for a
-// cluster after another took its Lease.
+// it now owns, and only those stop where they ran; a replica frozen past
+// its lease exits once thawed. Throughout, no cluster runs on two replicas
+// at once, and no replica writes to the host for a cluster while another
+// holds its Lease.
 func TestShardedReplicas(t *testing.T) {
 	w := newRecoveryWorld(t, 3)
 	for i := 3; i < shardedVCs; i++ {
@@ -93,6 +97,7 @@ func TestShardedReplicas(t *testing.T) {
 	w.probe(t, "probe-2", shardedVCs)
 
 	// A fourth replica joins: it takes what it owns now, and nothing else moves.
+	ends := map[string]time.Time{victim: killedAt}
 	joinedAt := time.Now()
 	joiner := startManager(t, kubeconfig, shardArgs...)
 	joinerID := replicaIdentity(t, joiner)
@@ -116,8 +121,43 @@ func TestShardedReplicas(t *testing.T) {
 	w.probe(t, "probe-3", shardedVCs)
 	t.Logf("%s joined and took %v", joinerID, moved)
 
+	// A replica frozen (SIGSTOP) past its lease: the others take its
+	// VirtualClusters; thawed with work queued (the tenants changed
+	// meanwhile), it writes nothing more and exits with code 1.
+	live = append(slices.Clone(survivors), joinerID)
+	frozenID := live[0]
+	for _, id := range live {
+		if len(final.runBy(id)) > len(final.runBy(frozenID)) {
+			frozenID = id
+		}
+	}
+	frozen := replicas[frozenID]
+	if err := frozen.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	frozenAt := time.Now()
+	thawed := slices.DeleteFunc(slices.Clone(live), func(id string) bool { return id == frozenID })
+	w.probe(t, "probe-4", shardedVCs) // copied by the others once they took over
+	waitPlacement(t, w.host, thawed)
+	if err := frozen.cmd.Process.Signal(syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-frozen.done:
+	case <-time.After(30 * time.Second):
+		t.Fatalf("%s, thawed past its renew deadline, still runs", frozenID)
+	}
+	var exit *exec.ExitError
+	if !errors.As(frozen.err, &exit) || exit.ExitCode() != 1 {
+		t.Errorf("%s, thawed past its renew deadline, ended with %v; want exit code 1", frozenID, frozen.err)
+	}
+	// Frozen, it ran nothing; thawed, its tenants' requests were fenced
+	// until it exited, which the write audit below checks.
+	ends[frozenID] = frozenAt
+	t.Logf("froze %s, which ran %d VirtualClusters: the others took them over, and it exited %s after the freeze, once thawed",
+		frozenID, len(final.runBy(frozenID)), frozen.exitAt.Sub(frozenAt).Round(100*time.Millisecond))
+
 	// Fencing, from the replicas' own logs and the Leases' history.
-	ends := map[string]time.Time{victim: killedAt}
 	checkNoOverlap(t, replicas, ends)
 	writes := 0
 	for id, m := range replicas {
@@ -271,7 +311,8 @@ func checkNoOverlap(t *testing.T, replicas map[string]*managerProcess, ends map[
 	}
 }
 
-// leaseHistory records every acquisition of the VirtualClusters' Leases.
+// leaseHistory records every change of holder of the VirtualClusters'
+// Leases ("" for a Lease given up or deleted).
 type leaseHistory struct {
 	mu       sync.Mutex
 	acquired map[string][]acquisition // by VirtualCluster, in order
@@ -307,18 +348,27 @@ func watchKeyLeases(t *testing.T, host *tenantrytest.ControlPlane) *leaseHistory
 				return
 			}
 			l, ok := ev.Object.(*coordinationv1.Lease)
-			vc, isKey := strings.CutPrefix(l.GetName(), "tenantry-key-")
-			if !ok || !isKey || ev.Type == watch.Deleted {
+			if !ok {
 				continue
 			}
-			holder := ptr.Deref(l.Spec.HolderIdentity, "")
-			if holder == "" || l.Spec.AcquireTime == nil {
+			vc, isKey := strings.CutPrefix(l.Name, "tenantry-key-")
+			if !isKey {
 				continue
+			}
+			// An acquisition counts from its acquireTime, written before
+			// the taker writes anything; a release or deletion from when
+			// the watch tells of it, after the holder stopped writing.
+			next := acquisition{at: time.Now()}
+			if ev.Type != watch.Deleted {
+				next.holder = ptr.Deref(l.Spec.HolderIdentity, "")
+				if next.holder != "" && l.Spec.AcquireTime != nil {
+					next.at = l.Spec.AcquireTime.Time
+				}
 			}
 			h.mu.Lock()
 			list := h.acquired[vc]
-			if len(list) == 0 || list[len(list)-1].holder != holder || !list[len(list)-1].at.Equal(l.Spec.AcquireTime.Time) {
-				h.acquired[vc] = append(list, acquisition{holder, l.Spec.AcquireTime.Time})
+			if len(list) == 0 || list[len(list)-1].holder != next.holder {
+				h.acquired[vc] = append(list, next)
 			}
 			h.mu.Unlock()
 		}
@@ -330,7 +380,7 @@ func watchKeyLeases(t *testing.T, host *tenantrytest.ControlPlane) *leaseHistory
 	return h
 }
 
-// holderAt is who had last acquired vc's Lease at time at.
+// holderAt is who held vc's Lease at time at, as far as the watch saw.
 func (h *leaseHistory) holderAt(vc string, at time.Time) string {
 	h.mu.Lock()
 	defer h.mu.Unlock()

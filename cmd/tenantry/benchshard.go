@@ -75,6 +75,9 @@ func runHandover(ctx context.Context, o benchOptions, out io.Writer) (_ []result
 		}
 	}
 	moved := runBy(before, victim)
+	if len(moved) == 0 {
+		return nil, fmt.Errorf("no replica runs a VirtualCluster: %v", before)
+	}
 	if err := s.replicas[victim].cmd.Process.Kill(); err != nil {
 		return nil, err
 	}
@@ -108,6 +111,9 @@ func runHandover(ctx context.Context, o benchOptions, out io.Writer) (_ []result
 	times, err = s.waitPlacement(ctx, n, append(survivors, joiner), joining)
 	if err != nil {
 		return nil, fmt.Errorf("after adding a replica: %w", err)
+	}
+	if len(joining) == 0 {
+		return nil, fmt.Errorf("the fourth replica owns none of the %d VirtualClusters: too few for the step", n)
 	}
 	rebalance := sinceEach(times, joined)
 	fmt.Fprintf(out, "    a fourth replica took %d VirtualClusters, all Ready on it %.1f s after it started\n", len(joining), slices.Max(rebalance).Seconds())

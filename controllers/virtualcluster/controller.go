@@ -10,10 +10,12 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"time"
 
 	"go.uber.org/fx"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/util/workqueue"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
@@ -140,16 +142,21 @@ func (r *Reconciler) requeueOnShardChanges(ctx context.Context, changes <-chan s
 			return
 		case <-changes:
 		}
-		// From the cache: the controller's source waits for it to sync.
-		var list tenantryv1alpha1.VirtualClusterList
-		if err := r.Client.List(ctx, &list); err != nil {
-			if ctx.Err() == nil {
-				ctrl.LoggerFrom(ctx).Error(err, "listing VirtualClusters after the live replicas changed")
+		// From the cache (the controller's sources wait for it to sync);
+		// a failed list is retried, not left for the next change.
+		err := wait.PollUntilContextCancel(ctx, time.Second, true, func(ctx context.Context) (bool, error) {
+			var list tenantryv1alpha1.VirtualClusterList
+			if err := r.Client.List(ctx, &list); err != nil {
+				ctrl.LoggerFrom(ctx).Error(err, "listing VirtualClusters after the live replicas changed; retrying")
+				return false, nil
 			}
-			continue
-		}
-		for _, vc := range list.Items {
-			q.Add(reconcile.Request{NamespacedName: types.NamespacedName{Name: vc.Name}})
+			for _, vc := range list.Items {
+				q.Add(reconcile.Request{NamespacedName: types.NamespacedName{Name: vc.Name}})
+			}
+			return true, nil
+		})
+		if err != nil {
+			return // ctx ended
 		}
 	}
 }

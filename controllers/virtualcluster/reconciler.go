@@ -108,6 +108,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		return ctrl.Result{}, r.finalize(ctx, &vc)
 	}
 	if !controllerutil.ContainsFinalizer(&vc, tenantryv1alpha1.Finalizer) {
+		if err := r.fenced(name); err != nil {
+			return ctrl.Result{}, err
+		}
 		patch := client.MergeFrom(vc.DeepCopy())
 		controllerutil.AddFinalizer(&vc, tenantryv1alpha1.Finalizer)
 		if err := r.Client.Patch(ctx, &vc, patch); err != nil {
@@ -329,6 +332,9 @@ func (r *Reconciler) finalize(ctx context.Context, vc *tenantryv1alpha1.VirtualC
 		r.Recorder.Eventf(vc, nil, corev1.EventTypeWarning, "StopFailed", "Stop", "Stopping the cluster's controllers failed: %v", err)
 		return err
 	}
+	if err := r.fenced(vc.Name); err != nil {
+		return err
+	}
 	if err := r.deleteHostNamespaces(ctx, vc); err != nil {
 		r.Recorder.Eventf(vc, nil, corev1.EventTypeWarning, "CleanupFailed", "Delete", "Deleting the cluster's host namespaces failed: %v", err)
 		return err
@@ -338,6 +344,8 @@ func (r *Reconciler) finalize(ctx context.Context, vc *tenantryv1alpha1.VirtualC
 	if err := r.removeLease(ctx, vc.Name); err != nil {
 		return err
 	}
+	// The Lease is gone: a replica that takes it anew finalizes again,
+	// which is idempotent.
 	patch := client.MergeFrom(vc.DeepCopy())
 	controllerutil.RemoveFinalizer(vc, tenantryv1alpha1.Finalizer)
 	if err := r.Client.Patch(ctx, vc, patch); err != nil {
@@ -399,7 +407,7 @@ func (r *Reconciler) claim(ctx context.Context, vc *tenantryv1alpha1.VirtualClus
 	}
 	held, err := r.Shards.Acquire(ctx, name)
 	if err != nil {
-		return ctrl.Result{}, false, fmt.Errorf("taking VirtualCluster %s's Lease: %w", name, err)
+		return ctrl.Result{}, false, fmt.Errorf("VirtualCluster %s: %w", name, err)
 	}
 	if !held {
 		// The previous owner still runs it: it gives the Lease up once it
@@ -410,34 +418,47 @@ func (r *Reconciler) claim(ctx context.Context, vc *tenantryv1alpha1.VirtualClus
 	return ctrl.Result{}, true, nil
 }
 
-// handOver stops vc's cluster if it runs here and gives its Lease up, for
-// owner to take.
+// handOver stops vc's cluster if it runs here and gives its Lease up, if
+// this replica took it, for owner to take.
 func (r *Reconciler) handOver(ctx context.Context, vc *tenantryv1alpha1.VirtualCluster, owner string) error {
-	if !r.Shards.Holds(vc.Name) {
-		return nil
-	}
-	ctrl.LoggerFrom(ctx).Info("handing the cluster over to the replica that owns it now", "owner", owner)
-	if err := r.stop(ctx, vc.Name); err != nil {
-		return err
+	_, err := r.Registry.Status(vc.Name)
+	running := err == nil
+	if running {
+		ctrl.LoggerFrom(ctx).Info("handing the cluster over to the replica that owns it now", "owner", owner)
+		if err := r.stop(ctx, vc.Name); err != nil {
+			return err
+		}
 	}
 	if err := r.Shards.Release(ctx, vc.Name); err != nil {
-		return fmt.Errorf("giving VirtualCluster %s's Lease up: %w", vc.Name, err)
+		return fmt.Errorf("handing VirtualCluster %s over: %w", vc.Name, err)
 	}
-	r.Recorder.Eventf(vc, nil, corev1.EventTypeNormal, "HandedOver", "Stop",
-		"Replica %s stopped the cluster's controllers and handed it over to replica %s", r.Replica, owner)
+	if running {
+		r.Recorder.Eventf(vc, nil, corev1.EventTypeNormal, "HandedOver", "Stop",
+			"Replica %s stopped the cluster's controllers and handed it over to replica %s", r.Replica, owner)
+	}
 	return nil
 }
 
 // removeLease deletes the Lease of a VirtualCluster that is gone, if this
-// replica holds it.
+// replica took it.
 func (r *Reconciler) removeLease(ctx context.Context, name string) error {
-	if r.Shards == nil || !r.Shards.Holds(name) {
+	if r.Shards == nil {
 		return nil
 	}
 	if err := r.Shards.Remove(ctx, name); err != nil {
-		return fmt.Errorf("deleting VirtualCluster %s's Lease: %w", name, err)
+		return fmt.Errorf("VirtualCluster %s: %w", name, err)
 	}
 	return nil
+}
+
+// fenced is an error once this replica may no longer write for the
+// VirtualCluster name (another replica may run it now): each of the
+// reconciler's own writes for it asks first.
+func (r *Reconciler) fenced(name string) error {
+	if r.Shards == nil || r.Shards.Holds(name) {
+		return nil
+	}
+	return fmt.Errorf("%w: replica %s no longer holds VirtualCluster %s's Lease", clusterregistry.ErrFenced, r.Replica, name)
 }
 
 // stop stops the cluster's app if it runs or failed; a cluster that is not
@@ -479,6 +500,9 @@ func (r *Reconciler) updateStatus(ctx context.Context, vc *tenantryv1alpha1.Virt
 		changed = true
 	}
 	if changed {
+		if err := r.fenced(vc.Name); err != nil {
+			return err
+		}
 		if err := r.Client.Status().Patch(ctx, vc, patch); err != nil {
 			return fmt.Errorf("updating status of %s: %w", vc.Name, err)
 		}

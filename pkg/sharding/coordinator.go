@@ -22,8 +22,12 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
-// LabelGroup marks the Leases of one group of replicas.
-const LabelGroup = "tenantry.dev/shard-group"
+// LabelGroup marks the peer Leases of one group of replicas, and
+// LabelKeyGroup the Leases of its keys.
+const (
+	LabelGroup    = "tenantry.dev/shard-group"
+	LabelKeyGroup = "tenantry.dev/shard-key-group"
+)
 
 // Defaults of Options.
 const (
@@ -107,6 +111,9 @@ type Coordinator struct {
 	seen    map[string]observation
 	live    []string // sorted, this replica included while not lost
 	held    map[string]bool
+	// claimed are the keys whose Lease this replica wrote to take and has
+	// not given up since: held, or maybe held (the answer was lost).
+	claimed map[string]bool
 	changes []chan struct{}
 	// lost is closed, once (loseOnce), when this replica must stop writing:
 	// its renewals failed for the renew deadline, or Run ended.
@@ -135,7 +142,7 @@ func New(c client.Client, opts Options) (*Coordinator, error) {
 	if err := opts.setDefaults(); err != nil {
 		return nil, err
 	}
-	return &Coordinator{c: c, opts: opts, seen: map[string]observation{}, held: map[string]bool{}, lost: make(chan struct{})}, nil
+	return &Coordinator{c: c, opts: opts, seen: map[string]observation{}, held: map[string]bool{}, claimed: map[string]bool{}, lost: make(chan struct{})}, nil
 }
 
 // Identity is this replica's identity.
@@ -214,12 +221,17 @@ func (co *Coordinator) Run(ctx context.Context) error {
 	defer tick.Stop()
 	defer co.forgetMetrics()
 	for {
+		// Past the renew deadline this replica is lost for good, even if a
+		// renewal would still go through: its peers may have taken its
+		// keys.
+		if err := co.checkDeadline(); err != nil {
+			return err
+		}
 		if err := co.round(ctx); err != nil && ctx.Err() == nil {
 			co.opts.Logger.Error(err, "renewing the peer Lease")
 		}
-		if since, ok := co.renewedWithin(); !ok {
-			co.lose()
-			return fmt.Errorf("sharding: replica %s lost: its peer Lease not renewed for %s", co.opts.Identity, since.Round(time.Millisecond))
+		if err := co.checkDeadline(); err != nil {
+			return err
 		}
 		// Wake at the next tick, when the renew deadline would pass, or
 		// when a live peer's lease runs out, so that its keys move at once.
@@ -230,11 +242,22 @@ func (co *Coordinator) Run(ctx context.Context) error {
 			co.lose()
 			co.leave()
 			return ctx.Err()
+		case <-co.lost: // a Holds or Acquire past the deadline
 		case <-deadline.C:
 		case <-tick.C:
 		}
 		deadline.Stop()
 	}
+}
+
+// checkDeadline loses this replica if it is lost already or its last
+// renewal was sent more than the renew deadline ago.
+func (co *Coordinator) checkDeadline() error {
+	if co.writable() {
+		return nil
+	}
+	since, _ := co.renewedWithin()
+	return fmt.Errorf("sharding: replica %s lost: its peer Lease not renewed for %s", co.opts.Identity, since.Round(time.Millisecond))
 }
 
 // nextWake is how long until the renew deadline passes or the first live
@@ -269,23 +292,27 @@ func (co *Coordinator) renewedWithin() (time.Duration, bool) {
 func (co *Coordinator) lose() {
 	co.loseOnce.Do(func() { close(co.lost) })
 	co.mu.Lock()
-	co.held = map[string]bool{}
+	co.held, co.claimed = map[string]bool{}, map[string]bool{}
 	keysHeld.WithLabelValues(co.opts.Group, co.opts.Identity).Set(0)
 	co.mu.Unlock()
 	co.setLive(nil)
 }
 
 // writable says whether this replica may write for the keys it holds: not
-// lost, and renewed within the renew deadline (checked here too, so that a
-// replica paused past it, before Run notices, writes no more).
+// lost, and renewed within the renew deadline. Past the deadline it is lost
+// for good, here too, so that a replica paused past it writes no more,
+// even if a renewal sent before the pause then succeeds.
 func (co *Coordinator) writable() bool {
 	select {
 	case <-co.lost:
 		return false
 	default:
 	}
-	_, ok := co.renewedWithin()
-	return ok
+	if _, ok := co.renewedWithin(); !ok {
+		co.lose()
+		return false
+	}
+	return true
 }
 
 // round renews the peer Lease and reads the peers'.
@@ -297,7 +324,11 @@ func (co *Coordinator) round(ctx context.Context) error {
 		return err
 	}
 	co.mu.Lock()
-	co.lastRenew = sent
+	select {
+	case <-co.lost: // the deadline passed while the renewal was out
+	default:
+		co.lastRenew = sent
+	}
 	co.mu.Unlock()
 	var leases coordinationv1.LeaseList
 	listed := time.Now()
@@ -307,13 +338,13 @@ func (co *Coordinator) round(ctx context.Context) error {
 	now := time.Now()
 	co.mu.Lock()
 	// A renewal this list shows first landed after the previous list
-	// began, and was sent at most a renew period (its timeout) before it
-	// landed: counting from then, rather than from now, sees a death up to
-	// a renew period sooner, and still leaves the peer's writes (which end
-	// a renew deadline after its send) LeaseDuration-RenewDeadline-
-	// RenewPeriod of margin. Never earlier than that margin allows, should
-	// rounds have failed since.
-	changedAt := now.Add(-(co.opts.LeaseDuration - co.opts.RenewDeadline))
+	// began, so it was sent no later than now: counting from the later of
+	// that list's start and a renew period ago, rather than from now, sees
+	// a death up to a renew period sooner, and a peer that sent it stops
+	// writing a renew deadline after it, at least LeaseDuration less
+	// RenewDeadline less RenewPeriod before this replica counts it dead
+	// (the margin Options require to be positive, for requests in flight).
+	changedAt := now.Add(-co.opts.RenewPeriod)
 	if co.lastListed.After(changedAt) {
 		changedAt = co.lastListed
 	}
@@ -388,6 +419,14 @@ func (co *Coordinator) renew(ctx context.Context) error {
 	key := client.ObjectKey{Namespace: co.opts.Namespace, Name: peerLeaseName(co.opts.Group, co.opts.Identity)}
 	err := co.c.Get(ctx, key, &l)
 	if apierrors.IsNotFound(err) {
+		co.mu.Lock()
+		renewed := co.ready
+		co.mu.Unlock()
+		if renewed {
+			// A peer deleted it: it counted this replica dead.
+			co.lose()
+			return fmt.Errorf("the peer Lease %s is gone: a peer counted this replica dead", key.Name)
+		}
 		l = coordinationv1.Lease{
 			ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: key.Name, Labels: map[string]string{LabelGroup: co.opts.Group}},
 			Spec: coordinationv1.LeaseSpec{
@@ -444,11 +483,13 @@ func (co *Coordinator) Acquire(ctx context.Context, key string) (bool, error) {
 	err := co.c.Get(ctx, client.ObjectKey{Namespace: co.opts.Namespace, Name: name}, &l)
 	if apierrors.IsNotFound(err) {
 		l = coordinationv1.Lease{
-			ObjectMeta: metav1.ObjectMeta{Namespace: co.opts.Namespace, Name: name},
+			ObjectMeta: metav1.ObjectMeta{Namespace: co.opts.Namespace, Name: name, Labels: map[string]string{LabelKeyGroup: co.opts.Group}},
 			Spec:       coordinationv1.LeaseSpec{HolderIdentity: ptr.To(co.opts.Identity), AcquireTime: &now, LeaseTransitions: ptr.To[int32](0)},
 		}
+		co.claim(key)
 		err = co.c.Create(ctx, &l)
 		if apierrors.IsAlreadyExists(err) {
+			co.forget(key)
 			return false, nil // another took it first
 		}
 		return co.took(key, err)
@@ -460,6 +501,8 @@ func (co *Coordinator) Acquire(ctx context.Context, key string) (bool, error) {
 	case holder == co.opts.Identity:
 		return co.took(key, nil)
 	case holder != "":
+		// Another's: not this replica's, whatever it thought.
+		co.forget(key)
 		gone, err := co.gone(ctx, holder)
 		if err != nil || !gone {
 			return false, err
@@ -468,24 +511,21 @@ func (co *Coordinator) Acquire(ctx context.Context, key string) (bool, error) {
 	l.Spec.HolderIdentity = ptr.To(co.opts.Identity)
 	l.Spec.AcquireTime = &now
 	l.Spec.LeaseTransitions = ptr.To(ptr.Deref(l.Spec.LeaseTransitions, 0) + 1)
+	co.claim(key)
 	err = co.c.Update(ctx, &l) // fails on a conflict if another took it meanwhile
 	if apierrors.IsConflict(err) {
+		co.forget(key)
 		return false, nil
 	}
 	return co.took(key, err)
 }
 
 // gone says whether peer may no longer write: its peer Lease is deleted,
-// or this replica has seen it unchanged for the lease duration. A peer
-// whose Lease this replica has not seen yet (it joined since the last
-// round) is read now, and counts live from now.
+// or unchanged since this replica saw it change, at least the lease
+// duration ago. It reads the peer Lease, so that a view left stale by
+// failed rounds takes no key from a peer that renews. A peer this replica
+// had not seen (it joined since the last round) counts live from now.
 func (co *Coordinator) gone(ctx context.Context, peer string) (bool, error) {
-	co.mu.Lock()
-	o, known := co.seen[peer]
-	co.mu.Unlock()
-	if known {
-		return time.Since(o.at) >= co.opts.LeaseDuration, nil
-	}
 	var l coordinationv1.Lease
 	err := co.c.Get(ctx, client.ObjectKey{Namespace: co.opts.Namespace, Name: peerLeaseName(co.opts.Group, peer)}, &l)
 	if apierrors.IsNotFound(err) {
@@ -495,16 +535,23 @@ func (co *Coordinator) gone(ctx context.Context, peer string) (bool, error) {
 		return false, fmt.Errorf("reading peer %s's Lease: %w", peer, err)
 	}
 	co.mu.Lock()
-	if _, known := co.seen[peer]; !known {
+	defer co.mu.Unlock()
+	o, known := co.seen[peer]
+	if !known || o.resourceVersion != l.ResourceVersion {
 		co.seen[peer] = observation{resourceVersion: l.ResourceVersion, at: time.Now()}
+		return false, nil
 	}
-	co.mu.Unlock()
-	return false, nil
+	return time.Since(o.at) >= co.opts.LeaseDuration, nil
 }
 
 func (co *Coordinator) took(key string, err error) (bool, error) {
 	if err != nil {
 		return false, fmt.Errorf("taking key %s's Lease: %w", key, err)
+	}
+	if !co.writable() {
+		// Lost while taking it: the Lease is written, but this replica
+		// must not write; its peers take the key once it is counted dead.
+		return false, nil
 	}
 	co.mu.Lock()
 	defer co.mu.Unlock()
@@ -516,15 +563,32 @@ func (co *Coordinator) took(key string, err error) (bool, error) {
 	return true, nil
 }
 
-// drop forgets that this replica holds key.
-func (co *Coordinator) drop(key string) {
+// claim records that this replica is about to write key's Lease to take
+// it.
+func (co *Coordinator) claim(key string) {
 	co.mu.Lock()
 	defer co.mu.Unlock()
+	co.claimed[key] = true
+}
+
+// forget records that this replica does not hold key.
+func (co *Coordinator) forget(key string) {
+	co.mu.Lock()
+	defer co.mu.Unlock()
+	delete(co.claimed, key)
 	if co.held[key] {
 		delete(co.held, key)
 		keysHeld.WithLabelValues(co.opts.Group, co.opts.Identity).Set(float64(len(co.held)))
 		handovers.WithLabelValues(co.opts.Group, co.opts.Identity, "released").Inc()
 	}
+}
+
+// mayHold says whether this replica holds key's Lease or may: it wrote to
+// take it and has not given it up since.
+func (co *Coordinator) mayHold(key string) bool {
+	co.mu.Lock()
+	defer co.mu.Unlock()
+	return co.held[key] || co.claimed[key]
 }
 
 // Holds says whether this replica holds key's Lease, as far as it knows,
@@ -538,33 +602,42 @@ func (co *Coordinator) Holds(key string) bool {
 	return co.held[key]
 }
 
-// Release gives key's Lease up if this replica holds it, once it has
-// stopped writing for key, so that the next owner takes it at once.
+// Release gives key's Lease up if this replica holds it, or may (a take
+// whose answer was lost), once it has stopped writing for key, so that the
+// next owner takes it at once. It costs no request for a key this replica
+// never took. After an error, Release again.
 func (co *Coordinator) Release(ctx context.Context, key string) error {
-	co.drop(key)
-	l, err := co.ownLease(ctx, key)
-	if l == nil || err != nil {
-		return err
-	}
-	l.Spec.HolderIdentity = nil
-	if err := co.c.Update(ctx, l); err != nil {
-		return fmt.Errorf("releasing key %s's Lease: %w", key, err)
-	}
-	return nil
+	return co.giveUp(ctx, key, func(l *coordinationv1.Lease) error {
+		l.Spec.HolderIdentity = nil
+		return co.c.Update(ctx, l)
+	})
 }
 
-// Remove deletes key's Lease if this replica holds it: for a key that is
-// gone for good (a deleted VirtualCluster), once this replica has stopped
-// writing for it.
+// Remove deletes key's Lease if this replica holds it, or may: for a key
+// that is gone for good (a deleted VirtualCluster), once this replica has
+// stopped writing for it.
 func (co *Coordinator) Remove(ctx context.Context, key string) error {
-	co.drop(key)
+	return co.giveUp(ctx, key, func(l *coordinationv1.Lease) error {
+		return client.IgnoreNotFound(co.c.Delete(ctx, l, client.Preconditions{ResourceVersion: &l.ResourceVersion}))
+	})
+}
+
+// giveUp applies write to key's Lease if this replica holds it, and
+// forgets the key once the Lease is no longer this replica's.
+func (co *Coordinator) giveUp(ctx context.Context, key string, write func(*coordinationv1.Lease) error) error {
+	if !co.mayHold(key) {
+		return nil
+	}
 	l, err := co.ownLease(ctx, key)
-	if l == nil || err != nil {
+	if err != nil {
 		return err
 	}
-	if err := client.IgnoreNotFound(co.c.Delete(ctx, l, client.Preconditions{ResourceVersion: &l.ResourceVersion})); err != nil {
-		return fmt.Errorf("deleting key %s's Lease: %w", key, err)
+	if l != nil {
+		if err := write(l); err != nil {
+			return fmt.Errorf("giving key %s's Lease up: %w", key, err)
+		}
 	}
+	co.forget(key)
 	return nil
 }
 

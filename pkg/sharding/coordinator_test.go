@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -214,5 +215,54 @@ func TestKeyOfANewPeerIsNotTaken(t *testing.T) {
 	})
 	if waited := time.Since(seenAt); waited < leaseDuration {
 		t.Errorf("a took the newcomer's key %s after first seeing it, before the lease duration %s", waited, leaseDuration)
+	}
+}
+
+// A replica whose renewals fail past the renew deadline is lost for good,
+// even if the network heals before its peers count it dead: they may take
+// its keys from then on, so it must never count itself live again.
+func TestRenewalAfterTheDeadlineDoesNotRevive(t *testing.T) {
+	env := tenantrytest.New(t, tenantrytest.Options{})
+	c := newClient(t, env)
+	ctx := t.Context()
+	var cut atomic.Bool
+	failing := interceptor.NewClient(c.(client.WithWatch), interceptor.Funcs{
+		Update: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.UpdateOption) error {
+			if cut.Load() {
+				return errors.New("the network is cut")
+			}
+			return c.Update(ctx, obj, opts...)
+		},
+	})
+	a, b := startReplica(t, failing, "a"), startReplica(t, c, "b")
+	waitLive(t, []string{"a", "b"}, a, b)
+	key := ""
+	for i := 0; key == ""; i++ {
+		if k := fmt.Sprintf("vc-%d", i); a.Owner(k) == "a" {
+			key = k
+		}
+	}
+	if got, err := a.Acquire(ctx, key); err != nil || !got {
+		t.Fatalf("a could not take its key %s: %v", key, err)
+	}
+
+	cut.Store(true)
+	tenantrytest.Eventually(t, 2*renewDeadline, "a stops holding its key at its renew deadline", func(context.Context) (bool, error) {
+		return !a.Holds(key), nil
+	})
+	cut.Store(false) // healed before b counts a dead: a's renewals go through again
+	tenantrytest.Eventually(t, 3*leaseDuration, "b takes a's key", func(ctx context.Context) (bool, error) {
+		if a.Holds(key) {
+			return false, errors.New("a holds its key again after its renew deadline")
+		}
+		return b.Acquire(ctx, key)
+	})
+	select {
+	case <-a.Lost():
+	default:
+		t.Error("a is not lost")
+	}
+	if a.Holds(key) {
+		t.Errorf("a holds %s, which b took", key)
 	}
 }
