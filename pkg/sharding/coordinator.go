@@ -108,9 +108,9 @@ type Coordinator struct {
 	mu sync.Mutex
 	// seen is, per peer identity, the peer Lease's resourceVersion and when
 	// it changed, at the earliest (see round).
-	seen    map[string]observation
-	live    []string // sorted, this replica included while not lost
-	held    map[string]bool
+	seen map[string]observation
+	live []string // sorted, this replica included while not lost
+	held map[string]bool
 	// claimed are the keys whose Lease this replica wrote to take and has
 	// not given up since: held, or maybe held (the answer was lost).
 	claimed map[string]bool
