@@ -143,7 +143,7 @@ func TestBenchSmall(t *testing.T) {
 		"scale: 4 VirtualClusters Ready after the manager starts", "scale: goroutines per idle tenant", "scale: memory per synced object",
 		"Pod start p50 (tenant create -> Running in the tenant)", "up-sync p99",
 		"memory (RSS) of kube-controller-manager", "memory (RSS) of kwok",
-		"sharded: handover after a replica is killed, all its VirtualClusters", "sharded: VirtualCluster Lease writes at steady state"} {
+		"sharded: takeover after a replica is killed, all its VirtualClusters' Leases", "sharded: handover after a replica is killed, all its VirtualClusters Ready", "sharded: VirtualCluster Lease writes at steady state"} {
 		if !names[want] {
 			t.Errorf("results lack %q", want)
 		}

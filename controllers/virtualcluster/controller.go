@@ -10,6 +10,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"sync"
 	"time"
 
 	"go.uber.org/fx"
@@ -150,6 +151,7 @@ func (r *Reconciler) requeueOnShardChanges(ctx context.Context, changes <-chan s
 				ctrl.LoggerFrom(ctx).Error(err, "listing VirtualClusters after the live replicas changed; retrying")
 				return false, nil
 			}
+			r.takeOver(ctx, list.Items)
 			for _, vc := range list.Items {
 				q.Add(reconcile.Request{NamespacedName: types.NamespacedName{Name: vc.Name}})
 			}
@@ -159,6 +161,38 @@ func (r *Reconciler) requeueOnShardChanges(ctx context.Context, changes <-chan s
 			return // ctx ended
 		}
 	}
+}
+
+// takeOverWorkers bounds the Leases taken at once after a change.
+const takeOverWorkers = 16
+
+// takeOver takes, at once and in parallel, the Leases of the
+// VirtualClusters this replica owns now and does not hold yet (those of a
+// replica that died, or that a joining replica wins), before their
+// reconciles start them one by one: a dead replica's tenants are this
+// replica's within the lease duration, however long starting them takes.
+// A Lease not taken here (its holder still runs the cluster, or an error)
+// is left to the reconcile, which retries.
+func (r *Reconciler) takeOver(ctx context.Context, vcs []tenantryv1alpha1.VirtualCluster) {
+	me := r.Shards.Identity()
+	work := make(chan string)
+	var wg sync.WaitGroup
+	for range takeOverWorkers {
+		wg.Go(func() {
+			for name := range work {
+				if _, err := r.Shards.Acquire(ctx, name); err != nil {
+					ctrl.LoggerFrom(ctx).V(1).Info("taking a VirtualCluster's Lease; its reconcile retries", "cluster", name, "error", err.Error())
+				}
+			}
+		})
+	}
+	for _, vc := range vcs {
+		if r.Shards.Owner(vc.Name) == me && !r.Shards.Holds(vc.Name) {
+			work <- vc.Name
+		}
+	}
+	close(work)
+	wg.Wait()
 }
 
 // virtualClustersOfSecret maps a Secret to the VirtualClusters that read it.

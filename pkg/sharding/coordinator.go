@@ -111,6 +111,8 @@ type Coordinator struct {
 	seen map[string]observation
 	live []string // sorted, this replica included while not lost
 	held map[string]bool
+	// departed are the peers found gone by gone: lost for good.
+	departed map[string]bool
 	// claimed are the keys whose Lease this replica wrote to take and has
 	// not given up since: held, or maybe held (the answer was lost).
 	claimed map[string]bool
@@ -142,7 +144,7 @@ func New(c client.Client, opts Options) (*Coordinator, error) {
 	if err := opts.setDefaults(); err != nil {
 		return nil, err
 	}
-	return &Coordinator{c: c, opts: opts, seen: map[string]observation{}, held: map[string]bool{}, claimed: map[string]bool{}, lost: make(chan struct{})}, nil
+	return &Coordinator{c: c, opts: opts, seen: map[string]observation{}, held: map[string]bool{}, claimed: map[string]bool{}, departed: map[string]bool{}, lost: make(chan struct{})}, nil
 }
 
 // Identity is this replica's identity.
@@ -376,6 +378,11 @@ func (co *Coordinator) round(ctx context.Context) error {
 			delete(co.seen, peer) // gone: deleted on a clean shutdown
 		}
 	}
+	for peer := range co.departed {
+		if !present[peer] {
+			delete(co.departed, peer) // its Lease is gone, which says as much
+		}
+	}
 	co.ready = true
 	co.mu.Unlock()
 	co.setLive(live)
@@ -526,22 +533,35 @@ func (co *Coordinator) Acquire(ctx context.Context, key string) (bool, error) {
 // failed rounds takes no key from a peer that renews. A peer this replica
 // had not seen (it joined since the last round) counts live from now.
 func (co *Coordinator) gone(ctx context.Context, peer string) (bool, error) {
+	co.mu.Lock()
+	departed := co.departed[peer]
+	co.mu.Unlock()
+	if departed {
+		return true, nil
+	}
 	var l coordinationv1.Lease
 	err := co.c.Get(ctx, client.ObjectKey{Namespace: co.opts.Namespace, Name: peerLeaseName(co.opts.Group, peer)}, &l)
+	co.mu.Lock()
+	defer co.mu.Unlock()
 	if apierrors.IsNotFound(err) {
+		co.departed[peer] = true
 		return true, nil
 	}
 	if err != nil {
 		return false, fmt.Errorf("reading peer %s's Lease: %w", peer, err)
 	}
-	co.mu.Lock()
-	defer co.mu.Unlock()
 	o, known := co.seen[peer]
 	if !known || o.resourceVersion != l.ResourceVersion {
 		co.seen[peer] = observation{resourceVersion: l.ResourceVersion, at: time.Now()}
 		return false, nil
 	}
-	return time.Since(o.at) >= co.opts.LeaseDuration, nil
+	if time.Since(o.at) < co.opts.LeaseDuration {
+		return false, nil
+	}
+	// Past its renew deadline a peer is lost for good and never renews
+	// again: it stays gone, without another read.
+	co.departed[peer] = true
+	return true, nil
 }
 
 func (co *Coordinator) took(key string, err error) (bool, error) {
