@@ -19,12 +19,14 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	"github.com/tenantry/tenantry/pkg/clusterregistry"
 )
 
-// Names of the clients the management app provides by tag.
+// Names of the clients the management app provides by tag; the host's
+// cached client.Client has the name a cluster's app gives it,
+// clusterregistry.ManageClientName.
 const (
-	// ManageClientName tags the host cluster's cached client.Client.
-	ManageClientName = "manage-client"
 	// NoCacheReaderName tags a client.Reader that reads the host cluster's
 	// API server directly, for objects the manager does not cache (such as
 	// Secret contents).
@@ -161,7 +163,7 @@ func cacheSynced(mgr manager.Manager) healthz.Checker {
 // `name:"manage-client"`.
 var NewManageClient = fx.Annotate(
 	func(mgr manager.Manager) client.Client { return mgr.GetClient() },
-	fx.ResultTags(`name:"`+ManageClientName+`"`),
+	fx.ResultTags(clusterregistry.ManageClientTag),
 )
 
 // NewNoCacheReader reads the host API server directly, tagged

@@ -63,7 +63,7 @@ func (l *lifecycle) module() fx.Option {
 				return nil
 			},
 		})
-	}, fx.ParamTags(``, `name:"cluster-name"`, ``)))
+	}, fx.ParamTags(``, clusterregistry.ClusterNameTag, ``)))
 }
 
 func (l *lifecycle) starts(cluster string) []string {

@@ -15,10 +15,10 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
-	"sigs.k8s.io/controller-runtime/pkg/manager"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/tenantry/tenantry/examples/internal/devclusters"
+	"github.com/tenantry/tenantry/pkg/clusterregistry"
 )
 
 // LabelOrigin names the cluster a copy came from.
@@ -73,14 +73,11 @@ func (c *Copier) Reconcile(ctx context.Context, req reconcile.Request) (reconcil
 
 // Module runs a Copier in every cluster it is spawned for, copying into the
 // management cluster (the "manage-client").
-var Module = fx.Module("deploymentcopy", fx.Invoke(fx.Annotate(
-	func(mgr manager.Manager, host client.Client, cluster string) error {
-		return builder.ControllerManagedBy(mgr).
-			Named(cluster + "-deploymentcopy").
-			For(&appsv1.Deployment{}).
-			Complete(&Copier{Cluster: cluster, Source: mgr.GetClient(), Target: host})
-	},
-	fx.ParamTags(``, `name:"manage-client"`, `name:"cluster-name"`),
-)))
+var Module = fx.Module("deploymentcopy", fx.Invoke(func(t clusterregistry.Tenant) error {
+	return builder.ControllerManagedBy(t.Manager).
+		Named(t.ClusterName + "-deploymentcopy").
+		For(&appsv1.Deployment{}).
+		Complete(&Copier{Cluster: t.ClusterName, Source: t.Client, Target: t.ManageClient})
+}))
 
 func main() { devclusters.Main(Module) }

@@ -16,10 +16,10 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
-	"sigs.k8s.io/controller-runtime/pkg/manager"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/tenantry/tenantry/examples/internal/devclusters"
+	"github.com/tenantry/tenantry/pkg/clusterregistry"
 )
 
 // GhostsNamespace is the host namespace of the PodGhosts, each named
@@ -65,14 +65,11 @@ func (h *Haunter) Reconcile(ctx context.Context, req reconcile.Request) (reconci
 }
 
 // Module runs a Haunter in every cluster it is spawned for.
-var Module = fx.Module("podghost", fx.Invoke(fx.Annotate(
-	func(mgr manager.Manager, host client.Client, cluster string) error {
-		return builder.ControllerManagedBy(mgr).
-			Named(cluster + "-podghost").
-			For(&corev1.Pod{}).
-			Complete(&Haunter{Cluster: cluster, Tenant: mgr.GetClient(), Host: host})
-	},
-	fx.ParamTags(``, `name:"manage-client"`, `name:"cluster-name"`),
-)))
+var Module = fx.Module("podghost", fx.Invoke(func(t clusterregistry.Tenant) error {
+	return builder.ControllerManagedBy(t.Manager).
+		Named(t.ClusterName + "-podghost").
+		For(&corev1.Pod{}).
+		Complete(&Haunter{Cluster: t.ClusterName, Tenant: t.Client, Host: t.ManageClient})
+}))
 
 func main() { devclusters.Main(Module) }

@@ -23,14 +23,18 @@
 //     changed);
 //   - logr.Logger: the registry's logger with the key "cluster" set.
 //
+// The parameter object Tenant holds them all, with the tags spelled once,
+// so that the compiler sees a typo; ManageClientTag and ClusterNameTag are
+// the tags for fx.ParamTags and fx.ResultTags (see Example).
+//
 // A reconciler is added with fx.Invoke:
 //
 //	var ConfigMapLogger = fx.Module("configmap-logger",
-//		fx.Invoke(func(mgr manager.Manager, log logr.Logger) error {
-//			return builder.ControllerManagedBy(mgr).
+//		fx.Invoke(func(t clusterregistry.Tenant) error {
+//			return builder.ControllerManagedBy(t.Manager).
 //				For(&corev1.ConfigMap{}).
 //				Complete(reconcile.Func(func(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
-//					log.Info("configmap changed", "namespace", req.Namespace, "name", req.Name)
+//					t.Logger.Info("configmap changed", "namespace", req.Namespace, "name", req.Name)
 //					return reconcile.Result{}, nil
 //				}))
 //		}),

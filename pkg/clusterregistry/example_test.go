@@ -11,7 +11,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/manager"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/tenantry/tenantry/pkg/clusterregistry"
@@ -36,16 +35,16 @@ func Example() {
 	// The module: one reconciler for ConfigMaps, in whichever cluster it is
 	// spawned for.
 	configMapWatcher := fx.Module("configmap-watcher",
-		fx.Invoke(fx.Annotate(func(mgr manager.Manager, cluster string) error {
-			return builder.ControllerManagedBy(mgr).
+		fx.Invoke(func(t clusterregistry.Tenant) error {
+			return builder.ControllerManagedBy(t.Manager).
 				For(&corev1.ConfigMap{}).
 				Complete(reconcile.Func(func(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
 					if req.Name == "hello" {
-						once.Do(func() { seen <- fmt.Sprintf("%s: reconciled %s", cluster, req) })
+						once.Do(func() { seen <- fmt.Sprintf("%s: reconciled %s", t.ClusterName, req) })
 					}
 					return reconcile.Result{}, nil
 				}))
-		}, fx.ParamTags(``, `name:"cluster-name"`))),
+		}),
 	)
 
 	registry := clusterregistry.New(logr.Discard(), host, configMapWatcher)

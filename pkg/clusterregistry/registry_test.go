@@ -216,8 +216,9 @@ func TestModuleInjection(t *testing.T) {
 		Log     logr.Logger
 	}
 	got := make(chan injected, 1)
+	typed := make(chan clusterregistry.Tenant, 1)
 	r := newRegistry(t, clusterregistry.Options{Logger: logger, ManageClient: manage},
-		fx.Invoke(func(in injected) { in.Log.Info("module invoked"); got <- in }))
+		fx.Invoke(func(in injected, tenant clusterregistry.Tenant) { in.Log.Info("module invoked"); got <- in; typed <- tenant }))
 
 	if err := r.Spawn("injection", tenantCfg); err != nil {
 		t.Fatal(err)
@@ -225,6 +226,11 @@ func TestModuleInjection(t *testing.T) {
 	in := <-got
 	if in.Name != "injection" {
 		t.Errorf("cluster-name = %q", in.Name)
+	}
+	// The parameter object asks for the same values.
+	if tenant := <-typed; tenant.Manager != in.Manager || tenant.Client != in.Client || tenant.ManageClient != in.Manage ||
+		tenant.ClusterName != in.Name || tenant.Config != in.Config {
+		t.Errorf("clusterregistry.Tenant = %+v; want the values asked for by tag %+v", tenant, in)
 	}
 	if in.Manage != manage {
 		t.Error("manage-client is not the client given to the registry")
@@ -305,7 +311,7 @@ func TestManagerExitIsReported(t *testing.T) {
 				return nil
 			}
 		}))
-	}, fx.ParamTags(``, `name:"cluster-name"`)))
+	}, fx.ParamTags(``, clusterregistry.ClusterNameTag)))
 
 	r := newRegistry(t, clusterregistry.Options{}, dying)
 	events := subscribe(t, r)
@@ -410,7 +416,7 @@ func TestConcurrentUse(t *testing.T) {
 				reconciled.Store(cluster, true)
 				return reconcile.Result{}, nil
 			}))
-	}, fx.ParamTags(``, `name:"cluster-name"`)))
+	}, fx.ParamTags(``, clusterregistry.ClusterNameTag)))
 	r := newRegistry(t, clusterregistry.Options{}, copyModule, namespaceCounter)
 	const n = 8
 	var wg sync.WaitGroup

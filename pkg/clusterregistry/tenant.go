@@ -23,14 +23,42 @@ import (
 	"github.com/tenantry/tenantry/pkg/fxlogr"
 )
 
-// Names of the values a module can ask for by tag.
+// The names under which a cluster's app provides its named values, and
+// the fx tags that ask for them (for fx.ParamTags and fx.ResultTags). A
+// struct field's tag cannot name a constant: embed Tenant instead.
 const (
-	// ManageClientName tags the management cluster's client.Client:
-	// `name:"manage-client"`.
+	// ManageClientName names the management cluster's client.Client.
 	ManageClientName = "manage-client"
-	// ClusterNameName tags the cluster's name, a string: `name:"cluster-name"`.
-	ClusterNameName = "cluster-name"
+	// ClusterNameKey names the cluster's name, a string.
+	ClusterNameKey = "cluster-name"
+
+	// ManageClientTag asks for the management cluster's client.Client.
+	ManageClientTag = `name:"` + ManageClientName + `"`
+	// ClusterNameTag asks for the cluster's name.
+	ClusterNameTag = `name:"` + ClusterNameKey + `"`
 )
+
+// Tenant is everything a cluster's app provides to its modules, with the
+// tags spelled once: take it as the parameter of a constructor or an
+// fx.Invoke, or embed it in a parameter struct of your own (an fx.In struct
+// may embed another).
+type Tenant struct {
+	fx.In
+
+	// Manager is the cluster's manager.
+	Manager manager.Manager
+	// Client is the cluster's client (cached reads, direct writes).
+	Client client.Client
+	// ManageClient is the management cluster's client given to the
+	// registry.
+	ManageClient client.Client `name:"manage-client"`
+	// ClusterName is the name given to Spawn.
+	ClusterName string `name:"cluster-name"`
+	// Config is the cluster's config (a copy).
+	Config *rest.Config
+	// Logger is the registry's logger with the key "cluster" set.
+	Logger logr.Logger
+}
 
 const (
 	// probeTimeout bounds one health check of a cluster's API server.
@@ -110,12 +138,12 @@ func (r *RemoteClusterRegistry) startTenant(c *cluster, config *rest.Config) (_ 
 		fx.StartTimeout(r.opts.SpawnTimeout),
 		fx.StopTimeout(r.opts.GracefulShutdownTimeout+5*time.Second),
 		fx.Supply(
-			fx.Annotated{Name: ClusterNameName, Target: c.name},
+			fx.Annotated{Name: ClusterNameKey, Target: c.name},
 			c.log,
 		),
 		fx.Provide(
 			func() *rest.Config { return rest.CopyConfig(cfg) },
-			fx.Annotate(func() client.Client { return manageClient }, fx.ResultTags(`name:"`+ManageClientName+`"`)),
+			fx.Annotate(func() client.Client { return manageClient }, fx.ResultTags(ManageClientTag)),
 			func(lc fx.Lifecycle, cfg *rest.Config, log logr.Logger) (manager.Manager, error) {
 				return r.newManager(lc, t, cfg, log)
 			},

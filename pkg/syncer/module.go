@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	"github.com/tenantry/tenantry/pkg/clusterregistry"
 	"go.uber.org/fx"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -136,7 +137,7 @@ func TenantModulePerCluster(hub *Hub, perCluster PerCluster) fx.Option {
 			all := append([]Syncer{NamespaceSyncer(opts.PodSecurityLevel)}, syncers...)
 			return setup(mgr, cluster, log, hub, opts, all)
 		},
-		fx.ParamTags(``, ``, `name:"cluster-name"`, ``),
+		fx.ParamTags(``, ``, clusterregistry.ClusterNameTag, ``),
 	)))
 }
 
