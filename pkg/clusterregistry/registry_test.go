@@ -218,7 +218,11 @@ func TestModuleInjection(t *testing.T) {
 	got := make(chan injected, 1)
 	typed := make(chan clusterregistry.Tenant, 1)
 	r := newRegistry(t, clusterregistry.Options{Logger: logger, ManageClient: manage},
-		fx.Invoke(func(in injected, tenant clusterregistry.Tenant) { in.Log.Info("module invoked"); got <- in; typed <- tenant }))
+		fx.Invoke(func(in injected, tenant clusterregistry.Tenant) {
+			in.Log.Info("module invoked")
+			got <- in
+			typed <- tenant
+		}))
 
 	if err := r.Spawn("injection", tenantCfg); err != nil {
 		t.Fatal(err)
