@@ -514,7 +514,7 @@ func (a *arrivals) times(ctx context.Context, names map[string]time.Time, timeou
 // wait returns, for each name in since, how long after its time it arrived.
 func (a *arrivals) wait(ctx context.Context, since map[string]time.Time, timeout time.Duration) ([]time.Duration, error) {
 	var lat []time.Duration
-	err := poll(ctx, 20*time.Millisecond, timeout, func(context.Context) (bool, error) {
+	err := tenantrytest.Poll(ctx, 20*time.Millisecond, timeout, func(context.Context) (bool, error) {
 		a.mu.Lock()
 		defer a.mu.Unlock()
 		lat = lat[:0]
@@ -529,7 +529,7 @@ func (a *arrivals) wait(ctx context.Context, since map[string]time.Time, timeout
 }
 
 func waitGet(ctx context.Context, c client.Client, key client.ObjectKey, obj client.Object) error {
-	return poll(ctx, 20*time.Millisecond, time.Minute, func(ctx context.Context) (bool, error) {
+	return tenantrytest.Poll(ctx, 20*time.Millisecond, time.Minute, func(ctx context.Context) (bool, error) {
 		err := c.Get(ctx, key, obj)
 		return err == nil, err
 	})
@@ -571,7 +571,7 @@ func settledGoroutines(target int) int {
 	if target == 0 {
 		return n
 	}
-	_ = poll(context.Background(), 50*time.Millisecond, 5*time.Second, func(context.Context) (bool, error) {
+	_ = tenantrytest.Poll(context.Background(), 50*time.Millisecond, 5*time.Second, func(context.Context) (bool, error) {
 		n = runtime.NumGoroutine()
 		return n <= target, nil
 	})

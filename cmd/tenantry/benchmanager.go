@@ -75,7 +75,7 @@ func startManagerProcess(ctx context.Context, binary, kubeconfig string, extraAr
 		close(m.exited)
 	}()
 	readyz := "http://" + addrs[1] + "/readyz"
-	if err := poll(ctx, 100*time.Millisecond, time.Minute, func(ctx context.Context) (bool, error) {
+	if err := tenantrytest.Poll(ctx, 100*time.Millisecond, time.Minute, func(ctx context.Context) (bool, error) {
 		select {
 		case <-m.exited:
 			return false, fmt.Errorf("bin/manager exited: %v (see %s)", m.err, logPath)
@@ -388,7 +388,7 @@ func (w *managerWorld) readyCount(ctx context.Context) (int, error) {
 // waitReady waits until n VirtualClusters are Ready.
 func (w *managerWorld) waitReady(ctx context.Context, n int, timeout time.Duration) error {
 	ready := 0
-	err := poll(ctx, 250*time.Millisecond, timeout, func(ctx context.Context) (bool, error) {
+	err := tenantrytest.Poll(ctx, 250*time.Millisecond, timeout, func(ctx context.Context) (bool, error) {
 		var err error
 		ready, err = w.readyCount(ctx)
 		return ready >= n, err

@@ -14,6 +14,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/tenantry/tenantry/pkg/syncer"
+	tenantrytest "github.com/tenantry/tenantry/pkg/testing"
 )
 
 // scaleNamespace is the namespace, in every tenant API server of the scale
@@ -161,7 +162,7 @@ func (s *scaleRun) measure(ctx context.Context, n int) (scalePoint, error) {
 // bench-scale ConfigMaps.
 func (s *scaleRun) waitCopies(ctx context.Context, want int) error {
 	have := 0
-	err := poll(ctx, time.Second, 5*time.Minute, func(ctx context.Context) (bool, error) {
+	err := tenantrytest.Poll(ctx, time.Second, 5*time.Minute, func(ctx context.Context) (bool, error) {
 		var list metav1.PartialObjectMetadataList
 		list.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("ConfigMapList"))
 		if err := s.host.List(ctx, &list, client.MatchingLabels{syncer.LabelManagedBy: syncer.ManagedByValue}); err != nil {

@@ -21,6 +21,7 @@ import (
 
 	tenantryv1alpha1 "github.com/tenantry/tenantry/pkg/apis/tenantry/v1alpha1"
 	"github.com/tenantry/tenantry/pkg/sharding"
+	tenantrytest "github.com/tenantry/tenantry/pkg/testing"
 	"github.com/tenantry/tenantry/providers"
 )
 
@@ -216,7 +217,7 @@ func (s *shardRun) placement(ctx context.Context) (map[string]string, error) {
 // among live, and returns when each of watched was first seen so.
 func (s *shardRun) waitPlacement(ctx context.Context, n int, live []string, watched []string) (map[string]time.Time, error) {
 	seen := map[string]time.Time{}
-	err := poll(ctx, 100*time.Millisecond, 5*time.Minute, func(ctx context.Context) (bool, error) {
+	err := tenantrytest.Poll(ctx, 100*time.Millisecond, 5*time.Minute, func(ctx context.Context) (bool, error) {
 		var list tenantryv1alpha1.VirtualClusterList
 		if err := s.vcs.List(ctx, &list); err != nil {
 			return false, err

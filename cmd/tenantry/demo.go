@@ -22,6 +22,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/tenantry/tenantry/pkg/syncer"
+	tenantrytest "github.com/tenantry/tenantry/pkg/testing"
 )
 
 var demoCommand = command{
@@ -76,7 +77,7 @@ func demo(ctx context.Context, d *devEnv, timeout time.Duration, out io.Writer) 
 	deadline, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	live := newLiveTable(out)
-	err := poll(deadline, 200*time.Millisecond, 0, func(ctx context.Context) (bool, error) {
+	err := tenantrytest.Poll(deadline, 200*time.Millisecond, 0, func(ctx context.Context) (bool, error) {
 		for _, it := range items {
 			if !it.done {
 				it.done, it.detail = d.converged(ctx, it)
@@ -147,7 +148,7 @@ func applyWorkload(ctx context.Context, c client.Client) error {
 		}
 	}
 	// The Foo CRD reaches the tenant through public CRD sync: wait for it.
-	err := poll(ctx, 200*time.Millisecond, 0, func(ctx context.Context) (bool, error) {
+	err := tenantrytest.Poll(ctx, 200*time.Millisecond, 0, func(ctx context.Context) (bool, error) {
 		err := c.Create(ctx, foo)
 		return err == nil || apierrors.IsAlreadyExists(err), err
 	})

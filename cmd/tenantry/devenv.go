@@ -232,7 +232,7 @@ func (d *devEnv) registerTenants(ctx context.Context) error {
 }
 
 func (d *devEnv) waitReady(ctx context.Context, name string) error {
-	err := poll(ctx, 100*time.Millisecond, 0, func(ctx context.Context) (bool, error) {
+	err := tenantrytest.Poll(ctx, 100*time.Millisecond, 0, func(ctx context.Context) (bool, error) {
 		var vc tenantryv1alpha1.VirtualCluster
 		if err := d.host.Get(ctx, client.ObjectKey{Name: name}, &vc); err != nil {
 			return false, err

@@ -153,7 +153,7 @@ func newHub(p params) (*syncer.Hub, error) {
 	o := options(p)
 	return syncer.NewHub(p.Config, syncer.HubOptions{
 		Scheme: p.Scheme, HostQPS: o.HostQPS, HostBurst: o.HostBurst,
-		TenantQPS: float32(o.TenantQPS), TenantBurst: o.TenantBurst,
+		TenantQPS: o.TenantQPS, TenantBurst: o.TenantBurst,
 		Fence: p.Fence,
 	})
 }

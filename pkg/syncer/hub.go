@@ -40,7 +40,7 @@ type HubOptions struct {
 	// TenantQPS and TenantBurst, if TenantQPS is set, are also a ceiling
 	// on each tenant's requests, below its share of the budget. Default:
 	// none.
-	TenantQPS   float32
+	TenantQPS   float64
 	TenantBurst int
 
 	// Fence, if set, is asked before every request of a tenant's host

@@ -2,6 +2,7 @@ package testing
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -20,15 +21,32 @@ const PollInterval = 50 * time.Millisecond
 // only reported, it does not end the polling.
 func Eventually(t testing.TB, timeout time.Duration, what string, cond func(ctx context.Context) (bool, error)) {
 	t.Helper()
+	if err := Poll(t.Context(), PollInterval, timeout, cond); err != nil {
+		t.Fatalf("%s: not within %s: %v", what, timeout, err)
+	}
+}
+
+// Poll checks cond every interval, at once first, until it holds, ctx ends,
+// or timeout passes (0: only ctx bounds it). cond's error says why the
+// state does not hold yet: it does not end the polling, and the error Poll
+// returns carries the last one.
+func Poll(ctx context.Context, interval, timeout time.Duration, cond func(ctx context.Context) (bool, error)) error {
 	var last error
-	err := wait.PollUntilContextTimeout(t.Context(), PollInterval, timeout, true, func(ctx context.Context) (bool, error) {
+	check := func(ctx context.Context) (bool, error) {
 		ok, err := cond(ctx)
 		if ctx.Err() == nil { // an error from the deadline itself says nothing
 			last = err
 		}
 		return ok, nil
-	})
-	if err != nil {
-		t.Fatalf("%s: not within %s (last error: %v)", what, timeout, last)
 	}
+	var err error
+	if timeout > 0 {
+		err = wait.PollUntilContextTimeout(ctx, interval, timeout, true, check)
+	} else {
+		err = wait.PollUntilContextCancel(ctx, interval, true, check)
+	}
+	if err != nil && last != nil {
+		return fmt.Errorf("%w (last error: %w)", err, last)
+	}
+	return err
 }
