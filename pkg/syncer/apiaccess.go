@@ -353,11 +353,11 @@ func setupPodAPIAccess(mgr manager.Manager, hub *Hub, r *podAPIAccess) error {
 	// The host Pod brings its tenant Pod; so does its Secret, when changed
 	// or deleted by someone else.
 	hostPod := func(o client.Object) (types.NamespacedName, bool) {
-		key, ok := r.translator.TenantKey(o)
+		key, ok := r.translator.tenantKey(o)
 		return key, ok && usesAPIAccess(&o.(*corev1.Pod).Spec, apiAccessSecretName(o.GetName()))
 	}
 	accessSecret := func(o client.Object) (types.NamespacedName, bool) {
-		key, ok := r.translator.TenantKey(o)
+		key, ok := r.translator.tenantKey(o)
 		return key, ok && o.GetName() == apiAccessSecretName(key.Name)
 	}
 	return tenantController(mgr, "pod-api-access", controller.Options{}).

@@ -28,7 +28,7 @@ func hubSource(subscribe func(ctx context.Context, queue func(reconcile.Request)
 // belong to cluster: each queues the tenant object that key names, if any.
 func routed(hub *Hub, obj client.Object, cluster string, key func(host client.Object) (types.NamespacedName, bool)) source.TypedSource[reconcile.Request] {
 	return hubSource(func(ctx context.Context, queue func(reconcile.Request)) (func(), error) {
-		return hub.Route(ctx, obj, cluster, func(host client.Object) {
+		return hub.route(ctx, obj, cluster, func(host client.Object) {
 			if k, ok := key(host); ok {
 				queue(reconcile.Request{NamespacedName: k})
 			}
@@ -45,8 +45,8 @@ func hostEvents(hub *Hub, s *Syncer, tr Translator) source.TypedSource[reconcile
 	})
 }
 
-// named is a source of the names a hub watch (Hub.WatchNodes,
-// Hub.WatchPublicCRDs) tells, as requests for cluster-scoped objects, less
+// named is a source of the names a hub watch (Hub.watchNodes,
+// Hub.watchPublicCRDs) tells, as requests for cluster-scoped objects, less
 // those that want refuses (nil: all).
 func named(watch func(context.Context, func(string)) (func(), error), want func(name string) bool) source.TypedSource[reconcile.Request] {
 	return hubSource(func(ctx context.Context, queue func(reconcile.Request)) (func(), error) {
@@ -63,7 +63,7 @@ func named(watch func(context.Context, func(string)) (func(), error), want func(
 // cluster, such as a Pod's API access Secret, which is labelled for the
 // Pod it serves but copies no Secret.
 func tenantKeyOf(tr Translator, s *Syncer, host client.Object) (key types.NamespacedName, ok bool) {
-	key, ok = tr.TenantKey(host)
+	key, ok = tr.tenantKey(host)
 	if !ok || tr.HostKey(key, s.ClusterScoped) != client.ObjectKeyFromObject(host) {
 		return types.NamespacedName{}, false
 	}

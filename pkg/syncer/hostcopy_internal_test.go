@@ -57,7 +57,7 @@ func TestHostCopy(t *testing.T) {
 		t.Errorf("the tenant changed: data %v; want the tenant's whole", got.Data)
 	}
 
-	namespaces := NamespaceSyncer("baseline")
+	namespaces := namespaceSyncer("baseline")
 	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "web", UID: "u2"}}
 	made, err := namespaces.HostCopy(tr, ns, nil)
 	if err != nil {
@@ -65,13 +65,13 @@ func TestHostCopy(t *testing.T) {
 	}
 	edited := made.(*corev1.Namespace)
 	edited.ResourceVersion = "1"
-	edited.Labels[LabelPodSecurityEnforce] = "privileged"
+	edited.Labels[labelPodSecurityEnforce] = "privileged"
 	edited.Spec.Finalizers = []corev1.FinalizerName{corev1.FinalizerKubernetes}
 	got, err := namespaces.HostCopy(tr, ns, edited)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if l := got.GetLabels()[LabelPodSecurityEnforce]; l != "baseline" || len(got.(*corev1.Namespace).Spec.Finalizers) != 1 {
+	if l := got.GetLabels()[labelPodSecurityEnforce]; l != "baseline" || len(got.(*corev1.Namespace).Spec.Finalizers) != 1 {
 		t.Errorf("a host namespace set to %q by hand: enforce %q, finalizers %v; want baseline restored, the host's finalizer kept",
 			"privileged", l, got.(*corev1.Namespace).Spec.Finalizers)
 	}

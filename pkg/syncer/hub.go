@@ -44,7 +44,7 @@ type HubOptions struct {
 	TenantBurst int
 
 	// Fence, if set, is asked before every request of a tenant's host
-	// client (ClientFor): a sharded replica writes for a tenant only while
+	// client: a sharded replica writes for a tenant only while
 	// it holds the tenant's Lease. The tenant's app gets the same Fence
 	// from the registry (clusterregistry.Options.Fence).
 	Fence clusterregistry.Fence
@@ -173,8 +173,8 @@ func (h *Hub) Start(ctx context.Context) error {
 // NeedLeaderElection is false: every replica keeps its host cache warm.
 func (h *Hub) NeedLeaderElection() bool { return false }
 
-// Serves says whether the host serves gvk.
-func (h *Hub) Serves(gvk schema.GroupVersionKind) (bool, error) {
+// serves says whether the host serves gvk.
+func (h *Hub) serves(gvk schema.GroupVersionKind) (bool, error) {
 	return serves(h.mapper, gvk)
 }
 
@@ -193,10 +193,10 @@ func serves(mapper meta.RESTMapper, gvk schema.GroupVersionKind) (bool, error) {
 // Reader reads host objects that Tenantry manages, from the shared cache.
 func (h *Hub) Reader() client.Reader { return h.cache }
 
-// ClientFor returns a host client for one tenant's writes, whose requests
+// clientFor returns a host client for one tenant's writes, whose requests
 // wait for the tenant's turn in the host budget. It shares the hub's
 // connections and REST mapper. Reads belong to Reader.
-func (h *Hub) ClientFor(cluster string) (client.Client, error) {
+func (h *Hub) clientFor(cluster string) (client.Client, error) {
 	cfg := rest.CopyConfig(h.config)
 	limiter := tenantLimiter{budget: h.budget, tenant: cluster, fence: h.opts.Fence}
 	if h.opts.TenantQPS > 0 {
@@ -243,14 +243,14 @@ func clusterOf(o client.Object) []string {
 	return nil
 }
 
-// Route sends the events of host objects of obj's type that belong to
+// route sends the events of host objects of obj's type that belong to
 // cluster to handle (and to every other handler routed for them), until
 // the returned cancel is called. It first hands handle every such object
 // the host has now, as the informer did for the first route of the type:
 // a tenant that starts late (re-spawned, or after the manager restarted)
 // learns of its copies at once, orphans among them. The first route for a
 // type starts its informer and waits for it to sync.
-func (h *Hub) Route(ctx context.Context, obj client.Object, cluster string, handle func(client.Object)) (cancel func(), err error) {
+func (h *Hub) route(ctx context.Context, obj client.Object, cluster string, handle func(client.Object)) (cancel func(), err error) {
 	gvk, err := gvkOf(obj, h.opts.Scheme)
 	if err != nil {
 		return nil, err
@@ -352,19 +352,19 @@ func gvkOf(obj client.Object, scheme *runtime.Scheme) (schema.GroupVersionKind, 
 	return gvk, nil
 }
 
-// WatchPublicCRDs calls handle with the name of every public host CRD now,
+// watchPublicCRDs calls handle with the name of every public host CRD now,
 // and of every one that is added, changed, deleted or loses its label later,
 // until the returned cancel is called.
-func (h *Hub) WatchPublicCRDs(ctx context.Context, handle func(name string)) (cancel func(), err error) {
+func (h *Hub) watchPublicCRDs(ctx context.Context, handle func(name string)) (cancel func(), err error) {
 	return h.watch(ctx, "public CRDs", &apiextensionsv1.CustomResourceDefinition{}, &apiextensionsv1.CustomResourceDefinitionList{}, handle)
 }
 
-// WatchNodes calls handle with the name of every host node now, and of
+// watchNodes calls handle with the name of every host node now, and of
 // every one that is added, changed or deleted later, until the returned
 // cancel is called. Read the nodes through
 // Reader: the hub caches every host node (they carry no Tenantry label),
 // without its managed fields and image list.
-func (h *Hub) WatchNodes(ctx context.Context, handle func(name string)) (cancel func(), err error) {
+func (h *Hub) watchNodes(ctx context.Context, handle func(name string)) (cancel func(), err error) {
 	return h.watch(ctx, "nodes", &corev1.Node{}, &corev1.NodeList{}, handle)
 }
 

@@ -134,7 +134,7 @@ func TenantModulePerCluster(hub *Hub, perCluster PerCluster) fx.Option {
 				return fmt.Errorf("choosing the syncers of cluster %s: %w", cluster, err)
 			}
 			opts.setDefaults()
-			all := append([]Syncer{NamespaceSyncer(opts.PodSecurityLevel)}, syncers...)
+			all := append([]Syncer{namespaceSyncer(opts.PodSecurityLevel)}, syncers...)
 			return setup(mgr, cluster, log, hub, opts, all)
 		},
 		fx.ParamTags(``, ``, clusterregistry.ClusterNameTag, ``),
@@ -142,7 +142,7 @@ func TenantModulePerCluster(hub *Hub, perCluster PerCluster) fx.Option {
 }
 
 func setup(mgr manager.Manager, cluster string, log logr.Logger, hub *Hub, opts Options, syncers []Syncer) error {
-	host, err := hub.ClientFor(cluster)
+	host, err := hub.clientFor(cluster)
 	if err != nil {
 		return err
 	}
@@ -153,7 +153,7 @@ func setup(mgr manager.Manager, cluster string, log logr.Logger, hub *Hub, opts 
 	}
 	policies := newNamespacePolicies(tr, hub.Reader(), host, excluded, opts)
 	namespaces := &hostNamespaces{
-		syncer: NamespaceSyncer(opts.PodSecurityLevel), translator: tr,
+		syncer: namespaceSyncer(opts.PodSecurityLevel), translator: tr,
 		tenant: mgr.GetClient(), hostRead: hub.Reader(), host: host, policies: policies,
 	}
 	recorder := mgr.GetEventRecorder("tenantry-syncer")

@@ -105,7 +105,7 @@ func newNamespacePolicies(tr Translator, hostRead client.Reader, host client.Cli
 func (p *namespacePolicies) setup(mgr manager.Manager, hub *Hub) error {
 	cluster := p.translator.Cluster
 	byHostNamespace := func(o client.Object) (types.NamespacedName, bool) {
-		key, ok := p.translator.TenantKey(o)
+		key, ok := p.translator.tenantKey(o)
 		return types.NamespacedName{Name: key.Name}, ok
 	}
 	b := tenantController(mgr, "namespace-policies", controller.Options{}).

@@ -9,9 +9,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
-// LabelPodSecurityEnforce is Pod Security Admission's enforce label, which
+// labelPodSecurityEnforce is Pod Security Admission's enforce label, which
 // Tenantry sets on every host namespace.
-const LabelPodSecurityEnforce = "pod-security.kubernetes.io/enforce"
+const labelPodSecurityEnforce = "pod-security.kubernetes.io/enforce"
 
 // DefaultPodSecurityLevel is the Pod Security level enforced on host
 // namespaces unless configured otherwise: tenants' Pods run on host nodes,
@@ -19,11 +19,11 @@ const LabelPodSecurityEnforce = "pod-security.kubernetes.io/enforce"
 // containers) are refused.
 const DefaultPodSecurityLevel = "baseline"
 
-// NamespaceSyncer syncs tenant Namespaces to their host namespaces. Tenant
+// namespaceSyncer syncs tenant Namespaces to their host namespaces. Tenant
 // labels and annotations are not copied: on a host namespace they would
 // speak to the host (Pod Security levels, network policy selectors), which
 // a tenant must not. The host namespace enforces podSecurityLevel.
-func NamespaceSyncer(podSecurityLevel string) Syncer {
+func namespaceSyncer(podSecurityLevel string) Syncer {
 	if podSecurityLevel == "" {
 		podSecurityLevel = DefaultPodSecurityLevel
 	}
@@ -34,7 +34,7 @@ func NamespaceSyncer(podSecurityLevel string) Syncer {
 		OnlyExisting:  true,
 		Down: func(_, host client.Object) error {
 			labels := host.GetLabels()
-			labels[LabelPodSecurityEnforce] = podSecurityLevel
+			labels[labelPodSecurityEnforce] = podSecurityLevel
 			host.SetLabels(labels)
 			return nil
 		},

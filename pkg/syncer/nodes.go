@@ -105,7 +105,7 @@ func setupVirtualNodes(mgr manager.Manager, cluster string, hub *Hub, opts Optio
 				return e.ObjectOld.(*corev1.Pod).Spec.NodeName != e.ObjectNew.(*corev1.Pod).Spec.NodeName
 			},
 		})).
-		WatchesRawSource(named(hub.WatchNodes, func(name string) bool {
+		WatchesRawSource(named(hub.watchNodes, func(name string) bool {
 			_, ok := r.live.Load(name)
 			return ok
 		})).

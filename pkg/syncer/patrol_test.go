@@ -52,7 +52,7 @@ func TestPatrolRoundQueuesDriftOnly(t *testing.T) {
 	system := tenantCM("kube-system", "system", "u6", "a")
 	// Another cluster's copy: not this patroller's to see.
 	othersHost := &corev1.ConfigMap{}
-	Translator{Cluster: "other"}.HostMetadata(tenantCM("default", "others", "u7", "a"), othersHost, false, true)
+	Translator{Cluster: "other"}.hostMetadata(tenantCM("default", "others", "u7", "a"), othersHost, false, true)
 
 	tenant := fake.NewClientBuilder().WithScheme(clientgoscheme.Scheme).
 		WithObjects(inSync, edited, missing, stale, system).Build()

@@ -71,7 +71,7 @@ func (p *pendingSyncers) ready(gvk schema.GroupVersionKind) (bool, error) {
 	if err != nil || !tenant {
 		return false, err
 	}
-	return p.hub.Serves(gvk)
+	return p.hub.serves(gvk)
 }
 
 // setup watches the tenant's CRDs for the pending syncers' types.
@@ -86,7 +86,7 @@ func (p *pendingSyncers) setup(mgr manager.Manager) error {
 		For(&apiextensionsv1.CustomResourceDefinition{}).
 		// A public host CRD, of the same name as the tenant's copy of it,
 		// may be what the host now serves.
-		WatchesRawSource(named(p.hub.WatchPublicCRDs, nil)).
+		WatchesRawSource(named(p.hub.watchPublicCRDs, nil)).
 		Complete(reconcile.Func(func(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
 			var crd apiextensionsv1.CustomResourceDefinition
 			if err := mgr.GetClient().Get(ctx, req.NamespacedName, &crd); err != nil {

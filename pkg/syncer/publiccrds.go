@@ -45,7 +45,7 @@ func setupPublicCRDs(mgr manager.Manager, cluster string, hub *Hub) error {
 		For(&apiextensionsv1.CustomResourceDefinition{}, builder.WithPredicates(predicate.NewPredicateFuncs(func(o client.Object) bool {
 			return o.GetLabels()[LabelManagedBy] == ManagedByValue
 		}))).
-		WatchesRawSource(named(hub.WatchPublicCRDs, nil)).
+		WatchesRawSource(named(hub.watchPublicCRDs, nil)).
 		Complete(r)
 }
 

@@ -141,7 +141,7 @@ func TestConfigMapSync(t *testing.T) {
 			t.Fatal(err)
 		}
 		if ns.Labels[syncer.LabelCluster] != cluster || ns.Annotations[syncer.AnnotationTenantName] != "default" ||
-			ns.Labels[syncer.LabelPodSecurityEnforce] != syncer.DefaultPodSecurityLevel {
+			ns.Labels["pod-security.kubernetes.io/enforce"] != syncer.DefaultPodSecurityLevel {
 			t.Errorf("%s: host namespace %s has labels %v, annotations %v", cluster, ns.Name, ns.Labels, ns.Annotations)
 		}
 		if cluster == "tenant-1" {

@@ -93,9 +93,9 @@ func (t Translator) HostKey(tenant types.NamespacedName, clusterScoped bool) typ
 	return types.NamespacedName{Namespace: HostNamespace(t.Cluster, tenant.Namespace), Name: tenant.Name}
 }
 
-// TenantKey reads the tenant object key off a host object's annotations;
+// tenantKey reads the tenant object key off a host object's annotations;
 // ok is false when the object is not a copy made for this cluster.
-func (t Translator) TenantKey(host client.Object) (key types.NamespacedName, ok bool) {
+func (t Translator) tenantKey(host client.Object) (key types.NamespacedName, ok bool) {
 	if !t.Owns(host) {
 		return types.NamespacedName{}, false
 	}
@@ -113,7 +113,7 @@ func (t Translator) Owns(host client.Object) bool {
 	return l[LabelManagedBy] == ManagedByValue && l[LabelCluster] == t.Cluster
 }
 
-// HostMetadata sets the host object's identity from the tenant object's:
+// hostMetadata sets the host object's identity from the tenant object's:
 // name and namespace, Tenantry's labels and annotations, and, when
 // copyUserMetadata is set, the tenant's own labels and annotations, except
 // reserved ones and those the Translator denies (see DeniedMetadataPrefixes).
@@ -121,7 +121,7 @@ func (t Translator) Owns(host client.Object) bool {
 // goes from the host object too: the host copy records, in the annotations
 // AnnotationCopiedLabels and AnnotationCopiedAnnotations, which keys came
 // from the tenant. Keys that the host added are left alone.
-func (t Translator) HostMetadata(tenant, host client.Object, clusterScoped, copyUserMetadata bool) {
+func (t Translator) hostMetadata(tenant, host client.Object, clusterScoped, copyUserMetadata bool) {
 	key := t.HostKey(client.ObjectKeyFromObject(tenant), clusterScoped)
 	host.SetNamespace(key.Namespace)
 	host.SetName(key.Name)

@@ -132,7 +132,7 @@ func TestHostMetadataCopiesAllowedKeysAndRemovals(t *testing.T) {
 		},
 	}}
 	host := &corev1.ConfigMap{}
-	tr.HostMetadata(tenant, host, false, true)
+	tr.hostMetadata(tenant, host, false, true)
 	if host.Labels["app"] != "web" || host.Labels["tier"] != "front" || host.Labels["tenantry.dev/cluster"] != "vc" {
 		t.Fatalf("host labels %v", host.Labels)
 	}
@@ -148,7 +148,7 @@ func TestHostMetadataCopiesAllowedKeysAndRemovals(t *testing.T) {
 	host.Labels["host-added"] = "yes" // a host controller's
 	delete(tenant.Labels, "tier")
 	delete(tenant.Annotations, "team")
-	tr.HostMetadata(tenant, host, false, true)
+	tr.hostMetadata(tenant, host, false, true)
 	if _, ok := host.Labels["tier"]; ok {
 		t.Error("a label removed in the tenant stayed in the host")
 	}
@@ -162,11 +162,11 @@ func TestHostMetadataCopiesAllowedKeysAndRemovals(t *testing.T) {
 	// With no deny list the mesh annotation goes down; denied again, it
 	// goes from the host.
 	open := Translator{Cluster: "vc", DeniedMetadataPrefixes: []string{}}
-	open.HostMetadata(tenant, host, false, true)
+	open.hostMetadata(tenant, host, false, true)
 	if host.Annotations["sidecar.istio.io/inject"] != "true" {
 		t.Fatalf("with no deny list, annotations %v", host.Annotations)
 	}
-	tr.HostMetadata(tenant, host, false, true)
+	tr.hostMetadata(tenant, host, false, true)
 	if _, ok := host.Annotations["sidecar.istio.io/inject"]; ok {
 		t.Error("an annotation denied after it was copied stayed in the host")
 	}
@@ -184,7 +184,7 @@ func TestHostMetadataCleansCopiesWithoutRecords(t *testing.T) {
 	old := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{
 		ResourceVersion: "7", Labels: map[string]string{"app": "web", "linkerd.io/inject": "enabled"},
 	}}
-	tr.HostMetadata(tenant, old, false, true)
+	tr.hostMetadata(tenant, old, false, true)
 	if _, ok := old.Labels["linkerd.io/inject"]; ok || old.Labels["app"] != "web" {
 		t.Errorf("an old copy's labels %v: want the denied key gone, app kept", old.Labels)
 	}
@@ -193,7 +193,7 @@ func TestHostMetadataCleansCopiesWithoutRecords(t *testing.T) {
 		ResourceVersion: "8", Labels: map[string]string{"app": "web", "linkerd.io/inject": "enabled"},
 		Annotations: map[string]string{AnnotationSyncedDigest: "d", AnnotationCopiedLabels: "app"},
 	}}
-	tr.HostMetadata(tenant, recent, false, true)
+	tr.hostMetadata(tenant, recent, false, true)
 	if recent.Labels["linkerd.io/inject"] != "enabled" {
 		t.Errorf("a recent copy's labels %v: the host's own denied key must stay", recent.Labels)
 	}

@@ -1,7 +1,7 @@
 // Package builtin declares Tenantry's syncers for Kubernetes' built-in
 // types: ConfigMaps, Secrets, ServiceAccounts, Services,
 // PersistentVolumeClaims and Pods. (Namespaces are synced by the framework
-// itself: syncer.NamespaceSyncer.) Each is a plain syncer.Syncer value; pick
+// itself, for every tenant.) Each is a plain syncer.Syncer value; pick
 // them by name with ByName.
 package builtin
 
