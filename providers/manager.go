@@ -54,13 +54,13 @@ type managerParams struct {
 	Logger     logr.Logger
 }
 
-// NewManager builds the management cluster's controller-runtime manager,
+// newManager builds the management cluster's controller-runtime manager,
 // with metrics, health probes and optional leader election, and runs it for
 // the life of the app. If it stops on its own (a failed runnable), the app
 // shuts down with exit code 1. If it loses the leader Lease, the process
 // exits with code 1 at once, without stopping the tenants' apps: draining
 // them would let their writes land while another replica already leads.
-func NewManager(p managerParams) (manager.Manager, error) {
+func newManager(p managerParams) (manager.Manager, error) {
 	o := p.Options
 	var lock resourcelock.Interface
 	if o.LeaderElection {

@@ -22,10 +22,10 @@ var Module = fx.Module("providers",
 		func(o Options) (logr.Logger, error) { return NewLogger(o.Logger) },
 		NewRestConfig,
 		NewScheme,
-		NewManager,
+		newManager,
 		NewManageClient,
 		NewNoCacheReader,
-		NewRegistry,
+		newRegistry,
 	),
 )
 

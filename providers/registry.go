@@ -26,10 +26,10 @@ type registryParams struct {
 	Fence clusterregistry.Fence `optional:"true"`
 }
 
-// NewRegistry builds the cluster registry with every tenant module of the
+// newRegistry builds the cluster registry with every tenant module of the
 // app, and closes it when the app stops: every tenant app is stopped before
 // the management manager is.
-func NewRegistry(p registryParams) *clusterregistry.RemoteClusterRegistry {
+func newRegistry(p registryParams) *clusterregistry.RemoteClusterRegistry {
 	r := clusterregistry.NewWithOptions(clusterregistry.Options{
 		Logger:                  p.Logger.WithName("registry"),
 		ManageClient:            p.ManageClient,

@@ -22,7 +22,7 @@ import (
 // follows, and a clusterregistry.Fence on its Leases, which the registry
 // and the syncers' Hub ask before every request they send for a tenant.
 // Add it beside Module.
-var Sharding = fx.Module("sharding", fx.Provide(NewCoordinator, NewShardFence))
+var Sharding = fx.Module("sharding", fx.Provide(newCoordinator, NewShardFence))
 
 type coordinatorParams struct {
 	fx.In
@@ -33,12 +33,12 @@ type coordinatorParams struct {
 	Logger  logr.Logger
 }
 
-// NewCoordinator builds this replica's Coordinator and adds it to the
+// newCoordinator builds this replica's Coordinator and adds it to the
 // management manager, which runs it. If the replica cannot renew its Lease
 // for the renew deadline, the process exits with code 1 at once: its
 // tenants' requests are fenced from then on, and other replicas take them
 // once the Lease has run out.
-func NewCoordinator(p coordinatorParams) (*sharding.Coordinator, error) {
+func newCoordinator(p coordinatorParams) (*sharding.Coordinator, error) {
 	o := p.Options
 	if err := o.Validate(); err != nil {
 		return nil, err
