@@ -1,12 +1,10 @@
 package syncer
 
 import (
-	"context"
 	"fmt"
 	"strings"
 
 	"k8s.io/apimachinery/pkg/api/equality"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -40,30 +38,24 @@ func CustomResource(gvk schema.GroupVersionKind) Syncer {
 			}
 			return nil
 		},
-		Up: unstructuredStatusUp,
+		Up: StatusUp(copyUnstructuredStatus),
 	}
 }
 
 // envelope are the top-level fields that are not the object's content.
 var envelope = map[string]bool{"apiVersion": true, "kind": true, "metadata": true, "status": true}
 
-// unstructuredStatusUp copies status up, through the status subresource
-// when the type has one, or else with the object.
-func unstructuredStatusUp(ctx context.Context, c client.Client, h, t client.Object) (bool, error) {
+// copyUnstructuredStatus is, for StatusUp, the status copy of custom
+// resources: the host's status replaces the tenant's when the host has one
+// and the two differ.
+func copyUnstructuredStatus(h, t client.Object) bool {
 	host, tenant := h.(*unstructured.Unstructured), t.(*unstructured.Unstructured)
 	status, found := host.Object["status"]
 	if !found || equality.Semantic.DeepEqual(status, tenant.Object["status"]) {
-		return false, nil
+		return false
 	}
 	tenant.Object["status"] = runtime.DeepCopyJSONValue(status)
-	err := c.Status().Update(ctx, tenant)
-	if apierrors.IsNotFound(err) {
-		err = c.Update(ctx, tenant) // no status subresource: status is part of the object
-	}
-	if err != nil {
-		return false, fmt.Errorf("updating tenant status: %w", err)
-	}
-	return true, nil
+	return true
 }
 
 // ParseGVK parses "group/version/Kind" (or "version/Kind" for the core

@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -142,7 +143,8 @@ func (s *Syncer) wants(tenant client.Object) bool {
 
 // StatusUp builds an Up that copies status from host to tenant with
 // copyStatus, which reports whether it changed tenant, and writes the
-// tenant object's status subresource when it did. The write carries the
+// tenant object's status subresource when it did (the whole object, for a
+// type without one, such as a custom resource). The write carries the
 // tenant object's resourceVersion: a newer tenant object makes it fail with
 // a conflict, and the sync is retried, never blindly overwritten.
 func StatusUp(copyStatus func(host, tenant client.Object) bool) func(context.Context, client.Client, client.Object, client.Object) (bool, error) {
@@ -150,7 +152,13 @@ func StatusUp(copyStatus func(host, tenant client.Object) bool) func(context.Con
 		if !copyStatus(host, tenant) {
 			return false, nil
 		}
-		if err := c.Status().Update(ctx, tenant); err != nil {
+		err := c.Status().Update(ctx, tenant)
+		if apierrors.IsNotFound(err) {
+			// A type without a status subresource: status is part of
+			// the object (a gone object is NotFound here too).
+			err = c.Update(ctx, tenant)
+		}
+		if err != nil {
 			return false, fmt.Errorf("updating tenant status: %w", err)
 		}
 		return true, nil
