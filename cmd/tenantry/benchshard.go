@@ -16,6 +16,7 @@ import (
 	coordinationv1 "k8s.io/api/coordination/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -246,17 +247,9 @@ func (s *shardRun) waitPlacement(ctx context.Context, n int, live []string, watc
 // leaseWrites counts, through a watch over window, the writes of the
 // VirtualClusters' Leases, and of the peer Leases per replica per second.
 func (s *shardRun) leaseWrites(ctx context.Context, window time.Duration, replicas int) (keys int, peersPerSecond float64, err error) {
-	wc, err := client.NewWithWatch(unthrottled(s.env.Host.Config()), client.Options{})
-	if err != nil {
-		return 0, 0, err
-	}
-	var list coordinationv1.LeaseList
-	if err := wc.List(ctx, &list, client.InNamespace(secretsNamespace)); err != nil {
-		return 0, 0, err
-	}
 	watchCtx, cancel := context.WithTimeout(ctx, window)
 	defer cancel()
-	watcher, err := wc.Watch(watchCtx, &coordinationv1.LeaseList{}, client.InNamespace(secretsNamespace), &client.ListOptions{Raw: &metav1.ListOptions{ResourceVersion: list.ResourceVersion}})
+	watcher, err := s.watchLeases(watchCtx)
 	if err != nil {
 		return 0, 0, err
 	}
@@ -293,17 +286,8 @@ func (s *shardRun) leaseWrites(ctx context.Context, window time.Duration, replic
 // is called; stop returns when each Lease held by from passed to another
 // replica.
 func (s *shardRun) watchTakeovers(ctx context.Context, from string) (stop func() map[string]time.Time, err error) {
-	wc, err := client.NewWithWatch(unthrottled(s.env.Host.Config()), client.Options{})
-	if err != nil {
-		return nil, err
-	}
-	var list coordinationv1.LeaseList
-	if err := wc.List(ctx, &list, client.InNamespace(secretsNamespace), client.HasLabels{sharding.LabelKeyGroup}); err != nil {
-		return nil, err
-	}
 	watchCtx, cancel := context.WithCancel(ctx)
-	watcher, err := wc.Watch(watchCtx, &coordinationv1.LeaseList{}, client.InNamespace(secretsNamespace), client.HasLabels{sharding.LabelKeyGroup},
-		&client.ListOptions{Raw: &metav1.ListOptions{ResourceVersion: list.ResourceVersion}})
+	watcher, err := s.watchLeases(watchCtx, client.HasLabels{sharding.LabelKeyGroup})
 	if err != nil {
 		cancel()
 		return nil, err
@@ -331,6 +315,22 @@ func (s *shardRun) watchTakeovers(ctx context.Context, from string) (stop func()
 		<-done
 		return taken
 	}, nil
+}
+
+// watchLeases watches the changes of the Leases in the manager's namespace
+// (those opts select) from now on, until ctx ends.
+func (s *shardRun) watchLeases(ctx context.Context, opts ...client.ListOption) (watch.Interface, error) {
+	wc, err := client.NewWithWatch(unthrottled(s.env.Host.Config()), client.Options{})
+	if err != nil {
+		return nil, err
+	}
+	opts = append(opts, client.InNamespace(secretsNamespace))
+	var list coordinationv1.LeaseList
+	if err := wc.List(ctx, &list, opts...); err != nil {
+		return nil, err
+	}
+	opts = append(opts, &client.ListOptions{Raw: &metav1.ListOptions{ResourceVersion: list.ResourceVersion}})
+	return wc.Watch(ctx, &coordinationv1.LeaseList{}, opts...)
 }
 
 func runBy(p map[string]string, id string) []string {

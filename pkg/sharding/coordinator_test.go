@@ -114,7 +114,6 @@ func TestReplicasShareKeys(t *testing.T) {
 func TestLostReplicaStopsBeforeItsKeysMove(t *testing.T) {
 	env := tenantrytest.New(t, tenantrytest.Options{})
 	c := newClient(t, env)
-	ctx := t.Context()
 	cutOff := make(chan struct{})
 	failing := interceptor.NewClient(c.(client.WithWatch), interceptor.Funcs{
 		Update: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.UpdateOption) error {
@@ -128,15 +127,7 @@ func TestLostReplicaStopsBeforeItsKeysMove(t *testing.T) {
 	})
 	a, b := startReplica(t, failing, "a"), startReplica(t, c, "b")
 	waitLive(t, []string{"a", "b"}, a, b)
-	key := ""
-	for i := 0; key == ""; i++ {
-		if k := fmt.Sprintf("vc-%d", i); a.Owner(k) == "a" {
-			key = k
-		}
-	}
-	if got, err := a.Acquire(ctx, key); err != nil || !got {
-		t.Fatalf("a could not take its key %s: %v", key, err)
-	}
+	key := takeOwnKey(t, a)
 
 	close(cutOff)
 	cutAt := time.Now()
@@ -162,6 +153,21 @@ func TestLostReplicaStopsBeforeItsKeysMove(t *testing.T) {
 	waitLive(t, []string{"b"}, b)
 	t.Logf("cut at 0: a lost at %s, b took its key at %s (lease %s, renew deadline %s)",
 		lostAt.Sub(cutAt).Round(10*time.Millisecond), tookAt.Sub(cutAt).Round(10*time.Millisecond), leaseDuration, renewDeadline)
+}
+
+// takeOwnKey finds a key that r owns and takes it.
+func takeOwnKey(t *testing.T, r *replica) string {
+	t.Helper()
+	for i := 0; ; i++ {
+		key := fmt.Sprintf("vc-%d", i)
+		if r.Owner(key) != r.Identity() {
+			continue
+		}
+		if got, err := r.Acquire(t.Context(), key); err != nil || !got {
+			t.Fatalf("%s could not take its key %s: %v", r.Identity(), key, err)
+		}
+		return key
+	}
 }
 
 func newClient(t *testing.T, env *tenantrytest.Environment) client.Client {
@@ -224,7 +230,6 @@ func TestKeyOfANewPeerIsNotTaken(t *testing.T) {
 func TestRenewalAfterTheDeadlineDoesNotRevive(t *testing.T) {
 	env := tenantrytest.New(t, tenantrytest.Options{})
 	c := newClient(t, env)
-	ctx := t.Context()
 	var cut atomic.Bool
 	failing := interceptor.NewClient(c.(client.WithWatch), interceptor.Funcs{
 		Update: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.UpdateOption) error {
@@ -236,15 +241,7 @@ func TestRenewalAfterTheDeadlineDoesNotRevive(t *testing.T) {
 	})
 	a, b := startReplica(t, failing, "a"), startReplica(t, c, "b")
 	waitLive(t, []string{"a", "b"}, a, b)
-	key := ""
-	for i := 0; key == ""; i++ {
-		if k := fmt.Sprintf("vc-%d", i); a.Owner(k) == "a" {
-			key = k
-		}
-	}
-	if got, err := a.Acquire(ctx, key); err != nil || !got {
-		t.Fatalf("a could not take its key %s: %v", key, err)
-	}
+	key := takeOwnKey(t, a)
 
 	cut.Store(true)
 	tenantrytest.Eventually(t, 2*renewDeadline, "a stops holding its key at its renew deadline", func(context.Context) (bool, error) {
