@@ -23,16 +23,6 @@ import (
 	"github.com/tenantry/tenantry/pkg/clusterregistry"
 )
 
-// Names of the clients the management app provides by tag; the host's
-// cached client.Client has the name a cluster's app gives it,
-// clusterregistry.ManageClientName.
-const (
-	// NoCacheReaderName tags a client.Reader that reads the host cluster's
-	// API server directly, for objects the manager does not cache (such as
-	// Secret contents).
-	NoCacheReaderName = "no-cache"
-)
-
 // errLeaderElectionLost is the error with which controller-runtime's
 // manager stops when it loses its leader Lease.
 const errLeaderElectionLost = "leader election lost"
@@ -159,16 +149,9 @@ func cacheSynced(mgr manager.Manager) healthz.Checker {
 	}
 }
 
-// NewManageClient is the host cluster's cached client, tagged
+// newManageClient is the host cluster's cached client, tagged
 // `name:"manage-client"`.
-var NewManageClient = fx.Annotate(
+var newManageClient = fx.Annotate(
 	func(mgr manager.Manager) client.Client { return mgr.GetClient() },
 	fx.ResultTags(clusterregistry.ManageClientTag),
-)
-
-// NewNoCacheReader reads the host API server directly, tagged
-// `name:"no-cache"`.
-var NewNoCacheReader = fx.Annotate(
-	func(mgr manager.Manager) client.Reader { return mgr.GetAPIReader() },
-	fx.ResultTags(`name:"`+NoCacheReaderName+`"`),
 )

@@ -10,10 +10,10 @@ import (
 
 // Module provides the management app's shared objects from the Options
 // supplied to the app: logr.Logger, *rest.Config (host), *runtime.Scheme,
-// manager.Manager (host), client.Client `name:"manage-client"`,
-// client.Reader `name:"no-cache"` and the
-// *clusterregistry.RemoteClusterRegistry built from the tenant modules in
-// the group `group:"tenant-modules"`. Add FxLogger at the app's root for fx's
+// manager.Manager (host; its GetAPIReader reads uncached), client.Client
+// tagged clusterregistry.ManageClientTag (the manager's cached client) and
+// the *clusterregistry.RemoteClusterRegistry, which runs every module added
+// with TenantModule or ProvideTenantModule in each cluster it spawns. Add FxLogger at the app's root for fx's
 // own logs; the process-wide loggers of controller-runtime and klog are the
 // binary's to set (SetProcessLoggers), once, not a module's.
 var Module = fx.Module("providers",
@@ -23,9 +23,8 @@ var Module = fx.Module("providers",
 		NewRestConfig,
 		NewScheme,
 		newManager,
-		NewManageClient,
-		NewNoCacheReader,
-		newRegistry,
+		newManageClient,
+		provideRegistry,
 	),
 )
 

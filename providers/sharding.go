@@ -22,7 +22,7 @@ import (
 // follows, and a clusterregistry.Fence on its Leases, which the registry
 // and the syncers' Hub ask before every request they send for a tenant.
 // Add it beside Module.
-var Sharding = fx.Module("sharding", fx.Provide(newCoordinator, NewShardFence))
+var Sharding = fx.Module("sharding", fx.Provide(newCoordinator, newShardFence))
 
 type coordinatorParams struct {
 	fx.In
@@ -99,10 +99,10 @@ func (r coordinatorRunnable) Start(ctx context.Context) error {
 
 func (coordinatorRunnable) NeedLeaderElection() bool { return false }
 
-// NewShardFence fences each tenant on its VirtualCluster's Lease: requests
+// newShardFence fences each tenant on its VirtualCluster's Lease: requests
 // for it are sent only while this replica holds that Lease and has renewed
 // its own within the renew deadline.
-func NewShardFence(co *sharding.Coordinator) clusterregistry.Fence {
+func newShardFence(co *sharding.Coordinator) clusterregistry.Fence {
 	return func(cluster string) error {
 		if co.Holds(cluster) {
 			return nil

@@ -149,7 +149,7 @@ func TestManagementApp(t *testing.T) {
 	}}
 	tenants := &lifecycle{started: map[string][]string{}, stopped: map[string]int{}}
 	var registry *clusterregistry.RemoteClusterRegistry
-	app := managerapp.New(opts, clusterregistry.AsTenantModule(tenants.module()), fx.Populate(&registry))
+	app := managerapp.New(opts, providers.TenantModule(tenants.module()), fx.Populate(&registry))
 	if err := app.Err(); err != nil {
 		t.Fatal(err)
 	}

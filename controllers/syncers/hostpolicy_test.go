@@ -9,6 +9,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	tenantryv1alpha1 "github.com/tenantry/tenantry/pkg/apis/tenantry/v1alpha1"
 	"github.com/tenantry/tenantry/pkg/syncer"
@@ -102,6 +103,25 @@ func TestParsePrefixes(t *testing.T) {
 	for _, bad := range []string{"example.com", "example.com/x/", "/", "exa mple.com/"} {
 		if err := parsePrefixes(bad, &list); err == nil {
 			t.Errorf("%q was taken", bad)
+		}
+	}
+}
+
+// --sync-custom-resources takes group/version/Kind, or version/Kind for the
+// core group.
+func TestParseGVK(t *testing.T) {
+	for in, want := range map[string]schema.GroupVersionKind{
+		"samples.tenantry.dev/v1alpha1/Foo": {Group: "samples.tenantry.dev", Version: "v1alpha1", Kind: "Foo"},
+		"v1/ConfigMap":                      {Version: "v1", Kind: "ConfigMap"},
+	} {
+		got, err := parseGVK(in)
+		if err != nil || got != want {
+			t.Errorf("parseGVK(%q) = %v, %v; want %v", in, got, err, want)
+		}
+	}
+	for _, bad := range []string{"", "Foo", "a/b/c/d", "g//K"} {
+		if _, err := parseGVK(bad); err == nil {
+			t.Errorf("parseGVK(%q) accepted", bad)
 		}
 	}
 }

@@ -78,7 +78,7 @@ func (o *Options) BindFlags(fs *flag.FlagSet) {
 		func(v string) error {
 			o.CustomResources = nil
 			for _, s := range strings.FieldsFunc(v, func(r rune) bool { return r == ',' || r == ' ' }) {
-				gvk, err := syncer.ParseGVK(s)
+				gvk, err := parseGVK(s)
 				if err != nil {
 					return err
 				}
@@ -118,39 +118,45 @@ func (o *Options) BindFlags(fs *flag.FlagSet) {
 	fs.IntVar(&o.TenantBurst, "tenant-host-burst", 0, "Burst of the ceiling set by --tenant-host-qps (default: its QPS).")
 }
 
-// Module runs the built-in syncers. It needs the host *rest.Config,
-// *runtime.Scheme and manager.Manager from the app, and Options (all
-// syncers when none are supplied).
+// Module runs the host half of the syncers, the Hub, in the management
+// app: it needs the host *rest.Config, *runtime.Scheme and manager.Manager.
+// Their tenant half, NewTenantModule, is a tenant module for the registry:
+// the app adds it with providers.ProvideTenantModule(syncers.NewTenantModule).
 var Module = fx.Module("syncers",
 	fx.Provide(newHub),
 	fx.Invoke(func(mgr manager.Manager, hub *syncer.Hub) error { return mgr.Add(hub) }),
-	fx.Provide(fx.Annotate(tenantModule, fx.ResultTags(`group:"`+clusterregistry.ModuleGroup+`"`))),
 )
 
-type params struct {
+// syncersGroup is the fx value group of the syncers that Provide adds.
+const syncersGroup = "syncers"
+
+// Provide adds the syncer that newSyncer returns to every tenant, beside
+// the built-in ones. newSyncer is an fx constructor: it may ask for the
+// management app's objects.
+func Provide(newSyncer any) fx.Option {
+	return fx.Provide(fx.Annotate(newSyncer, fx.ResultTags(`group:"`+syncersGroup+`"`)))
+}
+
+type hubParams struct {
 	fx.In
-	Config *rest.Config
-	Scheme *runtime.Scheme
-	// HostReader reads each VirtualCluster's spec (inClusterServer,
-	// hostPolicy) as its tenant starts.
-	HostReader client.Reader `name:"no-cache"`
-	Options    *Options      `optional:"true"`
-	// Extra are syncers contributed by other modules (syncer.Provide).
-	Extra []syncer.Syncer `group:"syncers"`
+	Config  *rest.Config
+	Scheme  *runtime.Scheme
+	Options *Options `optional:"true"`
 	// Fence, on sharded replicas, fences each tenant's host requests on
 	// its Lease.
 	Fence clusterregistry.Fence `optional:"true"`
 }
 
-func options(p params) Options {
-	if p.Options != nil {
-		return *p.Options
+// options are the supplied Options, or all built-in syncers.
+func options(supplied *Options) Options {
+	if supplied != nil {
+		return *supplied
 	}
 	return Options{Resources: builtin.Names()}
 }
 
-func newHub(p params) (*syncer.Hub, error) {
-	o := options(p)
+func newHub(p hubParams) (*syncer.Hub, error) {
+	o := options(p.Options)
 	return syncer.NewHub(p.Config, syncer.HubOptions{
 		Scheme: p.Scheme, HostQPS: o.HostQPS, HostBurst: o.HostBurst,
 		TenantQPS: o.TenantQPS, TenantBurst: o.TenantBurst,
@@ -158,17 +164,36 @@ func newHub(p params) (*syncer.Hub, error) {
 	})
 }
 
-func tenantModule(p params, hub *syncer.Hub) (fx.Option, error) {
-	o := options(p)
+// TenantParams are what NewTenantModule takes from the management app.
+type TenantParams struct {
+	fx.In
+	// Hub is the host half, which Module provides.
+	Hub *syncer.Hub
+	// Manager is the management manager: its API reader reads each
+	// VirtualCluster's spec (inClusterServer, hostPolicy) as its tenant
+	// starts.
+	Manager manager.Manager
+	// Options, if supplied; all built-in syncers otherwise.
+	Options *Options `optional:"true"`
+	// Extra are the syncers added with Provide.
+	Extra []syncer.Syncer `group:"syncers"`
+}
+
+// NewTenantModule builds the tenant half of the syncers: each tenant runs
+// the built-in syncers that Options name, those added with Provide and the
+// custom resource syncers, under its VirtualCluster's host policy over the
+// default, read from the host as the tenant starts.
+func NewTenantModule(p TenantParams) (fx.Option, error) {
+	o := options(p.Options)
 	if _, err := builtin.ByName(o.Resources, builtin.PodPolicy{}); err != nil {
 		return nil, err
 	}
-	return syncer.TenantModulePerCluster(hub, func(ctx context.Context, cluster string) (syncer.Options, []syncer.Syncer, error) {
+	return syncer.TenantModulePerCluster(p.Hub, func(ctx context.Context, cluster string) (syncer.Options, []syncer.Syncer, error) {
 		// Read uncached as the tenant starts, so that it runs with the spec
 		// that made the VirtualCluster's reconciler (re)spawn it, or a
 		// newer one.
 		var vc tenantryv1alpha1.VirtualCluster
-		if err := p.HostReader.Get(ctx, client.ObjectKey{Name: cluster}, &vc); err != nil {
+		if err := p.Manager.GetAPIReader().Get(ctx, client.ObjectKey{Name: cluster}, &vc); err != nil {
 			return syncer.Options{}, nil, fmt.Errorf("reading VirtualCluster %s: %w", cluster, err)
 		}
 		policy := overDefault(o.HostPolicy, vc.Spec.HostPolicy)
@@ -187,6 +212,19 @@ func tenantModule(p params, hub *syncer.Hub) (fx.Option, error) {
 		}
 		return opts, syncers, nil
 	}), nil
+}
+
+// parseGVK parses "group/version/Kind" (or "version/Kind" for the core
+// group), as --sync-custom-resources takes them.
+func parseGVK(s string) (schema.GroupVersionKind, error) {
+	parts := strings.Split(s, "/")
+	switch {
+	case len(parts) == 3 && parts[0] != "" && parts[1] != "" && parts[2] != "":
+		return schema.GroupVersionKind{Group: parts[0], Version: parts[1], Kind: parts[2]}, nil
+	case len(parts) == 2 && parts[0] != "" && parts[1] != "":
+		return schema.GroupVersionKind{Version: parts[0], Kind: parts[1]}, nil
+	}
+	return schema.GroupVersionKind{}, fmt.Errorf("%q is not group/version/Kind", s)
 }
 
 // parsePrefixes reads a comma-separated list of key prefixes, in lower

@@ -71,10 +71,9 @@ const (
 type params struct {
 	fx.In
 
-	Manager   manager.Manager
-	Registry  *clusterregistry.RemoteClusterRegistry
-	APIReader client.Reader `name:"no-cache"`
-	Options   Options       `optional:"true"`
+	Manager  manager.Manager
+	Registry *clusterregistry.RemoteClusterRegistry
+	Options  Options `optional:"true"`
 	// Shards, on sharded replicas, says which VirtualClusters this replica
 	// runs.
 	Shards *sharding.Coordinator `optional:"true"`
@@ -98,7 +97,7 @@ func setup(p params) error {
 		Shards:      p.Shards,
 		Replica:     replica,
 		Client:      p.Manager.GetClient(),
-		APIReader:   p.APIReader,
+		APIReader:   p.Manager.GetAPIReader(),
 		Registry:    p.Registry,
 		Recorder:    p.Manager.GetEventRecorder("tenantry-" + ControllerName),
 		TenantQPS:   p.Options.TenantQPS,

@@ -40,7 +40,8 @@ func TestSyncerWithoutAPIServers(t *testing.T) {
 		ObjectMeta: metav1.ObjectMeta{Namespace: "team", Name: "f", UID: "u1", Labels: map[string]string{"app": "f"}},
 		Spec:       foov1alpha1.FooSpec{Replicas: ptr.To[int32](3)},
 	}
-	h, err := syncertest.Down(foo.Syncer(), "vc", tenant, nil)
+	s := foo.Syncer()
+	h, err := s.HostCopy("vc", tenant, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -51,7 +52,7 @@ func TestSyncerWithoutAPIServers(t *testing.T) {
 	}
 
 	host.Status.ObservedReplicas = 3
-	up, changed, err := syncertest.Up(t.Context(), foo.Syncer(), newScheme(t), host, tenant)
+	up, changed, err := syncertest.Up(t.Context(), s, newScheme(t), host, tenant)
 	if err != nil || !changed {
 		t.Fatalf("Up: changed %v, err %v", changed, err)
 	}

@@ -9,6 +9,7 @@ import (
 	"go.uber.org/fx"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/tenantry/tenantry/controllers/syncers"
 	foov1alpha1 "github.com/tenantry/tenantry/examples/foo/api/v1alpha1"
 	"github.com/tenantry/tenantry/pkg/syncer"
 )
@@ -27,6 +28,6 @@ func Syncer() syncer.Syncer {
 	}
 }
 
-// Module contributes the Foo syncer to the controller-manager's syncers
-// (the value group "syncers"); the app's scheme must know Foo.
-var Module = fx.Module("foo-syncer", syncer.Provide(Syncer))
+// Module adds the Foo syncer to the controller-manager's syncers; the app's
+// scheme must know Foo.
+var Module = fx.Module("foo-syncer", syncers.Provide(Syncer))

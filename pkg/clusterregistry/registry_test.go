@@ -694,22 +694,6 @@ func TestCloseStopsAllAndRefusesSpawns(t *testing.T) {
 	}
 }
 
-func TestAsTenantModule(t *testing.T) {
-	var got []fx.Option
-	app := fx.New(
-		fx.NopLogger,
-		clusterregistry.AsTenantModule(copyModule),
-		clusterregistry.AsTenantModule(fx.Invoke(func() {})),
-		fx.Invoke(fx.Annotate(func(modules []fx.Option) { got = modules }, fx.ParamTags(`group:"tenant-modules"`))),
-	)
-	if err := app.Err(); err != nil {
-		t.Fatal(err)
-	}
-	if len(got) != 2 {
-		t.Fatalf("group holds %d modules, want 2", len(got))
-	}
-}
-
 // Tenant caches hold objects without their managed fields, unless asked
 // to keep them; the API server's stay either way.
 func TestTenantCachesDropManagedFields(t *testing.T) {

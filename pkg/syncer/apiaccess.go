@@ -340,7 +340,7 @@ func newTenantServer(config *rest.Config, server string) (tenantServer, error) {
 // for the tokens, writes the Secret owned by the host Pod, and renews the
 // tokens before they expire.
 type podAPIAccess struct {
-	translator Translator
+	translator translator
 	tenant     client.Client
 	hostRead   client.Reader
 	host       client.Client
@@ -381,7 +381,7 @@ func (r *podAPIAccess) Reconcile(ctx context.Context, req reconcile.Request) (re
 		return reconcile.Result{}, nil // its tokens end with it
 	}
 	var hostPod corev1.Pod
-	if err := r.hostRead.Get(ctx, r.translator.HostKey(req.NamespacedName, false), &hostPod); err != nil {
+	if err := r.hostRead.Get(ctx, r.translator.hostKey(req.NamespacedName, false), &hostPod); err != nil {
 		return reconcile.Result{}, client.IgnoreNotFound(err) // its creation brings us back
 	}
 	name := apiAccessSecretName(pod.Name)
@@ -427,7 +427,7 @@ func (r *podAPIAccess) Reconcile(ctx context.Context, req reconcile.Request) (re
 // isAccessSecret says whether s is Tenantry's API access Secret of a Pod
 // named as pod (this one, or an earlier one of the name).
 func (r *podAPIAccess) isAccessSecret(s *corev1.Secret, pod *corev1.Pod) bool {
-	return r.translator.Owns(s) && s.Annotations[AnnotationTenantNamespace] == pod.Namespace &&
+	return r.translator.owns(s) && s.Annotations[AnnotationTenantNamespace] == pod.Namespace &&
 		s.Annotations[AnnotationTenantName] == pod.Name
 }
 

@@ -1,7 +1,6 @@
 package syncer
 
 import (
-	"fmt"
 	"strings"
 
 	"k8s.io/apimachinery/pkg/api/equality"
@@ -56,17 +55,4 @@ func copyUnstructuredStatus(h, t client.Object) bool {
 	}
 	tenant.Object["status"] = runtime.DeepCopyJSONValue(status)
 	return true
-}
-
-// ParseGVK parses "group/version/Kind" (or "version/Kind" for the core
-// group), as used to enable custom-resource syncers from configuration.
-func ParseGVK(s string) (schema.GroupVersionKind, error) {
-	parts := strings.Split(s, "/")
-	switch {
-	case len(parts) == 3 && parts[0] != "" && parts[1] != "" && parts[2] != "":
-		return schema.GroupVersionKind{Group: parts[0], Version: parts[1], Kind: parts[2]}, nil
-	case len(parts) == 2 && parts[0] != "" && parts[1] != "":
-		return schema.GroupVersionKind{Version: parts[0], Kind: parts[1]}, nil
-	}
-	return schema.GroupVersionKind{}, fmt.Errorf("%q is not group/version/Kind", s)
 }

@@ -33,7 +33,7 @@ func TestCustomResourceSyncer(t *testing.T) {
 	tenant := widget(map[string]any{"size": int64(3)}, map[string]any{"seen": "by tenant"})
 	tenant.Object["data"] = map[string]any{"k": "v"} // top-level content beside spec goes down too
 
-	h, err := syncertest.Down(s, "vc", tenant, nil)
+	h, err := s.HostCopy("vc", tenant, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -53,7 +53,7 @@ func TestCustomResourceSyncer(t *testing.T) {
 
 	// Content the tenant no longer has leaves the host copy too.
 	delete(tenant.Object, "data")
-	h, err = syncertest.Down(s, "vc", tenant, host)
+	h, err = s.HostCopy("vc", tenant, host)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -70,22 +70,5 @@ func TestCustomResourceSyncer(t *testing.T) {
 	}
 	if ready, _, _ := unstructured.NestedBool(up.(*unstructured.Unstructured).Object, "status", "ready"); !ready {
 		t.Fatalf("tenant status = %v", up.(*unstructured.Unstructured).Object["status"])
-	}
-}
-
-func TestParseGVK(t *testing.T) {
-	for in, want := range map[string]schema.GroupVersionKind{
-		"samples.tenantry.dev/v1alpha1/Foo": {Group: "samples.tenantry.dev", Version: "v1alpha1", Kind: "Foo"},
-		"v1/ConfigMap":                      {Version: "v1", Kind: "ConfigMap"},
-	} {
-		got, err := syncer.ParseGVK(in)
-		if err != nil || got != want {
-			t.Errorf("ParseGVK(%q) = %v, %v; want %v", in, got, err, want)
-		}
-	}
-	for _, bad := range []string{"", "Foo", "a/b/c/d", "g//K"} {
-		if _, err := syncer.ParseGVK(bad); err == nil {
-			t.Errorf("ParseGVK(%q) accepted", bad)
-		}
 	}
 }

@@ -39,7 +39,7 @@ func routed(hub *Hub, obj client.Object, cluster string, key func(host client.Ob
 // hostEvents is the source of a tenant's host events for one syncer: the
 // hub routes the events of host copies labelled with this cluster here, and
 // each queues its tenant object.
-func hostEvents(hub *Hub, s *Syncer, tr Translator) source.TypedSource[reconcile.Request] {
+func hostEvents(hub *Hub, s *Syncer, tr translator) source.TypedSource[reconcile.Request] {
 	return routed(hub, s.Object(), tr.Cluster, func(host client.Object) (types.NamespacedName, bool) {
 		return tenantKeyOf(tr, s, host)
 	})
@@ -62,9 +62,9 @@ func named(watch func(context.Context, func(string)) (func(), error), want func(
 // s; ok is false for a host object that is not one of s's copies for this
 // cluster, such as a Pod's API access Secret, which is labelled for the
 // Pod it serves but copies no Secret.
-func tenantKeyOf(tr Translator, s *Syncer, host client.Object) (key types.NamespacedName, ok bool) {
+func tenantKeyOf(tr translator, s *Syncer, host client.Object) (key types.NamespacedName, ok bool) {
 	key, ok = tr.tenantKey(host)
-	if !ok || tr.HostKey(key, s.ClusterScoped) != client.ObjectKeyFromObject(host) {
+	if !ok || tr.hostKey(key, s.ClusterScoped) != client.ObjectKeyFromObject(host) {
 		return types.NamespacedName{}, false
 	}
 	return key, true

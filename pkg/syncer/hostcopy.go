@@ -19,9 +19,11 @@ import (
 // the tenant removed: the first is left alone, the second removed.
 const AnnotationSyncedDigest = "tenantry.dev/synced-digest"
 
-// HostCopy is the host copy that tenant should have in cluster tr.Cluster,
-// given current, the host copy as it is (nil to create). It is what a sync
-// writes, and what a test of a syncer checks.
+// HostCopy is the host copy that tenant should have in cluster, given
+// current, the host copy as it is (nil to create), under the default label
+// and annotation policy (DefaultDeniedMetadataPrefixes and
+// DefaultAllowedMetadataPrefixes). It is what a sync writes, and what a
+// test of a syncer checks.
 //
 // A new copy is the framework's metadata, then Down, on an empty object.
 // An existing one is built on current so that what the host filled in
@@ -34,7 +36,12 @@ const AnnotationSyncedDigest = "tenantry.dev/synced-digest"
 //   - Otherwise (the tenant changed, or a field of the tenant's was changed
 //     in the host): Down on current, which replaces what Down syncs, and
 //     so also removes what the tenant removed.
-func (s *Syncer) HostCopy(tr Translator, tenant, current client.Object) (client.Object, error) {
+func (s *Syncer) HostCopy(cluster string, tenant, current client.Object) (client.Object, error) {
+	return s.hostCopy(translator{Cluster: cluster}, tenant, current)
+}
+
+// hostCopy is HostCopy under tr's metadata policy.
+func (s *Syncer) hostCopy(tr translator, tenant, current client.Object) (client.Object, error) {
 	asked, err := s.build(tr, tenant, nil)
 	if err != nil {
 		if current == nil {
@@ -82,7 +89,7 @@ func (s *Syncer) HostCopy(tr Translator, tenant, current client.Object) (client.
 
 // build is tenant's host copy built on current (nil: on an empty object):
 // the framework's metadata, then Down.
-func (s *Syncer) build(tr Translator, tenant, current client.Object) (client.Object, error) {
+func (s *Syncer) build(tr translator, tenant, current client.Object) (client.Object, error) {
 	var host client.Object
 	if current == nil {
 		host = s.Object()

@@ -14,7 +14,7 @@ import (
 // the same, writes a changed tenant object whole, repairs a tenant field
 // changed in the host, and always restores the metadata Down sets.
 func TestHostCopy(t *testing.T) {
-	tr := Translator{Cluster: "vc"}
+	tr := translator{Cluster: "vc"}
 	configMaps := Syncer{
 		Name: "configmaps", Object: func() client.Object { return &corev1.ConfigMap{} }, CopyUserMetadata: true,
 		Down: func(t, h client.Object) error {
@@ -24,7 +24,7 @@ func TestHostCopy(t *testing.T) {
 	}
 	tenant := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "web", UID: "u1"}, Data: map[string]string{"a": "1"}}
 	written := func() *corev1.ConfigMap {
-		h, err := configMaps.HostCopy(tr, tenant, nil)
+		h, err := configMaps.hostCopy(tr, tenant, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -33,7 +33,7 @@ func TestHostCopy(t *testing.T) {
 	}
 	copyOf := func(current *corev1.ConfigMap) *corev1.ConfigMap {
 		t.Helper()
-		h, err := configMaps.HostCopy(tr, tenant, current)
+		h, err := configMaps.hostCopy(tr, tenant, current)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -59,7 +59,7 @@ func TestHostCopy(t *testing.T) {
 
 	namespaces := namespaceSyncer("baseline")
 	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "web", UID: "u2"}}
-	made, err := namespaces.HostCopy(tr, ns, nil)
+	made, err := namespaces.hostCopy(tr, ns, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -67,7 +67,7 @@ func TestHostCopy(t *testing.T) {
 	edited.ResourceVersion = "1"
 	edited.Labels[labelPodSecurityEnforce] = "privileged"
 	edited.Spec.Finalizers = []corev1.FinalizerName{corev1.FinalizerKubernetes}
-	got, err := namespaces.HostCopy(tr, ns, edited)
+	got, err := namespaces.hostCopy(tr, ns, edited)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -94,7 +94,7 @@ func (o *Options) setDefaults() {
 }
 
 // TenantModule is the fx module that runs syncers in every tenant cluster
-// it is spawned for (see clusterregistry.AsTenantModule): one controller per
+// it is spawned for (give it to clusterregistry.New): one controller per
 // syncer, fed by the tenant's own watch, by the hub's shared host watch for
 // this tenant, and by the patroller. The Namespace syncer is always added,
 // since the others create host namespaces on demand; a syncer of core Pods
@@ -146,7 +146,7 @@ func setup(mgr manager.Manager, cluster string, log logr.Logger, hub *Hub, opts 
 	if err != nil {
 		return err
 	}
-	tr := Translator{Cluster: cluster, DeniedMetadataPrefixes: opts.DeniedMetadataPrefixes, AllowedMetadataPrefixes: opts.AllowedMetadataPrefixes}
+	tr := translator{Cluster: cluster, DeniedMetadataPrefixes: opts.DeniedMetadataPrefixes, AllowedMetadataPrefixes: opts.AllowedMetadataPrefixes}
 	excluded := map[string]bool{}
 	for _, ns := range opts.ExcludeNamespaces {
 		excluded[ns] = true
@@ -213,7 +213,7 @@ func setup(mgr manager.Manager, cluster string, log logr.Logger, hub *Hub, opts 
 			return fmt.Errorf("two syncers named %s", s.Name)
 		}
 		seen[s.Name] = true
-		gvk, err := s.GVK(mgr.GetScheme())
+		gvk, err := s.gvk(mgr.GetScheme())
 		if err != nil {
 			return err
 		}
@@ -247,13 +247,4 @@ func setup(mgr manager.Manager, cluster string, log logr.Logger, hub *Hub, opts 
 		}
 	}
 	return pending.setup(mgr)
-}
-
-// SyncersGroup is the fx value group from which the controller-manager
-// collects syncers beyond the built-in ones: `group:"syncers"`.
-const SyncersGroup = "syncers"
-
-// Provide contributes the syncer that newSyncer returns to SyncersGroup.
-func Provide(newSyncer func() Syncer) fx.Option {
-	return fx.Provide(fx.Annotate(newSyncer, fx.ResultTags(`group:"`+SyncersGroup+`"`)))
 }

@@ -56,14 +56,14 @@ type namespacePolicy struct {
 // namespaces: made with the namespace, before anything goes in it, and
 // restored when they are changed or deleted by hand.
 type namespacePolicies struct {
-	translator Translator
+	translator translator
 	hostRead   client.Reader
 	host       client.Client
 	excluded   map[string]bool
 	policies   []namespacePolicy
 }
 
-func newNamespacePolicies(tr Translator, hostRead client.Reader, host client.Client, excluded map[string]bool, opts Options) *namespacePolicies {
+func newNamespacePolicies(tr translator, hostRead client.Reader, host client.Client, excluded map[string]bool, opts Options) *namespacePolicies {
 	p := &namespacePolicies{translator: tr, hostRead: hostRead, host: host, excluded: excluded}
 	// The quota first: it counts what follows.
 	p.policies = append(p.policies, namespacePolicy{
@@ -114,7 +114,7 @@ func (p *namespacePolicies) setup(mgr manager.Manager, hub *Hub) error {
 	for _, policy := range p.policies {
 		byPolicy := func(o client.Object) (types.NamespacedName, bool) {
 			ns, ok := o.GetAnnotations()[AnnotationTenantNamespace]
-			return types.NamespacedName{Name: ns}, ok && p.translator.Owns(o) && o.GetName() == policy.name
+			return types.NamespacedName{Name: ns}, ok && p.translator.owns(o) && o.GetName() == policy.name
 		}
 		b = b.WatchesRawSource(routed(hub, policy.newObject(), cluster, byPolicy))
 	}
@@ -130,7 +130,7 @@ func (p *namespacePolicies) Reconcile(ctx context.Context, req reconcile.Request
 	if err := p.hostRead.Get(ctx, client.ObjectKey{Name: hostNS}, &ns); err != nil {
 		return reconcile.Result{}, client.IgnoreNotFound(err) // made on demand; its creation brings us back
 	}
-	if !p.translator.Owns(&ns) || !ns.DeletionTimestamp.IsZero() {
+	if !p.translator.owns(&ns) || !ns.DeletionTimestamp.IsZero() {
 		return reconcile.Result{}, nil
 	}
 	foreign, err := p.keep(ctx, hostNS, req.Name)
@@ -170,7 +170,7 @@ func (p *namespacePolicies) keepOne(ctx context.Context, policy namespacePolicy,
 	desired.SetAnnotations(map[string]string{AnnotationTenantNamespace: tenantNS})
 	wanted := policy.fill(desired)
 	switch {
-	case found && !p.translator.Owns(current):
+	case found && !p.translator.owns(current):
 		return true, nil // the cache holds Tenantry's objects only, but of every cluster
 	case !wanted && !found:
 		return false, nil
@@ -246,7 +246,7 @@ func (p *namespacePolicies) alreadyExists(ctx context.Context, policy namespaceP
 	if err := p.host.Get(ctx, key, existing); err != nil {
 		return false, fmt.Errorf("reading %s %s: %w", policy.resource, key, err)
 	}
-	if p.translator.Owns(existing) {
+	if p.translator.owns(existing) {
 		return false, nil
 	}
 	conflicts.WithLabelValues(p.translator.Cluster, policy.resource, "not-owned").Inc()

@@ -45,7 +45,7 @@ func namespaceSyncer(podSecurityLevel string) Syncer {
 // before the first object that goes in it.
 type hostNamespaces struct {
 	syncer     Syncer
-	translator Translator
+	translator translator
 	tenant     client.Reader
 	hostRead   client.Reader
 	host       client.Client
@@ -79,7 +79,7 @@ func (n *hostNamespaces) ensure(ctx context.Context, tenantNamespace string) err
 // ensureNamespace makes the host namespace of tenantNamespace, and says
 // whether it made it.
 func (n *hostNamespaces) ensureNamespace(ctx context.Context, tenantNamespace string) (created bool, err error) {
-	key := n.translator.HostKey(client.ObjectKey{Name: tenantNamespace}, true)
+	key := n.translator.hostKey(client.ObjectKey{Name: tenantNamespace}, true)
 	var existing corev1.Namespace
 	err = n.hostRead.Get(ctx, key, &existing)
 	switch {
@@ -98,7 +98,7 @@ func (n *hostNamespaces) ensureNamespace(ctx context.Context, tenantNamespace st
 	if !tenantNS.DeletionTimestamp.IsZero() {
 		return false, fmt.Errorf("tenant namespace %s is being deleted", tenantNamespace)
 	}
-	desired, err := n.syncer.HostCopy(n.translator, &tenantNS, nil)
+	desired, err := n.syncer.hostCopy(n.translator, &tenantNS, nil)
 	if err != nil {
 		return false, err
 	}
@@ -108,7 +108,7 @@ func (n *hostNamespaces) ensureNamespace(ctx context.Context, tenantNamespace st
 		if err := n.host.Get(ctx, key, &found); err != nil {
 			return false, fmt.Errorf("reading host namespace %s: %w", key.Name, err)
 		}
-		if !n.translator.Owns(&found) {
+		if !n.translator.owns(&found) {
 			return false, fmt.Errorf("host namespace %s exists and is not managed by Tenantry for this cluster", key.Name)
 		}
 		return false, nil

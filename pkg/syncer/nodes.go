@@ -64,7 +64,7 @@ var podGVK = corev1.SchemeGroupVersion.WithKind("Pod")
 // changed or deleted.
 type virtualNodes struct {
 	cluster         string
-	translator      Translator
+	translator      translator
 	tenant          client.Client
 	hostRead        client.Reader
 	recorder        events.EventRecorder
@@ -87,7 +87,7 @@ func setupVirtualNodes(mgr manager.Manager, cluster string, hub *Hub, opts Optio
 		return fmt.Errorf("indexing tenant Pods by node: %w", err)
 	}
 	r := &virtualNodes{
-		cluster: cluster, translator: Translator{Cluster: cluster}, tenant: mgr.GetClient(), hostRead: hub.Reader(),
+		cluster: cluster, translator: translator{Cluster: cluster}, tenant: mgr.GetClient(), hostRead: hub.Reader(),
 		recorder: mgr.GetEventRecorder("tenantry-syncer"), excluded: excluded,
 		exposeAddresses: opts.ExposeNodeAddresses,
 	}
@@ -183,7 +183,7 @@ func (r *virtualNodes) bound(ctx context.Context, name string) (bool, error) {
 			continue
 		}
 		var host corev1.Pod
-		err := r.hostRead.Get(ctx, r.translator.HostKey(client.ObjectKeyFromObject(&p), false), &host)
+		err := r.hostRead.Get(ctx, r.translator.hostKey(client.ObjectKeyFromObject(&p), false), &host)
 		switch {
 		case apierrors.IsNotFound(err):
 			continue

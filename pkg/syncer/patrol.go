@@ -78,7 +78,7 @@ func (p *patroller) round(ctx context.Context, q workqueue.TypedRateLimitingInte
 	err := meta.EachListItem(tenants, func(o runtime.Object) error {
 		t := o.(client.Object)
 		key := client.ObjectKeyFromObject(t)
-		hostKey := tr.HostKey(key, s.ClusterScoped)
+		hostKey := tr.hostKey(key, s.ClusterScoped)
 		h, found := byKey[hostKey]
 		delete(byKey, hostKey)
 		if p.drifted(t, h, found) {
@@ -110,7 +110,7 @@ func (p *patroller) drifted(t, h client.Object, found bool) bool {
 	if h.GetAnnotations()[AnnotationTenantUID] != string(t.GetUID()) {
 		return true
 	}
-	desired, err := s.HostCopy(p.r.translator, t, h)
+	desired, err := s.hostCopy(p.r.translator, t, h)
 	return err != nil || !semanticallyEqual(h, desired)
 }
 

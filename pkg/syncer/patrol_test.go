@@ -19,7 +19,7 @@ import (
 // clients stand in for the tenant and the host here; the sync tests run it
 // against real API servers.
 func TestPatrolRoundQueuesDriftOnly(t *testing.T) {
-	tr := Translator{Cluster: "vc"}
+	tr := translator{Cluster: "vc"}
 	s := Syncer{
 		Name:             "configmaps",
 		Object:           func() client.Object { return &corev1.ConfigMap{} },
@@ -34,7 +34,7 @@ func TestPatrolRoundQueuesDriftOnly(t *testing.T) {
 	}
 	// The copy a sync wrote, then changed to value.
 	hostCM := func(tenant *corev1.ConfigMap, value string) *corev1.ConfigMap {
-		h, err := s.HostCopy(tr, tenant, nil)
+		h, err := s.hostCopy(tr, tenant, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -52,7 +52,7 @@ func TestPatrolRoundQueuesDriftOnly(t *testing.T) {
 	system := tenantCM("kube-system", "system", "u6", "a")
 	// Another cluster's copy: not this patroller's to see.
 	othersHost := &corev1.ConfigMap{}
-	Translator{Cluster: "other"}.hostMetadata(tenantCM("default", "others", "u7", "a"), othersHost, false, true)
+	translator{Cluster: "other"}.hostMetadata(tenantCM("default", "others", "u7", "a"), othersHost, false, true)
 
 	tenant := fake.NewClientBuilder().WithScheme(clientgoscheme.Scheme).
 		WithObjects(inSync, edited, missing, stale, system).Build()

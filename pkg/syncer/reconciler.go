@@ -36,7 +36,7 @@ const (
 // whose tenant object is gone, and brings the host's additions up.
 type reconciler struct {
 	syncer     *Syncer
-	translator Translator
+	translator translator
 	namespaces *hostNamespaces
 
 	tenant   client.Client // the tenant's cached client
@@ -72,7 +72,7 @@ func (r *reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 			return reconcile.Result{RequeueAfter: wait}, nil // the host refused this very object; its retry is not due
 		}
 	}
-	hostKey := r.translator.HostKey(req.NamespacedName, r.syncer.ClusterScoped)
+	hostKey := r.translator.hostKey(req.NamespacedName, r.syncer.ClusterScoped)
 	host := r.syncer.Object()
 	if err := r.hostRead.Get(ctx, hostKey, host); err != nil {
 		if !apierrors.IsNotFound(err) {
@@ -141,7 +141,7 @@ func (r *reconciler) sync(ctx context.Context, key types.NamespacedName, tenant,
 		return r.createHost(ctx, tenant)
 	}
 
-	desired, err := r.syncer.HostCopy(r.translator, tenant, host)
+	desired, err := r.syncer.hostCopy(r.translator, tenant, host)
 	if err != nil {
 		return false, reconcile.Result{}, err
 	}
@@ -180,7 +180,7 @@ func (r *reconciler) createHost(ctx context.Context, tenant client.Object) (bool
 			return false, reconcile.Result{}, err
 		}
 	}
-	desired, err := r.syncer.HostCopy(r.translator, tenant, nil)
+	desired, err := r.syncer.hostCopy(r.translator, tenant, nil)
 	if err != nil {
 		return false, reconcile.Result{}, err
 	}

@@ -120,9 +120,9 @@ func (s *Syncer) Validate() error {
 	return nil
 }
 
-// GVK is the syncer's type, resolved against scheme (an unstructured
+// gvk is the syncer's type, resolved against scheme (an unstructured
 // object brings its own).
-func (s *Syncer) GVK(scheme *runtime.Scheme) (schema.GroupVersionKind, error) {
+func (s *Syncer) gvk(scheme *runtime.Scheme) (schema.GroupVersionKind, error) {
 	gvk, err := gvkOf(s.Object(), scheme)
 	if err != nil {
 		return schema.GroupVersionKind{}, fmt.Errorf("syncer %s: %w", s.Name, err)

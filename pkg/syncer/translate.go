@@ -69,8 +69,8 @@ func HostNamespace(cluster, ns string) string {
 	return c + "-" + hash + "-" + n
 }
 
-// Translator maps one tenant cluster's object keys to the host's.
-type Translator struct {
+// translator maps one tenant cluster's object keys to the host's.
+type translator struct {
 	// Cluster is the VirtualCluster's name.
 	Cluster string
 	// DeniedMetadataPrefixes are the label and annotation key prefixes not
@@ -83,10 +83,10 @@ type Translator struct {
 	AllowedMetadataPrefixes []string
 }
 
-// HostKey is where the host copy of the tenant object key lives: same name,
+// hostKey is where the host copy of the tenant object key lives: same name,
 // in the tenant namespace's host namespace. A cluster-scoped Namespace maps
 // to its host namespace's name.
-func (t Translator) HostKey(tenant types.NamespacedName, clusterScoped bool) types.NamespacedName {
+func (t translator) hostKey(tenant types.NamespacedName, clusterScoped bool) types.NamespacedName {
 	if clusterScoped {
 		return types.NamespacedName{Name: HostNamespace(t.Cluster, tenant.Name)}
 	}
@@ -95,8 +95,8 @@ func (t Translator) HostKey(tenant types.NamespacedName, clusterScoped bool) typ
 
 // tenantKey reads the tenant object key off a host object's annotations;
 // ok is false when the object is not a copy made for this cluster.
-func (t Translator) tenantKey(host client.Object) (key types.NamespacedName, ok bool) {
-	if !t.Owns(host) {
+func (t translator) tenantKey(host client.Object) (key types.NamespacedName, ok bool) {
+	if !t.owns(host) {
 		return types.NamespacedName{}, false
 	}
 	a := host.GetAnnotations()
@@ -107,8 +107,8 @@ func (t Translator) tenantKey(host client.Object) (key types.NamespacedName, ok 
 	return types.NamespacedName{Namespace: a[AnnotationTenantNamespace], Name: name}, true
 }
 
-// Owns says whether host is Tenantry's copy for this cluster.
-func (t Translator) Owns(host client.Object) bool {
+// owns says whether host is Tenantry's copy for this cluster.
+func (t translator) owns(host client.Object) bool {
 	l := host.GetLabels()
 	return l[LabelManagedBy] == ManagedByValue && l[LabelCluster] == t.Cluster
 }
@@ -116,13 +116,13 @@ func (t Translator) Owns(host client.Object) bool {
 // hostMetadata sets the host object's identity from the tenant object's:
 // name and namespace, Tenantry's labels and annotations, and, when
 // copyUserMetadata is set, the tenant's own labels and annotations, except
-// reserved ones and those the Translator denies (see DeniedMetadataPrefixes).
+// reserved ones and those the translator denies (see DeniedMetadataPrefixes).
 // A key copied before and now gone from the tenant object (or now denied)
 // goes from the host object too: the host copy records, in the annotations
 // AnnotationCopiedLabels and AnnotationCopiedAnnotations, which keys came
 // from the tenant. Keys that the host added are left alone.
-func (t Translator) hostMetadata(tenant, host client.Object, clusterScoped, copyUserMetadata bool) {
-	key := t.HostKey(client.ObjectKeyFromObject(tenant), clusterScoped)
+func (t translator) hostMetadata(tenant, host client.Object, clusterScoped, copyUserMetadata bool) {
+	key := t.hostKey(client.ObjectKeyFromObject(tenant), clusterScoped)
 	host.SetNamespace(key.Namespace)
 	host.SetName(key.Name)
 
@@ -192,12 +192,12 @@ var DefaultAllowedMetadataPrefixes = []string{
 	"app.kubernetes.io/", "batch.kubernetes.io/", "apps.kubernetes.io/", "statefulset.kubernetes.io/", "kubectl.kubernetes.io/",
 }
 
-// denied says whether the Translator keeps key from host copies: a key in
+// denied says whether the translator keeps key from host copies: a key in
 // Tenantry's own domain always; else the longest prefix, denied or
 // allowed, that covers the key's domain decides, a denied one on a tie; a
 // key no prefix covers (or with no prefix) is copied. Keys compare without case: the API server
 // accepts annotation keys in any case.
-func (t Translator) denied(key string) bool {
+func (t translator) denied(key string) bool {
 	domain, _, prefixed := strings.Cut(strings.ToLower(key), "/")
 	if !prefixed {
 		return false
@@ -236,7 +236,7 @@ func covers(d, domain string) bool {
 // copyAllowed copies src's allowed keys into dst, removes from dst the keys
 // of record (those copied before) that src no longer gives, and returns the
 // keys now copied, sorted.
-func (t Translator) copyAllowed(dst, src map[string]string, record string) []string {
+func (t translator) copyAllowed(dst, src map[string]string, record string) []string {
 	var copied []string
 	for k, v := range src {
 		if !t.denied(k) {

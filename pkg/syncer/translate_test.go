@@ -70,17 +70,17 @@ func FuzzHostNamespace(f *testing.F) {
 // A denied prefix covers its domain's subdomains, in any case; an allowed
 // prefix wins where it is the longer; Tenantry's own keys never pass.
 func TestDeniedMetadataKeys(t *testing.T) {
-	defaults := Translator{Cluster: "vc"}
+	defaults := translator{Cluster: "vc"}
 	// As a VirtualCluster's allowedPrefixes make it: off the denied list,
 	// onto the allowed one.
-	linkerdAllowed := Translator{
+	linkerdAllowed := translator{
 		Cluster:                 "vc",
 		DeniedMetadataPrefixes:  slices.DeleteFunc(slices.Clone(DefaultDeniedMetadataPrefixes), func(p string) bool { return p == "linkerd.io/" }),
 		AllowedMetadataPrefixes: append([]string{"linkerd.io/"}, DefaultAllowedMetadataPrefixes...),
 	}
-	appDenied := Translator{Cluster: "vc", DeniedMetadataPrefixes: []string{"app.kubernetes.io/"}}
+	appDenied := translator{Cluster: "vc", DeniedMetadataPrefixes: []string{"app.kubernetes.io/"}}
 	for _, c := range []struct {
-		tr     Translator
+		tr     translator
 		key    string
 		denied bool
 	}{
@@ -105,8 +105,8 @@ func TestDeniedMetadataKeys(t *testing.T) {
 		{defaults, "x.tenantry.dev/y", true},
 		{linkerdAllowed, "config.linkerd.io/skip-outbound-ports", false},
 		{linkerdAllowed, "tenantry.dev/cluster", true},
-		{Translator{Cluster: "vc", AllowedMetadataPrefixes: []string{"tenantry.dev/"}}, "tenantry.dev/cluster", true},
-		{Translator{Cluster: "vc", DeniedMetadataPrefixes: []string{}}, "kubernetes.io/x", false},
+		{translator{Cluster: "vc", AllowedMetadataPrefixes: []string{"tenantry.dev/"}}, "tenantry.dev/cluster", true},
+		{translator{Cluster: "vc", DeniedMetadataPrefixes: []string{}}, "kubernetes.io/x", false},
 		{appDenied, "app.kubernetes.io/name", true}, // a tie goes to the denied
 		{appDenied, "kubernetes.io/x", false},
 	} {
@@ -120,7 +120,7 @@ func TestDeniedMetadataKeys(t *testing.T) {
 // one removed in the tenant goes from the host copy, one the host added
 // stays.
 func TestHostMetadataCopiesAllowedKeysAndRemovals(t *testing.T) {
-	tr := Translator{Cluster: "vc"}
+	tr := translator{Cluster: "vc"}
 	tenant := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{
 		Namespace: "default", Name: "web", UID: "u1",
 		Labels: map[string]string{"app": "web", "tier": "front", "tenantry.dev/cluster": "other"},
@@ -161,7 +161,7 @@ func TestHostMetadataCopiesAllowedKeysAndRemovals(t *testing.T) {
 
 	// With no deny list the mesh annotation goes down; denied again, it
 	// goes from the host.
-	open := Translator{Cluster: "vc", DeniedMetadataPrefixes: []string{}}
+	open := translator{Cluster: "vc", DeniedMetadataPrefixes: []string{}}
 	open.hostMetadata(tenant, host, false, true)
 	if host.Annotations["sidecar.istio.io/inject"] != "true" {
 		t.Fatalf("with no deny list, annotations %v", host.Annotations)
@@ -176,7 +176,7 @@ func TestHostMetadataCopiesAllowedKeysAndRemovals(t *testing.T) {
 // it has from its tenant object; one written since keeps a denied key the
 // host added.
 func TestHostMetadataCleansCopiesWithoutRecords(t *testing.T) {
-	tr := Translator{Cluster: "vc"}
+	tr := translator{Cluster: "vc"}
 	tenant := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{
 		Namespace: "default", Name: "web", UID: "u1",
 		Labels: map[string]string{"app": "web", "linkerd.io/inject": "enabled"},

@@ -34,8 +34,8 @@ func (o *Options) BindFlags(fs *flag.FlagSet) {
 }
 
 // New builds the app. Adding a host-side controller is adding its module
-// here; adding a tenant one is adding a clusterregistry.AsTenantModule (or,
-// for a syncer, a syncer.Provide). extra options join the app as given.
+// here; adding a tenant one is adding a providers.TenantModule (or, for a
+// syncer, a syncers.Provide). extra options join the app as given.
 func New(opts Options, extra ...fx.Option) *fx.App {
 	sharded := fx.Options()
 	if opts.ShardMode == providers.ShardModeLease {
@@ -49,6 +49,7 @@ func New(opts Options, extra ...fx.Option) *fx.App {
 		sharded,
 		virtualcluster.Module,
 		syncers.Module,
+		providers.ProvideTenantModule(syncers.NewTenantModule),
 		fx.Options(extra...),
 	)
 }

@@ -1,8 +1,8 @@
 // Package syncertest tests syncers, two ways:
 //
-//   - without API servers: Down shows the host copy a syncer makes of a
-//     tenant object, and Up what it writes back to the tenant, on a fake
-//     tenant client; both run the framework's own translation;
+//   - without API servers: Up shows what a syncer writes back to a tenant
+//     object, on a fake tenant client (Syncer.HostCopy shows the host copy
+//     it makes);
 //   - against real ones: NewWorld starts a host and tenant control planes
 //     (package testing), a Hub, and a registry that runs the syncers in
 //     every tenant, as the controller-manager does.
@@ -26,12 +26,6 @@ import (
 	"github.com/tenantry/tenantry/pkg/syncer"
 	tenantrytest "github.com/tenantry/tenantry/pkg/testing"
 )
-
-// Down returns the host copy that s makes of tenant for cluster: a new one
-// when host is nil, else host updated.
-func Down(s syncer.Syncer, cluster string, tenant, host client.Object) (client.Object, error) {
-	return s.HostCopy(syncer.Translator{Cluster: cluster}, tenant, host)
-}
 
 // Up runs s's Up for host and tenant on a fake tenant client that holds
 // tenant, and returns the tenant object as the client then has it, and
