@@ -1,6 +1,7 @@
 package syncer
 
 import (
+	"maps"
 	"slices"
 	"strings"
 	"testing"
@@ -196,5 +197,82 @@ func TestHostMetadataCleansCopiesWithoutRecords(t *testing.T) {
 	tr.hostMetadata(tenant, recent, false, true)
 	if recent.Labels["linkerd.io/inject"] != "enabled" {
 		t.Errorf("a recent copy's labels %v: the host's own denied key must stay", recent.Labels)
+	}
+}
+
+// The whole of a host copy's labels and annotations: Tenantry's identity
+// always, over forged keys; the tenant's own keys, less denied ones, with a
+// record of them, when the syncer copies user metadata; the host's own keys
+// kept.
+func TestHostMetadata(t *testing.T) {
+	identity := func(extra map[string]string) map[string]string {
+		m := map[string]string{AnnotationTenantNamespace: "default", AnnotationTenantName: "web", AnnotationTenantUID: "u1"}
+		maps.Copy(m, extra)
+		return m
+	}
+	ours := func(extra map[string]string) map[string]string {
+		m := map[string]string{LabelManagedBy: ManagedByValue, LabelCluster: "vc"}
+		maps.Copy(m, extra)
+		return m
+	}
+	for _, tc := range []struct {
+		name                  string
+		labels, annotations   map[string]string // the tenant object's
+		host                  *corev1.ConfigMap // as it is; nil: new
+		copyUser              bool
+		wantLabels, wantAnnos map[string]string
+	}{
+		{
+			name:       "not copying user metadata: Tenantry's identity only",
+			labels:     map[string]string{"app": "web"},
+			copyUser:   false,
+			wantLabels: ours(nil), wantAnnos: identity(nil),
+		},
+		{
+			name:        "copied, with a record of the keys",
+			labels:      map[string]string{"app": "web", "tier": "front"},
+			annotations: map[string]string{"team": "blue"},
+			copyUser:    true,
+			wantLabels:  ours(map[string]string{"app": "web", "tier": "front"}),
+			wantAnnos:   identity(map[string]string{"team": "blue", AnnotationCopiedLabels: "app,tier", AnnotationCopiedAnnotations: "team"}),
+		},
+		{
+			name:        "forged identity and denied keys left out",
+			labels:      map[string]string{LabelCluster: "other", LabelManagedBy: "me", "kubernetes.io/metadata.name": "kube-system", "app": "web"},
+			annotations: map[string]string{AnnotationTenantUID: "forged", AnnotationCopiedLabels: "x", "eks.amazonaws.com/role-arn": "admin", "app.kubernetes.io/name": "web"},
+			copyUser:    true,
+			wantLabels:  ours(map[string]string{"app": "web"}),
+			wantAnnos:   identity(map[string]string{"app.kubernetes.io/name": "web", AnnotationCopiedLabels: "app", AnnotationCopiedAnnotations: "app.kubernetes.io/name"}),
+		},
+		{
+			name:     "updated: a key the tenant removed goes, the host's own stay",
+			labels:   map[string]string{"app": "web"},
+			copyUser: true,
+			host: &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{ResourceVersion: "4",
+				Labels: map[string]string{"app": "web", "tier": "front", "host-label": "h", LabelManagedBy: ManagedByValue, LabelCluster: "vc"},
+				Annotations: map[string]string{AnnotationSyncedDigest: "d", AnnotationCopiedLabels: "app,tier", AnnotationCopiedAnnotations: "team",
+					"team": "blue", "host-annotation": "h"}}},
+			wantLabels: ours(map[string]string{"app": "web", "host-label": "h"}),
+			wantAnnos:  identity(map[string]string{AnnotationSyncedDigest: "d", AnnotationCopiedLabels: "app", "host-annotation": "h"}),
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tenant := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "web", UID: "u1",
+				Labels: maps.Clone(tc.labels), Annotations: maps.Clone(tc.annotations)}}
+			host := &corev1.ConfigMap{}
+			if tc.host != nil {
+				host = tc.host.DeepCopy()
+			}
+			translator{Cluster: "vc"}.hostMetadata(tenant, host, false, tc.copyUser)
+			if want := HostNamespace("vc", "default"); host.Namespace != want || host.Name != "web" {
+				t.Errorf("host key %s/%s, want %s/web", host.Namespace, host.Name, want)
+			}
+			if !maps.Equal(host.Labels, tc.wantLabels) {
+				t.Errorf("labels\n got %v\nwant %v", host.Labels, tc.wantLabels)
+			}
+			if !maps.Equal(host.Annotations, tc.wantAnnos) {
+				t.Errorf("annotations\n got %v\nwant %v", host.Annotations, tc.wantAnnos)
+			}
+		})
 	}
 }

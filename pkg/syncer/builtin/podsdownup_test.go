@@ -1,0 +1,265 @@
+package builtin
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
+
+	"github.com/tenantry/tenantry/pkg/syncer"
+)
+
+// tenantPod is a Pod as a tenant creates it, before mutate changes it.
+func tenantPod(mutate func(*corev1.Pod)) *corev1.Pod {
+	p := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "web", UID: "u1"},
+		Spec: corev1.PodSpec{
+			ServiceAccountName: "builder",
+			Containers:         []corev1.Container{{Name: "web", Image: "web:v1"}},
+			InitContainers:     []corev1.Container{{Name: "init", Image: "init:v1"}},
+		},
+	}
+	if mutate != nil {
+		mutate(p)
+	}
+	return p
+}
+
+// envFrom is the Secret key that container c's variable name comes from,
+// if it does.
+func envFrom(c corev1.Container, name string) (secret, key string) {
+	for _, e := range c.Env {
+		if e.Name == name && e.ValueFrom != nil && e.ValueFrom.SecretKeyRef != nil {
+			return e.ValueFrom.SecretKeyRef.Name, e.ValueFrom.SecretKeyRef.Key
+		}
+	}
+	return "", ""
+}
+
+// What Pods' Down makes of a new tenant Pod: scheduled by the host, with
+// no host token and the way to its own tenant's API server, under the
+// default PodPolicy; and of an existing one: only what a Pod may change.
+func TestPodsDown(t *testing.T) {
+	s := Pods()
+	for _, tc := range []struct {
+		name    string
+		tenant  *corev1.Pod
+		current *corev1.Pod // the host Pod as it is; nil to create
+		refused string      // part of the refusal; "" if copied
+		check   func(t *testing.T, host *corev1.Pod)
+	}{
+		{
+			name: "created: left to the host's scheduler, no host token, the tenant's service account named",
+			tenant: tenantPod(func(p *corev1.Pod) {
+				p.Spec.NodeName = "tenant-node-1"
+				p.Spec.EphemeralContainers = []corev1.EphemeralContainer{{EphemeralContainerCommon: corev1.EphemeralContainerCommon{Name: "debug", Image: "busybox"}}}
+			}),
+			check: func(t *testing.T, host *corev1.Pod) {
+				if host.Spec.NodeName != "" {
+					t.Errorf("nodeName %q, want the host's scheduler to pick", host.Spec.NodeName)
+				}
+				if ptr.Deref(host.Spec.AutomountServiceAccountToken, true) {
+					t.Error("the host's service account token is mounted")
+				}
+				if host.Spec.ServiceAccountName != "builder" || host.Spec.DeprecatedServiceAccount != "builder" {
+					t.Errorf("service account %q/%q, want builder", host.Spec.ServiceAccountName, host.Spec.DeprecatedServiceAccount)
+				}
+				if len(host.Spec.EphemeralContainers) != 0 {
+					t.Errorf("ephemeral containers went down: %v", host.Spec.EphemeralContainers)
+				}
+			},
+		},
+		{
+			name: "created: the token volume the tenant's admission added, and every container, reach the tenant's API server through the Pod's access Secret",
+			tenant: tenantPod(func(p *corev1.Pod) {
+				p.Spec.Volumes = []corev1.Volume{{Name: "kube-api-access", VolumeSource: corev1.VolumeSource{Projected: &corev1.ProjectedVolumeSource{Sources: []corev1.VolumeProjection{
+					{ServiceAccountToken: &corev1.ServiceAccountTokenProjection{Path: "token", ExpirationSeconds: ptr.To[int64](3607)}},
+					{ConfigMap: &corev1.ConfigMapProjection{LocalObjectReference: corev1.LocalObjectReference{Name: "kube-root-ca.crt"}, Items: []corev1.KeyToPath{{Key: "ca.crt", Path: "ca.crt"}}}},
+				}}}}}
+			}),
+			check: func(t *testing.T, host *corev1.Pod) {
+				for _, src := range host.Spec.Volumes[0].Projected.Sources {
+					if src.ServiceAccountToken != nil || src.ConfigMap != nil || src.Secret == nil || src.Secret.Name != "web"+syncer.APIAccessSecretSuffix {
+						t.Errorf("projection %+v, want the Pod's access Secret", src)
+					}
+				}
+				for _, c := range append(host.Spec.InitContainers, host.Spec.Containers...) {
+					if secret, _ := envFrom(c, "KUBERNETES_SERVICE_HOST"); secret != "web"+syncer.APIAccessSecretSuffix {
+						t.Errorf("container %s: KUBERNETES_SERVICE_HOST from Secret %q, want %q", c.Name, secret, "web"+syncer.APIAccessSecretSuffix)
+					}
+				}
+			},
+		},
+		{
+			name: "created: priority, scheduler, runtime class, tolerations and node-role selectors left to the host",
+			tenant: tenantPod(func(p *corev1.Pod) {
+				p.Spec.PriorityClassName, p.Spec.Priority = "system-node-critical", ptr.To[int32](2000001000)
+				p.Spec.SchedulerName, p.Spec.RuntimeClassName = "tenant-scheduler", ptr.To("kata")
+				p.Spec.Tolerations = []corev1.Toleration{
+					{Key: "node-role.kubernetes.io/control-plane", Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule},
+					{Key: corev1.TaintNodeNotReady, Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoExecute, TolerationSeconds: ptr.To[int64](300)},
+				}
+				p.Spec.NodeSelector = map[string]string{"node-role.kubernetes.io/control-plane": "", "disk": "ssd"}
+			}),
+			check: func(t *testing.T, host *corev1.Pod) {
+				spec := host.Spec
+				if spec.PriorityClassName != "" || spec.Priority != nil || spec.SchedulerName != "" || spec.RuntimeClassName != nil {
+					t.Errorf("priority %q/%v, scheduler %q, runtime class %v reached the host", spec.PriorityClassName, spec.Priority, spec.SchedulerName, spec.RuntimeClassName)
+				}
+				if len(spec.Tolerations) != 1 || spec.Tolerations[0].Key != corev1.TaintNodeNotReady {
+					t.Errorf("tolerations %v, want only the not-ready one", spec.Tolerations)
+				}
+				if want := map[string]string{"disk": "ssd"}; !equality.Semantic.DeepEqual(spec.NodeSelector, want) {
+					t.Errorf("node selector %v, want %v", spec.NodeSelector, want)
+				}
+			},
+		},
+		{
+			name: "refused: a hostPath volume",
+			tenant: tenantPod(func(p *corev1.Pod) {
+				p.Spec.Volumes = []corev1.Volume{{Name: "root", VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: "/"}}}}
+			}),
+			refused: "volume root is of type hostPath",
+		},
+		{
+			name: "refused: another Pod's API access Secret",
+			tenant: tenantPod(func(p *corev1.Pod) {
+				p.Spec.Volumes = []corev1.Volume{{Name: "steal", VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{SecretName: "db" + syncer.APIAccessSecretSuffix}}}}
+			}),
+			refused: syncer.APIAccessSecretSuffix,
+		},
+		{
+			name: "updated: images and the deadline follow the tenant, the rest stays as the host has it",
+			tenant: tenantPod(func(p *corev1.Pod) {
+				p.Spec.Containers[0].Image, p.Spec.InitContainers[0].Image = "web:v2", "init:v2"
+				p.Spec.ActiveDeadlineSeconds = ptr.To[int64](60)
+				p.Spec.Containers = append(p.Spec.Containers, corev1.Container{Name: "late", Image: "late:v1"}) // immutable: not taken
+			}),
+			current: &corev1.Pod{
+				ObjectMeta: metav1.ObjectMeta{ResourceVersion: "3"},
+				Spec: corev1.PodSpec{NodeName: "kwok-node-1", SchedulerName: corev1.DefaultSchedulerName,
+					Containers:     []corev1.Container{{Name: "web", Image: "web:v1"}},
+					InitContainers: []corev1.Container{{Name: "init", Image: "init:v1"}}},
+			},
+			check: func(t *testing.T, host *corev1.Pod) {
+				if host.Spec.Containers[0].Image != "web:v2" || host.Spec.InitContainers[0].Image != "init:v2" {
+					t.Errorf("images %s, %s; want the tenant's v2", host.Spec.Containers[0].Image, host.Spec.InitContainers[0].Image)
+				}
+				if ptr.Deref(host.Spec.ActiveDeadlineSeconds, 0) != 60 {
+					t.Errorf("activeDeadlineSeconds %v, want 60", host.Spec.ActiveDeadlineSeconds)
+				}
+				if host.Spec.NodeName != "kwok-node-1" || host.Spec.SchedulerName != corev1.DefaultSchedulerName || len(host.Spec.Containers) != 1 {
+					t.Errorf("the host's spec changed: node %q, scheduler %q, %d containers", host.Spec.NodeName, host.Spec.SchedulerName, len(host.Spec.Containers))
+				}
+			},
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var current client.Object
+			if tc.current != nil {
+				current = tc.current
+			}
+			h, err := s.HostCopy("vc", tc.tenant, current)
+			if tc.refused != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.refused) {
+					t.Fatalf("HostCopy = %v, want a refusal naming %q", err, tc.refused)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			tc.check(t, h.(*corev1.Pod))
+		})
+	}
+}
+
+// What Pods' Up writes to the tenant Pod: a binding to the host Pod's node
+// once the host scheduled it, then the host's status (the tenant's own QoS
+// class kept), and nothing when nothing changed.
+func TestPodsUp(t *testing.T) {
+	running := corev1.PodStatus{
+		Phase: corev1.PodRunning, PodIP: "10.244.1.7", QOSClass: corev1.PodQOSBestEffort,
+		Conditions: []corev1.PodCondition{{Type: corev1.PodScheduled, Status: corev1.ConditionTrue}, {Type: corev1.PodReady, Status: corev1.ConditionTrue}},
+	}
+	pending := corev1.PodStatus{Phase: corev1.PodPending, QOSClass: corev1.PodQOSBestEffort,
+		Conditions: []corev1.PodCondition{{Type: corev1.PodScheduled, Status: corev1.ConditionFalse, Reason: corev1.PodReasonUnschedulable}}}
+	withQOS := func(s corev1.PodStatus, q corev1.PodQOSClass) corev1.PodStatus { s.QOSClass = q; return s }
+	for _, tc := range []struct {
+		name             string
+		hostNode         string
+		host, tenant     corev1.PodStatus
+		tenantNode       string
+		wantBinding      string // node; "" for none
+		wantStatus       corev1.PodStatus
+		wantStatusWrites int
+	}{
+		{
+			name: "not scheduled in the host: its Pending status comes up", host: pending,
+			tenant: corev1.PodStatus{QOSClass: corev1.PodQOSBestEffort}, wantStatus: pending, wantStatusWrites: 1,
+		},
+		{
+			name: "scheduled in the host: the tenant Pod is bound to the same node, the status waits", hostNode: "kwok-node-1", host: running,
+			tenant: corev1.PodStatus{QOSClass: corev1.PodQOSBestEffort}, wantBinding: "kwok-node-1", wantStatus: corev1.PodStatus{QOSClass: corev1.PodQOSBestEffort},
+		},
+		{
+			name: "bound: the host's status comes up, the tenant's QoS class stays", hostNode: "kwok-node-1", tenantNode: "kwok-node-1", host: running,
+			tenant: corev1.PodStatus{Phase: corev1.PodPending, QOSClass: corev1.PodQOSBurstable}, wantStatus: withQOS(running, corev1.PodQOSBurstable), wantStatusWrites: 1,
+		},
+		{
+			name: "nothing new: no write", hostNode: "kwok-node-1", tenantNode: "kwok-node-1", host: running,
+			tenant: running, wantStatus: running,
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tenant := tenantPod(func(p *corev1.Pod) { p.Spec.NodeName, p.Status = tc.tenantNode, tc.tenant })
+			host := tenantPod(func(p *corev1.Pod) { p.Spec.NodeName, p.Status = tc.hostNode, tc.host })
+			var binding string
+			statusWrites := 0
+			c := fake.NewClientBuilder().WithObjects(tenant).WithStatusSubresource(tenant).WithInterceptorFuncs(interceptor.Funcs{
+				SubResourceCreate: func(ctx context.Context, c client.Client, sub string, obj, subObj client.Object, opts ...client.SubResourceCreateOption) error {
+					if b, ok := subObj.(*corev1.Binding); ok && sub == "binding" {
+						binding = b.Target.Name
+						return nil
+					}
+					return c.SubResource(sub).Create(ctx, obj, subObj, opts...)
+				},
+				SubResourceUpdate: func(ctx context.Context, c client.Client, sub string, obj client.Object, opts ...client.SubResourceUpdateOption) error {
+					statusWrites++
+					return c.SubResource(sub).Update(ctx, obj, opts...)
+				},
+			}).Build()
+			stored := &corev1.Pod{}
+			if err := c.Get(t.Context(), client.ObjectKeyFromObject(tenant), stored); err != nil {
+				t.Fatal(err)
+			}
+			changed, err := Pods().Up(t.Context(), c, host, stored)
+			if err != nil {
+				t.Fatal(err)
+			}
+			after := &corev1.Pod{}
+			if err := c.Get(t.Context(), client.ObjectKeyFromObject(tenant), after); err != nil {
+				t.Fatal(err)
+			}
+			if binding != tc.wantBinding {
+				t.Errorf("bound to %q, want %q", binding, tc.wantBinding)
+			}
+			if !equality.Semantic.DeepEqual(after.Status, tc.wantStatus) {
+				t.Errorf("tenant status\n got %+v\nwant %+v", after.Status, tc.wantStatus)
+			}
+			if statusWrites != tc.wantStatusWrites {
+				t.Errorf("%d status writes, want %d", statusWrites, tc.wantStatusWrites)
+			}
+			if wantChanged := tc.wantBinding != "" || tc.wantStatusWrites > 0; changed != wantChanged {
+				t.Errorf("changed = %v, want %v", changed, wantChanged)
+			}
+		})
+	}
+}
