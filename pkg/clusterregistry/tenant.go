@@ -23,19 +23,20 @@ import (
 	"github.com/tenantry/tenantry/pkg/fxlogr"
 )
 
-// The names under which a cluster's app provides its named values, and
-// the fx tags that ask for them (for fx.ParamTags and fx.ResultTags). A
-// struct field's tag cannot name a constant: embed Tenant instead.
+// The names under which a cluster's app provides its named values.
 const (
-	// ManageClientName names the management cluster's client.Client.
-	ManageClientName = "manage-client"
-	// ClusterNameKey names the cluster's name, a string.
-	ClusterNameKey = "cluster-name"
+	manageClientName = "manage-client"
+	clusterNameKey   = "cluster-name"
+)
 
+// The fx tags that ask for a cluster's named values, for fx.ParamTags and
+// fx.ResultTags. A struct field's tag cannot name a constant: embed Tenant
+// instead.
+const (
 	// ManageClientTag asks for the management cluster's client.Client.
-	ManageClientTag = `name:"` + ManageClientName + `"`
-	// ClusterNameTag asks for the cluster's name.
-	ClusterNameTag = `name:"` + ClusterNameKey + `"`
+	ManageClientTag = `name:"` + manageClientName + `"`
+	// ClusterNameTag asks for the cluster's name, a string.
+	ClusterNameTag = `name:"` + clusterNameKey + `"`
 )
 
 // Tenant is everything a cluster's app provides to its modules, with the
@@ -138,7 +139,7 @@ func (r *RemoteClusterRegistry) startTenant(c *cluster, config *rest.Config) (_ 
 		fx.StartTimeout(r.opts.SpawnTimeout),
 		fx.StopTimeout(r.opts.GracefulShutdownTimeout+5*time.Second),
 		fx.Supply(
-			fx.Annotated{Name: ClusterNameKey, Target: c.name},
+			fx.Annotated{Name: clusterNameKey, Target: c.name},
 			c.log,
 		),
 		fx.Provide(

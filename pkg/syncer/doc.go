@@ -95,6 +95,13 @@
 // it runs, in the tenant's manager, one controller per syncer fed by the
 // tenant's own watch, the hub and the patroller.
 //
+// # Testing a syncer
+//
+// Syncer.HostCopy is the host copy that a syncer makes of a tenant object,
+// framework metadata included, with no API server. Package syncertest runs
+// a syncer's Up on a fake tenant client, and starts a host and tenants with
+// syncers running, for tests against real API servers.
+//
 // # Metrics
 //
 // tenantry_syncer_drift_found_total and tenantry_syncer_drift_repaired_total

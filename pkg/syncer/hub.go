@@ -190,8 +190,8 @@ func serves(mapper meta.RESTMapper, gvk schema.GroupVersionKind) (bool, error) {
 	return true, nil
 }
 
-// Reader reads host objects that Tenantry manages, from the shared cache.
-func (h *Hub) Reader() client.Reader { return h.cache }
+// reader reads host objects that Tenantry manages, from the shared cache.
+func (h *Hub) reader() client.Reader { return h.cache }
 
 // clientFor returns a host client for one tenant's writes, whose requests
 // wait for the tenant's turn in the host budget. It shares the hub's

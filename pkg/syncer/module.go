@@ -151,10 +151,10 @@ func setup(mgr manager.Manager, cluster string, log logr.Logger, hub *Hub, opts 
 	for _, ns := range opts.ExcludeNamespaces {
 		excluded[ns] = true
 	}
-	policies := newNamespacePolicies(tr, hub.Reader(), host, excluded, opts)
+	policies := newNamespacePolicies(tr, hub.reader(), host, excluded, opts)
 	namespaces := &hostNamespaces{
 		syncer: namespaceSyncer(opts.PodSecurityLevel), translator: tr,
-		tenant: mgr.GetClient(), hostRead: hub.Reader(), host: host, policies: policies,
+		tenant: mgr.GetClient(), hostRead: hub.reader(), host: host, policies: policies,
 	}
 	recorder := mgr.GetEventRecorder("tenantry-syncer")
 
@@ -168,7 +168,7 @@ func setup(mgr manager.Manager, cluster string, log logr.Logger, hub *Hub, opts 
 		}
 		r := &reconciler{
 			syncer: s, translator: tr, namespaces: namespaces,
-			tenant: mgr.GetClient(), hostRead: hub.Reader(), host: host,
+			tenant: mgr.GetClient(), hostRead: hub.reader(), host: host,
 			recorder: recorder, excluded: excluded, rejections: newRejections(),
 		}
 		b := tenantController(mgr, s.Name+"-syncer", controller.Options{MaxConcurrentReconciles: opts.Workers}).
@@ -239,7 +239,7 @@ func setup(mgr manager.Manager, cluster string, log logr.Logger, hub *Hub, opts 
 			return err
 		}
 		access := &podAPIAccess{
-			translator: tr, tenant: mgr.GetClient(), hostRead: hub.Reader(), host: host,
+			translator: tr, tenant: mgr.GetClient(), hostRead: hub.reader(), host: host,
 			server: server, excluded: excluded,
 		}
 		if err := setupPodAPIAccess(mgr, hub, access); err != nil {

@@ -87,7 +87,7 @@ func setupVirtualNodes(mgr manager.Manager, cluster string, hub *Hub, opts Optio
 		return fmt.Errorf("indexing tenant Pods by node: %w", err)
 	}
 	r := &virtualNodes{
-		cluster: cluster, translator: translator{Cluster: cluster}, tenant: mgr.GetClient(), hostRead: hub.Reader(),
+		cluster: cluster, translator: translator{Cluster: cluster}, tenant: mgr.GetClient(), hostRead: hub.reader(),
 		recorder: mgr.GetEventRecorder("tenantry-syncer"), excluded: excluded,
 		exposeAddresses: opts.ExposeNodeAddresses,
 	}

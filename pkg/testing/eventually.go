@@ -9,10 +9,10 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 )
 
-// PollInterval is how often Eventually checks its condition.
-const PollInterval = 50 * time.Millisecond
+// pollInterval is how often Eventually checks its condition.
+const pollInterval = 50 * time.Millisecond
 
-// Eventually polls cond every PollInterval until it returns true, and fails
+// Eventually polls cond every pollInterval until it returns true, and fails
 // the test if that does not happen within timeout, naming what was awaited
 // and the last error cond returned. Use it instead of sleeping: against real
 // API servers, every state arrives asynchronously.
@@ -21,7 +21,7 @@ const PollInterval = 50 * time.Millisecond
 // only reported, it does not end the polling.
 func Eventually(t testing.TB, timeout time.Duration, what string, cond func(ctx context.Context) (bool, error)) {
 	t.Helper()
-	if err := Poll(t.Context(), PollInterval, timeout, cond); err != nil {
+	if err := Poll(t.Context(), pollInterval, timeout, cond); err != nil {
 		t.Fatalf("%s: not within %s: %v", what, timeout, err)
 	}
 }
