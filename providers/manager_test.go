@@ -77,19 +77,8 @@ func TestCleanShutdownReleasesTheLease(t *testing.T) {
 func startLeader(t *testing.T, id string) (*fx.App, typedcoordinationv1.LeaseInterface) {
 	t.Helper()
 	env := tenantrytest.New(t, tenantrytest.Options{})
-	kubeconfig, err := env.Host.Kubeconfig()
-	if err != nil {
-		t.Fatal(err)
-	}
-	path := filepath.Join(t.TempDir(), "host.kubeconfig")
-	if err := os.WriteFile(path, kubeconfig, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	opts := Options{
-		Kubeconfig: path, MetricsBindAddress: "0", HealthProbeBindAddress: "0",
-		LeaderElection: true, LeaderElectionNamespace: "default", LeaderElectionID: id,
-		Logger: LoggerOptions{Output: io.Discard},
-	}
+	opts := quietOptions(t, env)
+	opts.LeaderElection, opts.LeaderElectionNamespace, opts.LeaderElectionID = true, "default", id
 	app := fx.New(fx.Supply(opts), Module, fx.Invoke(func(manager.Manager) {}), fx.NopLogger)
 	if err := app.Start(t.Context()); err != nil {
 		t.Fatal(err)
@@ -104,4 +93,22 @@ func startLeader(t *testing.T, id string) (*fx.App, typedcoordinationv1.LeaseInt
 		return ptr.Deref(l.Spec.HolderIdentity, "") != "", nil
 	})
 	return app, leases
+}
+
+// quietOptions are Options for an app on env's host, with no listeners
+// and no logs.
+func quietOptions(t *testing.T, env *tenantrytest.Environment) Options {
+	t.Helper()
+	kubeconfig, err := env.Host.Kubeconfig()
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "host.kubeconfig")
+	if err := os.WriteFile(path, kubeconfig, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return Options{
+		Kubeconfig: path, MetricsBindAddress: "0", HealthProbeBindAddress: "0",
+		Logger: LoggerOptions{Output: io.Discard},
+	}
 }

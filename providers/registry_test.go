@@ -2,9 +2,6 @@ package providers
 
 import (
 	"context"
-	"io"
-	"os"
-	"path/filepath"
 	"testing"
 
 	"go.uber.org/fx"
@@ -23,18 +20,7 @@ type hostName string
 // built from the management app's own objects.
 func TestTenantModulesRunInEveryCluster(t *testing.T) {
 	env := tenantrytest.New(t, tenantrytest.Options{Tenants: 1})
-	kubeconfig, err := env.Host.Kubeconfig()
-	if err != nil {
-		t.Fatal(err)
-	}
-	path := filepath.Join(t.TempDir(), "host.kubeconfig")
-	if err := os.WriteFile(path, kubeconfig, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	opts := Options{
-		Kubeconfig: path, MetricsBindAddress: "0", HealthProbeBindAddress: "0",
-		Logger: LoggerOptions{Output: io.Discard},
-	}
+	opts := quietOptions(t, env)
 	type ran struct{ module, cluster, host string }
 	runs := make(chan ran, 4)
 	var registry *clusterregistry.RemoteClusterRegistry
