@@ -32,40 +32,31 @@ func ProvideTenantModule(constructor any) fx.Option {
 	return fx.Provide(fx.Annotate(constructor, fx.ResultTags(`group:"`+tenantModulesGroup+`"`)))
 }
 
-type registryParams struct {
-	fx.In
-
-	Lifecycle fx.Lifecycle
-	Options   Options
-	Logger    logr.Logger
-	Scheme    *runtime.Scheme
-	// Fence, with Sharding, fences every tenant's requests on its Lease.
-	Fence clusterregistry.Fence `optional:"true"`
-}
-
 // provideRegistry is newRegistry, given the host's client.Client by the
-// name that a cluster's app gives it, and every module added with
-// TenantModule or ProvideTenantModule.
-var provideRegistry = fx.Annotate(newRegistry,
-	fx.ParamTags(``, clusterregistry.ManageClientTag, `group:"`+tenantModulesGroup+`"`))
+// name that a cluster's app gives it, every module added with TenantModule
+// or ProvideTenantModule, and, with Sharding, the Fence.
+var provideRegistry = fx.Annotate(newRegistry, fx.ParamTags(
+	``, ``, ``, ``, clusterregistry.ManageClientTag, `group:"`+tenantModulesGroup+`"`, `optional:"true"`))
 
 // newRegistry builds the cluster registry with every tenant module of the
 // app, and closes it when the app stops: every tenant app is stopped before
-// the management manager is.
-func newRegistry(p registryParams, manageClient client.Client, modules []fx.Option) *clusterregistry.RemoteClusterRegistry {
+// the management manager is. fence, with Sharding, fences every tenant's
+// requests on its Lease.
+func newRegistry(lc fx.Lifecycle, o Options, log logr.Logger, scheme *runtime.Scheme,
+	manageClient client.Client, modules []fx.Option, fence clusterregistry.Fence) *clusterregistry.RemoteClusterRegistry {
 	r := clusterregistry.NewWithOptions(clusterregistry.Options{
-		Logger:                  p.Logger.WithName("registry"),
+		Logger:                  log.WithName("registry"),
 		ManageClient:            manageClient,
-		Scheme:                  p.Scheme,
-		SpawnTimeout:            p.Options.SpawnTimeout,
-		HealthCheckInterval:     p.Options.ClusterHealthInterval,
-		UnhealthyTimeout:        p.Options.ClusterUnhealthyTimeout,
-		GracefulShutdownTimeout: p.Options.GracefulShutdownTimeout,
-		Fence:                   p.Fence,
+		Scheme:                  scheme,
+		SpawnTimeout:            o.SpawnTimeout,
+		HealthCheckInterval:     o.ClusterHealthInterval,
+		UnhealthyTimeout:        o.ClusterUnhealthyTimeout,
+		GracefulShutdownTimeout: o.GracefulShutdownTimeout,
+		Fence:                   fence,
 	}, modules...)
-	p.Lifecycle.Append(fx.Hook{
+	lc.Append(fx.Hook{
 		OnStop: func(ctx context.Context) error {
-			p.Logger.Info("stopping every tenant cluster", "clusters", len(r.List()))
+			log.Info("stopping every tenant cluster", "clusters", len(r.List()))
 			return r.Close(ctx)
 		},
 	})

@@ -10,8 +10,9 @@ import (
 	"github.com/tenantry/tenantry/pkg/syncer"
 )
 
-// Syncers added with Provide reach NewTenantModule, one built from the
-// management app's own objects included.
+// Syncers added with Provide reach TenantParams.Extra, which
+// NewTenantModule runs in every tenant beside the built-in ones; one built
+// from the management app's own objects included.
 func TestProvideAddsSyncers(t *testing.T) {
 	type prefix string
 	var got []string

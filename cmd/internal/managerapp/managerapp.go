@@ -34,14 +34,19 @@ func (o *Options) BindFlags(fs *flag.FlagSet) {
 }
 
 // New builds the app. Adding a host-side controller is adding its module
-// here; adding a tenant one is adding a providers.TenantModule (or, for a
+// to App; adding a tenant one is adding a providers.TenantModule (or, for a
 // syncer, a syncers.Provide). extra options join the app as given.
 func New(opts Options, extra ...fx.Option) *fx.App {
+	return fx.New(App(opts, extra...))
+}
+
+// App is every option of the app that New builds.
+func App(opts Options, extra ...fx.Option) fx.Option {
 	sharded := fx.Options()
 	if opts.ShardMode == providers.ShardModeLease {
 		sharded = providers.Sharding
 	}
-	return fx.New(
+	return fx.Options(
 		fx.Supply(opts.Options, opts.VirtualCluster, &opts.Syncers),
 		fx.StopTimeout(StopTimeout(opts)),
 		providers.FxLogger,

@@ -85,10 +85,19 @@ func TestPodsDown(t *testing.T) {
 				}}}}}
 			}),
 			check: func(t *testing.T, host *corev1.Pod) {
-				for _, src := range host.Spec.Volumes[0].Projected.Sources {
-					if src.ServiceAccountToken != nil || src.ConfigMap != nil || src.Secret == nil || src.Secret.Name != "web"+syncer.APIAccessSecretSuffix {
-						t.Errorf("projection %+v, want the Pod's access Secret", src)
+				sources := host.Spec.Volumes[0].Projected.Sources
+				if len(sources) != 2 {
+					t.Fatalf("%d projections, want the token's and the CA's", len(sources))
+				}
+				for i, path := range []string{"token", "ca.crt"} {
+					src := sources[i]
+					if src.ServiceAccountToken != nil || src.ConfigMap != nil || src.Secret == nil || src.Secret.Name != "web"+syncer.APIAccessSecretSuffix ||
+						len(src.Secret.Items) != 1 || src.Secret.Items[0].Path != path {
+						t.Errorf("projection %+v, want %s from the Pod's access Secret", src, path)
 					}
+				}
+				if len(host.Spec.InitContainers) != 1 || len(host.Spec.Containers) != 1 {
+					t.Fatalf("%d init containers and %d containers, want 1 and 1", len(host.Spec.InitContainers), len(host.Spec.Containers))
 				}
 				for _, c := range append(host.Spec.InitContainers, host.Spec.Containers...) {
 					if secret, _ := envFrom(c, "KUBERNETES_SERVICE_HOST"); secret != "web"+syncer.APIAccessSecretSuffix {
