@@ -5,6 +5,7 @@ package syncers
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"strings"
@@ -117,14 +118,26 @@ func (o *Options) BindFlags(fs *flag.FlagSet) {
 	fs.IntVar(&o.TenantBurst, "tenant-host-burst", 0, "Burst of the ceiling set by --tenant-host-qps (default: its QPS).")
 }
 
-// Module runs the host half of the syncers, the Hub, in the management
-// app: it needs the host *rest.Config, *runtime.Scheme and manager.Manager.
-// Their tenant half, NewTenantModule, is a tenant module for the registry:
-// the app adds it with providers.ProvideTenantModule(syncers.NewTenantModule).
+// Module runs the syncers in the management app: the Hub, their host half,
+// run by the management manager, and Tenants, their tenant half. It needs
+// the host *rest.Config, *runtime.Scheme, manager.Manager and the cluster
+// registry, to which the app gives the tenant half with
+// providers.ProvideTenantModule(syncers.TenantModule). Without that, no
+// tenant would sync, and the app fails to build, saying so.
 var Module = fx.Module("syncers",
-	fx.Provide(newHub),
-	fx.Invoke(func(mgr manager.Manager, hub *syncer.Hub) error { return mgr.Add(hub) }),
+	fx.Provide(newHub, newTenants),
+	fx.Invoke(startHub),
 )
+
+// startHub adds the Hub to the management manager, once the registry
+// (built first, as a parameter) has taken the tenant half.
+func startHub(mgr manager.Manager, hub *syncer.Hub, _ *clusterregistry.RemoteClusterRegistry, tenants *Tenants) error {
+	if !tenants.given {
+		return errors.New("syncers: no tenant would sync, since the registry does not run the syncers' tenant half: " +
+			"add providers.ProvideTenantModule(syncers.TenantModule) to the app")
+	}
+	return mgr.Add(hub)
+}
 
 // syncersGroup is the fx value group of the syncers that Provide adds.
 const syncersGroup = "syncers"
@@ -163,31 +176,42 @@ func newHub(p hubParams) (*syncer.Hub, error) {
 	})
 }
 
-// TenantParams are what NewTenantModule takes from the management app.
-type TenantParams struct {
+// Tenants is the syncers' tenant half, which Module provides: the module
+// that runs them in every tenant cluster. TenantModule gives it to the
+// registry.
+type Tenants struct {
+	module fx.Option
+	given  bool
+}
+
+// TenantModule is Tenants' module, for providers.ProvideTenantModule.
+func TenantModule(t *Tenants) fx.Option {
+	t.given = true
+	return t.module
+}
+
+type tenantParams struct {
 	fx.In
-	// Hub is the host half, which Module provides.
 	Hub *syncer.Hub
 	// Manager is the management manager: its API reader reads each
 	// VirtualCluster's spec (inClusterServer, hostPolicy) as its tenant
 	// starts.
 	Manager manager.Manager
-	// Options, if supplied; all built-in syncers otherwise.
 	Options *Options `optional:"true"`
 	// Extra are the syncers added with Provide.
 	Extra []syncer.Syncer `group:"syncers"`
 }
 
-// NewTenantModule builds the tenant half of the syncers: each tenant runs
-// the built-in syncers that Options name, those added with Provide and the
-// custom resource syncers, under its VirtualCluster's host policy over the
-// default, read from the host as the tenant starts.
-func NewTenantModule(p TenantParams) (fx.Option, error) {
+// newTenants builds the tenant half: each tenant runs the built-in syncers
+// that Options name (all when none are supplied), those added with Provide
+// and the custom resource syncers, under its VirtualCluster's host policy
+// over the default, read from the host as the tenant starts.
+func newTenants(p tenantParams) (*Tenants, error) {
 	o := options(p.Options)
 	if _, err := builtin.ByName(o.Resources, builtin.PodPolicy{}); err != nil {
 		return nil, err
 	}
-	return syncer.TenantModulePerCluster(p.Hub, func(ctx context.Context, cluster string) (syncer.Options, []syncer.Syncer, error) {
+	return &Tenants{module: syncer.TenantModulePerCluster(p.Hub, func(ctx context.Context, cluster string) (syncer.Options, []syncer.Syncer, error) {
 		// Read uncached as the tenant starts, so that it runs with the spec
 		// that made the VirtualCluster's reconciler (re)spawn it, or a
 		// newer one.
@@ -210,7 +234,7 @@ func NewTenantModule(p TenantParams) (fx.Option, error) {
 			syncers = append(syncers, syncer.CustomResource(gvk))
 		}
 		return opts, syncers, nil
-	}), nil
+	})}, nil
 }
 
 // parseGVK parses "group/version/Kind" (or "version/Kind" for the core

@@ -54,7 +54,7 @@ func App(opts Options, extra ...fx.Option) fx.Option {
 		sharded,
 		virtualcluster.Module,
 		syncers.Module,
-		providers.ProvideTenantModule(syncers.NewTenantModule),
+		providers.ProvideTenantModule(syncers.TenantModule),
 		fx.Options(extra...),
 	)
 }
