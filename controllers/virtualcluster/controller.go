@@ -77,6 +77,9 @@ type params struct {
 	// Shards, on sharded replicas, says which VirtualClusters this replica
 	// runs.
 	Shards *sharding.Coordinator `optional:"true"`
+	// Fence, on sharded replicas, fences the reconciler's own writes as
+	// the registry's.
+	Fence clusterregistry.Fence `optional:"true"`
 }
 
 // Module adds the VirtualCluster controller to the management app.
@@ -95,6 +98,7 @@ func setup(p params) error {
 	}
 	r := &Reconciler{
 		Shards:      p.Shards,
+		Fence:       p.Fence,
 		Replica:     replica,
 		Client:      p.Manager.GetClient(),
 		APIReader:   p.Manager.GetAPIReader(),

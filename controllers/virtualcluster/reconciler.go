@@ -54,6 +54,9 @@ type Reconciler struct {
 	// reconciles only those it owns and holds the Lease of, and hands over
 	// those that move to another replica. Nil: this replica runs them all.
 	Shards *sharding.Coordinator
+	// Fence, if set, is asked before each of the reconciler's own writes
+	// for a VirtualCluster (with Shards: the fence on its Lease).
+	Fence clusterregistry.Fence
 	// Replica names this replica in the VirtualClusters' status.replica.
 	Replica string
 
@@ -455,10 +458,10 @@ func (r *Reconciler) removeLease(ctx context.Context, name string) error {
 // VirtualCluster name (another replica may run it now): each of the
 // reconciler's own writes for it asks first.
 func (r *Reconciler) fenced(name string) error {
-	if r.Shards == nil || r.Shards.Holds(name) {
+	if r.Fence == nil {
 		return nil
 	}
-	return fmt.Errorf("%w: replica %s no longer holds VirtualCluster %s's Lease", clusterregistry.ErrFenced, r.Replica, name)
+	return r.Fence(name)
 }
 
 // stop stops the cluster's app if it runs or failed; a cluster that is not
