@@ -8,9 +8,11 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
+	"github.com/go-logr/logr"
 	"go.uber.org/fx"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -21,13 +23,16 @@ import (
 
 	tenantryv1alpha1 "github.com/tenantry/tenantry/pkg/apis/tenantry/v1alpha1"
 	"github.com/tenantry/tenantry/pkg/clusterregistry"
+	"github.com/tenantry/tenantry/pkg/kubeletapi"
 	"github.com/tenantry/tenantry/pkg/syncer"
 	"github.com/tenantry/tenantry/pkg/syncer/builtin"
 )
 
 // The host rights the syncers need: Tenantry's copies of tenant objects,
 // host namespaces to hold them, reading host nodes, which tenants see as
-// virtual nodes, evicting host Pods that tenants evict, and the policy
+// virtual nodes, evicting host Pods that tenants evict, the logs, exec,
+// attach and port-forward of host Pods, for the kubelet API of virtual
+// nodes, and the policy
 // objects of host namespaces (NetworkPolicy, ResourceQuota, LimitRange). It reads and writes only objects that
 // carry its labels (the hub's cache sees nothing else), but RBAC cannot
 // say that.
@@ -36,6 +41,8 @@ import (
 // +kubebuilder:rbac:groups=apiextensions.k8s.io,resources=customresourcedefinitions,verbs=get;list;watch
 // +kubebuilder:rbac:groups="",resources=nodes,verbs=get;list;watch
 // +kubebuilder:rbac:groups="",resources=pods/eviction,verbs=create
+// +kubebuilder:rbac:groups="",resources=pods/log,verbs=get
+// +kubebuilder:rbac:groups="",resources=pods/exec;pods/attach;pods/portforward,verbs=get;create
 // +kubebuilder:rbac:groups=networking.k8s.io,resources=networkpolicies,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups="",resources=resourcequotas;limitranges,verbs=get;list;watch;create;update;patch;delete
 
@@ -60,6 +67,11 @@ type Options struct {
 	// requests below its share.
 	TenantQPS   float64
 	TenantBurst int
+	// Kubelet configures the kubelet API of virtual nodes (kubectl logs,
+	// exec, attach, port-forward in tenants). A BindAddress of "" or "0"
+	// turns it off; the flag defaults it to kubeletapi.DefaultBindAddress.
+	// Its Host and Logger come from the app.
+	Kubelet kubeletapi.Options
 }
 
 // BindFlags registers the syncers' flags on fs, all syncers on by default.
@@ -111,6 +123,20 @@ func (o *Options) BindFlags(fs *flag.FlagSet) {
 		})
 	fs.BoolVar(&o.Syncer.ExposeNodeAddresses, "expose-node-addresses", false,
 		"Copy host nodes' addresses and kubelet port to tenants' virtual nodes (by default a virtual node shows only its name).")
+	fs.StringVar(&o.Kubelet.BindAddress, "kubelet-bind-address", kubeletapi.DefaultBindAddress,
+		`Address of the kubelet API of tenants' virtual nodes (kubectl logs, exec, attach, port-forward through the tenant's API server); "0" turns it off.`)
+	fs.StringVar(&o.Kubelet.AdvertiseAddress, "kubelet-advertise-address", "",
+		"Address (IP or DNS name) that tenants' API servers dial for the kubelet API: every virtual node's address. Default: $POD_IP, else the bind address's host, else this machine's default-route address.")
+	fs.Func("kubelet-advertise-port", "Kubelet port that virtual nodes give, when a Service in front of the manager maps another (default: the port listened on).", func(v string) error {
+		port, err := strconv.ParseUint(v, 10, 16)
+		if err != nil || port == 0 {
+			return fmt.Errorf("%q is not a port", v)
+		}
+		o.Kubelet.AdvertisePort = int32(port)
+		return nil
+	})
+	fs.StringVar(&o.Kubelet.CertFile, "kubelet-tls-cert-file", "", "Serving certificate of the kubelet API (default: a self-signed one made at start).")
+	fs.StringVar(&o.Kubelet.KeyFile, "kubelet-tls-private-key-file", "", "Key of --kubelet-tls-cert-file.")
 	fs.Float64Var(&o.HostQPS, "host-qps", syncer.DefaultHostQPS,
 		"Requests per second the syncers send the host, all tenants together; the tenants that have work share them in turn.")
 	fs.IntVar(&o.HostBurst, "host-burst", syncer.DefaultHostBurst, "Burst of the syncers' requests to the host, all tenants together.")
@@ -125,16 +151,22 @@ func (o *Options) BindFlags(fs *flag.FlagSet) {
 // providers.ProvideTenantModule(syncers.TenantModule). Without that, no
 // tenant would sync, and the app fails to build, saying so.
 var Module = fx.Module("syncers",
-	fx.Provide(newHub, newTenants),
+	fx.Provide(newHub, newKubeletAPI, newTenants),
 	fx.Invoke(startHub),
 )
 
-// startHub adds the Hub to the management manager, once the registry
-// (built first, as a parameter) has taken the tenant half.
+// startHub adds the Hub and the kubelet API to the management manager,
+// once the registry (built first, as a parameter) has taken the tenant
+// half.
 func startHub(mgr manager.Manager, hub *syncer.Hub, _ *clusterregistry.RemoteClusterRegistry, tenants *Tenants) error {
 	if !tenants.given {
 		return errors.New("syncers: no tenant would sync, since the registry does not run the syncers' tenant half: " +
 			"add providers.ProvideTenantModule(syncers.TenantModule) to the app")
+	}
+	if tenants.kubelet != nil {
+		if err := mgr.Add(tenants.kubelet); err != nil {
+			return err
+		}
 	}
 	return mgr.Add(hub)
 }
@@ -182,6 +214,8 @@ func newHub(p hubParams) (*syncer.Hub, error) {
 type Tenants struct {
 	module fx.Option
 	given  bool
+	// kubelet serves the virtual nodes' kubelet API, if on.
+	kubelet *kubeletapi.Server
 }
 
 // TenantModule is Tenants' module, for providers.ProvideTenantModule.
@@ -200,6 +234,27 @@ type tenantParams struct {
 	Options *Options `optional:"true"`
 	// Extra are the syncers added with Provide.
 	Extra []syncer.Syncer `group:"syncers"`
+	// Kubelet serves the virtual nodes' kubelet API; nil when off.
+	Kubelet *kubeletapi.Server
+}
+
+type kubeletParams struct {
+	fx.In
+	Config  *rest.Config
+	Logger  logr.Logger
+	Options *Options `optional:"true"`
+}
+
+// newKubeletAPI listens for the kubelet API of virtual nodes, unless the
+// options turn it off (or leave it unset, as a library user who supplies
+// no Options and syncs no Pods would).
+func newKubeletAPI(p kubeletParams) (*kubeletapi.Server, error) {
+	if p.Options == nil || p.Options.Kubelet.BindAddress == "0" || p.Options.Kubelet.BindAddress == "" {
+		return nil, nil
+	}
+	o := p.Options.Kubelet
+	o.Host, o.Logger = p.Config, p.Logger.WithName("kubelet-api")
+	return kubeletapi.New(o)
 }
 
 // newTenants builds the tenant half: each tenant runs the built-in syncers
@@ -211,7 +266,7 @@ func newTenants(p tenantParams) (*Tenants, error) {
 	if _, err := builtin.ByName(o.Resources, builtin.PodPolicy{}); err != nil {
 		return nil, err
 	}
-	return &Tenants{module: syncer.TenantModulePerCluster(p.Hub, func(ctx context.Context, cluster string) (syncer.Options, []syncer.Syncer, error) {
+	return &Tenants{kubelet: p.Kubelet, module: syncer.TenantModulePerCluster(p.Hub, func(ctx context.Context, cluster string) (syncer.Options, []syncer.Syncer, error) {
 		// Read uncached as the tenant starts, so that it runs with the spec
 		// that made the VirtualCluster's reconciler (re)spawn it, or a
 		// newer one.
@@ -221,6 +276,7 @@ func newTenants(p tenantParams) (*Tenants, error) {
 		}
 		policy := overDefault(o.HostPolicy, vc.Spec.HostPolicy)
 		opts := o.Syncer
+		opts.KubeletAPI = p.Kubelet
 		opts.InClusterServer = vc.Spec.InClusterServer
 		opts.DeniedMetadataPrefixes, opts.AllowedMetadataPrefixes = metadataPrefixes(
 			o.Syncer.DeniedMetadataPrefixes, o.Syncer.AllowedMetadataPrefixes, policy)

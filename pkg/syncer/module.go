@@ -18,6 +18,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	"github.com/tenantry/tenantry/pkg/clusterregistry"
+	"github.com/tenantry/tenantry/pkg/kubeletapi"
 )
 
 // Options tune how syncers run in each tenant.
@@ -49,6 +50,12 @@ type Options struct {
 	// the host's machines are, and a virtual node then shows only its name
 	// as a Hostname address.
 	ExposeNodeAddresses bool
+
+	// KubeletAPI, if set, serves the kubelet API of the tenant's virtual
+	// nodes (logs, exec, attach, port-forward), and virtual nodes give its
+	// endpoint as their address and kubelet port. The tenant joins it when
+	// its Pods sync, trusting the client CA of its own API server.
+	KubeletAPI *kubeletapi.Server
 
 	// InClusterServer is the https URL at which Pods running in the host
 	// reach the tenant's API server (their KUBERNETES_SERVICE_HOST and
@@ -245,6 +252,14 @@ func setup(mgr manager.Manager, cluster string, log logr.Logger, hub *Hub, opts 
 		}
 		if err := setupPodAPIAccess(mgr, hub, access); err != nil {
 			return err
+		}
+		if opts.KubeletAPI != nil {
+			if err := mgr.Add(&kubeletTenant{
+				server: opts.KubeletAPI, cluster: cluster, translator: tr,
+				tenant: mgr.GetClient(), tenantRead: mgr.GetAPIReader(), hostRead: hub.reader(), log: log,
+			}); err != nil {
+				return fmt.Errorf("joining the kubelet API: %w", err)
+			}
 		}
 	}
 	return pending.setup(mgr)

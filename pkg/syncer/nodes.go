@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"maps"
+	"net"
 	"strings"
 	"sync"
 	"time"
@@ -23,6 +24,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	"github.com/tenantry/tenantry/pkg/kubeletapi"
 )
 
 // A virtual node's Lease is renewed as a kubelet renews its node's: every
@@ -70,6 +73,8 @@ type virtualNodes struct {
 	recorder        events.EventRecorder
 	excluded        map[string]bool
 	exposeAddresses bool
+	// kubelet, if set, serves the virtual nodes' kubelet API.
+	kubelet *kubeletapi.Server
 
 	// live holds the names of the nodes the tenant has a virtual node of (or
 	// is about to), so that host node events for other nodes, the most of
@@ -89,7 +94,7 @@ func setupVirtualNodes(mgr manager.Manager, cluster string, hub *Hub, opts Optio
 	r := &virtualNodes{
 		cluster: cluster, translator: translator{Cluster: cluster}, tenant: mgr.GetClient(), hostRead: hub.reader(),
 		recorder: mgr.GetEventRecorder("tenantry-syncer"), excluded: excluded,
-		exposeAddresses: opts.ExposeNodeAddresses,
+		exposeAddresses: opts.ExposeNodeAddresses, kubelet: opts.KubeletAPI,
 	}
 	byNode := handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []reconcile.Request {
 		if name := o.(*corev1.Pod).Spec.NodeName; name != "" && !excluded[o.GetNamespace()] {
@@ -270,10 +275,28 @@ func (r *virtualNodes) status(host *corev1.Node, current corev1.NodeStatus) core
 	}
 	// The machine's identity is the host's business.
 	st.NodeInfo.MachineID, st.NodeInfo.SystemUUID, st.NodeInfo.BootID = "", "", ""
-	if r.exposeAddresses {
+	switch {
+	case r.kubelet != nil:
+		// The tenant's API server reaches Tenantry's kubelet API here; the
+		// host's external addresses follow only if exposed.
+		address, port := r.kubelet.Endpoint()
+		addressType := corev1.NodeInternalIP
+		if net.ParseIP(address) == nil {
+			addressType = corev1.NodeHostName
+		}
+		st.Addresses = []corev1.NodeAddress{{Type: addressType, Address: address}}
+		if r.exposeAddresses {
+			for _, a := range host.Status.Addresses {
+				if a.Type == corev1.NodeExternalIP || a.Type == corev1.NodeExternalDNS {
+					st.Addresses = append(st.Addresses, a)
+				}
+			}
+		}
+		st.DaemonEndpoints.KubeletEndpoint.Port = port
+	case r.exposeAddresses:
 		st.Addresses = append([]corev1.NodeAddress(nil), host.Status.Addresses...)
 		st.DaemonEndpoints = host.Status.DaemonEndpoints
-	} else {
+	default:
 		st.Addresses = []corev1.NodeAddress{{Type: corev1.NodeHostName, Address: host.Name}}
 	}
 	return st

@@ -20,6 +20,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/util/cert"
 )
 
 // The binaries of the components beside kube-apiserver and etcd, looked up
@@ -90,7 +91,7 @@ func (c *ControlPlane) components(opts *Options) ([]componentSpec, error) {
 		if err != nil {
 			return nil, err
 		}
-		kwok, err := c.kwok(kubeconfig, clientset, opts.HostNodes)
+		kwok, err := c.kwok(kubeconfig, clientset, opts.HostNodes, opts.KwokConfig)
 		if err != nil {
 			return nil, err
 		}
@@ -186,18 +187,47 @@ func (c *ControlPlane) scheduler(kubeconfig string) (componentSpec, error) {
 	}, nil
 }
 
+// KwokLogLines are what every container on the kit's simulated nodes
+// logs (kubectl logs), unless Options.KwokConfig says otherwise.
+var KwokLogLines = []string{"kwok: container started", "kwok: serving"}
+
 // kwok runs kwok with the stages of kwok-stages.yaml for the nodes made
-// by createNodes, which it manages. It is ready when every node is Ready
+// by createNodes, which it manages, and serves their kubelet API on a
+// loopback port with a certificate of its own: the logs, exec, attach and
+// port-forward of kubeletDebugging. It is ready when every node is Ready
 // and carries no taint that keeps Pods away.
-func (c *ControlPlane) kwok(kubeconfig string, clientset kubernetes.Interface, nodes int) (componentSpec, error) {
+func (c *ControlPlane) kwok(kubeconfig string, clientset kubernetes.Interface, nodes int, extra []string) (componentSpec, error) {
+	port, err := freePort()
+	if err != nil {
+		return componentSpec{}, fmt.Errorf("control plane %q: a port for %s: %w", c.name, binaryKwok, err)
+	}
+	debugging, err := c.kubeletDebugging()
+	if err != nil {
+		return componentSpec{}, err
+	}
+	config := append(append([]byte{}, kwokStages...), debugging...)
+	for _, doc := range extra {
+		config = append(append(config, "\n---\n"...), doc...)
+	}
 	stages := filepath.Join(c.dir, "kwok-stages.yaml")
-	if err := os.WriteFile(stages, kwokStages, 0o600); err != nil {
-		return componentSpec{}, fmt.Errorf("control plane %q: writing kwok's stages: %w", c.name, err)
+	if err := os.WriteFile(stages, config, 0o600); err != nil {
+		return componentSpec{}, fmt.Errorf("control plane %q: writing kwok's configuration: %w", c.name, err)
+	}
+	certPEM, keyPEM, err := cert.GenerateSelfSignedCertKey("localhost", []net.IP{net.IPv4(127, 0, 0, 1)}, []string{"localhost"})
+	if err != nil {
+		return componentSpec{}, fmt.Errorf("control plane %q: kwok's serving certificate: %w", c.name, err)
+	}
+	certFile, keyFile := filepath.Join(c.dir, "kwok-serving.crt"), filepath.Join(c.dir, "kwok-serving.key")
+	if err := os.WriteFile(certFile, certPEM, 0o600); err != nil {
+		return componentSpec{}, fmt.Errorf("control plane %q: %w", c.name, err)
+	}
+	if err := os.WriteFile(keyFile, keyPEM, 0o600); err != nil {
+		return componentSpec{}, fmt.Errorf("control plane %q: %w", c.name, err)
 	}
 	var once sync.Once
 	var createErr error
 	c.mu.Lock()
-	c.nodes = nodes
+	c.nodes, c.kubeletPort = nodes, int32(port)
 	c.mu.Unlock()
 	return componentSpec{
 		name: binaryKwok,
@@ -207,12 +237,16 @@ func (c *ControlPlane) kwok(kubeconfig string, clientset kubernetes.Interface, n
 			"--manage-all-nodes=false",
 			"--manage-nodes-with-annotation-selector=" + kwokNodeAnnotation + "=fake",
 			"--node-lease-duration-seconds=40",
+			// Loopback only: exec runs commands on this machine.
+			"--server-address=" + net.JoinHostPort("127.0.0.1", strconv.Itoa(port)),
+			"--tls-cert-file=" + certFile,
+			"--tls-private-key-file=" + keyFile,
 		},
 		// kwok reads ~/.kwok/kwok.yaml besides --config unless its work
 		// directory is elsewhere: a developer's own settings stay out.
 		env: []string{"KWOK_WORKDIR=" + filepath.Join(c.dir, "kwok")},
 		ready: func(ctx context.Context) error {
-			once.Do(func() { createErr = createNodes(ctx, clientset, nodes) })
+			once.Do(func() { createErr = createNodes(ctx, clientset, nodes, int32(port)) })
 			if createErr != nil {
 				return createErr
 			}
@@ -221,10 +255,66 @@ func (c *ControlPlane) kwok(kubeconfig string, clientset kubernetes.Interface, n
 	}, nil
 }
 
+// kubeletDebugging is the kwok configuration of what its kubelet API
+// answers for every Pod: the logs of KwokLogLines (attach streams the
+// same), exec of the command on this machine in a scratch directory, and
+// a port-forward to any port that echoes what it receives.
+func (c *ControlPlane) kubeletDebugging() ([]byte, error) {
+	logs := filepath.Join(c.dir, "kwok-container.log")
+	var b strings.Builder
+	stamp := time.Now().UTC()
+	for i, line := range KwokLogLines {
+		// The CRI log format that kwok reads: time, stream, tag, line.
+		fmt.Fprintf(&b, "%s stdout F %s\n", stamp.Add(time.Duration(i)*time.Millisecond).Format(time.RFC3339Nano), line)
+	}
+	if err := os.WriteFile(logs, []byte(b.String()), 0o600); err != nil {
+		return nil, fmt.Errorf("control plane %q: writing the containers' log: %w", c.name, err)
+	}
+	scratch := filepath.Join(c.dir, "kwok-exec")
+	if err := os.MkdirAll(scratch, 0o700); err != nil {
+		return nil, fmt.Errorf("control plane %q: %w", c.name, err)
+	}
+	return fmt.Appendf(nil, `
+---
+apiVersion: kwok.x-k8s.io/v1alpha1
+kind: ClusterLogs
+metadata:
+  name: kit-logs
+spec:
+  logs:
+  - logsFile: %[1]q
+---
+apiVersion: kwok.x-k8s.io/v1alpha1
+kind: ClusterAttach
+metadata:
+  name: kit-attach
+spec:
+  attaches:
+  - logsFile: %[1]q
+---
+apiVersion: kwok.x-k8s.io/v1alpha1
+kind: ClusterExec
+metadata:
+  name: kit-exec
+spec:
+  execs:
+  - local:
+      workDir: %[2]q
+---
+apiVersion: kwok.x-k8s.io/v1alpha1
+kind: ClusterPortForward
+metadata:
+  name: kit-port-forward
+spec:
+  forwards:
+  - command: ["cat"]
+`, logs, scratch), nil
+}
+
 // createNodes registers the simulated nodes, as kubelets would.
-func createNodes(ctx context.Context, clientset kubernetes.Interface, n int) error {
+func createNodes(ctx context.Context, clientset kubernetes.Interface, n int, kubeletPort int32) error {
 	for i := 1; i <= n; i++ {
-		if err := registerNode(ctx, clientset, NodeNamePrefix+strconv.Itoa(i), i); err != nil {
+		if err := registerNode(ctx, clientset, NodeNamePrefix+strconv.Itoa(i), i, kubeletPort); err != nil {
 			return err
 		}
 	}
@@ -232,8 +322,10 @@ func createNodes(ctx context.Context, clientset kubernetes.Interface, n int) err
 }
 
 // registerNode registers one simulated node, the i-th, for kwok to run:
-// with its own pod CIDR (kwok gives Pods IPs from it) and address.
-func registerNode(ctx context.Context, clientset kubernetes.Interface, name string, i int) error {
+// with its own pod CIDR (kwok gives Pods IPs from it) and address. Its
+// kubelet is kwok's server on kubeletPort: the host API server, which
+// prefers a node's InternalDNS address, reaches it at localhost.
+func registerNode(ctx context.Context, clientset kubernetes.Interface, name string, i int, kubeletPort int32) error {
 	cidr := fmt.Sprintf("10.244.%d.0/24", i)
 	node := &corev1.Node{
 		ObjectMeta: metav1.ObjectMeta{
@@ -252,7 +344,8 @@ func registerNode(ctx context.Context, clientset kubernetes.Interface, name stri
 	}
 	// A node's status cannot be set on create. kwok keeps an address that
 	// is there, whether this lands before its first status or after.
-	patch := fmt.Sprintf(`{"status":{"addresses":[{"type":"InternalIP","address":"10.240.%d.%d"},{"type":"Hostname","address":%q}]}}`, i/250, i%250, name)
+	patch := fmt.Sprintf(`{"status":{"addresses":[{"type":"InternalIP","address":"10.240.%d.%d"},{"type":"InternalDNS","address":"localhost"},{"type":"Hostname","address":%q}],"daemonEndpoints":{"kubeletEndpoint":{"Port":%d}}}}`,
+		i/250, i%250, name, kubeletPort)
 	if _, err := clientset.CoreV1().Nodes().Patch(ctx, name, types.StrategicMergePatchType, []byte(patch), metav1.PatchOptions{}, "status"); err != nil {
 		return fmt.Errorf("setting the address of node %s: %w", name, err)
 	}
@@ -269,13 +362,13 @@ func (c *ControlPlane) AddNode(ctx context.Context, name string) error {
 		return fmt.Errorf("control plane %q runs no nodes (Options.HostNodes)", c.name)
 	}
 	c.nodes++
-	i := c.nodes
+	i, port := c.nodes, c.kubeletPort
 	c.mu.Unlock()
 	clientset, err := kubernetes.NewForConfig(c.Config())
 	if err != nil {
 		return fmt.Errorf("control plane %q: %w", c.name, err)
 	}
-	if err := registerNode(ctx, clientset, name, i); err != nil {
+	if err := registerNode(ctx, clientset, name, i, port); err != nil {
 		return fmt.Errorf("control plane %q: %w", c.name, err)
 	}
 	var why string

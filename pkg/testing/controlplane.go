@@ -40,8 +40,10 @@ type ControlPlane struct {
 	apiServerUp  bool
 	disconnected bool
 	stopped      bool
-	// nodes is how many simulated nodes kwok runs here, or has run.
-	nodes int
+	// nodes is how many simulated nodes kwok runs here, or has run, and
+	// kubeletPort the port of kwok's kubelet API.
+	nodes       int
+	kubeletPort int32
 	// paths are the network paths of single clients (NewPath).
 	paths []*tcpProxy
 }
@@ -90,7 +92,15 @@ func startControlPlane(ctx context.Context, name string, opts *Options, crdPaths
 	}
 	cp.env.ControlPlane.Etcd = &envtest.Etcd{Out: etcdLog, Err: etcdLog}
 	apiServer := &envtest.APIServer{CertDir: dir, Out: apiServerLog, Err: apiServerLog}
+	if apiServer.Authn, err = newClientCertAuthn(); err != nil {
+		return nil, fmt.Errorf("control plane %q: %w", name, err)
+	}
 	apiServer.Configure().Set("service-account-issuer", "https://"+cp.proxy.Addr())
+	if cp.isHost() && opts.HostNodes > 0 {
+		// kwok's kubelet API answers at each node's InternalDNS address,
+		// localhost (see registerNode).
+		apiServer.Configure().Set("kubelet-preferred-address-types", "InternalDNS,InternalIP,Hostname,ExternalDNS,ExternalIP")
+	}
 	if cp.runsControllerManager(opts) {
 		// envtest turns the ServiceAccount admission plugin off because no
 		// controller makes the default ServiceAccounts it requires; a
@@ -172,6 +182,16 @@ func (c *ControlPlane) kubeconfig(server string) ([]byte, error) {
 		return nil, fmt.Errorf("control plane %q: writing kubeconfig: %w", c.name, err)
 	}
 	return data, nil
+}
+
+// AddUser returns a *rest.Config that authenticates as user name, in
+// groups, with a client certificate of the control plane's client CA.
+func (c *ControlPlane) AddUser(name string, groups ...string) (*rest.Config, error) {
+	u, err := c.env.ControlPlane.AddUser(envtest.User{Name: name, Groups: groups}, c.Config())
+	if err != nil {
+		return nil, fmt.Errorf("control plane %q: adding user %s: %w", c.name, name, err)
+	}
+	return u.Config(), nil
 }
 
 // StopAPIServer stops the kube-apiserver process; etcd, and so every stored

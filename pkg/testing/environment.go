@@ -37,8 +37,18 @@ type Options struct {
 	// and has that many Ready simulated nodes, named kwok-node-1, ... (see
 	// NodeNamePrefix). A Pod created in the host is scheduled, runs (Running
 	// and Ready, with an IP from its node's pod CIDR), and a Pod of a Job
-	// succeeds a second later; a deleted Pod is removed at once.
+	// succeeds a second later; a deleted Pod is removed at once. kwok also
+	// answers for the nodes' kubelets, on a loopback port, with TLS: the
+	// logs of every container are KwokLogLines, exec runs the command on
+	// this machine (in a scratch directory), attach streams the logs, and
+	// a port-forward to any port echoes what it receives.
 	HostNodes int
+
+	// KwokConfig are more kwok configuration documents (YAML), given to
+	// kwok with the kit's own: Logs, Exec, Attach or PortForward objects
+	// for particular host Pods, for example, which take precedence over
+	// the kit's cluster-wide ones.
+	KwokConfig []string
 
 	// TenantControllerManager runs a kube-controller-manager in every
 	// tenant, as a real virtual cluster does: Deployments, ReplicaSets,

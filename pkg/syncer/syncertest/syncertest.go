@@ -23,6 +23,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
 	"github.com/tenantry/tenantry/pkg/clusterregistry"
+	"github.com/tenantry/tenantry/pkg/kubeletapi"
 	"github.com/tenantry/tenantry/pkg/syncer"
 	tenantrytest "github.com/tenantry/tenantry/pkg/testing"
 )
@@ -75,6 +76,12 @@ type WorldOptions struct {
 	HostCRDDirectoryPaths []string
 	// Logger receives the registry's and tenants' logs. Default: none.
 	Logger logr.Logger
+	// KubeletAPI serves the kubelet API of the tenants' virtual nodes on a
+	// loopback port (World.KubeletAPI), as the controller-manager does.
+	KubeletAPI bool
+	// KwokConfig are more kwok configuration documents for the host's
+	// simulated nodes (see package testing's Options.KwokConfig).
+	KwokConfig []string
 }
 
 // World is a host and tenants, synced.
@@ -84,6 +91,8 @@ type World struct {
 	Tenants  map[string]client.Client // by name: tenant-1, tenant-2, ...
 	Hub      *syncer.Hub
 	Registry *clusterregistry.RemoteClusterRegistry
+	// KubeletAPI is set with WorldOptions.KubeletAPI.
+	KubeletAPI *kubeletapi.Server
 }
 
 // NewWorld starts a World for a test and stops it when the test ends.
@@ -127,12 +136,13 @@ func StartWorld(ctx context.Context, opts WorldOptions) (_ *World, stop func() e
 		HostNodes:               opts.HostNodes,
 		TenantControllerManager: opts.TenantControllerManager,
 		HostCRDDirectoryPaths:   opts.HostCRDDirectoryPaths,
+		KwokConfig:              opts.KwokConfig,
 	})
 	if err != nil {
 		return nil, nil, err
 	}
 	hubCtx, cancelHub := context.WithCancel(context.Background())
-	hubDone := make(chan error, 1)
+	hubDone, kubeletDone := make(chan error, 1), make(chan error, 1)
 	w := &World{Env: env, Tenants: map[string]client.Client{}}
 	stop = func() error {
 		var errs []error
@@ -142,6 +152,9 @@ func StartWorld(ctx context.Context, opts WorldOptions) (_ *World, stop func() e
 		cancelHub()
 		if w.Hub != nil {
 			errs = append(errs, <-hubDone)
+		}
+		if w.KubeletAPI != nil {
+			errs = append(errs, <-kubeletDone)
 		}
 		errs = append(errs, env.Stop())
 		return errors.Join(errs...)
@@ -158,6 +171,15 @@ func StartWorld(ctx context.Context, opts WorldOptions) (_ *World, stop func() e
 		return fail(err)
 	}
 	go func() { hubDone <- w.Hub.Start(hubCtx) }()
+	if opts.KubeletAPI {
+		if w.KubeletAPI, err = kubeletapi.New(kubeletapi.Options{
+			BindAddress: "127.0.0.1:0", Host: env.Host.Config(), Logger: opts.Logger.WithName("kubelet-api"),
+		}); err != nil {
+			return fail(err)
+		}
+		go func() { kubeletDone <- w.KubeletAPI.Start(hubCtx) }()
+		opts.Syncer.KubeletAPI = w.KubeletAPI
+	}
 	w.Registry = clusterregistry.NewWithOptions(clusterregistry.Options{
 		Logger: opts.Logger, ManageClient: w.Host, Scheme: opts.Scheme,
 	}, syncer.TenantModule(w.Hub, opts.Syncer, opts.Syncers...))

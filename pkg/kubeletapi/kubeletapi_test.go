@@ -1,0 +1,309 @@
+package kubeletapi_test
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/portforward"
+	"k8s.io/client-go/tools/remotecommand"
+	"k8s.io/client-go/transport/spdy"
+	"k8s.io/client-go/util/cert"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/tenantry/tenantry/pkg/syncer"
+	"github.com/tenantry/tenantry/pkg/syncer/builtin"
+	"github.com/tenantry/tenantry/pkg/syncer/syncertest"
+	tenantrytest "github.com/tenantry/tenantry/pkg/testing"
+)
+
+var eventually = tenantrytest.Eventually
+
+// criLog writes lines in the CRI log format that kwok serves.
+func criLog(t *testing.T, lines ...string) string {
+	t.Helper()
+	var b strings.Builder
+	for _, l := range lines {
+		fmt.Fprintf(&b, "%s stdout F %s\n", time.Now().UTC().Format(time.RFC3339Nano), l)
+	}
+	path := filepath.Join(t.TempDir(), "container.log")
+	if err := os.WriteFile(path, []byte(b.String()), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// podLogs is a kwok Logs object: the logs of one host Pod.
+func podLogs(namespace, name, file string) string {
+	return fmt.Sprintf(`apiVersion: kwok.x-k8s.io/v1alpha1
+kind: Logs
+metadata:
+  namespace: %s
+  name: %s
+spec:
+  logs:
+  - logsFile: %q
+`, namespace, name, file)
+}
+
+// Both tenants have a Pod default/web, and each of their API servers
+// reaches only its own through the kubelet API of its virtual nodes:
+// logs, exec, attach and port-forward, all the way to kwok through the
+// host API server. A kubelet client of one tenant cannot name the other's
+// Pods, a certificate of no tenant is refused, and a user of the tenant
+// without nodes/proxy is forbidden.
+func TestKubeletAPIOfVirtualNodes(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts control planes")
+	}
+	var kwok []string
+	said := map[string]string{}
+	for _, cluster := range []string{"tenant-1", "tenant-2"} {
+		said[cluster] = cluster + " is talking"
+		kwok = append(kwok, podLogs(syncer.HostNamespace(cluster, "default"), "web", criLog(t, said[cluster])))
+	}
+	w := syncertest.NewWorld(t, syncertest.WorldOptions{
+		Tenants: 2, HostNodes: 1, Syncers: builtin.All(), KubeletAPI: true, KwokConfig: kwok,
+	})
+	address, port := w.KubeletAPI.Endpoint()
+	if address != "127.0.0.1" {
+		t.Fatalf("kubelet API advertised at %s, want the bind address 127.0.0.1", address)
+	}
+	for _, cp := range w.Env.Tenants {
+		createRunningPod(t, w.Tenants[cp.Name()], "web")
+	}
+	createRunningPod(t, w.Tenants["tenant-2"], "only-in-2")
+
+	// The virtual node points the tenant's API server at Tenantry.
+	var pod corev1.Pod
+	if err := w.Tenants["tenant-1"].Get(t.Context(), client.ObjectKey{Namespace: "default", Name: "web"}, &pod); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 30*time.Second, "the virtual node gives the kubelet API's address and port", func(ctx context.Context) (bool, error) {
+		var node corev1.Node
+		if err := w.Tenants["tenant-1"].Get(ctx, client.ObjectKey{Name: pod.Spec.NodeName}, &node); err != nil {
+			return false, err
+		}
+		want := []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: address}}
+		ok := fmt.Sprint(node.Status.Addresses) == fmt.Sprint(want) && node.Status.DaemonEndpoints.KubeletEndpoint.Port == port
+		return ok, fmt.Errorf("addresses %v, kubelet port %d; want %v, %d", node.Status.Addresses, node.Status.DaemonEndpoints.KubeletEndpoint.Port, want, port)
+	})
+
+	for _, cp := range w.Env.Tenants {
+		cs := kubernetes.NewForConfigOrDie(cp.Config())
+		t.Run(cp.Name()+"/logs", func(t *testing.T) {
+			var got string
+			eventually(t, 30*time.Second, "the tenant API server serves the Pod's logs", func(ctx context.Context) (bool, error) {
+				raw, err := cs.CoreV1().Pods("default").GetLogs("web", &corev1.PodLogOptions{Container: "app"}).DoRaw(ctx)
+				got = string(raw)
+				return err == nil, err
+			})
+			if strings.TrimSpace(got) != said[cp.Name()] {
+				t.Fatalf("logs %q, want this tenant's own %q", got, said[cp.Name()])
+			}
+			raw, err := cs.CoreV1().Pods("default").GetLogs("web", &corev1.PodLogOptions{Container: "app", Timestamps: true}).DoRaw(t.Context())
+			if err != nil || !strings.HasSuffix(strings.TrimSpace(string(raw)), " "+said[cp.Name()]) || !strings.HasPrefix(string(raw), "20") {
+				t.Fatalf("logs with timestamps: %q, %v", raw, err)
+			}
+		})
+		t.Run(cp.Name()+"/exec", func(t *testing.T) {
+			stdout, stderr, err := execIn(t.Context(), cp.Config(), cs, "web", []string{"sh", "-c", "echo out-$((6*7)); echo err >&2; read line; echo got-$line"}, "ping\n")
+			if err != nil {
+				t.Fatalf("exec: %v (stderr %q)", err, stderr)
+			}
+			if stdout != "out-42\ngot-ping\n" || stderr != "err\n" {
+				t.Fatalf("exec: stdout %q, stderr %q", stdout, stderr)
+			}
+			_, _, err = execIn(t.Context(), cp.Config(), cs, "web", []string{"sh", "-c", "exit 3"}, "")
+			var exit interface{ ExitStatus() int }
+			if err == nil || !asExit(err, &exit) || exit.ExitStatus() != 3 {
+				t.Fatalf("exec of exit 3: %v, want exit status 3", err)
+			}
+		})
+		t.Run(cp.Name()+"/port-forward", func(t *testing.T) {
+			echoThroughPortForward(t, cp.Config(), "web", 8080)
+		})
+	}
+
+	// Straight at Tenantry's kubelet API, as each tenant's API server.
+	base := "https://" + net.JoinHostPort(address, strconv.Itoa(int(port)))
+	asTenant1 := kubeletClient(t, w.Env.Tenants[0], "kube-apiserver-kubelet-client", "system:masters")
+	status, body := get(t, asTenant1, base+"/containerLogs/default/web/app")
+	if status != http.StatusOK || strings.TrimSpace(body) != said["tenant-1"] {
+		t.Fatalf("tenant-1's own Pod: %d %q", status, body)
+	}
+	status, body = get(t, asTenant1, base+"/containerLogs/default/only-in-2/app")
+	if status != http.StatusNotFound || !strings.Contains(body, "pod default/only-in-2 not found") {
+		t.Fatalf("tenant-2's Pod asked by tenant-1: %d %q, want 404", status, body)
+	}
+	status, body = get(t, kubeletClient(t, w.Env.Tenants[0], "nobody"), base+"/containerLogs/default/web/app")
+	if status != http.StatusForbidden || !strings.Contains(body, "nobody may not get nodes/proxy") {
+		t.Fatalf("a tenant-1 user without nodes/proxy: %d %q, want 403", status, body)
+	}
+	status, body = get(t, selfSignedClient(t), base+"/containerLogs/default/web/app")
+	if status != http.StatusUnauthorized || !strings.Contains(body, "not signed by the client CA of any tenant") {
+		t.Fatalf("a certificate of no tenant: %d %q, want 401", status, body)
+	}
+	status, _ = get(t, asTenant1, base+"/pods")
+	if status != http.StatusNotFound {
+		t.Fatalf("an endpoint not served: %d, want 404", status)
+	}
+}
+
+// createRunningPod creates a one-container Pod in default and waits until
+// it runs in the host and the tenant says so.
+func createRunningPod(t *testing.T, c client.Client, name string) {
+	t.Helper()
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: name},
+		Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: "busybox"}}},
+	}
+	if err := c.Create(t.Context(), pod); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, time.Minute, "Pod "+name+" runs", func(ctx context.Context) (bool, error) {
+		if err := c.Get(ctx, client.ObjectKeyFromObject(pod), pod); err != nil {
+			return false, err
+		}
+		return pod.Status.Phase == corev1.PodRunning && pod.Spec.NodeName != "", fmt.Errorf("phase %s, node %q", pod.Status.Phase, pod.Spec.NodeName)
+	})
+}
+
+// execIn runs command in the Pod's container through the tenant API
+// server, with stdin, as kubectl exec -i does.
+func execIn(ctx context.Context, cfg *rest.Config, cs kubernetes.Interface, pod string, command []string, stdin string) (string, string, error) {
+	req := cs.CoreV1().RESTClient().Post().Resource("pods").Namespace("default").Name(pod).SubResource("exec").
+		VersionedParams(&corev1.PodExecOptions{Container: "app", Command: command, Stdin: true, Stdout: true, Stderr: true}, scheme.ParameterCodec)
+	exec, err := remotecommand.NewSPDYExecutor(cfg, http.MethodPost, req.URL())
+	if err != nil {
+		return "", "", err
+	}
+	var stdout, stderr bytes.Buffer
+	err = exec.StreamWithContext(ctx, remotecommand.StreamOptions{Stdin: strings.NewReader(stdin), Stdout: &stdout, Stderr: &stderr})
+	return stdout.String(), stderr.String(), err
+}
+
+func asExit(err error, target *interface{ ExitStatus() int }) bool {
+	e, ok := err.(interface{ ExitStatus() int })
+	if ok {
+		*target = e
+	}
+	return ok
+}
+
+// echoThroughPortForward forwards a local port to the Pod's port, through
+// the tenant API server, and checks that what it sends comes back (the
+// kit's port-forwards echo).
+func echoThroughPortForward(t *testing.T, cfg *rest.Config, pod string, port int) {
+	t.Helper()
+	cs := kubernetes.NewForConfigOrDie(cfg)
+	u := cs.CoreV1().RESTClient().Post().Resource("pods").Namespace("default").Name(pod).SubResource("portforward").URL()
+	rt, upgrader, err := spdy.RoundTripperFor(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dialer := spdy.NewDialer(upgrader, &http.Client{Transport: rt}, http.MethodPost, u)
+	stop, ready := make(chan struct{}), make(chan struct{})
+	fw, err := portforward.NewOnAddresses(dialer, []string{"127.0.0.1"}, []string{"0:" + strconv.Itoa(port)}, stop, ready, io.Discard, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- fw.ForwardPorts() }()
+	defer func() {
+		close(stop)
+		<-done
+	}()
+	select {
+	case <-ready:
+	case err := <-done:
+		t.Fatalf("port-forward: %v", err)
+	case <-time.After(30 * time.Second):
+		t.Fatal("port-forward not ready after 30 s")
+	}
+	ports, err := fw.GetPorts()
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn, err := net.DialTimeout("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(int(ports[0].Local))), 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	_ = conn.SetDeadline(time.Now().Add(30 * time.Second))
+	if _, err := conn.Write([]byte("ping\n")); err != nil {
+		t.Fatal(err)
+	}
+	got := make([]byte, 5)
+	if _, err := io.ReadFull(conn, got); err != nil || string(got) != "ping\n" {
+		t.Fatalf("through the port-forward: %q, %v; want the echo ping", got, err)
+	}
+}
+
+// kubeletClient is an HTTPS client with a client certificate of the
+// control plane's client CA, for user in groups.
+func kubeletClient(t *testing.T, cp *tenantrytest.ControlPlane, user string, groups ...string) *http.Client {
+	t.Helper()
+	cfg, err := cp.AddUser(user, groups...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pair, err := tls.X509KeyPair(cfg.CertData, cfg.KeyData)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return httpsClient(pair)
+}
+
+// selfSignedClient presents a certificate that no tenant's CA signed.
+func selfSignedClient(t *testing.T) *http.Client {
+	t.Helper()
+	crt, key, err := cert.GenerateSelfSignedCertKey("intruder", nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pair, err := tls.X509KeyPair(crt, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return httpsClient(pair)
+}
+
+func httpsClient(pair tls.Certificate) *http.Client {
+	return &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{
+		Certificates: []tls.Certificate{pair},
+		// The kubelet API serves a self-signed certificate, as a tenant
+		// API server without --kubelet-certificate-authority accepts.
+		InsecureSkipVerify: true, //nolint:gosec
+	}}}
+}
+
+func get(t *testing.T, c *http.Client, u string) (int, string) {
+	t.Helper()
+	if _, err := url.Parse(u); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := c.Get(u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(body)
+}

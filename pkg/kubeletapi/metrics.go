@@ -1,0 +1,38 @@
+package kubeletapi
+
+import (
+	"strconv"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"sigs.k8s.io/controller-runtime/pkg/metrics"
+)
+
+// The kubelet API's metrics, in controller-runtime's registry.
+var (
+	requests = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "tenantry_kubelet_api_requests_total",
+		Help: "Kubelet API requests of tenants' API servers, by endpoint (logs, exec, attach, portforward) and HTTP status (101: a stream was opened).",
+	}, []string{"cluster", "endpoint", "code"})
+
+	requestDuration = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "tenantry_kubelet_api_request_duration_seconds",
+		Help:    "How long kubelet API requests took, streams included, by endpoint.",
+		Buckets: prometheus.ExponentialBuckets(0.005, 4, 10),
+	}, []string{"endpoint"})
+)
+
+func init() {
+	metrics.Registry.MustRegister(requests, requestDuration)
+}
+
+// observe counts one request; cluster is "" when no tenant was found.
+func observe(cluster, endpoint string, code int, took time.Duration) {
+	requests.WithLabelValues(cluster, endpoint, strconv.Itoa(code)).Inc()
+	requestDuration.WithLabelValues(endpoint).Observe(took.Seconds())
+}
+
+// forgetCluster deletes a tenant's series once it is gone.
+func forgetCluster(cluster string) {
+	requests.DeletePartialMatch(prometheus.Labels{"cluster": cluster})
+}

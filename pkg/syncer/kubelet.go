@@ -1,0 +1,103 @@
+package syncer
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/go-logr/logr"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/tenantry/tenantry/pkg/kubeletapi"
+)
+
+// The ConfigMap in which an API server publishes the CA it trusts for
+// client certificates (the same that aggregated API servers read).
+const (
+	authenticationConfigMapNamespace = "kube-system"
+	authenticationConfigMap          = "extension-apiserver-authentication"
+	clientCAKey                      = "client-ca-file"
+)
+
+// clientCARefresh is how often a tenant's client CA is read again, so that
+// a rotated CA is trusted within it.
+const clientCARefresh = time.Minute
+
+// kubeletTenant joins one tenant to the kubelet API server while the
+// tenant's manager runs: it trusts the tenant API server's client CA, and
+// lets requests reach only the host copies of the tenant's own Pods.
+type kubeletTenant struct {
+	server     *kubeletapi.Server
+	cluster    string
+	translator translator
+	tenant     client.Client
+	tenantRead client.Reader
+	hostRead   client.Reader
+	log        logr.Logger
+}
+
+// Start registers the tenant, reads its client CA again every
+// clientCARefresh, and unregisters it as the manager stops.
+func (k *kubeletTenant) Start(ctx context.Context) error {
+	defer k.server.Unregister(k.cluster)
+	ticker := time.NewTicker(clientCARefresh)
+	defer ticker.Stop()
+	var last string
+	for {
+		ca, err := k.clientCA(ctx)
+		switch {
+		case err != nil:
+			// Requests are refused until it can be read: logged, and the
+			// next tick tries again.
+			k.log.Error(err, "cannot serve the kubelet API of the tenant's virtual nodes")
+		case ca != last:
+			if err := k.server.Register(kubeletapi.Tenant{
+				Name: k.cluster, ClientCAs: []byte(ca), Client: k.tenant, HostPod: k.hostPod,
+			}); err != nil {
+				k.log.Error(err, "cannot serve the kubelet API of the tenant's virtual nodes")
+			} else {
+				last = ca
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-ticker.C:
+		}
+	}
+}
+
+// clientCA reads the CA bundle the tenant API server trusts for client
+// certificates.
+func (k *kubeletTenant) clientCA(ctx context.Context) (string, error) {
+	var cm corev1.ConfigMap
+	key := client.ObjectKey{Namespace: authenticationConfigMapNamespace, Name: authenticationConfigMap}
+	if err := k.tenantRead.Get(ctx, key, &cm); err != nil {
+		return "", fmt.Errorf("reading the tenant API server's client CA (ConfigMap %s): %w", key, err)
+	}
+	ca := cm.Data[clientCAKey]
+	if ca == "" {
+		return "", fmt.Errorf("ConfigMap %s has no %s: the tenant API server authenticates no client certificate", key, clientCAKey)
+	}
+	return ca, nil
+}
+
+// hostPod names the host Pod that Tenantry made of the tenant's pod, if
+// there is one.
+func (k *kubeletTenant) hostPod(ctx context.Context, pod *corev1.Pod) (types.NamespacedName, bool, error) {
+	key := k.translator.hostKey(client.ObjectKeyFromObject(pod), false)
+	var host corev1.Pod
+	if err := k.hostRead.Get(ctx, key, &host); err != nil {
+		if apierrors.IsNotFound(err) {
+			return key, false, nil
+		}
+		return key, false, fmt.Errorf("reading host Pod %s: %w", key, err)
+	}
+	return key, k.translator.owns(&host) && host.Annotations[AnnotationTenantUID] == string(pod.UID), nil
+}
+
+// NeedLeaderElection is false: a tenant's manager runs no leader election.
+func (k *kubeletTenant) NeedLeaderElection() bool { return false }

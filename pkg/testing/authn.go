@@ -1,0 +1,143 @@
+package testing
+
+import (
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"fmt"
+	"math/big"
+	"os"
+	"path/filepath"
+	"time"
+
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+)
+
+// kubeletClientUser is the identity a cluster's API server presents to
+// kubelets, as kubeadm names it: a member of system:masters.
+var kubeletClientUser = envtest.User{Name: "kube-apiserver-kubelet-client", Groups: []string{"system:masters"}}
+
+// clientCertAuthn authenticates a control plane's clients by certificates
+// of a client CA of its own, as envtest's default does, and also gives its
+// API server a kubelet client certificate from that CA
+// (--kubelet-client-certificate), as a kubeadm cluster has: a kubelet of
+// the cluster, or Tenantry's kubelet API of virtual nodes, then knows the
+// API server by it.
+type clientCertAuthn struct {
+	ca    *x509.Certificate
+	caKey *ecdsa.PrivateKey
+	dir   string
+}
+
+var _ envtest.Authn = (*clientCertAuthn)(nil)
+
+func newClientCertAuthn() (*clientCertAuthn, error) {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return nil, fmt.Errorf("client CA key: %w", err)
+	}
+	now := time.Now()
+	tmpl := &x509.Certificate{
+		SerialNumber:          big.NewInt(1),
+		Subject:               pkix.Name{CommonName: "tenantry-test-client-ca"},
+		NotBefore:             now.Add(-time.Hour),
+		NotAfter:              now.Add(10 * 365 * 24 * time.Hour),
+		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature,
+		BasicConstraintsValid: true,
+		IsCA:                  true,
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		return nil, fmt.Errorf("client CA: %w", err)
+	}
+	ca, err := x509.ParseCertificate(der)
+	if err != nil {
+		return nil, fmt.Errorf("client CA: %w", err)
+	}
+	return &clientCertAuthn{ca: ca, caKey: key}, nil
+}
+
+func (a *clientCertAuthn) caPath() string { return filepath.Join(a.dir, "client-ca.crt") }
+
+// Configure points the API server at the client CA and its kubelet client
+// certificate, which Start writes.
+func (a *clientCertAuthn) Configure(dir string, args *envtest.Arguments) error {
+	a.dir = dir
+	args.Set("client-ca-file", a.caPath())
+	args.Set("kubelet-client-certificate", filepath.Join(dir, "kubelet-client.crt"))
+	args.Set("kubelet-client-key", filepath.Join(dir, "kubelet-client.key"))
+	return nil
+}
+
+// Start writes the CA and the kubelet client certificate, once: an API
+// server restarted on the same directory keeps them.
+func (a *clientCertAuthn) Start() error {
+	if a.dir == "" {
+		return fmt.Errorf("client certificate authn started before it was configured")
+	}
+	if err := os.WriteFile(a.caPath(), pemBlock("CERTIFICATE", a.ca.Raw), 0o600); err != nil {
+		return fmt.Errorf("writing the client CA: %w", err)
+	}
+	crt, key, err := a.issue(kubeletClientUser)
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(a.dir, "kubelet-client.crt"), crt, 0o600); err != nil {
+		return fmt.Errorf("writing the kubelet client certificate: %w", err)
+	}
+	if err := os.WriteFile(filepath.Join(a.dir, "kubelet-client.key"), key, 0o600); err != nil {
+		return fmt.Errorf("writing the kubelet client key: %w", err)
+	}
+	return nil
+}
+
+// AddUser gives base a client certificate for user.
+func (a *clientCertAuthn) AddUser(user envtest.User, base *rest.Config) (*rest.Config, error) {
+	crt, key, err := a.issue(user)
+	if err != nil {
+		return nil, err
+	}
+	cfg := rest.CopyConfig(base)
+	cfg.CertData, cfg.KeyData = crt, key
+	return cfg, nil
+}
+
+func (a *clientCertAuthn) Stop() error { return nil }
+
+// issue signs a client certificate for user, in PEM.
+func (a *clientCertAuthn) issue(user envtest.User) (crt, key []byte, err error) {
+	k, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return nil, nil, fmt.Errorf("client key of %s: %w", user.Name, err)
+	}
+	serial, err := rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 62))
+	if err != nil {
+		return nil, nil, err
+	}
+	now := time.Now()
+	tmpl := &x509.Certificate{
+		SerialNumber: serial,
+		Subject:      pkix.Name{CommonName: user.Name, Organization: user.Groups},
+		NotBefore:    now.Add(-time.Hour),
+		NotAfter:     now.Add(365 * 24 * time.Hour),
+		KeyUsage:     x509.KeyUsageDigitalSignature,
+		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, a.ca, &k.PublicKey, a.caKey)
+	if err != nil {
+		return nil, nil, fmt.Errorf("client certificate of %s: %w", user.Name, err)
+	}
+	keyDER, err := x509.MarshalECPrivateKey(k)
+	if err != nil {
+		return nil, nil, err
+	}
+	return pemBlock("CERTIFICATE", der), pemBlock("EC PRIVATE KEY", keyDER), nil
+}
+
+func pemBlock(kind string, der []byte) []byte {
+	return pem.EncodeToMemory(&pem.Block{Type: kind, Bytes: der})
+}
