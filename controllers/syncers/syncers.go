@@ -277,6 +277,10 @@ func newTenants(p tenantParams) (*Tenants, error) {
 		policy := overDefault(o.HostPolicy, vc.Spec.HostPolicy)
 		opts := o.Syncer
 		opts.KubeletAPI = p.Kubelet
+		opts.AllNodes = vc.Spec.NodeSync == tenantryv1alpha1.NodeSyncAll
+		if policy.Pods != nil {
+			opts.NodeSelector = policy.Pods.NodeSelector
+		}
 		opts.InClusterServer = vc.Spec.InClusterServer
 		opts.DeniedMetadataPrefixes, opts.AllowedMetadataPrefixes = metadataPrefixes(
 			o.Syncer.DeniedMetadataPrefixes, o.Syncer.AllowedMetadataPrefixes, policy)

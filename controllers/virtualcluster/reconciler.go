@@ -248,7 +248,9 @@ func (r *Reconciler) loadKubeconfig(ctx context.Context, vc *tenantryv1alpha1.Vi
 	}
 	r.limit(config)
 	// The digest covers what the cluster's app is built from: the
-	// kubeconfig, where its Pods reach it, and its host policy.
+	// kubeconfig, where its Pods reach it, its host policy and which nodes
+	// it sees (only when All, so that a digest taken before nodeSync
+	// existed stays the same).
 	policy, err := json.Marshal(vc.Spec.HostPolicy)
 	if err != nil {
 		out := notReady(tenantryv1alpha1.ReasonFailed, fmt.Sprintf("Reading spec.hostPolicy: %v", err), fmt.Errorf("encoding spec.hostPolicy: %w", err))
@@ -260,6 +262,10 @@ func (r *Reconciler) loadKubeconfig(ctx context.Context, vc *tenantryv1alpha1.Vi
 	h.Write([]byte(vc.Spec.InClusterServer))
 	h.Write([]byte{0})
 	h.Write(policy)
+	if vc.Spec.NodeSync == tenantryv1alpha1.NodeSyncAll {
+		h.Write([]byte{0})
+		h.Write([]byte(vc.Spec.NodeSync))
+	}
 	var digest [sha256.Size]byte
 	h.Sum(digest[:0])
 	return config, digest, nil

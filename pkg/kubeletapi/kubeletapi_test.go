@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
@@ -26,6 +27,7 @@ import (
 	"k8s.io/client-go/transport/spdy"
 	"k8s.io/client-go/util/cert"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/tenantry/tenantry/pkg/syncer"
 	"github.com/tenantry/tenantry/pkg/syncer/builtin"
@@ -34,6 +36,11 @@ import (
 )
 
 var eventually = tenantrytest.Eventually
+
+func TestMain(m *testing.M) {
+	ctrllog.SetLogger(logr.Discard())
+	os.Exit(m.Run())
+}
 
 // criLog writes lines in the CRI log format that kwok serves.
 func criLog(t *testing.T, lines ...string) string {
@@ -49,17 +56,48 @@ func criLog(t *testing.T, lines ...string) string {
 	return path
 }
 
-// podLogs is a kwok Logs object: the logs of one host Pod.
-func podLogs(namespace, name, file string) string {
+// podDebugging is kwok's Logs and Attach objects of one host Pod: its
+// logs, and the file whose new lines an attach streams.
+func podDebugging(namespace, name, logs, attach string) string {
 	return fmt.Sprintf(`apiVersion: kwok.x-k8s.io/v1alpha1
 kind: Logs
 metadata:
-  namespace: %s
-  name: %s
+  namespace: %[1]s
+  name: %[2]s
 spec:
   logs:
-  - logsFile: %q
-`, namespace, name, file)
+  - logsFile: %[3]q
+---
+apiVersion: kwok.x-k8s.io/v1alpha1
+kind: Attach
+metadata:
+  namespace: %[1]s
+  name: %[2]s
+spec:
+  attaches:
+  - logsFile: %[4]q
+`, namespace, name, logs, attach)
+}
+
+// appendUntil appends line to a CRI log file every half second until ctx
+// ends: an attach streams only what is written once it is attached.
+func appendUntil(ctx context.Context, t *testing.T, path, line string) {
+	f, err := os.OpenFile(path, os.O_APPEND|os.O_WRONLY, 0)
+	if err != nil {
+		t.Error(err)
+		return
+	}
+	defer f.Close()
+	tick := time.NewTicker(500 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		fmt.Fprintf(f, "%s stdout F %s\n", time.Now().UTC().Format(time.RFC3339Nano), line)
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+	}
 }
 
 // Both tenants have a Pod default/web, and each of their API servers
@@ -73,10 +111,11 @@ func TestKubeletAPIOfVirtualNodes(t *testing.T) {
 		t.Skip("starts control planes")
 	}
 	var kwok []string
-	said := map[string]string{}
+	said, logsFile, attachLog := map[string]string{}, map[string]string{}, map[string]string{}
 	for _, cluster := range []string{"tenant-1", "tenant-2"} {
 		said[cluster] = cluster + " is talking"
-		kwok = append(kwok, podLogs(syncer.HostNamespace(cluster, "default"), "web", criLog(t, said[cluster])))
+		logsFile[cluster], attachLog[cluster] = criLog(t, said[cluster]), criLog(t)
+		kwok = append(kwok, podDebugging(syncer.HostNamespace(cluster, "default"), "web", logsFile[cluster], attachLog[cluster]))
 	}
 	w := syncertest.NewWorld(t, syncertest.WorldOptions{
 		Tenants: 2, HostNodes: 1, Syncers: builtin.All(), KubeletAPI: true, KwokConfig: kwok,
@@ -122,6 +161,28 @@ func TestKubeletAPIOfVirtualNodes(t *testing.T) {
 				t.Fatalf("logs with timestamps: %q, %v", raw, err)
 			}
 		})
+		t.Run(cp.Name()+"/logs-follow", func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+			defer cancel()
+			stream, err := cs.CoreV1().Pods("default").GetLogs("web", &corev1.PodLogOptions{Container: "app", Follow: true}).Stream(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer stream.Close()
+			live := cp.Name() + " followed"
+			writing := make(chan struct{})
+			go func() {
+				defer close(writing)
+				appendUntil(ctx, t, logsFile[cp.Name()], live)
+			}()
+			out := &untilWriter{want: live, seen: cancel}
+			_, _ = io.Copy(out, stream)
+			cancel()
+			<-writing
+			if !strings.HasPrefix(out.String(), said[cp.Name()]+"\n") || !strings.Contains(out.String(), live) {
+				t.Fatalf("followed logs %q, want %q and then %q as it is written", out.String(), said[cp.Name()], live)
+			}
+		})
 		t.Run(cp.Name()+"/exec", func(t *testing.T) {
 			stdout, stderr, err := execIn(t.Context(), cp.Config(), cs, "web", []string{"sh", "-c", "echo out-$((6*7)); echo err >&2; read line; echo got-$line"}, "ping\n")
 			if err != nil {
@@ -130,10 +191,35 @@ func TestKubeletAPIOfVirtualNodes(t *testing.T) {
 			if stdout != "out-42\ngot-ping\n" || stderr != "err\n" {
 				t.Fatalf("exec: stdout %q, stderr %q", stdout, stderr)
 			}
+			// kwok reports a command's exit status as an error message, not
+			// as the status a kubelet gives: the message must come through.
 			_, _, err = execIn(t.Context(), cp.Config(), cs, "web", []string{"sh", "-c", "exit 3"}, "")
-			var exit interface{ ExitStatus() int }
-			if err == nil || !asExit(err, &exit) || exit.ExitStatus() != 3 {
-				t.Fatalf("exec of exit 3: %v, want exit status 3", err)
+			if err == nil || !strings.Contains(err.Error(), "exit status 3") {
+				t.Fatalf("exec of exit 3: %v, want the exit status", err)
+			}
+		})
+		t.Run(cp.Name()+"/attach", func(t *testing.T) {
+			// kwok's attach streams the container's log, and holds on.
+			ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+			defer cancel()
+			req := cs.CoreV1().RESTClient().Post().Resource("pods").Namespace("default").Name("web").SubResource("attach").
+				VersionedParams(&corev1.PodAttachOptions{Container: "app", Stdout: true}, scheme.ParameterCodec)
+			exec, err := remotecommand.NewSPDYExecutor(cp.Config(), http.MethodPost, req.URL())
+			if err != nil {
+				t.Fatal(err)
+			}
+			live := cp.Name() + " live"
+			writing := make(chan struct{})
+			go func() {
+				defer close(writing)
+				appendUntil(ctx, t, attachLog[cp.Name()], live)
+			}()
+			out := &untilWriter{want: live, seen: cancel}
+			_ = exec.StreamWithContext(ctx, remotecommand.StreamOptions{Stdout: out})
+			cancel()
+			<-writing
+			if !strings.Contains(out.String(), live) {
+				t.Fatalf("attached output %q, want %q", out.String(), live)
 			}
 		})
 		t.Run(cp.Name()+"/port-forward", func(t *testing.T) {
@@ -145,7 +231,7 @@ func TestKubeletAPIOfVirtualNodes(t *testing.T) {
 	base := "https://" + net.JoinHostPort(address, strconv.Itoa(int(port)))
 	asTenant1 := kubeletClient(t, w.Env.Tenants[0], "kube-apiserver-kubelet-client", "system:masters")
 	status, body := get(t, asTenant1, base+"/containerLogs/default/web/app")
-	if status != http.StatusOK || strings.TrimSpace(body) != said["tenant-1"] {
+	if status != http.StatusOK || !strings.HasPrefix(body, said["tenant-1"]+"\n") {
 		t.Fatalf("tenant-1's own Pod: %d %q", status, body)
 	}
 	status, body = get(t, asTenant1, base+"/containerLogs/default/only-in-2/app")
@@ -199,13 +285,23 @@ func execIn(ctx context.Context, cfg *rest.Config, cs kubernetes.Interface, pod 
 	return stdout.String(), stderr.String(), err
 }
 
-func asExit(err error, target *interface{ ExitStatus() int }) bool {
-	e, ok := err.(interface{ ExitStatus() int })
-	if ok {
-		*target = e
-	}
-	return ok
+// untilWriter collects a stream, and calls seen once it holds want. (It
+// has no ReadFrom, which io.Copy would use to read to the end.)
+type untilWriter struct {
+	buf  bytes.Buffer
+	want string
+	seen func()
 }
+
+func (w *untilWriter) Write(p []byte) (int, error) {
+	n, err := w.buf.Write(p)
+	if strings.Contains(w.buf.String(), w.want) {
+		w.seen()
+	}
+	return n, err
+}
+
+func (w *untilWriter) String() string { return w.buf.String() }
 
 // echoThroughPortForward forwards a local port to the Pod's port, through
 // the tenant API server, and checks that what it sends comes back (the

@@ -45,6 +45,15 @@ type Options struct {
 	// tenants.
 	DisablePublicCRDs bool
 
+	// AllNodes gives the tenant a virtual node for every host node that
+	// NodeSelector matches, whether or not its Pods run there (a
+	// VirtualCluster's spec.nodeSync: All); otherwise it sees only the
+	// nodes that run its Pods.
+	AllNodes bool
+	// NodeSelector limits AllNodes to the host nodes with these labels:
+	// those the host policy lets the tenant's Pods run on.
+	NodeSelector map[string]string
+
 	// ExposeNodeAddresses copies host nodes' addresses and kubelet port to
 	// the tenants' virtual nodes. Off by default: they tell a tenant where
 	// the host's machines are, and a virtual node then shows only its name

@@ -13,6 +13,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -75,6 +76,10 @@ type virtualNodes struct {
 	exposeAddresses bool
 	// kubelet, if set, serves the virtual nodes' kubelet API.
 	kubelet *kubeletapi.Server
+	// allNodes shows every host node that nodeSelector matches, beside
+	// those that run the tenant's Pods.
+	allNodes     bool
+	nodeSelector labels.Selector
 
 	// live holds the names of the nodes the tenant has a virtual node of (or
 	// is about to), so that host node events for other nodes, the most of
@@ -95,6 +100,7 @@ func setupVirtualNodes(mgr manager.Manager, cluster string, hub *Hub, opts Optio
 		cluster: cluster, translator: translator{Cluster: cluster}, tenant: mgr.GetClient(), hostRead: hub.reader(),
 		recorder: mgr.GetEventRecorder("tenantry-syncer"), excluded: excluded,
 		exposeAddresses: opts.ExposeNodeAddresses, kubelet: opts.KubeletAPI,
+		allNodes: opts.AllNodes, nodeSelector: labels.SelectorFromSet(opts.NodeSelector),
 	}
 	byNode := handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []reconcile.Request {
 		if name := o.(*corev1.Pod).Spec.NodeName; name != "" && !excluded[o.GetNamespace()] {
@@ -112,7 +118,7 @@ func setupVirtualNodes(mgr manager.Manager, cluster string, hub *Hub, opts Optio
 		})).
 		WatchesRawSource(named(hub.watchNodes, func(name string) bool {
 			_, ok := r.live.Load(name)
-			return ok
+			return ok || r.allNodes
 		})).
 		Complete(r)
 }
@@ -122,19 +128,9 @@ func isManaged(o client.Object) bool { return o.GetLabels()[LabelManagedBy] == M
 func (r *virtualNodes) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
 	name := req.Name
 	ctx = ctrl.LoggerInto(ctx, ctrl.LoggerFrom(ctx).WithValues("node", name))
-	bound, err := r.bound(ctx, name)
+	host, err := r.shown(ctx, name)
 	if err != nil {
 		return reconcile.Result{}, err
-	}
-	var host *corev1.Node
-	if bound {
-		host = &corev1.Node{}
-		if err := r.hostRead.Get(ctx, client.ObjectKey{Name: name}, host); err != nil {
-			if !apierrors.IsNotFound(err) {
-				return reconcile.Result{}, fmt.Errorf("reading host node %s: %w", name, err)
-			}
-			host = nil
-		}
 	}
 	var tenant corev1.Node
 	found := true
@@ -172,6 +168,33 @@ func (r *virtualNodes) Reconcile(ctx context.Context, req reconcile.Request) (re
 	}
 	// The Lease is renewed on this requeue, as long as the node lives.
 	return reconcile.Result{RequeueAfter: nodeLeaseRenewInterval}, nil
+}
+
+// shown is the host node that the tenant sees as its Node name, or nil if
+// it sees none: with allNodes, a host node that nodeSelector matches; and
+// in any case, one that runs a Pod of the tenant (see bound).
+func (r *virtualNodes) shown(ctx context.Context, name string) (*corev1.Node, error) {
+	read := func() (*corev1.Node, error) {
+		host := &corev1.Node{}
+		if err := r.hostRead.Get(ctx, client.ObjectKey{Name: name}, host); err != nil {
+			if apierrors.IsNotFound(err) {
+				return nil, nil
+			}
+			return nil, fmt.Errorf("reading host node %s: %w", name, err)
+		}
+		return host, nil
+	}
+	if r.allNodes {
+		host, err := read()
+		if err != nil || (host != nil && r.nodeSelector.Matches(labels.Set(host.Labels))) {
+			return host, err
+		}
+	}
+	bound, err := r.bound(ctx, name)
+	if err != nil || !bound {
+		return nil, err
+	}
+	return read()
 }
 
 // bound says whether a Pod of the tenant runs on host node name: bound to

@@ -85,12 +85,32 @@ type VirtualClusterSpec struct {
 	// +optional
 	Paused bool `json:"paused,omitempty"`
 
+	// NodeSync says which host nodes the tenant sees as Nodes: Used (the
+	// default), those that run its Pods; All, every host node that its host
+	// policy's pods.nodeSelector allows, so that DaemonSets and clients
+	// that count nodes work. A change re-spawns the tenant cluster.
+	// +kubebuilder:validation:Enum=Used;All
+	// +kubebuilder:default=Used
+	// +optional
+	NodeSync NodeSync `json:"nodeSync,omitempty"`
+
 	// HostPolicy is what the host lets this tenant cluster ask of it, over
 	// the manager's default policy (its --host-policy file). A change
 	// re-spawns the tenant cluster.
 	// +optional
 	HostPolicy *HostPolicy `json:"hostPolicy,omitempty"`
 }
+
+// NodeSync says which host nodes a tenant cluster sees.
+type NodeSync string
+
+const (
+	// NodeSyncUsed shows the host nodes that run the tenant's Pods, and no
+	// other.
+	NodeSyncUsed NodeSync = "Used"
+	// NodeSyncAll shows every host node that the tenant's Pods may run on.
+	NodeSyncAll NodeSync = "All"
+)
 
 // HostPolicy is what the host lets a tenant cluster ask of it. Each field
 // set here (within pods and metadata, each of theirs) replaces the field of
