@@ -27,8 +27,9 @@ KUBEBUILDER_ASSETS ?= $(BIN)
 export KUBEBUILDER_ASSETS
 
 CONTROLLER_GEN := $(BIN)/controller-gen
-# What `make envtest` builds: the test control planes' programs.
-ENVTEST_BINS := $(addprefix $(BIN)/,kube-apiserver etcd kube-controller-manager kube-scheduler kwok)
+# What `make envtest` builds: the test control planes' programs, and the
+# kubectl that tests drive them with.
+ENVTEST_BINS := $(addprefix $(BIN)/,kube-apiserver etcd kube-controller-manager kube-scheduler kwok kubectl)
 
 ##@ Development
 
@@ -81,9 +82,9 @@ demo: build envtest ## The end-to-end demo: sync a sample workload through two t
 ##@ Tools
 
 .PHONY: envtest
-envtest: $(ENVTEST_BINS) ## Build kube-apiserver, etcd, kube-controller-manager, kube-scheduler and kwok from source into bin/ (once).
+envtest: $(ENVTEST_BINS) ## Build kube-apiserver, etcd, kube-controller-manager, kube-scheduler, kwok and kubectl from source into bin/ (once).
 
-$(BIN)/kube-apiserver $(BIN)/kube-controller-manager $(BIN)/kube-scheduler: $(BIN)/%: $(TOOLS_DEPS)
+$(BIN)/kube-apiserver $(BIN)/kube-controller-manager $(BIN)/kube-scheduler $(BIN)/kubectl: $(BIN)/%: $(TOOLS_DEPS)
 	cd $(TOOLS) && $(GO) build -ldflags '$(KUBE_LDFLAGS)' -o $@ k8s.io/kubernetes/cmd/$*
 
 $(BIN)/kwok: $(KWOK_DEPS)

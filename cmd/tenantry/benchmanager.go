@@ -61,7 +61,10 @@ func startManagerProcess(ctx context.Context, binary, kubeconfig string, extraAr
 		log:        log,
 	}
 	args := []string{"--kubeconfig", kubeconfig,
-		"--metrics-bind-address", addrs[0], "--health-probe-bind-address", addrs[1], "--pprof-bind-address", addrs[2]}
+		"--metrics-bind-address", addrs[0], "--health-probe-bind-address", addrs[1], "--pprof-bind-address", addrs[2],
+		// Replicas share this machine: each its own loopback port, which
+		// its tenants' virtual nodes give.
+		"--kubelet-bind-address", "127.0.0.1:0"}
 	m.cmd = exec.Command(binary, append(args, extraArgs...)...)
 	m.cmd.Stdout, m.cmd.Stderr = log, log
 	m.started = time.Now()

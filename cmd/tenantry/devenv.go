@@ -21,6 +21,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/tenantry/tenantry/cmd/internal/managerapp"
+	"github.com/tenantry/tenantry/pkg/kubeletapi"
 	tenantryconfig "github.com/tenantry/tenantry/config"
 	examplesconfig "github.com/tenantry/tenantry/examples/config"
 	tenantryv1alpha1 "github.com/tenantry/tenantry/pkg/apis/tenantry/v1alpha1"
@@ -161,6 +162,9 @@ func startDev(ctx context.Context, o devOptions, progress func(string)) (_ *devE
 	}
 	opts.Syncers.Resources = builtin.Names()
 	opts.Syncers.CustomResources = []schema.GroupVersionKind{fooGVK}
+	// The tenants' API servers run here: kubectl logs, exec, attach and
+	// port-forward reach the virtual nodes' kubelet API on loopback.
+	opts.Syncers.Kubelet = kubeletapi.Options{BindAddress: "127.0.0.1:0", AdvertiseAddress: "127.0.0.1"}
 	d.app = managerapp.New(opts)
 	if err := d.app.Err(); err != nil {
 		return nil, err
