@@ -21,10 +21,10 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/tenantry/tenantry/cmd/internal/managerapp"
-	"github.com/tenantry/tenantry/pkg/kubeletapi"
 	tenantryconfig "github.com/tenantry/tenantry/config"
 	examplesconfig "github.com/tenantry/tenantry/examples/config"
 	tenantryv1alpha1 "github.com/tenantry/tenantry/pkg/apis/tenantry/v1alpha1"
+	"github.com/tenantry/tenantry/pkg/kubeletapi"
 	"github.com/tenantry/tenantry/pkg/syncer"
 	"github.com/tenantry/tenantry/pkg/syncer/builtin"
 	tenantrytest "github.com/tenantry/tenantry/pkg/testing"
