@@ -32,7 +32,7 @@ const runManagerEnv = "TENANTRY_TEST_RUN_MANAGER"
 // managerProcess is a manager running in a process of its own, as a replica.
 type managerProcess struct {
 	cmd    *exec.Cmd
-	log    *syncBuffer
+	log    *tenantrytest.Buffer
 	done   chan struct{}
 	exitAt time.Time
 	err    error
@@ -55,10 +55,10 @@ func launchManager(t *testing.T, kubeconfig []byte, args ...string) (*managerPro
 	if err := os.WriteFile(path, kubeconfig, 0o600); err != nil {
 		return nil, err
 	}
-	m := &managerProcess{log: &syncBuffer{}, done: make(chan struct{})}
+	m := &managerProcess{log: &tenantrytest.Buffer{}, done: make(chan struct{})}
 	m.cmd = exec.Command(os.Args[0], append([]string{
 		"--kubeconfig", path, "--metrics-bind-address", "0", "--health-probe-bind-address", "0", "--log-level", "debug",
-		"--kubelet-bind-address", "127.0.0.1:0",
+		"--kubelet-bind-address", "127.0.0.1:0", "--dns-bind-address", "127.0.0.1:0",
 	}, args...)...)
 	m.cmd.Env = append(os.Environ(), runManagerEnv+"=1")
 	m.cmd.Stdout, m.cmd.Stderr = m.log, m.log

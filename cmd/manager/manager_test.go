@@ -78,24 +78,6 @@ func (l *lifecycle) stops(cluster string) int {
 	return l.stopped[cluster]
 }
 
-// syncBuffer is a log sink that tests can read while the app writes.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
 func TestMain(m *testing.M) {
 	if os.Getenv(runManagerEnv) == "1" {
 		// A manager process of a test (startManager).
@@ -131,7 +113,7 @@ func TestManagementApp(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	logs := &syncBuffer{}
+	logs := &tenantrytest.Buffer{}
 	probeAddr := freeAddr(t)
 	opts := managerapp.Options{Options: providers.Options{
 		Kubeconfig:              hostKubeconfig,

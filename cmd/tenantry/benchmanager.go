@@ -62,9 +62,9 @@ func startManagerProcess(ctx context.Context, binary, kubeconfig string, extraAr
 	}
 	args := []string{"--kubeconfig", kubeconfig,
 		"--metrics-bind-address", addrs[0], "--health-probe-bind-address", addrs[1], "--pprof-bind-address", addrs[2],
-		// Replicas share this machine: each its own loopback port, which
-		// its tenants' virtual nodes give.
-		"--kubelet-bind-address", "127.0.0.1:0"}
+		// Replicas share this machine: each its own loopback ports (its
+		// tenants' virtual nodes give its kubelet API's).
+		"--kubelet-bind-address", "127.0.0.1:0", "--dns-bind-address", "127.0.0.1:0"}
 	m.cmd = exec.Command(binary, append(args, extraArgs...)...)
 	m.cmd.Stdout, m.cmd.Stderr = log, log
 	m.started = time.Now()

@@ -4,9 +4,11 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -14,11 +16,6 @@ import (
 	"strings"
 	"testing"
 	"time"
-
-	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	tenantrytest "github.com/tenantry/tenantry/pkg/testing"
 )
@@ -34,38 +31,55 @@ func kubectlPath(t *testing.T) string {
 	return path
 }
 
+// runCLIEnv makes the test binary run the CLI (TestMain): a test starts
+// `tenantry dev` as a process of its own, as a person does.
+const runCLIEnv = "TENANTRY_TEST_RUN_CLI"
+
 // What a person does with a tenant of `tenantry dev`, with the real
-// kubectl against the tenant's API server: logs, logs -f, exec with stdin,
-// attach and port-forward, each through the virtual node's kubelet API,
-// the host API server, and kwok.
+// kubectl against the tenant's API server: run a Pod, then logs, logs -f,
+// exec with stdin, attach and port-forward, each through the virtual
+// node's kubelet API, the host API server, and kwok; Ctrl-C then stops it
+// all.
 func TestDevKubectl(t *testing.T) {
 	kubectl := kubectlPath(t)
 	ctx := t.Context()
-	d, err := startDev(ctx, devOptions{tenants: 1, nodes: 1, metricsBindAddress: "0", healthProbeBindAddress: "0", assets: os.Getenv("KUBEBUILDER_ASSETS")}, func(string) {})
+	dir := t.TempDir()
+	metricsAddr, err := tenantrytest.FreeAddress()
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() {
-		if err := d.finish(nil); err != nil {
-			t.Error(err)
-		}
-	})
-	tenant := d.tenants["tenant-1"]
-	pod := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "web"},
-		Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: "busybox"}}},
-	}
-	if err := tenant.Create(ctx, pod); err != nil {
+	dev := exec.Command(os.Args[0], "dev", "--tenants=1", "--nodes=1", "--dir="+dir, "--metrics-bind-address="+metricsAddr)
+	dev.Env = append(os.Environ(), runCLIEnv+"=1")
+	var devOut tenantrytest.Buffer
+	dev.Stdout, dev.Stderr = &devOut, &devOut
+	if err := dev.Start(); err != nil {
 		t.Fatal(err)
 	}
-	tenantrytest.Eventually(t, time.Minute, "the Pod runs", func(ctx context.Context) (bool, error) {
-		if err := tenant.Get(ctx, client.ObjectKeyFromObject(pod), pod); err != nil {
-			return false, err
+	exited := make(chan error, 1)
+	go func() { exited <- dev.Wait() }()
+	t.Cleanup(func() {
+		_ = dev.Process.Signal(os.Interrupt)
+		select {
+		case err := <-exited:
+			if err != nil {
+				t.Errorf("tenantry dev after Ctrl-C: %v\n%s", err, devOut.String())
+			}
+		case <-time.After(time.Minute):
+			_ = dev.Process.Kill()
+			t.Errorf("tenantry dev still runs a minute after Ctrl-C:\n%s", devOut.String())
 		}
-		return pod.Status.Phase == corev1.PodRunning, fmt.Errorf("phase %s", pod.Status.Phase)
 	})
+	tenantrytest.Eventually(t, 3*time.Minute, "tenantry dev is ready", func(context.Context) (bool, error) {
+		select {
+		case err := <-exited:
+			t.Fatalf("tenantry dev exited: %v\n%s", err, devOut.String())
+		default:
+		}
+		return strings.Contains(devOut.String(), "Ready. Press Ctrl-C to stop."), errors.New("not yet")
+	})
+	kubeconfig := filepath.Join(dir, "tenant-1.kubeconfig")
 	command := func(ctx context.Context, args ...string) *exec.Cmd {
-		return exec.CommandContext(ctx, kubectl, append([]string{"--kubeconfig", d.kubeconfigs["tenant-1"]}, args...)...)
+		return exec.CommandContext(ctx, kubectl, append([]string{"--kubeconfig", kubeconfig}, args...)...)
 	}
 	run := func(stdin string, args ...string) string {
 		t.Helper()
@@ -79,6 +93,8 @@ func TestDevKubectl(t *testing.T) {
 		}
 		return string(out)
 	}
+	run("", "run", "web", "--image=busybox")
+	run("", "wait", "--for=condition=Ready", "pod/web", "--timeout=60s")
 	wantLogs := strings.Join(tenantrytest.KwokLogLines, "\n") + "\n"
 
 	if got := run("", "logs", "web"); got != wantLogs {
@@ -144,13 +160,13 @@ func TestDevKubectl(t *testing.T) {
 	stop()
 
 	// kubectl logs the upgraded request at -v=6: the attach stream opened.
-	_, _, stop = stream(`/attach\?.*101 Switching Protocols`, "attach", "web", "-c", "app", "-v=6")
-	stop()
-	// Counted as the stream ends.
-	tenantrytest.Eventually(t, 10*time.Second, "Tenantry's kubelet API relayed the attach", func(context.Context) (bool, error) {
-		n, err := kubeletRequests("tenant-1", "attach", "101")
-		return n > 0, err
+	_, _, stop = stream(`/attach\?.*101 Switching Protocols`, "attach", "web", "-c", "web", "-v=6")
+	// The tenant API server answers kubectl first, then reaches the
+	// kubelet: attached until the kubelet API has opened the stream.
+	tenantrytest.Eventually(t, 30*time.Second, "the kubelet API opened the attach", func(context.Context) (bool, error) {
+		return strings.Contains(metricsText(t, metricsAddr), kubeletSeries("attach", "101")), errors.New("not yet")
 	})
+	stop()
 
 	_, m, stop := stream(`^Forwarding from 127\.0\.0\.1:(\d+) -> 8080$`, "port-forward", "pod/web", ":8080")
 	conn, err := net.DialTimeout("tcp", "127.0.0.1:"+m[1], 5*time.Second)
@@ -170,36 +186,44 @@ func TestDevKubectl(t *testing.T) {
 	conn.Close()
 	stop()
 
-	// Every command went through the virtual node's kubelet API (the
-	// manager runs in this process); a stream is counted as it ends.
+	// Every command went through the virtual node's kubelet API, as the
+	// manager's metrics count.
+	metrics := metricsText(t, metricsAddr)
 	for _, want := range [][2]string{{"logs", "200"}, {"exec", "101"}, {"portforward", "101"}} {
-		tenantrytest.Eventually(t, 10*time.Second, "Tenantry's kubelet API relayed "+want[0], func(context.Context) (bool, error) {
-			n, err := kubeletRequests("tenant-1", want[0], want[1])
-			return n > 0, err
-		})
+		if series := kubeletSeries(want[0], want[1]); !strings.Contains(metrics, series) {
+			t.Errorf("the manager's metrics have no %s:\n%s", series, grepLines(metrics, "tenantry_kubelet_api_requests_total"))
+		}
 	}
 }
 
-// kubeletRequests reads the kubelet API's request counter of this
-// process's manager.
-func kubeletRequests(cluster, endpoint, code string) (float64, error) {
-	families, err := metrics.Registry.Gather()
+// kubeletSeries is the start of the kubelet API's request counter of
+// tenant-1's requests to endpoint answered with code.
+func kubeletSeries(endpoint, code string) string {
+	return fmt.Sprintf(`tenantry_kubelet_api_requests_total{cluster="tenant-1",code=%q,endpoint=%q} `, code, endpoint)
+}
+
+// metricsText reads the manager's metrics.
+func metricsText(t *testing.T, addr string) string {
+	t.Helper()
+	resp, err := http.Get("http://" + addr + "/metrics")
 	if err != nil {
-		return 0, err
+		t.Fatal(err)
 	}
-	for _, f := range families {
-		if f.GetName() != "tenantry_kubelet_api_requests_total" {
-			continue
-		}
-		for _, m := range f.GetMetric() {
-			labels := map[string]string{}
-			for _, l := range m.GetLabel() {
-				labels[l.GetName()] = l.GetValue()
-			}
-			if labels["cluster"] == cluster && labels["endpoint"] == endpoint && labels["code"] == code {
-				return m.GetCounter().GetValue(), nil
-			}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(body)
+}
+
+// grepLines are the lines of text that hold s.
+func grepLines(text, s string) string {
+	var out []string
+	for _, l := range strings.Split(text, "\n") {
+		if strings.Contains(l, s) {
+			out = append(out, l)
 		}
 	}
-	return 0, nil
+	return strings.Join(out, "\n")
 }

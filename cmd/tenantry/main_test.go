@@ -161,6 +161,10 @@ func TestBenchSmall(t *testing.T) {
 }
 
 func TestMain(m *testing.M) {
+	if os.Getenv(runCLIEnv) == "1" {
+		// The CLI as a process of a test's own (TestDevKubectl).
+		os.Exit(run(os.Args[1:], os.Stdout))
+	}
 	// As main does: the library's own loggers are quiet.
 	providers.SetProcessLoggers(logr.Discard())
 	os.Exit(m.Run())

@@ -8,12 +8,15 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"net"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/go-logr/logr"
 	"go.uber.org/fx"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/validation"
@@ -26,6 +29,7 @@ import (
 	"github.com/tenantry/tenantry/pkg/kubeletapi"
 	"github.com/tenantry/tenantry/pkg/syncer"
 	"github.com/tenantry/tenantry/pkg/syncer/builtin"
+	"github.com/tenantry/tenantry/pkg/tenantdns"
 )
 
 // The host rights the syncers need: Tenantry's copies of tenant objects,
@@ -72,6 +76,18 @@ type Options struct {
 	// turns it off; the flag defaults it to kubeletapi.DefaultBindAddress.
 	// Its Host and Logger come from the app.
 	Kubelet kubeletapi.Options
+	// DNS configures the tenants' DNS server (package tenantdns). A
+	// BindAddress of "" or "0" turns it off; the flag defaults it to
+	// tenantdns.DefaultBindAddress. Its ClusterOf and Logger come from the
+	// app.
+	DNS tenantdns.Options
+	// DNSNameserver is the IP that host Pods ask, on port 53, for the DNS
+	// server; "" reads it off DNSService as each tenant starts.
+	DNSNameserver string
+	// DNSService is the Service (namespace/name) in front of the DNS
+	// server, whose cluster IP host Pods ask when DNSNameserver is not set.
+	// A tenant that starts while it does not exist keeps the host's DNS.
+	DNSService string
 }
 
 // BindFlags registers the syncers' flags on fs, all syncers on by default.
@@ -137,6 +153,22 @@ func (o *Options) BindFlags(fs *flag.FlagSet) {
 	})
 	fs.StringVar(&o.Kubelet.CertFile, "kubelet-tls-cert-file", "", "Serving certificate of the kubelet API (default: a self-signed one made at start).")
 	fs.StringVar(&o.Kubelet.KeyFile, "kubelet-tls-private-key-file", "", "Key of --kubelet-tls-cert-file.")
+	fs.StringVar(&o.DNS.BindAddress, "dns-bind-address", tenantdns.DefaultBindAddress,
+		`Address (UDP and TCP) of the DNS server that answers tenants' Pods with their own tenant's names; "0" turns it off.`)
+	fs.StringVar(&o.DNS.ClusterDomain, "cluster-domain", tenantdns.DefaultClusterDomain, "The tenants' cluster domain.")
+	fs.Func("dns-upstream", "Comma-separated resolvers (host:port) for names outside the cluster domain (default: the nameservers of /etc/resolv.conf, the host's cluster DNS in a Pod).", func(v string) error {
+		o.DNS.Upstream = nil
+		for _, u := range strings.FieldsFunc(v, func(r rune) bool { return r == ',' || r == ' ' }) {
+			if _, _, err := net.SplitHostPort(u); err != nil {
+				return fmt.Errorf("upstream %q is not host:port: %w", u, err)
+			}
+			o.DNS.Upstream = append(o.DNS.Upstream, u)
+		}
+		return nil
+	})
+	fs.StringVar(&o.DNSNameserver, "dns-nameserver", "", "IP at which host Pods reach the DNS server on port 53 (default: the cluster IP of --dns-service).")
+	fs.StringVar(&o.DNSService, "dns-service", "tenantry-system/tenantry-dns",
+		"Service (namespace/name) that maps port 53 to --dns-bind-address; host Pods ask its cluster IP. Without it, and without --dns-nameserver, Pods keep the host's DNS.")
 	fs.Float64Var(&o.HostQPS, "host-qps", syncer.DefaultHostQPS,
 		"Requests per second the syncers send the host, all tenants together; the tenants that have work share them in turn.")
 	fs.IntVar(&o.HostBurst, "host-burst", syncer.DefaultHostBurst, "Burst of the syncers' requests to the host, all tenants together.")
@@ -151,7 +183,7 @@ func (o *Options) BindFlags(fs *flag.FlagSet) {
 // providers.ProvideTenantModule(syncers.TenantModule). Without that, no
 // tenant would sync, and the app fails to build, saying so.
 var Module = fx.Module("syncers",
-	fx.Provide(newHub, newKubeletAPI, newTenants),
+	fx.Provide(newHub, newKubeletAPI, newTenantDNS, newTenants),
 	fx.Invoke(startHub),
 )
 
@@ -165,6 +197,11 @@ func startHub(mgr manager.Manager, hub *syncer.Hub, _ *clusterregistry.RemoteClu
 	}
 	if tenants.kubelet != nil {
 		if err := mgr.Add(tenants.kubelet); err != nil {
+			return err
+		}
+	}
+	if tenants.dns != nil {
+		if err := mgr.Add(tenants.dns); err != nil {
 			return err
 		}
 	}
@@ -214,8 +251,10 @@ func newHub(p hubParams) (*syncer.Hub, error) {
 type Tenants struct {
 	module fx.Option
 	given  bool
-	// kubelet serves the virtual nodes' kubelet API, if on.
+	// kubelet serves the virtual nodes' kubelet API, and dns the tenants'
+	// DNS, if on.
 	kubelet *kubeletapi.Server
+	dns     *tenantdns.Server
 }
 
 // TenantModule is Tenants' module, for providers.ProvideTenantModule.
@@ -234,20 +273,40 @@ type tenantParams struct {
 	Options *Options `optional:"true"`
 	// Extra are the syncers added with Provide.
 	Extra []syncer.Syncer `group:"syncers"`
-	// Kubelet serves the virtual nodes' kubelet API; nil when off.
-	Kubelet *kubeletapi.Server
+	// Kubelet serves the virtual nodes' kubelet API, DNS the tenants' DNS;
+	// nil when off.
+	Kubelet *kubeletapi.Server `optional:"true"`
+	DNS     *tenantdns.Server  `optional:"true"`
 }
 
 type kubeletParams struct {
 	fx.In
 	Config  *rest.Config
-	Logger  logr.Logger
-	Options *Options `optional:"true"`
+	Logger  logr.Logger `optional:"true"`
+	Options *Options    `optional:"true"`
 }
 
 // newKubeletAPI listens for the kubelet API of virtual nodes, unless the
 // options turn it off (or leave it unset, as a library user who supplies
 // no Options and syncs no Pods would).
+type dnsParams struct {
+	fx.In
+	Hub     *syncer.Hub
+	Logger  logr.Logger `optional:"true"`
+	Options *Options    `optional:"true"`
+}
+
+// newTenantDNS listens for the tenants' Pods' DNS queries, unless the
+// options turn it off (or leave it unset).
+func newTenantDNS(p dnsParams) (*tenantdns.Server, error) {
+	if p.Options == nil || p.Options.DNS.BindAddress == "0" || p.Options.DNS.BindAddress == "" {
+		return nil, nil
+	}
+	o := p.Options.DNS
+	o.ClusterOf, o.Logger = p.Hub.PodCluster, p.Logger.WithName("dns")
+	return tenantdns.New(o)
+}
+
 func newKubeletAPI(p kubeletParams) (*kubeletapi.Server, error) {
 	if p.Options == nil || p.Options.Kubelet.BindAddress == "0" || p.Options.Kubelet.BindAddress == "" {
 		return nil, nil
@@ -266,7 +325,7 @@ func newTenants(p tenantParams) (*Tenants, error) {
 	if _, err := builtin.ByName(o.Resources, builtin.PodPolicy{}); err != nil {
 		return nil, err
 	}
-	return &Tenants{kubelet: p.Kubelet, module: syncer.TenantModulePerCluster(p.Hub, func(ctx context.Context, cluster string) (syncer.Options, []syncer.Syncer, error) {
+	return &Tenants{kubelet: p.Kubelet, dns: p.DNS, module: syncer.TenantModulePerCluster(p.Hub, func(ctx context.Context, cluster string) (syncer.Options, []syncer.Syncer, error) {
 		// Read uncached as the tenant starts, so that it runs with the spec
 		// that made the VirtualCluster's reconciler (re)spawn it, or a
 		// newer one.
@@ -285,7 +344,16 @@ func newTenants(p tenantParams) (*Tenants, error) {
 		opts.DeniedMetadataPrefixes, opts.AllowedMetadataPrefixes = metadataPrefixes(
 			o.Syncer.DeniedMetadataPrefixes, o.Syncer.AllowedMetadataPrefixes, policy)
 		opts.ResourceQuota, opts.LimitRange = policy.ResourceQuota, policy.LimitRange
-		syncers, err := builtin.ByName(o.Resources, podPolicy(policy))
+		pods := podPolicy(policy)
+		if p.DNS != nil {
+			opts.DNS = p.DNS
+			dns, err := podDNS(ctx, p.Manager.GetAPIReader(), o)
+			if err != nil {
+				return syncer.Options{}, nil, err
+			}
+			pods.DNS = dns
+		}
+		syncers, err := builtin.ByName(o.Resources, pods)
 		if err != nil {
 			return syncer.Options{}, nil, err
 		}
@@ -295,6 +363,32 @@ func newTenants(p tenantParams) (*Tenants, error) {
 		}
 		return opts, syncers, nil
 	})}, nil
+}
+
+// podDNS is the DNS that host Pods get: the tenant DNS server at the
+// configured nameserver, or at the cluster IP of its Service; nil (the
+// host's DNS) when that Service does not exist.
+func podDNS(ctx context.Context, host client.Reader, o Options) (*builtin.PodDNS, error) {
+	dns := &builtin.PodDNS{Nameserver: o.DNSNameserver, ClusterDomain: o.DNS.ClusterDomain}
+	if dns.Nameserver != "" || o.DNSService == "" {
+		return dns, nil
+	}
+	ns, name, ok := strings.Cut(o.DNSService, "/")
+	if !ok {
+		return nil, fmt.Errorf("--dns-service %q is not namespace/name", o.DNSService)
+	}
+	var svc corev1.Service
+	if err := host.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &svc); err != nil {
+		if apierrors.IsNotFound(err) {
+			return nil, nil
+		}
+		return nil, fmt.Errorf("reading the DNS Service %s: %w", o.DNSService, err)
+	}
+	if net.ParseIP(svc.Spec.ClusterIP) == nil {
+		return nil, fmt.Errorf("the DNS Service %s has no cluster IP (%q)", o.DNSService, svc.Spec.ClusterIP)
+	}
+	dns.Nameserver = svc.Spec.ClusterIP
+	return dns, nil
 }
 
 // parseGVK parses "group/version/Kind" (or "version/Kind" for the core

@@ -81,10 +81,13 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		_, _ = w.Write([]byte("ok"))
 		return
 	}
-	cluster, kind, code := "", "unknown", http.StatusOK
-	defer func() { observe(cluster, kind, code, time.Since(start)) }()
+	cluster, kind := "", "unknown"
+	// A request is counted once answered (a stream: once opened), and
+	// timed once it ends.
+	rec := &statusRecorder{ResponseWriter: w, answered: func(code int) { count(cluster, kind, code) }}
+	w = rec
+	defer func() { observeDuration(kind, time.Since(start)) }()
 	fail := func(status int, format string, args ...any) {
-		code = status
 		msg := fmt.Sprintf(format, args...)
 		log := s.opts.Logger
 		if cluster != "" {
@@ -149,7 +152,6 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	location.Path = strings.TrimSuffix(location.Path, "/") +
 		fmt.Sprintf("/api/v1/namespaces/%s/pods/%s/%s", hostKey.Namespace, hostKey.Name, t.subresource)
 	location.RawQuery = query.Encode()
-	rec := &statusRecorder{ResponseWriter: w, code: http.StatusOK}
 	h := proxy.NewUpgradeAwareHandler(&location, s.transport, false, false, responder{s, cluster})
 	h.UpgradeTransport = s.upgrade
 	h.UseLocationHost = true
@@ -158,7 +160,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// The request goes to the host with the host's credentials only.
 	r.Header.Del("Authorization")
 	h.ServeHTTP(rec, r)
-	code = rec.code
+	rec.answer(http.StatusOK) // a response that set no status
 }
 
 // hostQuery translates a kubelet request's query to that of the host Pod
@@ -205,15 +207,28 @@ func hostQuery(t target, in url.Values) (url.Values, error) {
 // on reads a kubelet stream flag ("1", "true").
 func on(v string) bool { return v == "1" || strings.EqualFold(v, "true") }
 
-// statusRecorder notes the status the proxied response had.
+// statusRecorder tells answered, once, the status of the response.
 type statusRecorder struct {
 	http.ResponseWriter
-	code int
+	answered func(code int)
+	done     bool
+}
+
+func (r *statusRecorder) answer(code int) {
+	if !r.done {
+		r.done = true
+		r.answered(code)
+	}
 }
 
 func (r *statusRecorder) WriteHeader(code int) {
-	r.code = code
+	r.answer(code)
 	r.ResponseWriter.WriteHeader(code)
+}
+
+func (r *statusRecorder) Write(p []byte) (int, error) {
+	r.answer(http.StatusOK)
+	return r.ResponseWriter.Write(p)
 }
 
 func (r *statusRecorder) Flush() {
@@ -229,7 +244,7 @@ func (r *statusRecorder) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 	if !ok {
 		return nil, nil, fmt.Errorf("the connection cannot be taken over")
 	}
-	r.code = http.StatusSwitchingProtocols
+	r.answer(http.StatusSwitchingProtocols)
 	return h.Hijack()
 }
 

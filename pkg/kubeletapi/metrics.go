@@ -12,7 +12,7 @@ import (
 var (
 	requests = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "tenantry_kubelet_api_requests_total",
-		Help: "Kubelet API requests of tenants' API servers, by endpoint (logs, exec, attach, portforward) and HTTP status (101: a stream was opened).",
+		Help: "Kubelet API requests of tenants' API servers, counted once answered, by endpoint (logs, exec, attach, portforward) and HTTP status (101: a stream was opened).",
 	}, []string{"cluster", "endpoint", "code"})
 
 	requestDuration = prometheus.NewHistogramVec(prometheus.HistogramOpts{
@@ -26,9 +26,14 @@ func init() {
 	metrics.Registry.MustRegister(requests, requestDuration)
 }
 
-// observe counts one request; cluster is "" when no tenant was found.
-func observe(cluster, endpoint string, code int, took time.Duration) {
+// count counts one answered request; cluster is "" when no tenant was
+// found.
+func count(cluster, endpoint string, code int) {
 	requests.WithLabelValues(cluster, endpoint, strconv.Itoa(code)).Inc()
+}
+
+// observeDuration times one request, from its start to its end.
+func observeDuration(endpoint string, took time.Duration) {
 	requestDuration.WithLabelValues(endpoint).Observe(took.Seconds())
 }
 

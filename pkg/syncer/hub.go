@@ -231,8 +231,56 @@ func (h *Hub) index(ctx context.Context, gvk schema.GroupVersionKind, obj client
 	if err := h.cache.IndexField(ctx, obj, clusterIndex, clusterOf); err != nil {
 		return fmt.Errorf("indexing host %s by cluster: %w", gvk.Kind, err)
 	}
+	if gvk == podGVK {
+		if err := h.cache.IndexField(ctx, obj, podIPIndex, podIPsOf); err != nil {
+			return fmt.Errorf("indexing host Pods by IP: %w", err)
+		}
+	}
 	h.indexed[gvk] = true
 	return nil
+}
+
+// podIPIndex indexes the hub's host Pods by the IPs of those that run.
+const podIPIndex = "tenantry.dev/pod-ip"
+
+// podIPsOf is the podIPIndex value of a host Pod: its IPs, unless it has
+// ended (its IPs may then be another Pod's).
+func podIPsOf(o client.Object) []string {
+	pod := o.(*corev1.Pod)
+	if pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed {
+		return nil
+	}
+	ips := make([]string, 0, len(pod.Status.PodIPs))
+	for _, ip := range pod.Status.PodIPs {
+		ips = append(ips, ip.IP)
+	}
+	return ips
+}
+
+// PodCluster says which tenant cluster's Pod the running host Pod of IP
+// ip is, from the hub's cache: ok is false for an IP of no such Pod (or
+// when no tenant syncs Pods). Host Pods with host networking share their
+// node's IP, and are not told apart.
+func (h *Hub) PodCluster(ctx context.Context, ip string) (cluster string, ok bool, err error) {
+	h.indexOnce.Lock()
+	informed := h.indexed[podGVK]
+	h.indexOnce.Unlock()
+	if !informed {
+		return "", false, nil
+	}
+	var pods corev1.PodList
+	if err := h.cache.List(ctx, &pods, client.MatchingFields{podIPIndex: ip}); err != nil {
+		return "", false, fmt.Errorf("looking up the host Pod of IP %s: %w", ip, err)
+	}
+	for _, p := range pods.Items {
+		if p.Spec.HostNetwork {
+			continue
+		}
+		if c := p.Labels[LabelCluster]; c != "" {
+			return c, true, nil
+		}
+	}
+	return "", false, nil
 }
 
 // clusterOf is the clusterIndex value of a host object.

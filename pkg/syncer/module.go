@@ -19,6 +19,7 @@ import (
 
 	"github.com/tenantry/tenantry/pkg/clusterregistry"
 	"github.com/tenantry/tenantry/pkg/kubeletapi"
+	"github.com/tenantry/tenantry/pkg/tenantdns"
 )
 
 // Options tune how syncers run in each tenant.
@@ -65,6 +66,11 @@ type Options struct {
 	// endpoint as their address and kubelet port. The tenant joins it when
 	// its Pods sync, trusting the client CA of its own API server.
 	KubeletAPI *kubeletapi.Server
+
+	// DNS, if set, answers the tenant's Pods' DNS queries with the
+	// tenant's own names; the tenant joins it when its Pods sync. The Pod
+	// syncer points host Pods at it (see package builtin's PodPolicy.DNS).
+	DNS *tenantdns.Server
 
 	// InClusterServer is the https URL at which Pods running in the host
 	// reach the tenant's API server (their KUBERNETES_SERVICE_HOST and
@@ -261,6 +267,13 @@ func setup(mgr manager.Manager, cluster string, log logr.Logger, hub *Hub, opts 
 		}
 		if err := setupPodAPIAccess(mgr, hub, access); err != nil {
 			return err
+		}
+		if opts.DNS != nil {
+			if err := mgr.Add(&dnsTenant{server: opts.DNS, tenant: tenantdns.Tenant{
+				Name: cluster, Reader: mgr.GetClient(), APIServer: server.host,
+			}, cache: mgr.GetCache()}); err != nil {
+				return fmt.Errorf("joining the tenant DNS: %w", err)
+			}
 		}
 		if opts.KubeletAPI != nil {
 			if err := mgr.Add(&kubeletTenant{

@@ -189,6 +189,9 @@ func podSpecDown(tenant *corev1.Pod, cluster string, policy PodPolicy) (corev1.P
 	if _, err := policy.apply(&spec, cluster); err != nil {
 		return spec, err
 	}
+	if policy.DNS != nil {
+		policy.DNS.apply(&spec, tenant.Namespace)
+	}
 	return spec, syncer.PodAPIAccess(tenant.Name, &spec)
 }
 
@@ -229,6 +232,7 @@ var copyPodStatus = syncer.StatusUp(func(h, t client.Object) bool {
 	// The tenant's API server set the tenant Pod's QoS class at creation,
 	// from its own view (no host LimitRange), and it never changes.
 	status.QOSClass = tenant.Status.QOSClass
+	observedGenerations(host, tenant, &status)
 	if i := slices.IndexFunc(tenant.Status.Conditions, isEvictionMark); i >= 0 {
 		j := slices.IndexFunc(status.Conditions, func(c corev1.PodCondition) bool { return c.Type == corev1.DisruptionTarget })
 		switch {
@@ -244,6 +248,34 @@ var copyPodStatus = syncer.StatusUp(func(h, t client.Object) bool {
 	tenant.Status = status
 	return true
 })
+
+// observedGenerations turns the generations of the host Pod that the
+// host's kubelet reports it has seen (status.observedGeneration and each
+// condition's) into the tenant Pod's: the tenant Pod's generation once the
+// host's kubelet has seen the host Pod's latest spec, which the sync just
+// made from the tenant's (so that a client waiting for its spec update to
+// be observed sees it); the tenant's earlier value until then. A kubelet
+// that reports none (0, before Kubernetes 1.34) gives none.
+func observedGenerations(host, tenant *corev1.Pod, status *corev1.PodStatus) {
+	mapped := func(hostObserved, before int64) int64 {
+		switch {
+		case hostObserved == 0:
+			return 0
+		case hostObserved >= host.Generation:
+			return tenant.Generation
+		}
+		return before
+	}
+	status.ObservedGeneration = mapped(host.Status.ObservedGeneration, tenant.Status.ObservedGeneration)
+	for i := range status.Conditions {
+		c := &status.Conditions[i]
+		before := status.ObservedGeneration
+		if j := slices.IndexFunc(tenant.Status.Conditions, func(t corev1.PodCondition) bool { return t.Type == c.Type }); j >= 0 {
+			before = tenant.Status.Conditions[j].ObservedGeneration
+		}
+		c.ObservedGeneration = mapped(c.ObservedGeneration, before)
+	}
+}
 
 func isDisruptionTarget(c corev1.PodCondition) bool {
 	return c.Type == corev1.DisruptionTarget && c.Status == corev1.ConditionTrue

@@ -2,6 +2,7 @@ package builtin
 
 import (
 	"context"
+	"slices"
 	"strings"
 	"testing"
 
@@ -201,8 +202,16 @@ func TestPodsUp(t *testing.T) {
 	pending := corev1.PodStatus{Phase: corev1.PodPending, QOSClass: corev1.PodQOSBestEffort,
 		Conditions: []corev1.PodCondition{{Type: corev1.PodScheduled, Status: corev1.ConditionFalse, Reason: corev1.PodReasonUnschedulable}}}
 	withQOS := func(s corev1.PodStatus, q corev1.PodQOSClass) corev1.PodStatus { s.QOSClass = q; return s }
+	observed := func(s corev1.PodStatus, gen, readyGen int64) corev1.PodStatus {
+		s.ObservedGeneration = gen
+		s.Conditions = slices.Clone(s.Conditions)
+		s.Conditions[1].ObservedGeneration = readyGen
+		return s
+	}
 	for _, tc := range []struct {
 		name             string
+		hostGen          int64
+		tenantGen        int64
 		hostNode         string
 		host, tenant     corev1.PodStatus
 		tenantNode       string
@@ -226,10 +235,20 @@ func TestPodsUp(t *testing.T) {
 			name: "nothing new: no write", hostNode: "kwok-node-1", tenantNode: "kwok-node-1", host: running,
 			tenant: running, wantStatus: running,
 		},
+		{
+			name:    "the host's kubelet saw the host Pod's latest spec: the tenant Pod's own generation is observed",
+			hostGen: 7, tenantGen: 3, hostNode: "kwok-node-1", tenantNode: "kwok-node-1",
+			host: observed(running, 7, 7), tenant: observed(running, 2, 2), wantStatus: observed(running, 3, 3), wantStatusWrites: 1,
+		},
+		{
+			name:    "not yet: the tenant's earlier observations stay, never the host's generations",
+			hostGen: 7, tenantGen: 3, hostNode: "kwok-node-1", tenantNode: "kwok-node-1",
+			host: observed(running, 6, 5), tenant: observed(running, 2, 1), wantStatus: observed(running, 2, 1),
+		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			tenant := tenantPod(func(p *corev1.Pod) { p.Spec.NodeName, p.Status = tc.tenantNode, tc.tenant })
-			host := tenantPod(func(p *corev1.Pod) { p.Spec.NodeName, p.Status = tc.hostNode, tc.host })
+			tenant := tenantPod(func(p *corev1.Pod) { p.Spec.NodeName, p.Status, p.Generation = tc.tenantNode, tc.tenant, tc.tenantGen })
+			host := tenantPod(func(p *corev1.Pod) { p.Spec.NodeName, p.Status, p.Generation = tc.hostNode, tc.host, tc.hostGen })
 			var binding string
 			statusWrites := 0
 			c := fake.NewClientBuilder().WithObjects(tenant).WithStatusSubresource(tenant).WithInterceptorFuncs(interceptor.Funcs{

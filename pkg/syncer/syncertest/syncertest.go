@@ -25,6 +25,7 @@ import (
 	"github.com/tenantry/tenantry/pkg/clusterregistry"
 	"github.com/tenantry/tenantry/pkg/kubeletapi"
 	"github.com/tenantry/tenantry/pkg/syncer"
+	"github.com/tenantry/tenantry/pkg/tenantdns"
 	tenantrytest "github.com/tenantry/tenantry/pkg/testing"
 )
 
@@ -82,6 +83,10 @@ type WorldOptions struct {
 	// KwokConfig are more kwok configuration documents for the host's
 	// simulated nodes (see package testing's Options.KwokConfig).
 	KwokConfig []string
+	// DNS serves the tenants' DNS on a loopback port (World.DNS), asking
+	// DNSUpstream for other names, as the controller-manager does.
+	DNS         bool
+	DNSUpstream []string
 }
 
 // World is a host and tenants, synced.
@@ -91,8 +96,10 @@ type World struct {
 	Tenants  map[string]client.Client // by name: tenant-1, tenant-2, ...
 	Hub      *syncer.Hub
 	Registry *clusterregistry.RemoteClusterRegistry
-	// KubeletAPI is set with WorldOptions.KubeletAPI.
+	// KubeletAPI is set with WorldOptions.KubeletAPI, DNS with
+	// WorldOptions.DNS.
 	KubeletAPI *kubeletapi.Server
+	DNS        *tenantdns.Server
 }
 
 // NewWorld starts a World for a test and stops it when the test ends.
@@ -142,7 +149,7 @@ func StartWorld(ctx context.Context, opts WorldOptions) (_ *World, stop func() e
 		return nil, nil, err
 	}
 	hubCtx, cancelHub := context.WithCancel(context.Background())
-	hubDone, kubeletDone := make(chan error, 1), make(chan error, 1)
+	hubDone, kubeletDone, dnsDone := make(chan error, 1), make(chan error, 1), make(chan error, 1)
 	w := &World{Env: env, Tenants: map[string]client.Client{}}
 	stop = func() error {
 		var errs []error
@@ -155,6 +162,9 @@ func StartWorld(ctx context.Context, opts WorldOptions) (_ *World, stop func() e
 		}
 		if w.KubeletAPI != nil {
 			errs = append(errs, <-kubeletDone)
+		}
+		if w.DNS != nil {
+			errs = append(errs, <-dnsDone)
 		}
 		errs = append(errs, env.Stop())
 		return errors.Join(errs...)
@@ -179,6 +189,16 @@ func StartWorld(ctx context.Context, opts WorldOptions) (_ *World, stop func() e
 		}
 		go func() { kubeletDone <- w.KubeletAPI.Start(hubCtx) }()
 		opts.Syncer.KubeletAPI = w.KubeletAPI
+	}
+	if opts.DNS {
+		if w.DNS, err = tenantdns.New(tenantdns.Options{
+			BindAddress: "127.0.0.1:0", ClusterOf: w.Hub.PodCluster, Upstream: opts.DNSUpstream,
+			Logger: opts.Logger.WithName("dns"),
+		}); err != nil {
+			return fail(err)
+		}
+		go func() { dnsDone <- w.DNS.Start(hubCtx) }()
+		opts.Syncer.DNS = w.DNS
 	}
 	w.Registry = clusterregistry.NewWithOptions(clusterregistry.Options{
 		Logger: opts.Logger, ManageClient: w.Host, Scheme: opts.Scheme,

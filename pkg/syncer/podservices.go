@@ -7,11 +7,14 @@ import (
 
 	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/tenantry/tenantry/pkg/kubeletapi"
+	"github.com/tenantry/tenantry/pkg/tenantdns"
 )
 
 // The ConfigMap in which an API server publishes the CA it trusts for
@@ -101,3 +104,30 @@ func (k *kubeletTenant) hostPod(ctx context.Context, pod *corev1.Pod) (types.Nam
 
 // NeedLeaderElection is false: a tenant's manager runs no leader election.
 func (k *kubeletTenant) NeedLeaderElection() bool { return false }
+
+// dnsTenant joins one tenant to the tenant DNS server while the tenant's
+// manager runs, once the tenant's cache holds its Services and
+// EndpointSlices, which the server answers from.
+type dnsTenant struct {
+	server *tenantdns.Server
+	tenant tenantdns.Tenant
+	cache  cache.Cache
+}
+
+func (d *dnsTenant) Start(ctx context.Context) error {
+	for _, obj := range []client.Object{&corev1.Service{}, &discoveryv1.EndpointSlice{}} {
+		if _, err := d.cache.GetInformer(ctx, obj); err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			return fmt.Errorf("tenant DNS: watching the tenant's %T: %w", obj, err)
+		}
+	}
+	d.server.Register(d.tenant)
+	<-ctx.Done()
+	d.server.Unregister(d.tenant.Name)
+	return nil
+}
+
+// NeedLeaderElection is false: a tenant's manager runs no leader election.
+func (d *dnsTenant) NeedLeaderElection() bool { return false }

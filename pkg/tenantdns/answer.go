@@ -1,0 +1,332 @@
+package tenantdns
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"strings"
+	"time"
+
+	"github.com/miekg/dns"
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+)
+
+// queryTimeout bounds the answer to one query, a forwarded one included.
+const queryTimeout = 5 * time.Second
+
+// serve answers one query.
+func (s *Server) serve(ctx context.Context, w dns.ResponseWriter, req *dns.Msg) {
+	start := time.Now()
+	ctx, cancel := context.WithTimeout(ctx, queryTimeout)
+	defer cancel()
+	cluster, kind := "", "refused"
+	resp := new(dns.Msg)
+	defer func() {
+		observe(cluster, kind, resp.Rcode, time.Since(start))
+		_ = w.WriteMsg(resp)
+	}()
+	if len(req.Question) != 1 || req.Opcode != dns.OpcodeQuery {
+		resp.SetRcode(req, dns.RcodeNotImplemented)
+		return
+	}
+	ip := sourceIP(w.RemoteAddr())
+	name, ok, err := s.opts.ClusterOf(ctx, ip)
+	if err != nil {
+		s.opts.Logger.Error(err, "telling which tenant asks", "source", ip)
+		resp.SetRcode(req, dns.RcodeServerFailure)
+		return
+	}
+	t, registered := s.tenant(name)
+	if !ok || !registered {
+		// Not a Pod of a tenant served here: no open resolver.
+		resp.SetRcode(req, dns.RcodeRefused)
+		return
+	}
+	cluster = name
+	q := req.Question[0]
+	qname := strings.ToLower(q.Name)
+	if !strings.HasSuffix(qname, s.domain) {
+		kind = "forwarded"
+		s.forward(ctx, w, req, resp, t)
+		return
+	}
+	kind = "cluster"
+	resp.SetReply(req)
+	resp.Authoritative = true
+	answers, extra, err := s.resolve(ctx, t, strings.TrimSuffix(qname, s.domain), q)
+	switch {
+	case errors.Is(err, errNoName):
+		resp.SetRcode(req, dns.RcodeNameError)
+		resp.Ns = []dns.RR{s.soa()}
+	case err != nil:
+		s.opts.Logger.Error(err, "answering a tenant Pod's query", "cluster", t.Name, "name", q.Name)
+		resp.SetRcode(req, dns.RcodeServerFailure)
+	case len(answers) == 0:
+		// The name exists, without records of the asked type.
+		resp.Ns = []dns.RR{s.soa()}
+	default:
+		resp.Answer, resp.Extra = answers, extra
+	}
+}
+
+// errNoName: the name does not exist in the tenant.
+var errNoName = errors.New("no such name")
+
+// resolve answers q for the name in the cluster domain, given without the
+// domain ("web.default.svc").
+func (s *Server) resolve(ctx context.Context, t Tenant, name string, q dns.Question) (answers, extra []dns.RR, err error) {
+	labels := strings.Split(name, ".")
+	n := len(labels)
+	switch {
+	case n == 3 && labels[2] == "svc":
+		return s.service(ctx, t, labels[1], labels[0], q)
+	case n == 4 && labels[3] == "svc":
+		return s.endpointHost(ctx, t, labels[2], labels[1], labels[0], q)
+	case n == 5 && labels[4] == "svc" && strings.HasPrefix(labels[0], "_") && strings.HasPrefix(labels[1], "_"):
+		return s.srv(ctx, t, labels[3], labels[2], labels[0][1:], labels[1][1:], q)
+	case n == 3 && labels[2] == "pod":
+		return podRecord(labels[0], q)
+	}
+	return nil, nil, errNoName
+}
+
+// service answers for Service ns/name.
+func (s *Server) service(ctx context.Context, t Tenant, ns, name string, q dns.Question) ([]dns.RR, []dns.RR, error) {
+	if ns == "default" && name == "kubernetes" && t.APIServer != "" {
+		return addressOrAlias(q, t.APIServer), nil, nil
+	}
+	svc, err := s.getService(ctx, t, ns, name)
+	if err != nil {
+		return nil, nil, err
+	}
+	switch {
+	case svc.Spec.Type == corev1.ServiceTypeExternalName:
+		return []dns.RR{&dns.CNAME{Hdr: header(q.Name, dns.TypeCNAME), Target: dns.Fqdn(svc.Spec.ExternalName)}}, nil, nil
+	case svc.Spec.ClusterIP == corev1.ClusterIPNone:
+		eps, err := s.endpoints(ctx, t, ns, name)
+		if err != nil {
+			return nil, nil, err
+		}
+		var out []dns.RR
+		for _, e := range eps {
+			out = append(out, addressRecords(q, e.ips)...)
+		}
+		return out, nil, nil
+	}
+	ips := svc.Spec.ClusterIPs
+	if len(ips) == 0 && svc.Spec.ClusterIP != "" {
+		ips = []string{svc.Spec.ClusterIP}
+	}
+	return addressRecords(q, ips), nil, nil
+}
+
+// endpointHost answers for one endpoint of headless Service ns/svc, by its
+// hostname or dashed IP.
+func (s *Server) endpointHost(ctx context.Context, t Tenant, ns, svc, host string, q dns.Question) ([]dns.RR, []dns.RR, error) {
+	if _, err := s.getService(ctx, t, ns, svc); err != nil {
+		return nil, nil, err
+	}
+	eps, err := s.endpoints(ctx, t, ns, svc)
+	if err != nil {
+		return nil, nil, err
+	}
+	for _, e := range eps {
+		if e.host == host {
+			return addressRecords(q, e.ips), nil, nil
+		}
+	}
+	return nil, nil, errNoName
+}
+
+// srv answers SRV for the named port of Service ns/svc.
+func (s *Server) srv(ctx context.Context, t Tenant, ns, svc, port, proto string, q dns.Question) ([]dns.RR, []dns.RR, error) {
+	service, err := s.getService(ctx, t, ns, svc)
+	if err != nil {
+		return nil, nil, err
+	}
+	var found *corev1.ServicePort
+	for i, p := range service.Spec.Ports {
+		if p.Name == port && strings.EqualFold(string(p.Protocol), proto) {
+			found = &service.Spec.Ports[i]
+		}
+	}
+	if found == nil {
+		return nil, nil, errNoName
+	}
+	if q.Qtype != dns.TypeSRV && q.Qtype != dns.TypeANY {
+		return nil, nil, nil
+	}
+	svcName := svc + "." + ns + ".svc" + s.domain
+	if service.Spec.ClusterIP != corev1.ClusterIPNone {
+		return []dns.RR{s.srvRecord(q, svcName, uint16(found.Port))}, nil, nil
+	}
+	eps, err := s.endpoints(ctx, t, ns, svc)
+	if err != nil {
+		return nil, nil, err
+	}
+	var answers, extra []dns.RR
+	for _, e := range eps {
+		target := e.host + "." + svcName
+		port := found.TargetPort.IntValue()
+		if e.ports[port] == 0 {
+			if p, ok := e.namedPorts[found.Name]; ok {
+				port = int(p)
+			}
+		}
+		if port == 0 {
+			port = int(found.Port)
+		}
+		answers = append(answers, s.srvRecord(q, target, uint16(port)))
+		extra = append(extra, addressRecords(dns.Question{Name: target, Qtype: dns.TypeANY}, e.ips)...)
+	}
+	return answers, extra, nil
+}
+
+func (s *Server) srvRecord(q dns.Question, target string, port uint16) dns.RR {
+	return &dns.SRV{Hdr: header(q.Name, dns.TypeSRV), Priority: 0, Weight: 100, Port: port, Target: target}
+}
+
+// podRecord answers <a-b-c-d>.<ns>.pod: the IP the name spells.
+func podRecord(dashed string, q dns.Question) ([]dns.RR, []dns.RR, error) {
+	ip := net.ParseIP(strings.ReplaceAll(dashed, "-", "."))
+	if ip == nil {
+		// An IPv6 address spells its colons as dashes.
+		ip = net.ParseIP(strings.ReplaceAll(dashed, "-", ":"))
+	}
+	if ip == nil {
+		return nil, nil, errNoName
+	}
+	return addressRecords(q, []string{ip.String()}), nil, nil
+}
+
+func (s *Server) getService(ctx context.Context, t Tenant, ns, name string) (*corev1.Service, error) {
+	var svc corev1.Service
+	if err := t.Reader.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &svc); err != nil {
+		if apierrors.IsNotFound(err) {
+			return nil, errNoName
+		}
+		return nil, fmt.Errorf("reading Service %s/%s: %w", ns, name, err)
+	}
+	return &svc, nil
+}
+
+// endpoint is one ready endpoint of a headless Service.
+type endpoint struct {
+	// host is its DNS label: its hostname, else its first IP, dashed.
+	host       string
+	ips        []string
+	ports      map[int]int32
+	namedPorts map[string]int32
+}
+
+// endpoints are the ready endpoints of Service ns/svc, from its
+// EndpointSlices.
+func (s *Server) endpoints(ctx context.Context, t Tenant, ns, svc string) ([]endpoint, error) {
+	var slices discoveryv1.EndpointSliceList
+	if err := t.Reader.List(ctx, &slices, client.InNamespace(ns), client.MatchingLabels{discoveryv1.LabelServiceName: svc}); err != nil {
+		return nil, fmt.Errorf("listing the EndpointSlices of Service %s/%s: %w", ns, svc, err)
+	}
+	var out []endpoint
+	for _, sl := range slices.Items {
+		named := map[string]int32{}
+		ports := map[int]int32{}
+		for _, p := range sl.Ports {
+			if p.Port == nil {
+				continue
+			}
+			ports[int(*p.Port)] = *p.Port
+			if p.Name != nil {
+				named[*p.Name] = *p.Port
+			}
+		}
+		for _, e := range sl.Endpoints {
+			if e.Conditions.Ready != nil && !*e.Conditions.Ready || len(e.Addresses) == 0 {
+				continue
+			}
+			host := strings.NewReplacer(".", "-", ":", "-").Replace(e.Addresses[0])
+			if e.Hostname != nil && *e.Hostname != "" {
+				host = *e.Hostname
+			}
+			out = append(out, endpoint{host: host, ips: e.Addresses, ports: ports, namedPorts: named})
+		}
+	}
+	return out, nil
+}
+
+// addressRecords are the A (or AAAA) records of ips that q asks for.
+func addressRecords(q dns.Question, ips []string) []dns.RR {
+	var out []dns.RR
+	for _, s := range ips {
+		ip := net.ParseIP(s)
+		switch {
+		case ip == nil:
+		case ip.To4() != nil && (q.Qtype == dns.TypeA || q.Qtype == dns.TypeANY):
+			out = append(out, &dns.A{Hdr: header(q.Name, dns.TypeA), A: ip.To4()})
+		case ip.To4() == nil && (q.Qtype == dns.TypeAAAA || q.Qtype == dns.TypeANY):
+			out = append(out, &dns.AAAA{Hdr: header(q.Name, dns.TypeAAAA), AAAA: ip})
+		}
+	}
+	return out
+}
+
+// addressOrAlias answers with host's address, or a CNAME to a host name.
+func addressOrAlias(q dns.Question, host string) []dns.RR {
+	if net.ParseIP(host) != nil {
+		return addressRecords(q, []string{host})
+	}
+	return []dns.RR{&dns.CNAME{Hdr: header(q.Name, dns.TypeCNAME), Target: dns.Fqdn(host)}}
+}
+
+func header(name string, t uint16) dns.RR_Header {
+	return dns.RR_Header{Name: name, Rrtype: t, Class: dns.ClassINET, Ttl: answerTTL}
+}
+
+// soa is the cluster domain's SOA, for negative answers.
+func (s *Server) soa() dns.RR {
+	zone := strings.TrimPrefix(s.domain, ".")
+	return &dns.SOA{
+		Hdr: header(zone, dns.TypeSOA), Ns: "ns.dns." + zone, Mbox: "hostmaster." + zone,
+		Serial: 1, Refresh: 7200, Retry: 1800, Expire: 86400, Minttl: answerTTL,
+	}
+}
+
+// forward asks the upstream resolvers, in turn, and relays the first
+// answer; over TCP when UDP's is truncated.
+func (s *Server) forward(ctx context.Context, w dns.ResponseWriter, req, resp *dns.Msg, t Tenant) {
+	network := "udp"
+	if _, ok := w.RemoteAddr().(*net.TCPAddr); ok {
+		network = "tcp"
+	}
+	var lastErr error
+	for _, upstream := range s.opts.Upstream {
+		c := &dns.Client{Net: network, Timeout: queryTimeout}
+		in, _, err := c.ExchangeContext(ctx, req, upstream)
+		if err == nil && in.Truncated && network == "udp" {
+			c.Net = "tcp"
+			in, _, err = c.ExchangeContext(ctx, req, upstream)
+		}
+		if err != nil {
+			lastErr = err
+			continue
+		}
+		*resp = *in
+		return
+	}
+	if lastErr != nil {
+		s.opts.Logger.V(1).Info("no upstream resolver answered", "cluster", t.Name, "name", req.Question[0].Name, "error", lastErr.Error())
+	}
+	resp.SetRcode(req, dns.RcodeServerFailure)
+}
+
+// sourceIP is the IP of a query's source address.
+func sourceIP(a net.Addr) string {
+	host, _, err := net.SplitHostPort(a.String())
+	if err != nil {
+		return a.String()
+	}
+	return host
+}
