@@ -205,11 +205,13 @@ func (s *Server) Endpoint() (address string, port int32) {
 
 // Register lets tenant's API server in, or updates what the Server knows
 // of it (a rotated client CA). A PEM bundle without a certificate is an
-// error, and leaves the tenant as it was.
-func (s *Server) Register(t Tenant) error {
+// error, and leaves the tenant as it was. unregister shuts the tenant out
+// again, unless a later Register of the same name (a re-spawned tenant's
+// app, while this one still stops) replaced this one.
+func (s *Server) Register(t Tenant) (unregister func(), err error) {
 	certs, err := cert.ParseCertsPEM(t.ClientCAs)
 	if err != nil {
-		return fmt.Errorf("kubelet API: tenant %s's client CAs: %w", t.Name, err)
+		return nil, fmt.Errorf("kubelet API: tenant %s's client CAs: %w", t.Name, err)
 	}
 	pool := x509.NewCertPool()
 	var issuers []string
@@ -218,27 +220,27 @@ func (s *Server) Register(t Tenant) error {
 		issuers = append(issuers, string(c.RawSubject))
 	}
 	if len(issuers) == 0 {
-		return fmt.Errorf("kubelet API: tenant %s has no client CA", t.Name)
+		return nil, fmt.Errorf("kubelet API: tenant %s has no client CA", t.Name)
 	}
+	entry := &registered{Tenant: t, pool: pool, issuers: issuers}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.unregisterLocked(t.Name)
-	s.tenants[t.Name] = &registered{Tenant: t, pool: pool, issuers: issuers}
+	s.tenants[t.Name] = entry
 	for _, i := range issuers {
 		if s.byIssuer[i] == nil {
 			s.byIssuer[i] = map[string]bool{}
 		}
 		s.byIssuer[i][t.Name] = true
 	}
-	return nil
-}
-
-// Unregister shuts tenant name out.
-func (s *Server) Unregister(name string) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.unregisterLocked(name)
-	forgetCluster(name)
+	return func() {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		if s.tenants[t.Name] == entry {
+			s.unregisterLocked(t.Name)
+			forgetCluster(t.Name)
+		}
+	}, nil
 }
 
 func (s *Server) unregisterLocked(name string) {

@@ -45,7 +45,8 @@ type kubeletTenant struct {
 // Start registers the tenant, reads its client CA again every
 // clientCARefresh, and unregisters it as the manager stops.
 func (k *kubeletTenant) Start(ctx context.Context) error {
-	defer k.server.Unregister(k.cluster)
+	unregister := func() {}
+	defer func() { unregister() }()
 	ticker := time.NewTicker(clientCARefresh)
 	defer ticker.Stop()
 	var last string
@@ -57,12 +58,13 @@ func (k *kubeletTenant) Start(ctx context.Context) error {
 			// next tick tries again.
 			k.log.Error(err, "cannot serve the kubelet API of the tenant's virtual nodes")
 		case ca != last:
-			if err := k.server.Register(kubeletapi.Tenant{
+			u, err := k.server.Register(kubeletapi.Tenant{
 				Name: k.cluster, ClientCAs: []byte(ca), Client: k.tenant, HostPod: k.hostPod,
-			}); err != nil {
+			})
+			if err != nil {
 				k.log.Error(err, "cannot serve the kubelet API of the tenant's virtual nodes")
 			} else {
-				last = ca
+				last, unregister = ca, u
 			}
 		}
 		select {
@@ -123,9 +125,9 @@ func (d *dnsTenant) Start(ctx context.Context) error {
 			return fmt.Errorf("tenant DNS: watching the tenant's %T: %w", obj, err)
 		}
 	}
-	d.server.Register(d.tenant)
+	unregister := d.server.Register(d.tenant)
 	<-ctx.Done()
-	d.server.Unregister(d.tenant.Name)
+	unregister()
 	return nil
 }
 

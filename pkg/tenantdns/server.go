@@ -88,7 +88,7 @@ type Server struct {
 	tcp    net.Listener
 
 	mu      sync.RWMutex
-	tenants map[string]Tenant
+	tenants map[string]*Tenant
 }
 
 // New checks opts and listens. The Server answers once started.
@@ -116,7 +116,7 @@ func New(opts Options) (*Server, error) {
 	}
 	s := &Server{
 		opts: opts, domain: "." + dns.Fqdn(strings.ToLower(opts.ClusterDomain)),
-		tenants: map[string]Tenant{},
+		tenants: map[string]*Tenant{},
 	}
 	var err error
 	if s.udp, err = net.ListenPacket("udp", opts.BindAddress); err != nil {
@@ -134,26 +134,32 @@ func New(opts Options) (*Server, error) {
 func (s *Server) Addr() *net.UDPAddr { return s.udp.LocalAddr().(*net.UDPAddr) }
 
 // Register lets tenant t's Pods resolve its names, or updates what the
-// Server knows of it.
-func (s *Server) Register(t Tenant) {
+// Server knows of it. unregister forgets the tenant again (its Pods'
+// queries are then refused), unless a later Register of the same name (a
+// re-spawned tenant's app, while this one still stops) replaced this one.
+func (s *Server) Register(t Tenant) (unregister func()) {
+	entry := &t
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.tenants[t.Name] = t
-}
-
-// Unregister forgets tenant name: its Pods' queries are refused.
-func (s *Server) Unregister(name string) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	delete(s.tenants, name)
-	forgetCluster(name)
+	s.tenants[t.Name] = entry
+	return func() {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		if s.tenants[t.Name] == entry {
+			delete(s.tenants, t.Name)
+			forgetCluster(t.Name)
+		}
+	}
 }
 
 func (s *Server) tenant(name string) (Tenant, bool) {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	t, ok := s.tenants[name]
-	return t, ok
+	if !ok {
+		return Tenant{}, false
+	}
+	return *t, true
 }
 
 // Start answers until ctx ends.
