@@ -160,10 +160,16 @@ func (r *virtualNodes) Reconcile(ctx context.Context, req reconcile.Request) (re
 	}
 	r.live.Store(name, true)
 	if !found {
-		if err := r.create(ctx, host); err != nil {
-			return reconcile.Result{}, err
-		}
-	} else if err := r.update(ctx, host, &tenant); err != nil {
+		err = r.create(ctx, host)
+	} else {
+		err = r.update(ctx, host, &tenant)
+	}
+	if why := retried(err); why != "" || apierrors.IsConflict(err) {
+		// A Lease or node written meanwhile: the next renewal catches up.
+		ctrl.LoggerFrom(ctx).V(1).Info("retrying the virtual node", "error", err.Error())
+		return reconcile.Result{RequeueAfter: transientRetry}, nil
+	}
+	if err != nil {
 		return reconcile.Result{}, err
 	}
 	// The Lease is renewed on this requeue, as long as the node lives.

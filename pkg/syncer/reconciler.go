@@ -23,6 +23,9 @@ const (
 	// cacheLagRetry is how soon a sync runs again when the host cache has
 	// not yet seen an object the host has.
 	cacheLagRetry = 500 * time.Millisecond
+	// transientRetry is how soon a sync runs again after a state that
+	// passes on its own (see retried).
+	transientRetry = 2 * time.Second
 	// foreignRetry is how soon a sync blocked by a host object Tenantry does
 	// not own looks again.
 	foreignRetry = time.Minute
@@ -92,6 +95,10 @@ func (r *reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		r.settleDrift(req.NamespacedName, wrote)
 		r.rejections.forget(req.NamespacedName)
 		r.tellStripped(req.NamespacedName, tenant, wrote)
+	}
+	if why := retried(err); why != "" {
+		log.V(1).Info("retrying: "+why, "error", err.Error())
+		return reconcile.Result{RequeueAfter: transientRetry}, nil
 	}
 	if refusal := hostRejection(err); refusal != nil && tenant != nil {
 		return r.hostRejected(ctx, req.NamespacedName, tenant, refusal)
@@ -294,4 +301,21 @@ func (r *reconciler) settleDrift(key types.NamespacedName, wrote bool) {
 	if _, flagged := r.drifted.LoadAndDelete(key); flagged && wrote {
 		driftRepaired.WithLabelValues(r.translator.Cluster, r.syncer.Name).Inc()
 	}
+}
+
+// retried says why err is a state that is expected and passes on its own,
+// to retry quietly (at debug level, without the stack trace of a
+// reconciler error): a namespace being deleted, in the tenant (a binding
+// or status write of a Pod in it) or in the host, or an object that the
+// cache has not seen yet. "" for any other error.
+func retried(err error) string {
+	switch {
+	case err == nil:
+		return ""
+	case apierrors.HasStatusCause(err, corev1.NamespaceTerminatingCause):
+		return "the namespace is being deleted"
+	case apierrors.IsAlreadyExists(err):
+		return "the object exists, and the cache has not seen it yet"
+	}
+	return ""
 }
