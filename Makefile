@@ -11,6 +11,9 @@ TOOLS_DEPS := $(TOOLS)/go.mod $(TOOLS)/go.sum
 # KWOK builds against another Kubernetes release: a module of its own.
 KWOK_TOOLS := hack/kwok
 KWOK_DEPS  := $(KWOK_TOOLS)/go.mod $(KWOK_TOOLS)/go.sum
+# The upstream end-to-end suite, for make conformance: a module of its own.
+CONFORMANCE_TOOLS := hack/conformance
+CONFORMANCE_DEPS  := $(CONFORMANCE_TOOLS)/go.mod $(CONFORMANCE_TOOLS)/go.sum
 KWOK_VERSION := $(shell awk '{ for (i = 1; i < NF; i++) if ($$i == "sigs.k8s.io/kwok") print $$(i+1) }' $(KWOK_TOOLS)/go.mod)
 
 # The Kubernetes release the test control planes run, as pinned in the tools module.
@@ -63,6 +66,10 @@ generate: $(CONTROLLER_GEN) ## Regenerate deepcopy code, CRDs and RBAC from kube
 bench: build envtest ## Benchmarks (spawn, memory, Pods, sync through bin/manager, 1,000 VirtualClusters): bench/results/.
 	$(BIN)/tenantry bench --out bench/results
 
+.PHONY: conformance
+conformance: build envtest $(BIN)/e2e.test ## The upstream conformance suite against a tenant and, as the control, its host, in two tiers (hours): conformance-results/.
+	$(BIN)/tenantry conformance --e2e $(BIN)/e2e.test --out conformance-results $(CONFORMANCE_ARGS)
+
 .PHONY: fuzz
 fuzz: ## Fuzz the host namespace translation for a minute (FUZZTIME=1m).
 	$(GO) test ./pkg/syncer/ -run '^$$' -fuzz FuzzHostNamespace -fuzztime $(or $(FUZZTIME),1m)
@@ -89,6 +96,9 @@ $(BIN)/kube-apiserver $(BIN)/kube-controller-manager $(BIN)/kube-scheduler $(BIN
 
 $(BIN)/kwok: $(KWOK_DEPS)
 	cd $(KWOK_TOOLS) && $(GO) build -ldflags '-X sigs.k8s.io/kwok/pkg/consts.Version=$(KWOK_VERSION)' -o $@ sigs.k8s.io/kwok/cmd/kwok
+
+$(BIN)/e2e.test: $(CONFORMANCE_DEPS)
+	cd $(CONFORMANCE_TOOLS) && $(GO) test -c -ldflags '$(KUBE_LDFLAGS)' -o $@ k8s.io/kubernetes/test/e2e
 
 $(BIN)/etcd: $(TOOLS_DEPS) $(TOOLS)/cmd/etcd/main.go
 	cd $(TOOLS) && $(GO) build -o $@ ./cmd/etcd

@@ -197,8 +197,8 @@ func devCRDs() ([]*apiextensionsv1.CustomResourceDefinition, error) {
 	return append(crds, examples...), nil
 }
 
-// registerTenants creates a Secret and a VirtualCluster per tenant, and
-// waits until all are Ready.
+// registerTenants creates a Secret and a VirtualCluster per tenant, each
+// seeing every host node (nodeSync: All), and waits until all are Ready.
 func (d *devEnv) registerTenants(ctx context.Context) error {
 	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: secretsNamespace}}
 	if err := d.host.Create(ctx, ns); err != nil && !apierrors.IsAlreadyExists(err) {
@@ -215,9 +215,13 @@ func (d *devEnv) registerTenants(ctx context.Context) error {
 		}
 		vc := &tenantryv1alpha1.VirtualCluster{
 			ObjectMeta: metav1.ObjectMeta{Name: cp.Name()},
-			Spec: tenantryv1alpha1.VirtualClusterSpec{KubeconfigSecretRef: tenantryv1alpha1.SecretKeyReference{
-				Namespace: secretsNamespace, Name: secret.Name,
-			}},
+			Spec: tenantryv1alpha1.VirtualClusterSpec{
+				KubeconfigSecretRef: tenantryv1alpha1.SecretKeyReference{Namespace: secretsNamespace, Name: secret.Name},
+				// A tenant sees every node it may use, as on a cluster of
+				// its own: DaemonSets run, and tools that wait for a
+				// schedulable node find one.
+				NodeSync: tenantryv1alpha1.NodeSyncAll,
+			},
 		}
 		for _, o := range []client.Object{secret, vc} {
 			if err := d.host.Create(ctx, o); err != nil {

@@ -28,7 +28,7 @@ type command struct {
 	flags   func(fs *flag.FlagSet) func(ctx context.Context) error
 }
 
-var commands = []command{devCommand, demoCommand, benchCommand}
+var commands = []command{devCommand, demoCommand, benchCommand, conformanceCommand}
 
 func main() {
 	// Until a command routes them somewhere (dev and demo: into the
