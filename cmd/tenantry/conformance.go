@@ -246,4 +246,3 @@ func compareTiers(out io.Writer, results []tierResult) {
 
 // hostName is the host's name in a dev environment.
 const hostName = "host"
-
