@@ -118,16 +118,36 @@ func New(opts Options) (*Server, error) {
 		opts: opts, domain: "." + dns.Fqdn(strings.ToLower(opts.ClusterDomain)),
 		tenants: map[string]*Tenant{},
 	}
-	var err error
-	if s.udp, err = net.ListenPacket("udp", opts.BindAddress); err != nil {
-		return nil, fmt.Errorf("tenant DNS: listening on udp %s: %w", opts.BindAddress, err)
-	}
-	// TCP on the port UDP got, which matters when it was picked.
-	if s.tcp, err = net.Listen("tcp", s.udp.LocalAddr().String()); err != nil {
-		_ = s.udp.Close()
-		return nil, fmt.Errorf("tenant DNS: listening on tcp %s: %w", s.udp.LocalAddr(), err)
+	if err := s.listen(); err != nil {
+		return nil, err
 	}
 	return s, nil
+}
+
+// listenTries is how often a picked port is tried again, when another
+// process holds its TCP side.
+const listenTries = 10
+
+// listen listens on UDP and on TCP at the same port: when the port is
+// picked (0), UDP picks it, and another port is picked while TCP's is
+// taken.
+func (s *Server) listen() error {
+	_, port, err := net.SplitHostPort(s.opts.BindAddress)
+	if err != nil {
+		return fmt.Errorf("tenant DNS: bind address %q: %w", s.opts.BindAddress, err)
+	}
+	for try := 1; ; try++ {
+		if s.udp, err = net.ListenPacket("udp", s.opts.BindAddress); err != nil {
+			return fmt.Errorf("tenant DNS: listening on udp %s: %w", s.opts.BindAddress, err)
+		}
+		if s.tcp, err = net.Listen("tcp", s.udp.LocalAddr().String()); err == nil {
+			return nil
+		}
+		_ = s.udp.Close()
+		if port != "0" || try == listenTries {
+			return fmt.Errorf("tenant DNS: listening on tcp %s: %w", s.udp.LocalAddr(), err)
+		}
+	}
 }
 
 // Addr is the address the Server listens on.
