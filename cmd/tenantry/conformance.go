@@ -92,6 +92,14 @@ func runConformance(ctx context.Context, o conformanceOptions, out io.Writer) er
 		}
 		o.e2e = filepath.Join(filepath.Dir(self), "e2e.test")
 	}
+	// The suite runs in its report's directory: every path absolute.
+	var err error
+	if o.e2e, err = filepath.Abs(o.e2e); err != nil {
+		return err
+	}
+	if o.out, err = filepath.Abs(o.out); err != nil {
+		return err
+	}
 	if _, err := os.Stat(o.e2e); err != nil {
 		return fmt.Errorf("no e2e test binary at %s (make conformance builds it): %w", o.e2e, err)
 	}
