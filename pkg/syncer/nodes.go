@@ -53,7 +53,8 @@ const ReasonNodeConflict = "NodeConflict"
 var podGVK = corev1.SchemeGroupVersion.WithKind("Pod")
 
 // virtualNodes gives one tenant a Node for every host node that runs one of
-// its Pods, and no other: the tenant's controllers (PodGC, the node
+// its Pods (and, with Options.AllNodes, for every host node its node
+// selector allows), and no other: the tenant's controllers (PodGC, the node
 // lifecycle controller, EndpointSlices, the scheduler's view in tools) then
 // treat its bound Pods as on any cluster. A virtual node carries the host
 // node's labels, capacity, allocatable, conditions and system info (less
@@ -383,7 +384,7 @@ func (r *virtualNodes) remove(ctx context.Context, node *corev1.Node) error {
 	}
 	if err == nil {
 		writes.WithLabelValues(r.cluster, "nodes", "up", "delete").Inc()
-		ctrl.LoggerFrom(ctx).Info("deleted virtual node: no Pod of the tenant is bound to it")
+		ctrl.LoggerFrom(ctx).Info("deleted virtual node: its host node is gone, or no longer the tenant's")
 	}
 	var lease coordinationv1.Lease
 	if err := r.tenant.Get(ctx, client.ObjectKey{Namespace: nodeLeaseNamespace, Name: node.Name}, &lease); err != nil {
