@@ -157,8 +157,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	h.UseLocationHost = true
 	// Logs stream as the host writes them (kubectl logs -f).
 	h.FlushInterval = -1
-	// The request goes to the host with the host's credentials only.
-	r.Header.Del("Authorization")
+	stripIdentity(r.Header)
 	h.ServeHTTP(rec, r)
 	rec.answer(http.StatusOK) // a response that set no status
 }
@@ -202,6 +201,20 @@ func hostQuery(t target, in url.Values) (url.Values, error) {
 		out.Set("container", t.container)
 	}
 	return out, nil
+}
+
+// stripIdentity removes from a tenant's request every header that could
+// speak for someone: it goes to the host with the host's credentials only,
+// and a tenant must not borrow them to act as another user (impersonation,
+// or the identity headers of an authenticating proxy).
+func stripIdentity(h http.Header) {
+	for k := range h {
+		switch c := http.CanonicalHeaderKey(k); {
+		case c == "Authorization", c == "Proxy-Authorization", c == "Cookie",
+			strings.HasPrefix(c, "Impersonate-"), strings.HasPrefix(c, "X-Remote-"):
+			delete(h, k)
+		}
+	}
 }
 
 // on reads a kubelet stream flag ("1", "true").

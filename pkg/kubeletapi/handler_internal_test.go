@@ -1,7 +1,9 @@
 package kubeletapi
 
 import (
+	"net/http"
 	"net/url"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -44,5 +46,25 @@ func TestKubeletPathToHostQuery(t *testing.T) {
 		if !strings.HasPrefix(got, tc.want) || (!strings.HasPrefix(tc.want, "error") && got != tc.want) {
 			t.Errorf("%s?%s: %q, want %q", tc.path, tc.query, got, tc.want)
 		}
+	}
+}
+
+// A tenant's request reaches the host without any header that could speak
+// for someone.
+func TestStripIdentity(t *testing.T) {
+	h := http.Header{}
+	for _, k := range []string{"Authorization", "Impersonate-User", "Impersonate-Group", "Impersonate-Extra-Scopes",
+		"Impersonate-Uid", "X-Remote-User", "X-Remote-Group", "X-Remote-Extra-Foo", "Cookie", "Proxy-Authorization",
+		"Upgrade", "Connection", "X-Stream-Protocol-Version"} {
+		h.Set(k, "x")
+	}
+	stripIdentity(h)
+	var left []string
+	for k := range h {
+		left = append(left, k)
+	}
+	slices.Sort(left)
+	if want := []string{"Connection", "Upgrade", "X-Stream-Protocol-Version"}; !slices.Equal(left, want) {
+		t.Fatalf("headers left %v, want %v", left, want)
 	}
 }
