@@ -124,6 +124,11 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		fail(http.StatusNotFound, "pod %s/%s has UID %s, not %s", t.namespace, t.pod, pod.UID, t.uid)
 		return
 	}
+	if t.container != "" && !hasContainer(&pod, t.container) {
+		// Only the tenant's own containers: never one the host added.
+		fail(http.StatusNotFound, "pod %s/%s has no container %s", t.namespace, t.pod, t.container)
+		return
+	}
 	allowed, reason, err := authorize(ctx, tenant, user, r, pod.Spec.NodeName)
 	if err != nil {
 		fail(http.StatusBadGateway, "%v", err)
@@ -157,8 +162,12 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	h.UseLocationHost = true
 	// Logs stream as the host writes them (kubectl logs -f).
 	h.FlushInterval = -1
-	stripIdentity(r.Header)
-	h.ServeHTTP(rec, r)
+	// The host sees only the location built here: the proxy would
+	// otherwise take a plain request's own query and trailing slash.
+	out := r.Clone(ctx)
+	out.URL.Path, out.URL.RawPath, out.URL.RawQuery = location.Path, "", location.RawQuery
+	stripIdentity(out.Header)
+	h.ServeHTTP(rec, out)
 	rec.answer(http.StatusOK) // a response that set no status
 }
 
@@ -201,6 +210,27 @@ func hostQuery(t target, in url.Values) (url.Values, error) {
 		out.Set("container", t.container)
 	}
 	return out, nil
+}
+
+// hasContainer says whether the tenant Pod has a container (init and
+// ephemeral ones included) of that name.
+func hasContainer(pod *corev1.Pod, name string) bool {
+	for _, c := range pod.Spec.InitContainers {
+		if c.Name == name {
+			return true
+		}
+	}
+	for _, c := range pod.Spec.Containers {
+		if c.Name == name {
+			return true
+		}
+	}
+	for _, c := range pod.Spec.EphemeralContainers {
+		if c.Name == name {
+			return true
+		}
+	}
+	return false
 }
 
 // stripIdentity removes from a tenant's request every header that could

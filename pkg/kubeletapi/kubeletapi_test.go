@@ -234,6 +234,15 @@ func TestKubeletAPIOfVirtualNodes(t *testing.T) {
 	if status != http.StatusOK || !strings.HasPrefix(body, said["tenant-1"]+"\n") {
 		t.Fatalf("tenant-1's own Pod: %d %q", status, body)
 	}
+	// The host gets the query built from the path, not the caller's.
+	status, body = get(t, asTenant1, base+"/containerLogs/default/web/app?container=sidecar&insecureSkipTLSVerifyBackend=true")
+	if status != http.StatusOK || !strings.HasPrefix(body, said["tenant-1"]+"\n") {
+		t.Fatalf("a query naming another container: %d %q, want app's whole log", status, body)
+	}
+	status, body = get(t, asTenant1, base+"/exec/default/web/sidecar?command=ls&output=1")
+	if status != http.StatusNotFound || !strings.Contains(body, "pod default/web has no container sidecar") {
+		t.Fatalf("a container the tenant Pod does not have: %d %q, want 404", status, body)
+	}
 	status, body = get(t, asTenant1, base+"/containerLogs/default/only-in-2/app")
 	if status != http.StatusNotFound || !strings.Contains(body, "pod default/only-in-2 not found") {
 		t.Fatalf("tenant-2's Pod asked by tenant-1: %d %q, want 404", status, body)

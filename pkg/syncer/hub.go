@@ -259,8 +259,9 @@ func podIPsOf(o client.Object) []string {
 
 // PodCluster says which tenant cluster's Pod the running host Pod of IP
 // ip is, from the hub's cache: ok is false for an IP of no such Pod (or
-// when no tenant syncs Pods). Host Pods with host networking share their
-// node's IP, and are not told apart.
+// when no tenant syncs Pods), of Pods being deleted, or of Pods of two
+// tenants at once. Host Pods with host networking share their node's IP,
+// and are not told apart.
 func (h *Hub) PodCluster(ctx context.Context, ip string) (cluster string, ok bool, err error) {
 	h.indexOnce.Lock()
 	informed := h.indexed[podGVK]
@@ -273,14 +274,18 @@ func (h *Hub) PodCluster(ctx context.Context, ip string) (cluster string, ok boo
 		return "", false, fmt.Errorf("looking up the host Pod of IP %s: %w", ip, err)
 	}
 	for _, p := range pods.Items {
-		if p.Spec.HostNetwork {
+		c := p.Labels[LabelCluster]
+		if p.Spec.HostNetwork || !p.DeletionTimestamp.IsZero() || c == "" {
 			continue
 		}
-		if c := p.Labels[LabelCluster]; c != "" {
-			return c, true, nil
+		if cluster != "" && cluster != c {
+			// An IP that two tenants' Pods claim (one reused before the
+			// other's status caught up): neither is told the other's.
+			return "", false, nil
 		}
+		cluster = c
 	}
-	return "", false, nil
+	return cluster, cluster != "", nil
 }
 
 // clusterOf is the clusterIndex value of a host object.
