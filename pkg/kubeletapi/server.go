@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"slices"
 	"sync"
 	"time"
 
@@ -88,8 +89,13 @@ type Tenant struct {
 	// Name is the tenant cluster's name (its VirtualCluster's).
 	Name string
 	// ClientCAs are the CAs the tenant's API server trusts for client
-	// certificates, in PEM.
+	// certificates, in PEM, as the tenant publishes them.
 	ClientCAs []byte
+	// HostCAs are CAs of the tenant that the host holds (the CA of its
+	// kubeconfig, in PEM; optional). A certificate that one tenant's
+	// HostCAs verify is that tenant's, whatever CAs other tenants publish:
+	// a tenant cannot shut another out by publishing the other's CA.
+	HostCAs []byte
 	// Client is the tenant's client: it reads the tenant's Pods (from a
 	// cache, if it has one) and creates SubjectAccessReviews.
 	Client client.Client
@@ -101,8 +107,8 @@ type Tenant struct {
 
 type registered struct {
 	Tenant
-	pool    *x509.CertPool
-	issuers []string
+	pool, hostPool *x509.CertPool
+	issuers        []string
 }
 
 // New checks opts, listens and makes the serving certificate. The Server
@@ -213,16 +219,25 @@ func (s *Server) Register(t Tenant) (unregister func(), err error) {
 	if err != nil {
 		return nil, fmt.Errorf("kubelet API: tenant %s's client CAs: %w", t.Name, err)
 	}
-	pool := x509.NewCertPool()
-	var issuers []string
+	entry := &registered{Tenant: t, pool: x509.NewCertPool(), hostPool: x509.NewCertPool()}
 	for _, c := range certs {
-		pool.AddCert(c)
-		issuers = append(issuers, string(c.RawSubject))
+		entry.pool.AddCert(c)
+		entry.issuers = append(entry.issuers, string(c.RawSubject))
 	}
-	if len(issuers) == 0 {
+	if len(entry.issuers) == 0 {
 		return nil, fmt.Errorf("kubelet API: tenant %s has no client CA", t.Name)
 	}
-	entry := &registered{Tenant: t, pool: pool, issuers: issuers}
+	if len(t.HostCAs) > 0 {
+		hostCerts, err := cert.ParseCertsPEM(t.HostCAs)
+		if err != nil {
+			return nil, fmt.Errorf("kubelet API: tenant %s's host-held CAs: %w", t.Name, err)
+		}
+		for _, c := range hostCerts {
+			entry.hostPool.AddCert(c)
+			entry.issuers = append(entry.issuers, string(c.RawSubject))
+		}
+	}
+	issuers := entry.issuers
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.unregisterLocked(t.Name)
@@ -303,15 +318,24 @@ func (s *Server) authenticate(r *http.Request) (*registered, *x509.Certificate, 
 		candidates = append(candidates, s.tenants[name])
 	}
 	s.mu.RUnlock()
-	var found []*registered
-	for _, t := range candidates {
-		_, err := leaf.Verify(x509.VerifyOptions{
-			Roots: t.pool, Intermediates: intermediates,
-			KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
-		})
-		if err == nil {
-			found = append(found, t)
+	verifiedBy := func(pool func(*registered) *x509.CertPool) []*registered {
+		var found []*registered
+		for _, t := range candidates {
+			_, err := leaf.Verify(x509.VerifyOptions{
+				Roots: pool(t), Intermediates: intermediates,
+				KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
+			})
+			if err == nil && !slices.Contains(found, t) {
+				found = append(found, t)
+			}
 		}
+		return found
+	}
+	// The CAs the host holds for a tenant first; those a tenant publishes
+	// only when no host-held CA knows the certificate.
+	found := verifiedBy(func(t *registered) *x509.CertPool { return t.hostPool })
+	if len(found) == 0 {
+		found = verifiedBy(func(t *registered) *x509.CertPool { return t.pool })
 	}
 	switch len(found) {
 	case 0:

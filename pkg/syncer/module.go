@@ -278,7 +278,8 @@ func setup(mgr manager.Manager, cluster string, log logr.Logger, hub *Hub, opts 
 		if opts.KubeletAPI != nil {
 			if err := mgr.Add(&kubeletTenant{
 				server: opts.KubeletAPI, cluster: cluster, translator: tr,
-				tenant: mgr.GetClient(), tenantRead: mgr.GetAPIReader(), hostRead: hub.reader(), log: log,
+				tenant: mgr.GetClient(), tenantRead: mgr.GetAPIReader(), hostRead: hub.reader(),
+				hostCA: server.ca, log: log,
 			}); err != nil {
 				return fmt.Errorf("joining the kubelet API: %w", err)
 			}

@@ -39,7 +39,9 @@ type kubeletTenant struct {
 	tenant     client.Client
 	tenantRead client.Reader
 	hostRead   client.Reader
-	log        logr.Logger
+	// hostCA is the CA of the tenant's kubeconfig, which the host holds.
+	hostCA []byte
+	log    logr.Logger
 }
 
 // Start registers the tenant, reads its client CA again every
@@ -59,7 +61,7 @@ func (k *kubeletTenant) Start(ctx context.Context) error {
 			k.log.Error(err, "cannot serve the kubelet API of the tenant's virtual nodes")
 		case ca != last:
 			u, err := k.server.Register(kubeletapi.Tenant{
-				Name: k.cluster, ClientCAs: []byte(ca), Client: k.tenant, HostPod: k.hostPod,
+				Name: k.cluster, ClientCAs: []byte(ca), HostCAs: k.hostCA, Client: k.tenant, HostPod: k.hostPod,
 			})
 			if err != nil {
 				k.log.Error(err, "cannot serve the kubelet API of the tenant's virtual nodes")
