@@ -67,8 +67,8 @@ bench: build envtest ## Benchmarks (spawn, memory, Pods, sync through bin/manage
 	$(BIN)/tenantry bench --out bench/results
 
 .PHONY: conformance
-conformance: build envtest $(BIN)/e2e.test ## The upstream conformance suite against a tenant and, as the control, its host, in two tiers (hours): conformance-results/.
-	$(BIN)/tenantry conformance --e2e $(BIN)/e2e.test --out conformance-results $(CONFORMANCE_ARGS)
+conformance: build envtest $(BIN)/e2e.test $(BIN)/ginkgo ## The upstream conformance suite against a tenant and, as the control, its host, in two tiers (hours): conformance-results/.
+	$(BIN)/tenantry conformance --e2e $(BIN)/e2e.test --ginkgo $(BIN)/ginkgo --out conformance-results $(CONFORMANCE_ARGS)
 
 .PHONY: fuzz
 fuzz: ## Fuzz the host namespace translation for a minute (FUZZTIME=1m).
@@ -99,6 +99,9 @@ $(BIN)/kwok: $(KWOK_DEPS)
 
 $(BIN)/e2e.test: $(CONFORMANCE_DEPS)
 	cd $(CONFORMANCE_TOOLS) && $(GO) test -c -ldflags '$(KUBE_LDFLAGS)' -o $@ k8s.io/kubernetes/test/e2e
+
+$(BIN)/ginkgo: $(CONFORMANCE_DEPS)
+	cd $(CONFORMANCE_TOOLS) && $(GO) build -o $@ github.com/onsi/ginkgo/v2/ginkgo
 
 $(BIN)/etcd: $(TOOLS_DEPS) $(TOOLS)/cmd/etcd/main.go
 	cd $(TOOLS) && $(GO) build -o $@ ./cmd/etcd

@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -23,12 +24,15 @@ var conformanceCommand = command{
 	flags: func(fs *flag.FlagSet) func(context.Context) error {
 		o := conformanceOptions{dev: devOptions{tenants: 1, metricsBindAddress: "0", healthProbeBindAddress: "0"}}
 		fs.StringVar(&o.e2e, "e2e", "", "The e2e test binary (default: e2e.test beside this binary).")
+		fs.StringVar(&o.ginkgo, "ginkgo", "", "The ginkgo CLI that runs the suite's specs in parallel processes (default: ginkgo beside this binary).")
+		fs.IntVar(&o.procs, "procs", 4, "Parallel processes of the suite (its [Serial] specs run alone, at the end).")
 		fs.StringVar(&o.out, "out", "conformance-results", "Directory of the reports and logs.")
-		fs.StringVar(&o.tiers, "tiers", "1,2", "Comma-separated tiers to run: 1 (no container runtime needed), 2 (1 and Pods running on simulated nodes).")
-		fs.StringVar(&o.clusters, "clusters", "host,tenant-1", "Comma-separated clusters to run each tier against.")
+		fs.StringVar(&o.tiers, "tiers", "1,2", "Comma-separated tiers to report: 1 (no container runtime needed), 2 (1 and Pods running on simulated nodes). "+
+			"Each cluster runs the suite once, for the widest tier asked.")
+		fs.StringVar(&o.clusters, "clusters", "host,tenant-1", "Comma-separated clusters to run the suite against.")
 		fs.IntVar(&o.dev.nodes, "nodes", 2, "Number of simulated host nodes.")
 		fs.StringVar(&o.dev.assets, "assets", "", "Directory holding the control-plane binaries (default: $KUBEBUILDER_ASSETS, else this binary's own directory).")
-		fs.DurationVar(&o.timeout, "timeout", 6*time.Hour, "Time a tier may take on one cluster.")
+		fs.DurationVar(&o.timeout, "timeout", 6*time.Hour, "Time the suite may take on one cluster.")
 		return func(ctx context.Context) error { return runConformance(ctx, o, os.Stdout) }
 	},
 }
@@ -36,16 +40,29 @@ var conformanceCommand = command{
 type conformanceOptions struct {
 	dev      devOptions
 	e2e      string
+	ginkgo   string
+	procs    int
 	out      string
 	tiers    string
 	clusters string
 	timeout  time.Duration
 }
 
-// A conformanceTier selects conformance specs by the text of their names.
+// A conformanceTier is a share of the suite's conformance specs, chosen by
+// the text of their names: those that match any of focus (all, when
+// focus is empty).
 type conformanceTier struct {
-	name        string
-	focus, skip []string
+	name  string
+	focus []string
+}
+
+// selector says whether the spec named spec (its full text, as in the
+// JUnit report) is one of the tier's.
+func (t conformanceTier) selector() func(spec string) bool {
+	if len(t.focus) == 0 {
+		return func(string) bool { return true }
+	}
+	return regexp.MustCompile(strings.Join(t.focus, "|")).MatchString
 }
 
 // conformanceSkip are the conformance specs that cannot pass on simulated
@@ -56,26 +73,27 @@ var conformanceSkip = []string{
 	`Aggregator`, `AdmissionWebhook`, `CustomResourceConversionWebhook`,
 }
 
-// conformanceTiers are the tiers. Tier 1 is the conformance specs of the
-// API alone: API machinery, CRDs, discovery, field validation, namespaces,
-// quota, watch, leases, service accounts, endpoint slices, the Ingress and
-// ServiceCIDR APIs, PodDisruptionBudgets, CronJobs, LimitRanges, events
-// and authentication. Tier 2 is every conformance spec, those that need
-// Pods Running and Ready on simulated nodes included.
-var conformanceTiers = map[string]conformanceTier{
-	"1": {name: "tier 1", focus: []string{
+// conformanceTiers are the tiers, the wider after the narrower. Tier 1 is
+// the conformance specs of the API alone: API machinery, CRDs, discovery,
+// field validation, namespaces, quota, watch, leases, service accounts,
+// endpoint slices, the Ingress and ServiceCIDR APIs,
+// PodDisruptionBudgets, CronJobs, LimitRanges, events and authentication.
+// Tier 2 is every conformance spec, those that need Pods Running and Ready
+// on simulated nodes included.
+var conformanceTiers = []conformanceTier{
+	{name: "tier 1", focus: []string{
 		`\[sig-api-machinery\]`, `\[sig-architecture\]`, `\[sig-auth\]`, `\[sig-instrumentation\]`,
 		`Lease`, `EndpointSlice`, `Ingress API`, `IngressClass API`, `ServiceCIDR`, `DisruptionController`,
 		`CronJob`, `LimitRange`, `PodTemplates`,
-	}, skip: conformanceSkip},
-	"2": {name: "tier 2", skip: conformanceSkip},
+	}},
+	{name: "tier 2"},
 }
 
 // tierResult is what one tier did on one cluster.
 type tierResult struct {
 	tier, cluster                     string
 	passed, failed, skipped, selected int
-	passedSpecs                       []string
+	passedSpecs, failedSpecs          []string
 	report                            string
 }
 
@@ -84,31 +102,55 @@ func (r tierResult) String() string {
 		r.tier, r.cluster, r.passed, r.failed, r.skipped, r.selected, r.report)
 }
 
+// beside is the path of name beside this binary.
+func beside(name string) (string, error) {
+	self, err := os.Executable()
+	if err != nil {
+		return "", err
+	}
+	return filepath.Join(filepath.Dir(self), name), nil
+}
+
 func runConformance(ctx context.Context, o conformanceOptions, out io.Writer) error {
-	if o.e2e == "" {
-		self, err := os.Executable()
+	// The suite runs in its report's directory: every path absolute.
+	for _, p := range []struct {
+		path *string
+		name string
+	}{{&o.e2e, "e2e.test"}, {&o.ginkgo, "ginkgo"}} {
+		if *p.path == "" {
+			var err error
+			if *p.path, err = beside(p.name); err != nil {
+				return err
+			}
+		}
+		abs, err := filepath.Abs(*p.path)
 		if err != nil {
 			return err
 		}
-		o.e2e = filepath.Join(filepath.Dir(self), "e2e.test")
+		if _, err := os.Stat(abs); err != nil {
+			return fmt.Errorf("no %s at %s (make conformance builds it): %w", p.name, abs, err)
+		}
+		*p.path = abs
 	}
-	// The suite runs in its report's directory: every path absolute.
 	var err error
-	if o.e2e, err = filepath.Abs(o.e2e); err != nil {
-		return err
-	}
 	if o.out, err = filepath.Abs(o.out); err != nil {
 		return err
 	}
-	if _, err := os.Stat(o.e2e); err != nil {
-		return fmt.Errorf("no e2e test binary at %s (make conformance builds it): %w", o.e2e, err)
+	if o.procs < 1 {
+		return fmt.Errorf("--procs %d: at least one process runs the suite", o.procs)
 	}
-	var tiers []string
+	// The tiers asked for, in conformanceTiers' order; the suite runs the
+	// widest, the last.
+	var tiers []conformanceTier
+	for _, t := range conformanceTiers {
+		if slices.Contains(strings.Split(o.tiers, ","), strings.TrimPrefix(t.name, "tier ")) {
+			tiers = append(tiers, t)
+		}
+	}
 	for _, t := range strings.Split(o.tiers, ",") {
-		if _, ok := conformanceTiers[t]; !ok {
+		if !slices.ContainsFunc(conformanceTiers, func(c conformanceTier) bool { return c.name == "tier "+t }) {
 			return fmt.Errorf("unknown tier %q: tiers are 1 and 2", t)
 		}
-		tiers = append(tiers, t)
 	}
 	if err := os.MkdirAll(o.out, 0o755); err != nil {
 		return err
@@ -118,17 +160,20 @@ func runConformance(ctx context.Context, o conformanceOptions, out io.Writer) er
 	}
 	return withDev(ctx, o.dev, out, func(d *devEnv) error {
 		var results []tierResult
-		for _, tier := range tiers {
-			for _, cluster := range strings.Split(o.clusters, ",") {
-				kubeconfig, ok := d.kubeconfigs[cluster]
-				if !ok {
-					return fmt.Errorf("no cluster %q in the dev environment", cluster)
-				}
-				fmt.Fprintf(out, "==> %s against %s\n", conformanceTiers[tier].name, cluster)
-				r, err := runTier(ctx, o, conformanceTiers[tier], cluster, kubeconfig)
-				if err != nil {
-					return err
-				}
+		for _, cluster := range strings.Split(o.clusters, ",") {
+			kubeconfig, ok := d.kubeconfigs[cluster]
+			if !ok {
+				return fmt.Errorf("no cluster %q in the dev environment", cluster)
+			}
+			widest := tiers[len(tiers)-1]
+			fmt.Fprintf(out, "==> the conformance suite (%s) against %s\n", widest.name, cluster)
+			cases, report, err := runSuite(ctx, o, widest, cluster, kubeconfig)
+			if err != nil {
+				return err
+			}
+			for _, t := range tiers {
+				r := tierOf(t, cases)
+				r.cluster, r.report = cluster, report
 				fmt.Fprintln(out, r)
 				results = append(results, r)
 			}
@@ -142,81 +187,99 @@ func runConformance(ctx context.Context, o conformanceOptions, out io.Writer) er
 	})
 }
 
-// runTier runs one tier's specs against one cluster and reads its report.
-func runTier(ctx context.Context, o conformanceOptions, tier conformanceTier, cluster, kubeconfig string) (tierResult, error) {
-	dir := filepath.Join(o.out, strings.ReplaceAll(tier.name, " ", "")+"-"+cluster)
+// runSuite runs tier's conformance specs against one cluster, in
+// o.procs parallel processes, and reads the suite's JUnit report.
+func runSuite(ctx context.Context, o conformanceOptions, tier conformanceTier, cluster, kubeconfig string) ([]junitCase, string, error) {
+	dir := filepath.Join(o.out, cluster)
 	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return tierResult{}, err
+		return nil, "", err
 	}
 	args := []string{
-		"--kubeconfig=" + kubeconfig, "--provider=skeleton", "--report-dir=" + dir,
-		"--ginkgo.label-filter=Conformance", "--ginkgo.no-color", "--ginkgo.timeout=" + o.timeout.String(),
+		"--procs=" + strconv.Itoa(o.procs), "--timeout=" + o.timeout.String(), "--no-color",
+		"--label-filter=Conformance",
 	}
 	for _, f := range tier.focus {
-		args = append(args, "--ginkgo.focus="+f)
+		args = append(args, "--focus="+f)
 	}
-	for _, s := range tier.skip {
-		args = append(args, "--ginkgo.skip="+s)
+	for _, s := range conformanceSkip {
+		args = append(args, "--skip="+s)
 	}
+	args = append(args, o.e2e, "--",
+		"--kubeconfig="+kubeconfig, "--provider=skeleton", "--report-dir="+dir)
 	log, err := os.Create(filepath.Join(dir, "e2e.log"))
 	if err != nil {
-		return tierResult{}, err
+		return nil, "", err
 	}
 	defer log.Close()
-	cmd := exec.CommandContext(ctx, o.e2e, args...)
+	cmd := exec.CommandContext(ctx, o.ginkgo, args...)
 	cmd.Stdout, cmd.Stderr = log, log
 	cmd.Dir = dir
 	// A failed spec fails the run: the report says which.
 	runErr := cmd.Run()
 	report := filepath.Join(dir, "junit_01.xml")
-	r, err := readJUnit(report)
+	cases, err := readJUnit(report)
 	if err != nil {
-		return tierResult{}, fmt.Errorf("%s on %s: %w (run: %v; log: %s)", tier.name, cluster, err, runErr, log.Name())
+		return nil, "", fmt.Errorf("the conformance suite on %s: %w (run: %v; log: %s)", cluster, err, runErr, log.Name())
 	}
-	r.tier, r.cluster = tier.name, cluster
-	return r, nil
+	return cases, report, nil
+}
+
+// junitCase is one spec (or setup node) of a Ginkgo JUnit report.
+type junitCase struct {
+	Name   string `xml:"name,attr"`
+	Status string `xml:"status,attr"`
 }
 
 // junitSuites is the part of a Ginkgo JUnit report read here.
 type junitSuites struct {
 	Suites []struct {
-		Cases []struct {
-			Name   string `xml:"name,attr"`
-			Status string `xml:"status,attr"`
-		} `xml:"testcase"`
+		Cases []junitCase `xml:"testcase"`
 	} `xml:"testsuite"`
 }
 
-// readJUnit counts a report's specs by outcome; the suite's own setup
-// nodes count only when they failed.
-func readJUnit(path string) (tierResult, error) {
+// readJUnit reads a report's cases.
+func readJUnit(path string) ([]junitCase, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
-		return tierResult{}, err
+		return nil, err
 	}
 	var suites junitSuites
 	if err := xml.Unmarshal(data, &suites); err != nil {
-		return tierResult{}, fmt.Errorf("reading %s: %w", path, err)
+		return nil, fmt.Errorf("reading %s: %w", path, err)
 	}
-	r := tierResult{report: path}
+	var cases []junitCase
 	for _, s := range suites.Suites {
-		for _, c := range s.Cases {
-			setup := strings.HasPrefix(c.Name, "[") && strings.Contains(c.Name, "Suite]")
-			switch c.Status {
-			case "passed":
-				if !setup {
-					r.passed++
-					r.passedSpecs = append(r.passedSpecs, c.Name)
-				}
-			case "skipped", "pending":
-				r.skipped++
-			default:
-				r.failed++
-			}
+		cases = append(cases, s.Cases...)
+	}
+	return cases, nil
+}
+
+// tierOf counts a report's cases of tier by outcome: the specs the tier
+// selects and that ran are its selected ones; the others, and the specs
+// that skipped themselves, are skipped. The suite's own setup nodes count
+// only when they failed.
+func tierOf(tier conformanceTier, cases []junitCase) tierResult {
+	r := tierResult{tier: tier.name}
+	selects := tier.selector()
+	for _, c := range cases {
+		setup := strings.HasPrefix(c.Name, "[") && strings.Contains(c.Name, "Suite]")
+		switch {
+		case setup && c.Status != "passed" && c.Status != "skipped":
+			r.failed++
+			r.failedSpecs = append(r.failedSpecs, c.Name)
+		case setup:
+		case !selects(c.Name) || c.Status == "skipped" || c.Status == "pending":
+			r.skipped++
+		case c.Status == "passed":
+			r.passed++
+			r.passedSpecs = append(r.passedSpecs, c.Name)
+		default:
+			r.failed++
+			r.failedSpecs = append(r.failedSpecs, c.Name)
 		}
 	}
 	r.selected = r.passed + r.failed
-	return r, nil
+	return r
 }
 
 // compareTiers prints, for each tier run on the host and a tenant, the

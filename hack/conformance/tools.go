@@ -2,11 +2,13 @@
 
 // Package conformance records what the e2e test binary links (the
 // packages its e2e_test.go imports), so that go mod tidy keeps their
-// requirements: go test -c k8s.io/kubernetes/test/e2e builds it.
+// requirements: go test -c k8s.io/kubernetes/test/e2e builds it; and the
+// ginkgo CLI, which runs its specs in parallel processes.
 package conformance
 
 import (
 	_ "github.com/onsi/ginkgo/v2"
+	_ "github.com/onsi/ginkgo/v2/ginkgo"
 	_ "go.yaml.in/yaml/v2"
 	_ "k8s.io/component-base/version"
 	_ "k8s.io/klog/v2"

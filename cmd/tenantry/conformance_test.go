@@ -1,0 +1,39 @@
+package main
+
+import (
+	"slices"
+	"testing"
+)
+
+// One run of the suite reports every tier: a tier counts the specs it
+// selects that ran, a failed setup node fails every tier, and the specs
+// that skipped themselves or that the tier does not select are skipped.
+func TestTierOf(t *testing.T) {
+	cases := []junitCase{
+		{Name: "[SynchronizedBeforeSuite]", Status: "passed"},
+		{Name: "[It] [sig-api-machinery] Watchers should observe add, update, and delete watch notifications on configmaps [Conformance]", Status: "passed"},
+		{Name: "[It] [sig-api-machinery] ResourceQuota should create a ResourceQuota and capture the life of a pod. [Conformance]", Status: "failed"},
+		{Name: "[It] [sig-apps] Deployment deployment should support rollover [Conformance]", Status: "passed"},
+		{Name: "[It] [sig-apps] DaemonSet should run and stop simple daemon [Conformance]", Status: "timedout"},
+		{Name: "[It] [sig-network] Services should serve a basic endpoint from pods [Conformance]", Status: "skipped"},
+		{Name: "[It] [sig-apps] CronJob should schedule multiple jobs concurrently [Conformance]", Status: "passed"},
+		{Name: "[ReportAfterSuite] Kubernetes e2e suite report", Status: "failed"},
+	}
+	tier1, tier2 := tierOf(conformanceTiers[0], cases), tierOf(conformanceTiers[1], cases)
+	for _, c := range []struct {
+		got                               tierResult
+		passed, failed, skipped, selected int
+	}{
+		{tier1, 2, 2, 3, 4}, // the watch and the CronJob pass; quota and the report fail
+		{tier2, 3, 3, 1, 6},
+	} {
+		r := c.got
+		if r.passed != c.passed || r.failed != c.failed || r.skipped != c.skipped || r.selected != c.selected {
+			t.Errorf("%s: passed %d failed %d skipped %d selected %d, want %d %d %d %d",
+				r.tier, r.passed, r.failed, r.skipped, r.selected, c.passed, c.failed, c.skipped, c.selected)
+		}
+	}
+	if !slices.Contains(tier2.failedSpecs, cases[4].Name) || slices.Contains(tier1.failedSpecs, cases[4].Name) {
+		t.Errorf("the DaemonSet spec that timed out is tier 2's failure only: tier 1 %q, tier 2 %q", tier1.failedSpecs, tier2.failedSpecs)
+	}
+}
