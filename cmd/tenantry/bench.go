@@ -42,7 +42,7 @@ var benchCommand = command{
 			"(default: $"+tenantrytest.AssetsEnv+", else this binary's own directory).")
 		fs.IntVar(&o.nodes, "nodes", 2, "Simulated host nodes that run the Pods.")
 		fs.Func("steps", "Comma-separated steps to run, in their order: "+strings.Join(benchSteps, ", ")+
-			" (starts: the test clusters' start times; scale: bin/manager with many VirtualClusters; handover: sharded replicas, one killed, one added). Default: all.", func(v string) error {
+			" (starts: the test clusters' start times; dns: the tenant DNS server's latency and queries per second; scale: bin/manager with many VirtualClusters; handover: sharded replicas, one killed, one added). Default: all.", func(v string) error {
 			steps, err := parseSteps(v)
 			o.steps = steps
 			return err
@@ -147,6 +147,14 @@ func runBench(ctx context.Context, o benchOptions, out io.Writer) error {
 		}
 		results = append(results, rs...)
 	}
+	if o.steps["dns"] {
+		fmt.Fprintln(out, "==> measuring the tenant DNS server")
+		rs, err := runDNS(ctx, o)
+		if err != nil {
+			return fmt.Errorf("dns: %w", err)
+		}
+		results = append(results, rs...)
+	}
 	if o.steps["sync"] {
 		fmt.Fprintln(out, "==> measuring sync latency and throughput through bin/manager")
 		rs, err := runSync(ctx, o, out)
@@ -187,7 +195,7 @@ func runBench(ctx context.Context, o benchOptions, out io.Writer) error {
 }
 
 // benchSteps are the bench's steps, in the order they run.
-var benchSteps = []string{"starts", "spawn", "memory", "pods", "sync", "scale", "handover"}
+var benchSteps = []string{"starts", "spawn", "memory", "pods", "dns", "sync", "scale", "handover"}
 
 // libraryStep is a step that drives the library in this process.
 type libraryStep struct {
