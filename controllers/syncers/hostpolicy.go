@@ -10,7 +10,7 @@ import (
 
 	tenantryv1alpha1 "github.com/tenantry/tenantry/pkg/apis/tenantry/v1alpha1"
 	"github.com/tenantry/tenantry/pkg/syncer"
-	"github.com/tenantry/tenantry/pkg/syncer/builtin"
+	"github.com/tenantry/tenantry/pkg/syncer/pods"
 )
 
 // readHostPolicy reads the manager's default host policy from a YAML or
@@ -105,12 +105,12 @@ func either[T any](a, b []T) []T {
 	return b
 }
 
-// podPolicy is the Pods syncer's side of p.
-func podPolicy(p tenantryv1alpha1.HostPolicy) builtin.PodPolicy {
+// podPolicy is the Pod syncer's side of p.
+func podPolicy(p tenantryv1alpha1.HostPolicy) pods.Policy {
 	if p.Pods == nil {
-		return builtin.PodPolicy{}
+		return pods.Policy{}
 	}
-	return builtin.PodPolicy{
+	return pods.Policy{
 		AllowedPriorityClasses: p.Pods.AllowedPriorityClasses,
 		AllowedSchedulerNames:  p.Pods.AllowedSchedulerNames,
 		AllowedRuntimeClasses:  p.Pods.AllowedRuntimeClasses,

@@ -29,6 +29,7 @@ import (
 	"github.com/tenantry/tenantry/pkg/kubeletapi"
 	"github.com/tenantry/tenantry/pkg/syncer"
 	"github.com/tenantry/tenantry/pkg/syncer/builtin"
+	"github.com/tenantry/tenantry/pkg/syncer/pods"
 	"github.com/tenantry/tenantry/pkg/tenantdns"
 )
 
@@ -60,6 +61,9 @@ type Options struct {
 	CustomResources []schema.GroupVersionKind
 	// Syncer tunes every syncer; see syncer.Options.
 	Syncer syncer.Options
+	// ExposeNodeAddresses copies host nodes' addresses and kubelet port to
+	// tenants' virtual nodes; see pods.Options.
+	ExposeNodeAddresses bool
 	// HostPolicy is the default host policy of every VirtualCluster: what
 	// a VirtualCluster's spec.hostPolicy does not set.
 	HostPolicy tenantryv1alpha1.HostPolicy
@@ -96,7 +100,7 @@ func (o *Options) BindFlags(fs *flag.FlagSet) {
 	fs.Func("sync-resources", fmt.Sprintf("Comma-separated built-in syncers to run (namespaces always run). Default: %s.",
 		strings.Join(builtin.Names(), ",")), func(v string) error {
 		names := strings.FieldsFunc(v, func(r rune) bool { return r == ',' || r == ' ' })
-		if _, err := builtin.ByName(names, builtin.PodPolicy{}); err != nil {
+		if _, err := builtin.ByName(names, pods.Options{}); err != nil {
 			return err
 		}
 		o.Resources = names
@@ -137,7 +141,7 @@ func (o *Options) BindFlags(fs *flag.FlagSet) {
 			o.HostPolicy = p
 			return err
 		})
-	fs.BoolVar(&o.Syncer.ExposeNodeAddresses, "expose-node-addresses", false,
+	fs.BoolVar(&o.ExposeNodeAddresses, "expose-node-addresses", false,
 		"Copy host nodes' addresses and kubelet port to tenants' virtual nodes (by default a virtual node shows only its name).")
 	fs.StringVar(&o.Kubelet.BindAddress, "kubelet-bind-address", kubeletapi.DefaultBindAddress,
 		`Address of the kubelet API of tenants' virtual nodes (kubectl logs, exec, attach, port-forward through the tenant's API server); "0" turns it off.`)
@@ -322,7 +326,7 @@ func newKubeletAPI(p kubeletParams) (*kubeletapi.Server, error) {
 // over the default, read from the host as the tenant starts.
 func newTenants(p tenantParams) (*Tenants, error) {
 	o := options(p.Options)
-	if _, err := builtin.ByName(o.Resources, builtin.PodPolicy{}); err != nil {
+	if _, err := builtin.ByName(o.Resources, pods.Options{}); err != nil {
 		return nil, err
 	}
 	return &Tenants{kubelet: p.Kubelet, dns: p.DNS, module: syncer.TenantModulePerCluster(p.Hub, func(ctx context.Context, cluster string) (syncer.Options, []syncer.Syncer, error) {
@@ -335,25 +339,28 @@ func newTenants(p tenantParams) (*Tenants, error) {
 		}
 		policy := overDefault(o.HostPolicy, vc.Spec.HostPolicy)
 		opts := o.Syncer
-		opts.KubeletAPI = p.Kubelet
-		opts.AllNodes = vc.Spec.NodeSync == tenantryv1alpha1.NodeSyncAll
-		if policy.Pods != nil {
-			opts.NodeSelector = policy.Pods.NodeSelector
-		}
-		opts.InClusterServer = vc.Spec.InClusterServer
 		opts.DeniedMetadataPrefixes, opts.AllowedMetadataPrefixes = metadataPrefixes(
 			o.Syncer.DeniedMetadataPrefixes, o.Syncer.AllowedMetadataPrefixes, policy)
 		opts.ResourceQuota, opts.LimitRange = policy.ResourceQuota, policy.LimitRange
-		pods := podPolicy(policy)
+		podOpts := pods.Options{
+			Policy:              podPolicy(policy),
+			KubeletAPI:          p.Kubelet,
+			AllNodes:            vc.Spec.NodeSync == tenantryv1alpha1.NodeSyncAll,
+			ExposeNodeAddresses: o.ExposeNodeAddresses,
+			InClusterServer:     vc.Spec.InClusterServer,
+		}
+		if policy.Pods != nil {
+			podOpts.NodeSelector = policy.Pods.NodeSelector
+		}
 		if p.DNS != nil {
-			opts.DNS = p.DNS
+			podOpts.DNS = p.DNS
 			dns, err := podDNS(ctx, p.Manager.GetAPIReader(), o)
 			if err != nil {
 				return syncer.Options{}, nil, err
 			}
-			pods.DNS = dns
+			podOpts.DNSConfig = dns
 		}
-		syncers, err := builtin.ByName(o.Resources, pods)
+		syncers, err := builtin.ByName(o.Resources, podOpts)
 		if err != nil {
 			return syncer.Options{}, nil, err
 		}
@@ -368,8 +375,8 @@ func newTenants(p tenantParams) (*Tenants, error) {
 // podDNS is the DNS that host Pods get: the tenant DNS server at the
 // configured nameserver, or at the cluster IP of its Service; nil (the
 // host's DNS) when that Service does not exist.
-func podDNS(ctx context.Context, host client.Reader, o Options) (*builtin.PodDNS, error) {
-	dns := &builtin.PodDNS{Nameserver: o.DNSNameserver, ClusterDomain: o.DNS.ClusterDomain}
+func podDNS(ctx context.Context, host client.Reader, o Options) (*pods.DNSConfig, error) {
+	dns := &pods.DNSConfig{Nameserver: o.DNSNameserver, ClusterDomain: o.DNS.ClusterDomain}
 	if dns.Nameserver != "" || o.DNSService == "" {
 		return dns, nil
 	}

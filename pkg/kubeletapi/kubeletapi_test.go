@@ -31,6 +31,7 @@ import (
 
 	"github.com/tenantry/tenantry/pkg/syncer"
 	"github.com/tenantry/tenantry/pkg/syncer/builtin"
+	"github.com/tenantry/tenantry/pkg/syncer/pods"
 	"github.com/tenantry/tenantry/pkg/syncer/syncertest"
 	tenantrytest "github.com/tenantry/tenantry/pkg/testing"
 )
@@ -118,7 +119,7 @@ func TestKubeletAPIOfVirtualNodes(t *testing.T) {
 		kwok = append(kwok, podDebugging(syncer.HostNamespace(cluster, "default"), "web", logsFile[cluster], attachLog[cluster]))
 	}
 	w := syncertest.NewWorld(t, syncertest.WorldOptions{
-		Tenants: 2, HostNodes: 1, Syncers: builtin.All(), KubeletAPI: true, KwokConfig: kwok,
+		Tenants: 2, HostNodes: 1, Syncers: builtin.All(), Pods: &pods.Options{}, KubeletAPI: true, KwokConfig: kwok,
 	})
 	address, port := w.KubeletAPI.Endpoint()
 	if address != "127.0.0.1" {

@@ -240,8 +240,13 @@ func (h *Hub) index(ctx context.Context, gvk schema.GroupVersionKind, obj client
 	return nil
 }
 
-// podIPIndex indexes the hub's host Pods by the IPs of those that run.
+// podIPIndex indexes the hub's host Pods by the IPs of those that run, for
+// PodCluster. It stays with the hub, not package pods: it answers across
+// every tenant from the shared informer, which no tenant's Extension owns.
 const podIPIndex = "tenantry.dev/pod-ip"
+
+// podGVK is the type that gets podIPIndex.
+var podGVK = corev1.SchemeGroupVersion.WithKind("Pod")
 
 // podIPsOf is the podIPIndex value of a host Pod: its IPs, unless it has
 // ended (its IPs may then be another Pod's).

@@ -18,8 +18,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	"github.com/tenantry/tenantry/pkg/clusterregistry"
-	"github.com/tenantry/tenantry/pkg/kubeletapi"
-	"github.com/tenantry/tenantry/pkg/tenantdns"
 )
 
 // Options tune how syncers run in each tenant.
@@ -45,37 +43,6 @@ type Options struct {
 	// DisablePublicCRDs turns off copying the host's public CRDs into
 	// tenants.
 	DisablePublicCRDs bool
-
-	// AllNodes gives the tenant a virtual node for every host node that
-	// NodeSelector matches, whether or not its Pods run there (a
-	// VirtualCluster's spec.nodeSync: All); otherwise it sees only the
-	// nodes that run its Pods.
-	AllNodes bool
-	// NodeSelector limits AllNodes to the host nodes with these labels:
-	// those the host policy lets the tenant's Pods run on.
-	NodeSelector map[string]string
-
-	// ExposeNodeAddresses copies host nodes' addresses and kubelet port to
-	// the tenants' virtual nodes. Off by default: they tell a tenant where
-	// the host's machines are, and a virtual node then shows only its name
-	// as a Hostname address.
-	ExposeNodeAddresses bool
-
-	// KubeletAPI, if set, serves the kubelet API of the tenant's virtual
-	// nodes (logs, exec, attach, port-forward), and virtual nodes give its
-	// endpoint as their address and kubelet port. The tenant joins it when
-	// its Pods sync, trusting the client CA of its own API server.
-	KubeletAPI *kubeletapi.Server
-
-	// DNS, if set, answers the tenant's Pods' DNS queries with the
-	// tenant's own names; the tenant joins it when its Pods sync. The Pod
-	// syncer points host Pods at it (see package builtin's PodPolicy.DNS).
-	DNS *tenantdns.Server
-
-	// InClusterServer is the https URL at which Pods running in the host
-	// reach the tenant's API server (their KUBERNETES_SERVICE_HOST and
-	// _PORT); "": the server of the cluster's rest.Config.
-	InClusterServer string
 
 	// ResourceQuota, if set, is kept as the ResourceQuota QuotaName in every
 	// host namespace of the tenant, and LimitRange as the LimitRange
@@ -119,9 +86,9 @@ func (o *Options) setDefaults() {
 // TenantModule is the fx module that runs syncers in every tenant cluster
 // it is spawned for (give it to clusterregistry.New): one controller per
 // syncer, fed by the tenant's own watch, by the hub's shared host watch for
-// this tenant, and by the patroller. The Namespace syncer is always added,
-// since the others create host namespaces on demand; a syncer of core Pods
-// brings virtual nodes and Pods' API access with it (see the package doc).
+// this tenant, and by the patroller; and each syncer's Extensions, set up
+// as the syncer starts. The Namespace syncer is always added, since the
+// others create host namespaces on demand.
 func TenantModule(hub *Hub, opts Options, syncers ...Syncer) fx.Option {
 	return TenantModulePerCluster(hub, func(context.Context, string) (Options, []Syncer, error) {
 		return opts, syncers, nil
@@ -180,6 +147,7 @@ func setup(mgr manager.Manager, cluster string, log logr.Logger, hub *Hub, opts 
 		tenant: mgr.GetClient(), hostRead: hub.reader(), host: host, policies: policies,
 	}
 	recorder := mgr.GetEventRecorder("tenantry-syncer")
+	scope := &TenantScope{cluster: cluster, mgr: mgr, log: log, hub: hub, host: host, translator: tr, excluded: excluded}
 
 	start := func(s *Syncer, gvk schema.GroupVersionKind) error {
 		// The hub's informer of the type, with its cluster index, before
@@ -213,6 +181,11 @@ func setup(mgr manager.Manager, cluster string, log logr.Logger, hub *Hub, opts 
 		if err := b.Complete(r); err != nil {
 			return fmt.Errorf("syncer %s: %w", s.Name, err)
 		}
+		for _, e := range s.Extensions {
+			if err := e.Setup(scope); err != nil {
+				return fmt.Errorf("syncer %s: %w", s.Name, err)
+			}
+		}
 		return nil
 	}
 
@@ -224,7 +197,6 @@ func setup(mgr manager.Manager, cluster string, log logr.Logger, hub *Hub, opts 
 			return err
 		}
 	}
-	syncsPods := false
 	pending := &pendingSyncers{log: log, tenantMapper: mgr.GetRESTMapper(), hub: hub, start: start}
 	seen := map[string]bool{}
 	for i := range syncers {
@@ -240,7 +212,6 @@ func setup(mgr manager.Manager, cluster string, log logr.Logger, hub *Hub, opts 
 		if err != nil {
 			return err
 		}
-		syncsPods = syncsPods || gvk == podGVK
 		ready, err := pending.ready(gvk)
 		if err != nil {
 			return err
@@ -251,38 +222,6 @@ func setup(mgr manager.Manager, cluster string, log logr.Logger, hub *Hub, opts 
 		}
 		if err := start(s, gvk); err != nil {
 			return err
-		}
-	}
-	if syncsPods {
-		if err := setupVirtualNodes(mgr, cluster, hub, opts, excluded); err != nil {
-			return err
-		}
-		server, err := newTenantServer(mgr.GetConfig(), opts.InClusterServer)
-		if err != nil {
-			return err
-		}
-		access := &podAPIAccess{
-			translator: tr, tenant: mgr.GetClient(), hostRead: hub.reader(), host: host,
-			server: server, excluded: excluded,
-		}
-		if err := setupPodAPIAccess(mgr, hub, access); err != nil {
-			return err
-		}
-		if opts.DNS != nil {
-			if err := mgr.Add(&dnsTenant{server: opts.DNS, tenant: tenantdns.Tenant{
-				Name: cluster, Reader: mgr.GetClient(), APIServer: server.host,
-			}, cache: mgr.GetCache()}); err != nil {
-				return fmt.Errorf("joining the tenant DNS: %w", err)
-			}
-		}
-		if opts.KubeletAPI != nil {
-			if err := mgr.Add(&kubeletTenant{
-				server: opts.KubeletAPI, cluster: cluster, translator: tr,
-				tenant: mgr.GetClient(), tenantRead: mgr.GetAPIReader(), hostRead: hub.reader(),
-				hostCA: server.ca, log: log,
-			}); err != nil {
-				return fmt.Errorf("joining the kubelet API: %w", err)
-			}
 		}
 	}
 	return pending.setup(mgr)

@@ -118,8 +118,8 @@ func (r *reconciler) sync(ctx context.Context, key types.NamespacedName, tenant,
 		if host != nil {
 			return true, reconcile.Result{}, r.deleteHost(ctx, tenant, host)
 		}
-		if tenant != nil && !tenant.GetDeletionTimestamp().IsZero() && r.syncer.FinishDelete != nil {
-			if err := r.syncer.FinishDelete(ctx, r.tenant, tenant); client.IgnoreNotFound(err) != nil {
+		if tenant != nil && !tenant.GetDeletionTimestamp().IsZero() && r.syncer.Lifecycle != nil {
+			if err := r.syncer.Lifecycle.FinishDelete(ctx, r.tenant, tenant); client.IgnoreNotFound(err) != nil {
 				return false, reconcile.Result{}, tenantError{fmt.Errorf("finishing deletion of tenant %s %s: %w", r.syncer.Name, key, err)}
 			}
 			writes.WithLabelValues(r.translator.Cluster, r.syncer.Name, "up", "delete").Inc()
@@ -140,7 +140,7 @@ func (r *reconciler) sync(ctx context.Context, key types.NamespacedName, tenant,
 		case r.syncer.OnlyExisting:
 			return false, reconcile.Result{}, nil
 		case r.syncer.lost(tenant):
-			if err := r.syncer.Lost(ctx, r.tenant, tenant.DeepCopyObject().(client.Object)); err != nil {
+			if err := r.syncer.Lifecycle.Lost(ctx, r.tenant, tenant.DeepCopyObject().(client.Object)); err != nil {
 				return false, reconcile.Result{}, tenantError{fmt.Errorf("reporting the loss of the host copy of %s %s: %w", r.syncer.Name, key, err)}
 			}
 			return false, reconcile.Result{}, nil
@@ -242,8 +242,8 @@ func (r *reconciler) deleteHost(ctx context.Context, tenant, host client.Object)
 		opts = append(opts, client.GracePeriodSeconds(*tenant.GetDeletionGracePeriodSeconds()))
 	}
 	var err error
-	if tenant != nil && !tenant.GetDeletionTimestamp().IsZero() && r.syncer.DeleteHost != nil {
-		err = r.syncer.DeleteHost(ctx, r.host, tenant, host, opts...)
+	if tenant != nil && !tenant.GetDeletionTimestamp().IsZero() && r.syncer.Lifecycle != nil {
+		err = r.syncer.Lifecycle.DeleteHost(ctx, r.host, tenant, host, opts...)
 	} else {
 		err = r.host.Delete(ctx, host, opts...)
 	}

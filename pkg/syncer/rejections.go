@@ -187,7 +187,8 @@ func (r *rejections) forget(key types.NamespacedName) {
 
 // hostRejected reports the host's refusal of tenant's copy: a Warning Event
 // on the tenant object and a log line when the host says something new,
-// the syncer's own report (HostRejected), and a retry after a growing delay.
+// the syncer's own report (Lifecycle.HostRejected), and a retry after a
+// growing delay.
 func (r *reconciler) hostRejected(ctx context.Context, key types.NamespacedName, tenant client.Object, refusal *refusal) (reconcile.Result, error) {
 	message := refusal.message
 	news, retry := r.rejections.record(key, tenant.GetResourceVersion(), message)
@@ -200,8 +201,8 @@ func (r *reconciler) hostRejected(ctx context.Context, key types.NamespacedName,
 		ctrl.LoggerFrom(ctx).Info("the copy was refused; retrying with backoff", "reason", refusal.reason, "message", message, "retryIn", retry.String())
 		r.recorder.Eventf(tenant, nil, corev1.EventTypeWarning, ReasonHostRejected, "Sync", "%s%s", note, message)
 	}
-	if r.syncer.HostRejected != nil {
-		if err := r.syncer.HostRejected(ctx, r.tenant, tenant.DeepCopyObject().(client.Object), message); err != nil {
+	if r.syncer.Lifecycle != nil {
+		if err := r.syncer.Lifecycle.HostRejected(ctx, r.tenant, tenant.DeepCopyObject().(client.Object), message); err != nil {
 			return reconcile.Result{}, err
 		}
 	}

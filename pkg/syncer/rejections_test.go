@@ -3,56 +3,18 @@ package syncer_test
 import (
 	"context"
 	"fmt"
-	"strings"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	eventsv1 "k8s.io/api/events/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/tenantry/tenantry/pkg/syncer"
+	"github.com/tenantry/tenantry/pkg/syncer/syncertest"
 	tenantrytest "github.com/tenantry/tenantry/pkg/testing"
 )
-
-// A Pod that the host's Pod Security level refuses is explained to the
-// tenant: a Warning Event with the host's message, and PodScheduled=False,
-// as for a Pod no scheduler can place.
-func TestRefusedPodIsExplained(t *testing.T) {
-	useWorld(t)
-	ctx := t.Context()
-	tenant := shared.Tenants["tenant-1"]
-	pod := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: unique("privileged")},
-		Spec: corev1.PodSpec{Containers: []corev1.Container{{
-			Name: "root", Image: "busybox",
-			SecurityContext: &corev1.SecurityContext{Privileged: ptr.To(true)},
-		}}},
-	}
-	if err := tenant.Create(ctx, pod); err != nil { // the tenant's own level allows it
-		t.Fatal(err)
-	}
-	event := expectHostRejectedEvent(t, tenant, pod.Namespace, pod.Name, "PodSecurity")
-	eventually(t, 10*time.Second, "PodScheduled=False with reason HostRejected", func(ctx context.Context) (bool, error) {
-		var p corev1.Pod
-		if err := tenant.Get(ctx, client.ObjectKeyFromObject(pod), &p); err != nil {
-			return false, err
-		}
-		for _, c := range p.Status.Conditions {
-			if c.Type == corev1.PodScheduled {
-				ok := c.Status == corev1.ConditionFalse && c.Reason == syncer.ReasonHostRejected && strings.Contains(c.Message, "privileged")
-				return ok, fmt.Errorf("PodScheduled %s, %s: %s", c.Status, c.Reason, c.Message)
-			}
-		}
-		return false, fmt.Errorf("no PodScheduled condition in %v", p.Status.Conditions)
-	})
-	t.Logf("tenant event: %s", event.Note)
-	expectNoHostCopy(t, "tenant-1", pod)
-}
 
 // Any object the host refuses is explained to the tenant once per refusal,
 // not once per retry, and synced once the host accepts it: here a Secret
@@ -94,7 +56,7 @@ func TestRefusedObjectIsExplainedAndRetried(t *testing.T) {
 	if err := tenant.Create(ctx, secret); err != nil {
 		t.Fatal(err)
 	}
-	expectHostRejectedEvent(t, tenant, ns.Name, secret.Name, "quota")
+	syncertest.ExpectHostRejected(t, tenant, ns.Name, secret.Name, "quota")
 	// It is retried, with backoff: three more refusals, still one Event.
 	series := map[string]string{"cluster": "tenant-1", "resource": "secrets", "reason": string(metav1.StatusReasonForbidden)}
 	before := tenantrytest.Metric(t, "tenantry_syncer_host_rejections_total", series).GetCounter().GetValue()
@@ -102,7 +64,7 @@ func TestRefusedObjectIsExplainedAndRetried(t *testing.T) {
 		n := tenantrytest.Metric(t, "tenantry_syncer_host_rejections_total", series).GetCounter().GetValue() - before
 		return n >= 3, fmt.Errorf("%g more", n)
 	})
-	events := eventsAbout(t, tenant, ns.Name, secret.Name, syncer.ReasonHostRejected)
+	events := syncertest.Events(t, tenant, ns.Name, secret.Name, syncer.ReasonHostRejected)
 	if len(events) != 1 {
 		t.Fatalf("%d HostRejected Events for one unchanged refusal, want 1", len(events))
 	}
@@ -119,17 +81,6 @@ func TestRefusedObjectIsExplainedAndRetried(t *testing.T) {
 	})
 }
 
-// expectNoHostCopy checks that tenant object obj of cluster has no copy in
-// the host.
-func expectNoHostCopy(t *testing.T, cluster string, obj client.Object) {
-	t.Helper()
-	host := obj.DeepCopyObject().(client.Object)
-	err := shared.Host.Get(t.Context(), shared.HostKey(cluster, obj.GetNamespace(), obj.GetName()), host)
-	if !apierrors.IsNotFound(err) {
-		t.Fatalf("%T %s/%s has a copy in the host: %v", obj, obj.GetNamespace(), obj.GetName(), err)
-	}
-}
-
 // createNamespace creates a tenant namespace, deleted when the test ends.
 func createNamespace(t *testing.T, tenant client.Client, prefix string) *corev1.Namespace {
 	t.Helper()
@@ -139,38 +90,4 @@ func createNamespace(t *testing.T, tenant client.Client, prefix string) *corev1.
 	}
 	t.Cleanup(func() { _ = tenant.Delete(context.Background(), ns) })
 	return ns
-}
-
-// expectHostRejectedEvent waits for the HostRejected Event on tenant object
-// ns/name whose note holds want, and returns it.
-func expectHostRejectedEvent(t *testing.T, tenant client.Client, ns, name, want string) eventsv1.Event {
-	t.Helper()
-	var found eventsv1.Event
-	eventually(t, 20*time.Second, fmt.Sprintf("HostRejected Event on %s/%s saying %q", ns, name, want), func(context.Context) (bool, error) {
-		for _, e := range eventsAbout(t, tenant, ns, name, syncer.ReasonHostRejected) {
-			if e.Type == corev1.EventTypeWarning && strings.Contains(e.Note, want) {
-				found = e
-				return true, nil
-			}
-		}
-		return false, nil
-	})
-	return found
-}
-
-// eventsAbout lists the Events in namespace ns (default for a
-// cluster-scoped object) about the object named name, with reason.
-func eventsAbout(t *testing.T, tenant client.Client, ns, name, reason string) []eventsv1.Event {
-	t.Helper()
-	var list eventsv1.EventList
-	if err := tenant.List(t.Context(), &list, client.InNamespace(ns)); err != nil {
-		t.Fatal(err)
-	}
-	var out []eventsv1.Event
-	for _, e := range list.Items {
-		if e.Regarding.Name == name && e.Reason == reason {
-			out = append(out, e)
-		}
-	}
-	return out
 }

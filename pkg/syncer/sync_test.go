@@ -3,7 +3,6 @@ package syncer_test
 import (
 	"context"
 	"fmt"
-	"os"
 	"slices"
 	"strings"
 	"sync"
@@ -11,18 +10,14 @@ import (
 	"testing"
 	"time"
 
-	"github.com/go-logr/logr"
-	"github.com/go-logr/logr/funcr"
 	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
-	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	utilrand "k8s.io/apimachinery/pkg/util/rand"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/tenantry/tenantry/pkg/syncer"
 	"github.com/tenantry/tenantry/pkg/syncer/builtin"
@@ -30,46 +25,24 @@ import (
 	tenantrytest "github.com/tenantry/tenantry/pkg/testing"
 )
 
-// shared is a host that schedules and runs Pods on two simulated nodes, and
-// two tenants that run their own kube-controller-manager, each spawned with
-// every built-in syncer through one hub: what a real installation looks
-// like.
-var (
-	shared    *syncertest.World
-	sharedErr error
-	stopWorld func() error
-	startOnce sync.Once
-)
+// sharedWorld is a host that schedules and runs Pods on two simulated
+// nodes, and two tenants that run their own kube-controller-manager, each
+// spawned with every built-in syncer through one hub: what a real
+// installation looks like. Tests that need no API server (the fuzz
+// target's workers among them) start none.
+var sharedWorld = syncertest.Share(syncertest.WorldOptions{
+	Tenants: 2, HostNodes: 2, TenantControllerManager: true, Syncers: builtin.All(),
+})
 
-// useWorld starts the shared world on first use, so that tests that need
-// no API server (the fuzz target's workers among them) start none.
+// shared is sharedWorld, once useWorld started it.
+var shared *syncertest.World
+
 func useWorld(t *testing.T) {
 	t.Helper()
-	startOnce.Do(func() {
-		log := logr.Discard()
-		if os.Getenv("TENANTRY_TEST_LOG") != "" {
-			log = funcr.New(func(prefix, args string) { fmt.Fprintln(os.Stderr, prefix, args) }, funcr.Options{Verbosity: 1})
-		}
-		shared, stopWorld, sharedErr = syncertest.StartWorld(context.Background(), syncertest.WorldOptions{
-			Tenants: 2, HostNodes: 2, TenantControllerManager: true, Syncers: builtin.All(), Logger: log,
-		})
-	})
-	if sharedErr != nil {
-		t.Fatalf("starting host and tenants: %v", sharedErr)
-	}
+	shared = sharedWorld.World(t)
 }
 
-func TestMain(m *testing.M) {
-	ctrllog.SetLogger(logr.Discard())
-	code := m.Run()
-	if stopWorld != nil {
-		if err := stopWorld(); err != nil {
-			fmt.Fprintln(os.Stderr, err)
-			code = 1
-		}
-	}
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { sharedWorld.Run(m) }
 
 var eventually = tenantrytest.Eventually
 
@@ -93,14 +66,6 @@ func expectHostConfigMap(t *testing.T, cluster, name string, data map[string]str
 		return fmt.Sprint(cm.Data) == fmt.Sprint(data), fmt.Errorf("data %v", cm.Data)
 	})
 	return &cm
-}
-
-func expectHostGone(t *testing.T, obj client.Object) {
-	t.Helper()
-	eventually(t, 10*time.Second, fmt.Sprintf("host %T %s removed", obj, client.ObjectKeyFromObject(obj)), func(ctx context.Context) (bool, error) {
-		err := shared.Host.Get(ctx, client.ObjectKeyFromObject(obj), obj)
-		return apierrors.IsNotFound(err), err
-	})
 }
 
 func TestConfigMapSync(t *testing.T) {
@@ -185,7 +150,7 @@ func TestConfigMapSync(t *testing.T) {
 		if err := shared.Tenants["tenant-2"].Delete(ctx, configMap(name, nil)); err != nil {
 			t.Fatal(err)
 		}
-		expectHostGone(t, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: hostNS("tenant-2", "default"), Name: name}})
+		shared.ExpectHostGone(t, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: hostNS("tenant-2", "default"), Name: name}})
 		expectHostConfigMap(t, "tenant-1", name, map[string]string{"value": "uno"})
 	})
 }
@@ -202,7 +167,7 @@ func TestOrphansAndStaleCopies(t *testing.T) {
 	if err := shared.Host.Create(ctx, orphan); err != nil {
 		t.Fatal(err)
 	}
-	expectHostGone(t, orphan)
+	shared.ExpectHostGone(t, orphan)
 
 	name := unique("stale")
 	stale := hostCopy(ns, name, "tenant-1", "uid-of-an-earlier-object", map[string]string{"stale": "yes"})
@@ -267,146 +232,6 @@ func TestForeignHostObjectsAreLeftAlone(t *testing.T) {
 	}
 }
 
-func TestPodSync(t *testing.T) {
-	useWorld(t)
-	ctx := t.Context()
-	tenant := shared.Tenants["tenant-1"]
-	name := unique("web")
-	pod := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: name, Labels: map[string]string{"app": "web"}},
-		Spec: corev1.PodSpec{
-			ServiceAccountName: "default",
-			ImagePullSecrets:   []corev1.LocalObjectReference{{Name: "registry"}},
-			Containers: []corev1.Container{{
-				Name: "web", Image: "nginx:1",
-				Env: []corev1.EnvVar{{Name: "PASSWORD", ValueFrom: &corev1.EnvVarSource{
-					SecretKeyRef: &corev1.SecretKeySelector{LocalObjectReference: corev1.LocalObjectReference{Name: "db"}, Key: "password"},
-				}}},
-				VolumeMounts: []corev1.VolumeMount{
-					{Name: "config", MountPath: "/config"},
-					{Name: "kube-api-access", MountPath: "/var/run/secrets/kubernetes.io/serviceaccount"},
-				},
-			}},
-			Volumes: []corev1.Volume{
-				{Name: "config", VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{
-					LocalObjectReference: corev1.LocalObjectReference{Name: "web-config"}}}},
-				{Name: "kube-api-access", VolumeSource: corev1.VolumeSource{Projected: &corev1.ProjectedVolumeSource{
-					Sources: []corev1.VolumeProjection{{ServiceAccountToken: &corev1.ServiceAccountTokenProjection{Path: "token"}}}}}},
-			},
-		},
-	}
-	if err := tenant.Create(ctx, pod); err != nil {
-		t.Fatal(err)
-	}
-
-	var hostPod corev1.Pod
-	hostKey := client.ObjectKey{Namespace: hostNS("tenant-1", "default"), Name: name}
-	eventually(t, 10*time.Second, "host Pod", func(ctx context.Context) (bool, error) {
-		err := shared.Host.Get(ctx, hostKey, &hostPod)
-		return err == nil, err
-	})
-	spec := hostPod.Spec
-	if spec.AutomountServiceAccountToken == nil || *spec.AutomountServiceAccountToken {
-		t.Error("host Pod mounts a service account token")
-	}
-	if len(spec.Volumes) != 2 || spec.Volumes[0].ConfigMap == nil || spec.Volumes[0].ConfigMap.Name != "web-config" {
-		t.Errorf("host Pod volumes = %+v, want the ConfigMap volume, by the same name, and the token's", spec.Volumes)
-	}
-	// The token is the tenant's, from the Pod's API access Secret; never
-	// one the host would issue (apiaccess_test.go shows it works).
-	if sources := spec.Volumes[1].Projected.Sources; len(sources) != 1 || sources[0].Secret == nil || sources[0].Secret.Name != name+"-tenantry-api-access" {
-		t.Errorf("host Pod's token volume projects %+v, want the API access Secret", sources)
-	}
-	if len(spec.Containers[0].VolumeMounts) != 2 {
-		t.Errorf("host Pod mounts = %+v, want both", spec.Containers[0].VolumeMounts)
-	}
-	for _, e := range spec.Containers[0].Env {
-		if e.Name == "PASSWORD" && e.ValueFrom.SecretKeyRef.Name != "db" {
-			t.Errorf("env Secret reference = %q", e.ValueFrom.SecretKeyRef.Name)
-		}
-	}
-	if hostPod.Labels["app"] != "web" {
-		t.Errorf("host Pod labels = %v", hostPod.Labels)
-	}
-
-	// The host's scheduler binds it to a node and kwok runs it there: the
-	// tenant Pod takes the node, the IP and the Ready condition.
-	var running corev1.Pod
-	eventually(t, 30*time.Second, "host Pod scheduled and Running", func(ctx context.Context) (bool, error) {
-		if err := shared.Host.Get(ctx, hostKey, &running); err != nil {
-			return false, err
-		}
-		ok := running.Spec.NodeName != "" && running.Status.Phase == corev1.PodRunning && running.Status.PodIP != ""
-		return ok, fmt.Errorf("node %q phase %q ip %q", running.Spec.NodeName, running.Status.Phase, running.Status.PodIP)
-	})
-	if !strings.HasPrefix(running.Spec.NodeName, tenantrytest.NodeNamePrefix) {
-		t.Errorf("host Pod runs on %q, not on a kwok node", running.Spec.NodeName)
-	}
-	eventually(t, 10*time.Second, "tenant Pod bound to the host Pod's node, with its status (Running, Ready, IP)", func(ctx context.Context) (bool, error) {
-		var p corev1.Pod
-		if err := tenant.Get(ctx, client.ObjectKeyFromObject(pod), &p); err != nil {
-			return false, err
-		}
-		ok := p.Spec.NodeName == running.Spec.NodeName && equality.Semantic.DeepEqual(p.Status, running.Status)
-		return ok, fmt.Errorf("node %q phase %q ip %q conditions %v", p.Spec.NodeName, p.Status.Phase, p.Status.PodIP, p.Status.Conditions)
-	})
-
-	t.Run("a tenant Pod's deletion is mirrored, and completed once the host Pod is gone", func(t *testing.T) {
-		if err := tenant.Delete(ctx, pod); err != nil { // graceful: no kubelet ends it in the tenant
-			t.Fatal(err)
-		}
-		// The host's kubelet (kwok) ends the host Pod; the tenant Pod follows.
-		expectHostGone(t, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: hostKey.Namespace, Name: hostKey.Name}})
-		eventually(t, 10*time.Second, "tenant Pod gone", func(ctx context.Context) (bool, error) {
-			err := tenant.Get(ctx, client.ObjectKeyFromObject(pod), &corev1.Pod{})
-			return apierrors.IsNotFound(err), err
-		})
-	})
-}
-
-// A tenant Pod can only name objects in its own host namespace: a Secret
-// that exists only in another tenant, or only in the host, is not there.
-func TestPodCannotReachOthersSecrets(t *testing.T) {
-	useWorld(t)
-	ctx := t.Context()
-	secretName := unique("elsewhere")
-	secret := func(ns string) *corev1.Secret {
-		return &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: secretName}, StringData: map[string]string{"k": "v"}}
-	}
-	if err := shared.Tenants["tenant-2"].Create(ctx, secret("default")); err != nil {
-		t.Fatal(err)
-	}
-	if err := shared.Host.Create(ctx, secret("default")); err != nil {
-		t.Fatal(err)
-	}
-	expectHostCopy(t, &corev1.Secret{}, "tenant-2", secretName) // tenant-2's copy is in tenant-2's host namespace
-
-	name := unique("thief")
-	pod := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: name},
-		Spec: corev1.PodSpec{
-			Containers: []corev1.Container{{Name: "c", Image: "busybox"}},
-			Volumes: []corev1.Volume{{Name: "s", VolumeSource: corev1.VolumeSource{
-				Secret: &corev1.SecretVolumeSource{SecretName: secretName}}}},
-		},
-	}
-	if err := shared.Tenants["tenant-1"].Create(ctx, pod); err != nil {
-		t.Fatal(err)
-	}
-	hostPod := expectHostCopy(t, &corev1.Pod{}, "tenant-1", name).(*corev1.Pod)
-	if hostPod.Namespace != hostNS("tenant-1", "default") {
-		t.Fatalf("host Pod in %s", hostPod.Namespace)
-	}
-	if got := hostPod.Spec.Volumes[0].Secret.SecretName; got != secretName {
-		t.Fatalf("secret volume names %q", got)
-	}
-	// The kubelet looks the Secret up in the Pod's namespace: it is not there.
-	err := shared.Host.Get(ctx, client.ObjectKey{Namespace: hostPod.Namespace, Name: secretName}, &corev1.Secret{})
-	if !apierrors.IsNotFound(err) {
-		t.Fatalf("Secret %s in tenant-1's host namespace: %v, want NotFound", secretName, err)
-	}
-}
-
 func TestServiceGetsHostClusterIP(t *testing.T) {
 	useWorld(t)
 	ctx := t.Context()
@@ -424,7 +249,7 @@ func TestServiceGetsHostClusterIP(t *testing.T) {
 		t.Fatal(err)
 	}
 	tenantUID := svc.UID
-	hostSvc := expectHostCopy(t, &corev1.Service{}, "tenant-2", name).(*corev1.Service)
+	hostSvc := shared.ExpectHostCopy(t, &corev1.Service{}, "tenant-2", "default", name).(*corev1.Service)
 	if len(hostSvc.Spec.ExternalIPs) != 0 {
 		t.Errorf("host Service claims external IPs %v", hostSvc.Spec.ExternalIPs)
 	}
@@ -502,17 +327,6 @@ func TestFairness(t *testing.T) {
 	}
 }
 
-// expectHostCopy waits for the host copy of a tenant object in namespace
-// default of cluster, and returns it.
-func expectHostCopy(t *testing.T, obj client.Object, cluster, name string) client.Object {
-	t.Helper()
-	eventually(t, 10*time.Second, fmt.Sprintf("host copy of %T %s default/%s", obj, cluster, name), func(ctx context.Context) (bool, error) {
-		err := shared.Host.Get(ctx, client.ObjectKey{Namespace: hostNS(cluster, "default"), Name: name}, obj)
-		return err == nil, err
-	})
-	return obj
-}
-
 // ensureHostCopyNamespace makes sure tenant-1's default host namespace
 // exists, by syncing a ConfigMap into it.
 func ensureHostCopyNamespace(t *testing.T) {
@@ -569,12 +383,12 @@ func TestSecretsServiceAccountsAndClaims(t *testing.T) {
 		}
 	}
 
-	secret := expectHostCopy(t, &corev1.Secret{}, "tenant-1", secretName).(*corev1.Secret)
+	secret := shared.ExpectHostCopy(t, &corev1.Secret{}, "tenant-1", "default", secretName).(*corev1.Secret)
 	if string(secret.Data["password"]) != "s3cret" {
 		t.Errorf("host Secret data = %v", secret.Data)
 	}
-	expectHostCopy(t, &corev1.ServiceAccount{}, "tenant-1", saName)
-	pvc := expectHostCopy(t, &corev1.PersistentVolumeClaim{}, "tenant-1", pvcName).(*corev1.PersistentVolumeClaim)
+	shared.ExpectHostCopy(t, &corev1.ServiceAccount{}, "tenant-1", "default", saName)
+	pvc := shared.ExpectHostCopy(t, &corev1.PersistentVolumeClaim{}, "tenant-1", "default", pvcName).(*corev1.PersistentVolumeClaim)
 	if pvc.Spec.VolumeName != "" || pvc.Spec.Selector != nil {
 		t.Errorf("host claim picks host volumes: volumeName %q, selector %v", pvc.Spec.VolumeName, pvc.Spec.Selector)
 	}

@@ -3,6 +3,7 @@ package syncer
 import (
 	"context"
 	"fmt"
+	"slices"
 
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -71,38 +72,16 @@ type Syncer struct {
 	// labels carry meaning for the host itself, such as Namespaces.
 	CopyUserMetadata bool
 
-	// Created, if set, says whether the host copy of tenant was made
-	// before, as the tenant object itself shows: a Pod bound to a node was
-	// scheduled, and so ran, in the host. Once gone, such a copy is never
-	// made again (running a Pod twice is not the syncer's to decide); Lost
-	// reports the loss instead, and the patroller leaves it alone.
-	Created func(tenant client.Object) bool
+	// Lifecycle, if set, takes part in the points of a tenant object's
+	// life where a plain copy is not enough: a copy never to be made twice,
+	// a refusal to report on the object itself, a deletion of its own (see
+	// Lifecycle). Nil: a plain copy.
+	Lifecycle Lifecycle
 
-	// Lost reports on the tenant object, through c, that its host copy,
-	// which Created says was made, is gone: a Pod ends Failed, saying why.
-	// It runs on every sync of such an object and writes only what changes.
-	Lost func(ctx context.Context, c client.Client, tenant client.Object) error
-
-	// HostRejected, if set, runs each time the host refuses the tenant
-	// object's copy, with the host's message, after the framework has given
-	// the tenant object a Warning Event (reason ReasonHostRejected) for it:
-	// Pods use it to report PodScheduled=False. It writes through c, the
-	// tenant's client.
-	HostRejected func(ctx context.Context, c client.Client, tenant client.Object, message string) error
-
-	// DeleteHost, if set, removes the host copy of a tenant object that is
-	// being deleted, in place of a plain delete with opts (the copy's UID as
-	// precondition, and the tenant's grace period): Pods evicted in the
-	// tenant are evicted in the host, where its PodDisruptionBudgets apply.
-	// A refusal by the host is told to the tenant and retried with backoff,
-	// as for a refused copy. It writes through host, the tenant's host
-	// client.
-	DeleteHost func(ctx context.Context, host client.Client, tenant, hostCopy client.Object, opts ...client.DeleteOption) error
-
-	// FinishDelete, if set, runs when a tenant object is being deleted and
-	// its host copy is gone: Pods use it to complete their deletion in a
-	// tenant that has no kubelet.
-	FinishDelete func(ctx context.Context, c client.Client, tenant client.Object) error
+	// Extensions add to every tenant what the type needs beside the copies
+	// of its objects, such as the Pod syncer's virtual nodes (package
+	// pods). Each runs once per tenant, as the syncer starts there.
+	Extensions []Extension
 }
 
 // Validate says what is wrong with a Syncer declaration.
@@ -114,8 +93,8 @@ func (s *Syncer) Validate() error {
 		return fmt.Errorf("syncer %s has no Object", s.Name)
 	case s.Down == nil:
 		return fmt.Errorf("syncer %s has no Down", s.Name)
-	case (s.Created == nil) != (s.Lost == nil):
-		return fmt.Errorf("syncer %s sets one of Created and Lost without the other", s.Name)
+	case slices.Contains(s.Extensions, nil):
+		return fmt.Errorf("syncer %s has a nil Extension", s.Name)
 	}
 	return nil
 }
@@ -133,7 +112,7 @@ func (s *Syncer) gvk(scheme *runtime.Scheme) (schema.GroupVersionKind, error) {
 // lost says whether tenant's host copy, when missing, was made before and
 // must not be made again.
 func (s *Syncer) lost(tenant client.Object) bool {
-	return s.Created != nil && s.Created(tenant)
+	return s.Lifecycle != nil && s.Lifecycle.Created(tenant)
 }
 
 // wants applies Filter.

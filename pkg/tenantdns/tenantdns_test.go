@@ -19,6 +19,7 @@ import (
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/tenantry/tenantry/pkg/syncer/builtin"
+	"github.com/tenantry/tenantry/pkg/syncer/pods"
 	"github.com/tenantry/tenantry/pkg/syncer/syncertest"
 	tenantrytest "github.com/tenantry/tenantry/pkg/testing"
 )
@@ -42,13 +43,10 @@ const nameserver = "10.96.0.10"
 // Pod asks "as" a host Pod by giving it a loopback IP and sending from it.
 func TestTenantPodsResolveTheirTenantsNames(t *testing.T) {
 	upstream := fakeUpstream(t, "example.org.", "192.0.2.1")
-	syncers, err := builtin.ByName(builtin.Names(), builtin.PodPolicy{DNS: &builtin.PodDNS{Nameserver: nameserver}})
-	if err != nil {
-		t.Fatal(err)
-	}
 	w := syncertest.NewWorld(t, syncertest.WorldOptions{
-		Tenants: 2, HostNodes: 1, TenantControllerManager: true, Syncers: syncers,
-		DNS: true, DNSUpstream: []string{upstream},
+		Tenants: 2, HostNodes: 1, TenantControllerManager: true, Syncers: builtin.All(),
+		Pods: &pods.Options{DNSConfig: &pods.DNSConfig{Nameserver: nameserver}},
+		DNS:  true, DNSUpstream: []string{upstream},
 	})
 	ctx := t.Context()
 	tenant := w.Tenants["tenant-1"]

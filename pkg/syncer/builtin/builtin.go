@@ -1,8 +1,9 @@
 // Package builtin declares Tenantry's syncers for Kubernetes' built-in
-// types: ConfigMaps, Secrets, ServiceAccounts, Services,
-// PersistentVolumeClaims and Pods. (Namespaces are synced by the framework
-// itself, for every tenant.) Each is a plain syncer.Syncer value; pick
-// them by name with ByName.
+// types: ConfigMaps, Secrets, ServiceAccounts, Services and
+// PersistentVolumeClaims here, and Pods, with what a tenant's Pods need
+// beside their copies, in package pods. (Namespaces are synced by the
+// framework itself, for every tenant.) Each is a plain syncer.Syncer
+// value; pick them by name with ByName.
 package builtin
 
 import (
@@ -12,15 +13,16 @@ import (
 	"strings"
 
 	"github.com/tenantry/tenantry/pkg/syncer"
+	"github.com/tenantry/tenantry/pkg/syncer/pods"
 )
 
-// All returns every built-in syncer, in an order where a type comes after
-// the types its objects refer to.
-func All() []syncer.Syncer { return all(PodPolicy{}) }
+// All returns every built-in syncer, Pods with the default pods.Options,
+// in an order where a type comes after the types its objects refer to.
+func All() []syncer.Syncer { return all(pods.Options{}) }
 
-// all is All with Pods under policy.
-func all(policy PodPolicy) []syncer.Syncer {
-	return []syncer.Syncer{ConfigMaps(), Secrets(), ServiceAccounts(), PersistentVolumeClaims(), Services(), PodsWith(policy)}
+// all is All with Pods under podOpts.
+func all(podOpts pods.Options) []syncer.Syncer {
+	return []syncer.Syncer{ConfigMaps(), Secrets(), ServiceAccounts(), PersistentVolumeClaims(), Services(), pods.Syncer(podOpts)}
 }
 
 // Names lists the built-in syncers' names.
@@ -34,8 +36,8 @@ func Names() []string {
 }
 
 // ByName returns the built-in syncers with the given names, in All's order,
-// Pods under policy. An unknown name is an error that lists the known ones.
-func ByName(names []string, policy PodPolicy) ([]syncer.Syncer, error) {
+// Pods under podOpts. An unknown name is an error that lists the known ones.
+func ByName(names []string, podOpts pods.Options) ([]syncer.Syncer, error) {
 	var picked []syncer.Syncer
 	known := Names()
 	for _, n := range names {
@@ -43,7 +45,7 @@ func ByName(names []string, policy PodPolicy) ([]syncer.Syncer, error) {
 			return nil, fmt.Errorf("unknown syncer %q: known are %s", n, strings.Join(known, ", "))
 		}
 	}
-	for _, s := range all(policy) {
+	for _, s := range all(podOpts) {
 		if slices.Contains(names, s.Name) {
 			picked = append(picked, s)
 		}

@@ -7,6 +7,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/tenantry/tenantry/pkg/syncer"
+	"github.com/tenantry/tenantry/pkg/syncer/pods"
 )
 
 // rootCAConfigMap is the ConfigMap that every namespace gets from its own
@@ -31,7 +32,7 @@ func ConfigMaps() syncer.Syncer {
 // Secrets syncs data and type down. Service account token Secrets are not
 // synced: in the host, a token Secret is filled with a token of the host's
 // own service account, which tenant Pods must never get. Names ending in
-// syncer.APIAccessSecretSuffix are refused: they belong to Pods' API access.
+// pods.APIAccessSecretSuffix are refused: they belong to Pods' API access.
 func Secrets() syncer.Syncer {
 	return syncer.Syncer{
 		Name:             "secrets",
@@ -42,8 +43,8 @@ func Secrets() syncer.Syncer {
 		},
 		Down: func(t, h client.Object) error {
 			tenant, host := t.(*corev1.Secret), h.(*corev1.Secret)
-			if strings.HasSuffix(tenant.Name, syncer.APIAccessSecretSuffix) {
-				return syncer.Refuse("Secret names ending in %q are reserved for Pods' API access", syncer.APIAccessSecretSuffix)
+			if strings.HasSuffix(tenant.Name, pods.APIAccessSecretSuffix) {
+				return syncer.Refuse("Secret names ending in %q are reserved for Pods' API access", pods.APIAccessSecretSuffix)
 			}
 			host.Data, host.Immutable = tenant.Data, tenant.Immutable
 			if host.ResourceVersion == "" { // type is immutable
@@ -60,7 +61,7 @@ const defaultServiceAccount = "default"
 
 // ServiceAccounts syncs ServiceAccounts down, so that tenant Pods run as a
 // host ServiceAccount of the same name. No host token comes with them: Pods
-// get their tenant's (see syncer.PodAPIAccess).
+// get their tenant's (see pods.APIAccess).
 func ServiceAccounts() syncer.Syncer {
 	return syncer.Syncer{
 		Name:             "serviceaccounts",

@@ -12,6 +12,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/tenantry/tenantry/pkg/syncer"
+	"github.com/tenantry/tenantry/pkg/syncer/pods"
 )
 
 // What each data syncer's Down copies to a host copy, on create (an empty
@@ -56,7 +57,7 @@ func TestDataSyncersDown(t *testing.T) {
 		{
 			name:    "Secret posing as a Pod's API access: refused",
 			syncer:  Secrets(),
-			tenant:  &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "web-0" + syncer.APIAccessSecretSuffix}},
+			tenant:  &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "web-0" + pods.APIAccessSecretSuffix}},
 			host:    &corev1.Secret{},
 			refused: true,
 		},

@@ -5,6 +5,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/tenantry/tenantry/pkg/syncer"
+	"github.com/tenantry/tenantry/pkg/syncer/pods"
 )
 
 // PersistentVolumeClaims syncs claims down and their binding status up.
@@ -20,7 +21,7 @@ func PersistentVolumeClaims() syncer.Syncer {
 			tenant, host := t.(*corev1.PersistentVolumeClaim), h.(*corev1.PersistentVolumeClaim)
 			if host.ResourceVersion == "" {
 				host.Spec = *tenant.Spec.DeepCopy()
-				ownVolumesOnly(&host.Spec)
+				pods.OwnVolumesOnly(&host.Spec)
 				return nil
 			}
 			// After creation only the requested size may grow.
@@ -31,23 +32,4 @@ func PersistentVolumeClaims() syncer.Syncer {
 			return &c.Status
 		})),
 	}
-}
-
-// ownVolumesOnly takes out of a claim what would let a tenant pick a host
-// volume, or data, not its own: the volume name, a volume selector, and a
-// data source in another namespace. It says what it took out.
-func ownVolumesOnly(spec *corev1.PersistentVolumeClaimSpec) (taken []string) {
-	if spec.VolumeName != "" {
-		spec.VolumeName = ""
-		taken = append(taken, "volumeName")
-	}
-	if spec.Selector != nil {
-		spec.Selector = nil
-		taken = append(taken, "selector")
-	}
-	if spec.DataSourceRef != nil && spec.DataSourceRef.Namespace != nil {
-		spec.DataSourceRef, spec.DataSource = nil, nil
-		taken = append(taken, "dataSourceRef in another namespace")
-	}
-	return taken
 }

@@ -1,4 +1,4 @@
-package syncer_test
+package pods_test
 
 import (
 	"context"
@@ -15,6 +15,7 @@ import (
 
 	"github.com/tenantry/tenantry/pkg/syncer"
 	"github.com/tenantry/tenantry/pkg/syncer/builtin"
+	"github.com/tenantry/tenantry/pkg/syncer/pods"
 	"github.com/tenantry/tenantry/pkg/syncer/syncertest"
 )
 
@@ -27,7 +28,7 @@ func TestAllNodesRunADaemonSet(t *testing.T) {
 	// sorts first): its tenants see nodes differently.
 	w := syncertest.NewWorld(t, syncertest.WorldOptions{
 		Tenants: 1, HostNodes: 2, TenantControllerManager: true, Syncers: builtin.All(),
-		Syncer: syncer.Options{AllNodes: true, NodeSelector: map[string]string{"type": "kwok"}},
+		Pods: &pods.Options{AllNodes: true, NodeSelector: map[string]string{"type": "kwok"}},
 	})
 	ctx := t.Context()
 	tenant := w.Tenants["tenant-1"]

@@ -1,4 +1,4 @@
-package syncer
+package pods
 
 import (
 	"context"
@@ -15,6 +15,7 @@ import (
 
 	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -25,9 +26,10 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/event"
-	"sigs.k8s.io/controller-runtime/pkg/manager"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	"github.com/tenantry/tenantry/pkg/syncer"
 )
 
 // APIAccessSecretSuffix ends the name of every Pod's API access Secret,
@@ -56,7 +58,7 @@ const (
 	defaultTokenSeconds = 3600
 )
 
-// PodAPIAccess rewrites spec, the host copy of the spec of the tenant Pod
+// APIAccess rewrites spec, the host copy of the spec of the tenant Pod
 // named podName, so that the Pod reaches its own tenant's API server as an
 // in-cluster client would reach its cluster's:
 //
@@ -71,16 +73,16 @@ const (
 //   - the downward API's metadata.namespace and metadata.uid give the
 //     tenant Pod's, not the host copy's.
 //
-// The Secret is made by the syncers once the host Pod exists (the kubelet
+// The Secret is made by the Pod syncer once the host Pod exists (the kubelet
 // waits for it), owned by the host Pod, so that the host removes it with
 // the Pod; a Pod that mounts no token and no CA gets no Secret and keeps
 // the host's service variables. The host Pod never carries a host
 // credential, and no token is logged or put in an annotation.
 //
-// It refuses (see Refuse) a spec that names a Secret ending in
+// It refuses (see syncer.Refuse) a spec that names a Secret ending in
 // APIAccessSecretSuffix, and one with a podCertificate projection, which
 // the host would fill with a certificate of its own identity.
-func PodAPIAccess(podName string, spec *corev1.PodSpec) error {
+func APIAccess(podName string, spec *corev1.PodSpec) error {
 	if err := refuseCredentialSources(spec); err != nil {
 		return err
 	}
@@ -139,7 +141,7 @@ func PodAPIAccess(podName string, spec *corev1.PodSpec) error {
 func refuseCredentialSources(spec *corev1.PodSpec) error {
 	reserved := func(secret string) error {
 		if strings.HasSuffix(secret, APIAccessSecretSuffix) {
-			return Refuse("the Pod names Secret %s: Secret names ending in %q are reserved for Pods' API access", secret, APIAccessSecretSuffix)
+			return syncer.Refuse("the Pod names Secret %s: Secret names ending in %q are reserved for Pods' API access", secret, APIAccessSecretSuffix)
 		}
 		return nil
 	}
@@ -159,7 +161,7 @@ func refuseCredentialSources(spec *corev1.PodSpec) error {
 				}
 			}
 			if src.PodCertificate != nil {
-				return Refuse("volume %s projects a podCertificate: not supported, since the host would issue it for its own identity", v.Name)
+				return syncer.Refuse("volume %s projects a podCertificate: not supported, since the host would issue it for its own identity", v.Name)
 			}
 		}
 	}
@@ -233,9 +235,9 @@ func tenantFieldRefs(items []corev1.DownwardAPIVolumeFile) {
 func tenantFieldPath(path string) string {
 	switch path {
 	case "metadata.namespace":
-		return "metadata.annotations['" + AnnotationTenantNamespace + "']"
+		return "metadata.annotations['" + syncer.AnnotationTenantNamespace + "']"
 	case "metadata.uid":
-		return "metadata.annotations['" + AnnotationTenantUID + "']"
+		return "metadata.annotations['" + syncer.AnnotationTenantUID + "']"
 	}
 	return path
 }
@@ -335,42 +337,51 @@ func newTenantServer(config *rest.Config, server string) (tenantServer, error) {
 	return tenantServer{host: u.Hostname(), port: port, ca: ca}, nil
 }
 
-// podAPIAccess keeps, for one tenant, the API access Secret of each of its
-// Pods whose host copy mounts one (see PodAPIAccess): it asks the tenant
-// for the tokens, writes the Secret owned by the host Pod, and renews the
-// tokens before they expire.
-type podAPIAccess struct {
-	translator translator
-	tenant     client.Client
-	hostRead   client.Reader
-	host       client.Client
-	server     tenantServer
-	excluded   map[string]bool
+// apiAccessExtension keeps, in every tenant that syncs Pods, the API
+// access Secrets of its Pods (see apiAccess).
+type apiAccessExtension struct {
+	// inClusterServer is Options.InClusterServer.
+	inClusterServer string
 }
 
-func setupPodAPIAccess(mgr manager.Manager, hub *Hub, r *podAPIAccess) error {
-	cluster := r.translator.Cluster
+// Setup keeps the API access Secrets of the tenant's Pods.
+func (e *apiAccessExtension) Setup(scope *syncer.TenantScope) error {
+	server, err := newTenantServer(scope.Manager().GetConfig(), e.inClusterServer)
+	if err != nil {
+		return err
+	}
+	r := &apiAccess{scope: scope, tenant: scope.Manager().GetClient(), server: server}
 	// The host Pod brings its tenant Pod; so does its Secret, when changed
 	// or deleted by someone else.
 	hostPod := func(o client.Object) (types.NamespacedName, bool) {
-		key, ok := r.translator.tenantKey(o)
+		key, ok := scope.TenantKey(o)
 		return key, ok && usesAPIAccess(&o.(*corev1.Pod).Spec, apiAccessSecretName(o.GetName()))
 	}
 	accessSecret := func(o client.Object) (types.NamespacedName, bool) {
-		key, ok := r.translator.tenantKey(o)
+		key, ok := scope.TenantKey(o)
 		return key, ok && o.GetName() == apiAccessSecretName(key.Name)
 	}
-	return tenantController(mgr, "pod-api-access", controller.Options{}).
+	return scope.Controller("pod-api-access", controller.Options{}).
 		For(&corev1.Pod{}, builder.WithPredicates(predicate.Funcs{
 			UpdateFunc: func(event.UpdateEvent) bool { return false }, // the host Pod's events tell
 		})).
-		WatchesRawSource(routed(hub, &corev1.Pod{}, cluster, hostPod)).
-		WatchesRawSource(routed(hub, &corev1.Secret{}, cluster, accessSecret)).
+		WatchesRawSource(scope.HostEvents(&corev1.Pod{}, hostPod)).
+		WatchesRawSource(scope.HostEvents(&corev1.Secret{}, accessSecret)).
 		Complete(r)
 }
 
-func (r *podAPIAccess) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
-	if r.excluded[req.Namespace] {
+// apiAccess keeps, for one tenant, the API access Secret of each of its
+// Pods whose host copy mounts one (see APIAccess): it asks the tenant for
+// the tokens, writes the Secret owned by the host Pod, and renews the
+// tokens before they expire.
+type apiAccess struct {
+	scope  *syncer.TenantScope
+	tenant client.Client // the tenant's cached client
+	server tenantServer
+}
+
+func (r *apiAccess) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
+	if r.scope.Excluded(req.Namespace) {
 		return reconcile.Result{}, nil
 	}
 	var pod corev1.Pod
@@ -381,18 +392,18 @@ func (r *podAPIAccess) Reconcile(ctx context.Context, req reconcile.Request) (re
 		return reconcile.Result{}, nil // its tokens end with it
 	}
 	var hostPod corev1.Pod
-	if err := r.hostRead.Get(ctx, r.translator.hostKey(req.NamespacedName, false), &hostPod); err != nil {
+	if err := r.scope.HostReader().Get(ctx, r.scope.HostKey(req.NamespacedName), &hostPod); err != nil {
 		return reconcile.Result{}, client.IgnoreNotFound(err) // its creation brings us back
 	}
 	name := apiAccessSecretName(pod.Name)
-	if hostPod.Annotations[AnnotationTenantUID] != string(pod.UID) || !hostPod.DeletionTimestamp.IsZero() ||
+	if hostPod.Annotations[syncer.AnnotationTenantUID] != string(pod.UID) || !hostPod.DeletionTimestamp.IsZero() ||
 		!usesAPIAccess(&hostPod.Spec, name) {
 		return reconcile.Result{}, nil
 	}
 
 	var current *corev1.Secret
 	existing := &corev1.Secret{}
-	switch err := r.hostRead.Get(ctx, client.ObjectKey{Namespace: hostPod.Namespace, Name: name}, existing); {
+	switch err := r.scope.HostReader().Get(ctx, client.ObjectKey{Namespace: hostPod.Namespace, Name: name}, existing); {
 	case err == nil:
 		current = existing
 	case !apierrors.IsNotFound(err):
@@ -409,16 +420,16 @@ func (r *podAPIAccess) Reconcile(ctx context.Context, req reconcile.Request) (re
 	}
 	switch {
 	case current == nil:
-		if err := r.host.Create(ctx, desired); err != nil {
+		if err := r.scope.HostClient().Create(ctx, desired); err != nil {
 			return reconcile.Result{}, fmt.Errorf("creating the API access Secret of Pod %s: %w", req.NamespacedName, err)
 		}
-		writes.WithLabelValues(r.translator.Cluster, "pod-api-access", "down", "create").Inc()
+		r.scope.CountWrite("pod-api-access", "down", "create")
 		ctrl.LoggerFrom(ctx).V(1).Info("created the Pod's API access Secret", "secret", name)
-	case !semanticallyEqual(current, desired):
-		if err := r.host.Update(ctx, desired); err != nil {
+	case !equality.Semantic.DeepEqual(current, desired):
+		if err := r.scope.HostClient().Update(ctx, desired); err != nil {
 			return reconcile.Result{}, fmt.Errorf("updating the API access Secret of Pod %s: %w", req.NamespacedName, err)
 		}
-		writes.WithLabelValues(r.translator.Cluster, "pod-api-access", "down", "update").Inc()
+		r.scope.CountWrite("pod-api-access", "down", "update")
 		ctrl.LoggerFrom(ctx).V(1).Info("renewed the Pod's API access Secret", "secret", name, "refreshAt", refreshAt)
 	}
 	return reconcile.Result{RequeueAfter: max(time.Until(refreshAt), time.Second)}, nil
@@ -426,16 +437,16 @@ func (r *podAPIAccess) Reconcile(ctx context.Context, req reconcile.Request) (re
 
 // isAccessSecret says whether s is Tenantry's API access Secret of a Pod
 // named as pod (this one, or an earlier one of the name).
-func (r *podAPIAccess) isAccessSecret(s *corev1.Secret, pod *corev1.Pod) bool {
-	return r.translator.owns(s) && s.Annotations[AnnotationTenantNamespace] == pod.Namespace &&
-		s.Annotations[AnnotationTenantName] == pod.Name
+func (r *apiAccess) isAccessSecret(s *corev1.Secret, pod *corev1.Pod) bool {
+	return r.scope.Owns(s) && s.Annotations[syncer.AnnotationTenantNamespace] == pod.Namespace &&
+		s.Annotations[syncer.AnnotationTenantName] == pod.Name
 }
 
 // desired is the API access Secret that pod's host Pod should have, built
 // on current (nil to create), and when its tokens are due for renewal. The
 // tokens are asked for again when missing, issued for an earlier Pod of the
 // name, or due.
-func (r *podAPIAccess) desired(ctx context.Context, pod, hostPod *corev1.Pod, current *corev1.Secret) (*corev1.Secret, time.Time, error) {
+func (r *apiAccess) desired(ctx context.Context, pod, hostPod *corev1.Pod, current *corev1.Secret) (*corev1.Secret, time.Time, error) {
 	s := &corev1.Secret{}
 	if current != nil {
 		s = current.DeepCopy()
@@ -446,12 +457,12 @@ func (r *podAPIAccess) desired(ctx context.Context, pod, hostPod *corev1.Pod, cu
 	if s.Labels == nil {
 		s.Labels = map[string]string{}
 	}
-	s.Labels[LabelManagedBy] = ManagedByValue
-	s.Labels[LabelCluster] = r.translator.Cluster
+	s.Labels[syncer.LabelManagedBy] = syncer.ManagedByValue
+	s.Labels[syncer.LabelCluster] = r.scope.Cluster()
 	s.Annotations = map[string]string{
-		AnnotationTenantNamespace: pod.Namespace,
-		AnnotationTenantName:      pod.Name,
-		AnnotationTenantUID:       string(pod.UID),
+		syncer.AnnotationTenantNamespace: pod.Namespace,
+		syncer.AnnotationTenantName:      pod.Name,
+		syncer.AnnotationTenantUID:       string(pod.UID),
 	}
 	s.OwnerReferences = []metav1.OwnerReference{{APIVersion: "v1", Kind: "Pod", Name: hostPod.Name, UID: hostPod.UID}}
 
@@ -463,7 +474,7 @@ func (r *podAPIAccess) desired(ctx context.Context, pod, hostPod *corev1.Pod, cu
 	}
 	requests := tokenRequests(&pod.Spec)
 	refreshAt, fresh := time.Time{}, false
-	if current != nil && current.Annotations[AnnotationTenantUID] == string(pod.UID) {
+	if current != nil && current.Annotations[syncer.AnnotationTenantUID] == string(pod.UID) {
 		if at, err := time.Parse(time.RFC3339, current.Annotations[annotationTokensRefresh]); err == nil && time.Now().Before(at) {
 			refreshAt, fresh = at, true
 		}
@@ -498,7 +509,7 @@ func (r *podAPIAccess) desired(ctx context.Context, pod, hostPod *corev1.Pod, cu
 
 // issue asks the tenant for a token of pod's ServiceAccount for audience,
 // bound to pod, and says when to renew it.
-func (r *podAPIAccess) issue(ctx context.Context, pod *corev1.Pod, audience string, seconds int64) ([]byte, time.Time, error) {
+func (r *apiAccess) issue(ctx context.Context, pod *corev1.Pod, audience string, seconds int64) ([]byte, time.Time, error) {
 	sa := pod.Spec.ServiceAccountName
 	if sa == "" {
 		sa = "default"
@@ -515,7 +526,7 @@ func (r *podAPIAccess) issue(ctx context.Context, pod *corev1.Pod, audience stri
 	if err := r.tenant.SubResource("token").Create(ctx, account, request); err != nil {
 		return nil, time.Time{}, fmt.Errorf("asking the tenant for a token of ServiceAccount %s/%s for Pod %s: %w", pod.Namespace, sa, pod.Name, err)
 	}
-	writes.WithLabelValues(r.translator.Cluster, "serviceaccounts/token", "up", "create").Inc()
+	r.scope.CountWrite("serviceaccounts/token", "up", "create")
 	return []byte(request.Status.Token), issued.Add(renewAfter(request.Status.ExpirationTimestamp.Sub(issued))), nil
 }
 

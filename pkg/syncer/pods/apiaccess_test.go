@@ -1,4 +1,4 @@
-package syncer_test
+package pods_test
 
 import (
 	"context"
@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tenantry/tenantry/pkg/syncer/syncertest"
 	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -178,8 +179,8 @@ func TestPodCannotReadAnotherPodsToken(t *testing.T) {
 		}
 		t.Cleanup(func() { _ = tenant.Delete(context.Background(), o) })
 	}
-	expectHostRejectedEvent(t, tenant, "default", thief.Name, "reserved for Pods' API access")
-	expectHostRejectedEvent(t, tenant, "default", poser.Name, "reserved for Pods' API access")
+	syncertest.ExpectHostRejected(t, tenant, "default", thief.Name, "reserved for Pods' API access")
+	syncertest.ExpectHostRejected(t, tenant, "default", poser.Name, "reserved for Pods' API access")
 	expectNoHostCopy(t, "tenant-2", thief)
 	expectNoHostCopy(t, "tenant-2", poser)
 }

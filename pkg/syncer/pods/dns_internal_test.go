@@ -1,4 +1,4 @@
-package builtin
+package pods
 
 import (
 	"reflect"
@@ -11,8 +11,8 @@ import (
 // A host Pod gets the tenant's DNS as its tenant's kubelet would give it:
 // for ClusterFirst, the server, the tenant namespace's search path and
 // ndots, with the Pod's own dnsConfig added; Default and None stay.
-func TestPodDNS(t *testing.T) {
-	dns := &PodDNS{Nameserver: "10.96.0.10"}
+func TestDNSConfig(t *testing.T) {
+	dns := &DNSConfig{Nameserver: "10.96.0.10"}
 	cluster := &corev1.PodDNSConfig{
 		Nameservers: []string{"10.96.0.10"},
 		Searches:    []string{"shop.svc.cluster.local", "svc.cluster.local", "cluster.local"},

@@ -1,4 +1,4 @@
-package builtin
+package pods
 
 import (
 	"context"
@@ -13,8 +13,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
-
-	"github.com/tenantry/tenantry/pkg/syncer"
 )
 
 // tenantPod is a Pod as a tenant creates it, before mutate changes it.
@@ -44,11 +42,11 @@ func envFrom(c corev1.Container, name string) (secret, key string) {
 	return "", ""
 }
 
-// What Pods' Down makes of a new tenant Pod: scheduled by the host, with
+// What the Pod syncer's Down makes of a new tenant Pod: scheduled by the host, with
 // no host token and the way to its own tenant's API server, under the
-// default PodPolicy; and of an existing one: only what a Pod may change.
-func TestPodsDown(t *testing.T) {
-	s := Pods()
+// default Policy; and of an existing one: only what a Pod may change.
+func TestDown(t *testing.T) {
+	s := Syncer(Options{})
 	for _, tc := range []struct {
 		name    string
 		tenant  *corev1.Pod
@@ -92,7 +90,7 @@ func TestPodsDown(t *testing.T) {
 				}
 				for i, path := range []string{"token", "ca.crt"} {
 					src := sources[i]
-					if src.ServiceAccountToken != nil || src.ConfigMap != nil || src.Secret == nil || src.Secret.Name != "web"+syncer.APIAccessSecretSuffix ||
+					if src.ServiceAccountToken != nil || src.ConfigMap != nil || src.Secret == nil || src.Secret.Name != "web"+APIAccessSecretSuffix ||
 						len(src.Secret.Items) != 1 || src.Secret.Items[0].Path != path {
 						t.Errorf("projection %+v, want %s from the Pod's access Secret", src, path)
 					}
@@ -101,8 +99,8 @@ func TestPodsDown(t *testing.T) {
 					t.Fatalf("%d init containers and %d containers, want 1 and 1", len(host.Spec.InitContainers), len(host.Spec.Containers))
 				}
 				for _, c := range append(host.Spec.InitContainers, host.Spec.Containers...) {
-					if secret, _ := envFrom(c, "KUBERNETES_SERVICE_HOST"); secret != "web"+syncer.APIAccessSecretSuffix {
-						t.Errorf("container %s: KUBERNETES_SERVICE_HOST from Secret %q, want %q", c.Name, secret, "web"+syncer.APIAccessSecretSuffix)
+					if secret, _ := envFrom(c, "KUBERNETES_SERVICE_HOST"); secret != "web"+APIAccessSecretSuffix {
+						t.Errorf("container %s: KUBERNETES_SERVICE_HOST from Secret %q, want %q", c.Name, secret, "web"+APIAccessSecretSuffix)
 					}
 				}
 			},
@@ -141,9 +139,9 @@ func TestPodsDown(t *testing.T) {
 		{
 			name: "refused: another Pod's API access Secret",
 			tenant: tenantPod(func(p *corev1.Pod) {
-				p.Spec.Volumes = []corev1.Volume{{Name: "steal", VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{SecretName: "db" + syncer.APIAccessSecretSuffix}}}}
+				p.Spec.Volumes = []corev1.Volume{{Name: "steal", VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{SecretName: "db" + APIAccessSecretSuffix}}}}
 			}),
-			refused: syncer.APIAccessSecretSuffix,
+			refused: APIAccessSecretSuffix,
 		},
 		{
 			name: "updated: images and the deadline follow the tenant, the rest stays as the host has it",
@@ -194,7 +192,7 @@ func TestPodsDown(t *testing.T) {
 // What Pods' Up writes to the tenant Pod: a binding to the host Pod's node
 // once the host scheduled it, then the host's status (the tenant's own QoS
 // class kept), and nothing when nothing changed.
-func TestPodsUp(t *testing.T) {
+func TestUp(t *testing.T) {
 	running := corev1.PodStatus{
 		Phase: corev1.PodRunning, PodIP: "10.244.1.7", QOSClass: corev1.PodQOSBestEffort,
 		Conditions: []corev1.PodCondition{{Type: corev1.PodScheduled, Status: corev1.ConditionTrue}, {Type: corev1.PodReady, Status: corev1.ConditionTrue}},
@@ -268,7 +266,7 @@ func TestPodsUp(t *testing.T) {
 			if err := c.Get(t.Context(), client.ObjectKeyFromObject(tenant), stored); err != nil {
 				t.Fatal(err)
 			}
-			changed, err := Pods().Up(t.Context(), c, host, stored)
+			changed, err := Syncer(Options{}).Up(t.Context(), c, host, stored)
 			if err != nil {
 				t.Fatal(err)
 			}

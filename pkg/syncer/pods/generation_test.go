@@ -1,4 +1,4 @@
-package syncer_test
+package pods_test
 
 import (
 	"context"

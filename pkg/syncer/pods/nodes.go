@@ -1,4 +1,4 @@
-package syncer
+package pods
 
 import (
 	"context"
@@ -11,6 +11,7 @@ import (
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
@@ -22,11 +23,11 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
-	"sigs.k8s.io/controller-runtime/pkg/manager"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/tenantry/tenantry/pkg/kubeletapi"
+	"github.com/tenantry/tenantry/pkg/syncer"
 )
 
 // A virtual node's Lease is renewed as a kubelet renews its node's: every
@@ -44,13 +45,14 @@ const (
 // podNodeNameIndex indexes a tenant's Pods by spec.nodeName.
 const podNodeNameIndex = "spec.nodeName"
 
+// tenantryPrefix starts the label keys that only Tenantry sets: a virtual
+// node takes none of its host node's.
+const tenantryPrefix = "tenantry.dev/"
+
 // ReasonNodeConflict is the reason of the Warning Event a tenant Node gets
 // when the tenant made a Node of the name of a host node that runs its Pods:
 // Tenantry leaves it alone, and the tenant's controllers see that node.
 const ReasonNodeConflict = "NodeConflict"
-
-// podGVK is the type whose syncer brings virtual nodes with it.
-var podGVK = corev1.SchemeGroupVersion.WithKind("Pod")
 
 // virtualNodes gives one tenant a Node for every host node that runs one of
 // its Pods (and, with Options.AllNodes, for every host node its node
@@ -68,12 +70,9 @@ var podGVK = corev1.SchemeGroupVersion.WithKind("Pod")
 // A tenant Node without the Tenantry label is the tenant's own: it is never
 // changed or deleted.
 type virtualNodes struct {
-	cluster         string
-	translator      translator
-	tenant          client.Client
-	hostRead        client.Reader
+	scope           *syncer.TenantScope
+	tenant          client.Client // the tenant's cached client
 	recorder        events.EventRecorder
-	excluded        map[string]bool
 	exposeAddresses bool
 	// kubelet, if set, serves the virtual nodes' kubelet API.
 	kubelet *kubeletapi.Server
@@ -88,7 +87,14 @@ type virtualNodes struct {
 	live sync.Map
 }
 
-func setupVirtualNodes(mgr manager.Manager, cluster string, hub *Hub, opts Options, excluded map[string]bool) error {
+// virtualNodesExtension runs virtualNodes in every tenant that syncs Pods.
+type virtualNodesExtension struct {
+	opts Options
+}
+
+// Setup runs the tenant's virtual nodes.
+func (e *virtualNodesExtension) Setup(scope *syncer.TenantScope) error {
+	mgr := scope.Manager()
 	if err := mgr.GetFieldIndexer().IndexField(context.Background(), &corev1.Pod{}, podNodeNameIndex, func(o client.Object) []string {
 		if name := o.(*corev1.Pod).Spec.NodeName; name != "" {
 			return []string{name}
@@ -98,18 +104,17 @@ func setupVirtualNodes(mgr manager.Manager, cluster string, hub *Hub, opts Optio
 		return fmt.Errorf("indexing tenant Pods by node: %w", err)
 	}
 	r := &virtualNodes{
-		cluster: cluster, translator: translator{Cluster: cluster}, tenant: mgr.GetClient(), hostRead: hub.reader(),
-		recorder: mgr.GetEventRecorder("tenantry-syncer"), excluded: excluded,
-		exposeAddresses: opts.ExposeNodeAddresses, kubelet: opts.KubeletAPI,
-		allNodes: opts.AllNodes, nodeSelector: labels.SelectorFromSet(opts.NodeSelector),
+		scope: scope, tenant: mgr.GetClient(), recorder: mgr.GetEventRecorder("tenantry-syncer"),
+		exposeAddresses: e.opts.ExposeNodeAddresses, kubelet: e.opts.KubeletAPI,
+		allNodes: e.opts.AllNodes, nodeSelector: labels.SelectorFromSet(e.opts.NodeSelector),
 	}
 	byNode := handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []reconcile.Request {
-		if name := o.(*corev1.Pod).Spec.NodeName; name != "" && !excluded[o.GetNamespace()] {
+		if name := o.(*corev1.Pod).Spec.NodeName; name != "" && !scope.Excluded(o.GetNamespace()) {
 			return []reconcile.Request{{NamespacedName: client.ObjectKey{Name: name}}}
 		}
 		return nil
 	})
-	return tenantController(mgr, "virtual-nodes", controller.Options{}).
+	return scope.Controller("virtual-nodes", controller.Options{}).
 		For(&corev1.Node{}, builder.WithPredicates(predicate.NewPredicateFuncs(isManaged))).
 		// A Pod counts once bound, and until deleted.
 		Watches(&corev1.Pod{}, byNode, builder.WithPredicates(predicate.Funcs{
@@ -117,14 +122,16 @@ func setupVirtualNodes(mgr manager.Manager, cluster string, hub *Hub, opts Optio
 				return e.ObjectOld.(*corev1.Pod).Spec.NodeName != e.ObjectNew.(*corev1.Pod).Spec.NodeName
 			},
 		})).
-		WatchesRawSource(named(hub.watchNodes, func(name string) bool {
+		WatchesRawSource(scope.HostNodes(func(name string) bool {
 			_, ok := r.live.Load(name)
 			return ok || r.allNodes
 		})).
 		Complete(r)
 }
 
-func isManaged(o client.Object) bool { return o.GetLabels()[LabelManagedBy] == ManagedByValue }
+func isManaged(o client.Object) bool {
+	return o.GetLabels()[syncer.LabelManagedBy] == syncer.ManagedByValue
+}
 
 func (r *virtualNodes) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
 	name := req.Name
@@ -165,10 +172,10 @@ func (r *virtualNodes) Reconcile(ctx context.Context, req reconcile.Request) (re
 	} else {
 		err = r.update(ctx, host, &tenant)
 	}
-	if why := retried(err); why != "" || apierrors.IsConflict(err) {
-		// A Lease or node written meanwhile: the next renewal catches up.
-		ctrl.LoggerFrom(ctx).V(1).Info("retrying the virtual node", "error", err.Error())
-		return reconcile.Result{RequeueAfter: transientRetry}, nil
+	if why, after := r.scope.Transient(err); why != "" {
+		// A Lease or node written meanwhile, say: the next renewal catches up.
+		ctrl.LoggerFrom(ctx).V(1).Info("retrying the virtual node: "+why, "error", err.Error())
+		return reconcile.Result{RequeueAfter: after}, nil
 	}
 	if err != nil {
 		return reconcile.Result{}, err
@@ -183,7 +190,7 @@ func (r *virtualNodes) Reconcile(ctx context.Context, req reconcile.Request) (re
 func (r *virtualNodes) shown(ctx context.Context, name string) (*corev1.Node, error) {
 	read := func() (*corev1.Node, error) {
 		host := &corev1.Node{}
-		if err := r.hostRead.Get(ctx, client.ObjectKey{Name: name}, host); err != nil {
+		if err := r.scope.HostReader().Get(ctx, client.ObjectKey{Name: name}, host); err != nil {
 			if apierrors.IsNotFound(err) {
 				return nil, nil
 			}
@@ -214,18 +221,18 @@ func (r *virtualNodes) bound(ctx context.Context, name string) (bool, error) {
 		return false, fmt.Errorf("listing tenant Pods on node %s: %w", name, err)
 	}
 	for _, p := range pods.Items {
-		if r.excluded[p.Namespace] {
+		if r.scope.Excluded(p.Namespace) {
 			continue
 		}
 		var host corev1.Pod
-		err := r.hostRead.Get(ctx, r.translator.hostKey(client.ObjectKeyFromObject(&p), false), &host)
+		err := r.scope.HostReader().Get(ctx, r.scope.HostKey(client.ObjectKeyFromObject(&p)), &host)
 		switch {
 		case apierrors.IsNotFound(err):
 			continue
 		case err != nil:
 			return false, fmt.Errorf("reading the host copy of Pod %s/%s: %w", p.Namespace, p.Name, err)
 		}
-		if host.Spec.NodeName == name && host.Annotations[AnnotationTenantUID] == string(p.UID) {
+		if host.Spec.NodeName == name && host.Annotations[syncer.AnnotationTenantUID] == string(p.UID) {
 			return true, nil
 		}
 	}
@@ -243,7 +250,7 @@ func (r *virtualNodes) create(ctx context.Context, host *corev1.Node) error {
 		}
 		return fmt.Errorf("creating virtual node %s: %w", host.Name, err)
 	}
-	writes.WithLabelValues(r.cluster, "nodes", "up", "create").Inc()
+	r.scope.CountWrite("nodes", "up", "create")
 	ctrl.LoggerFrom(ctx).Info("created virtual node")
 	return r.update(ctx, host, node)
 }
@@ -253,20 +260,20 @@ func (r *virtualNodes) create(ctx context.Context, host *corev1.Node) error {
 func (r *virtualNodes) update(ctx context.Context, host, tenant *corev1.Node) error {
 	desired := tenant.DeepCopy()
 	r.setSpec(host, desired)
-	if !semanticallyEqual(tenant, desired) {
+	if !equality.Semantic.DeepEqual(tenant, desired) {
 		if err := r.tenant.Update(ctx, desired); err != nil {
 			return fmt.Errorf("updating virtual node %s: %w", host.Name, err)
 		}
-		writes.WithLabelValues(r.cluster, "nodes", "up", "update").Inc()
+		r.scope.CountWrite("nodes", "up", "update")
 		tenant = desired
 	}
 	desired = tenant.DeepCopy()
 	desired.Status = r.status(host, tenant.Status)
-	if !semanticallyEqual(tenant, desired) {
+	if !equality.Semantic.DeepEqual(tenant, desired) {
 		if err := r.tenant.Status().Update(ctx, desired); err != nil {
 			return fmt.Errorf("updating virtual node %s's status: %w", host.Name, err)
 		}
-		writes.WithLabelValues(r.cluster, "nodes", "up", "update-status").Inc()
+		r.scope.CountWrite("nodes", "up", "update-status")
 		tenant = desired
 	}
 	return r.renew(ctx, tenant)
@@ -282,11 +289,11 @@ func (r *virtualNodes) update(ctx context.Context, host, tenant *corev1.Node) er
 func (r *virtualNodes) setSpec(host, node *corev1.Node) {
 	labels := map[string]string{}
 	for k, v := range host.Labels {
-		if !strings.HasPrefix(k, reservedPrefix) {
+		if !strings.HasPrefix(k, tenantryPrefix) {
 			labels[k] = v
 		}
 	}
-	labels[LabelManagedBy] = ManagedByValue
+	labels[syncer.LabelManagedBy] = syncer.ManagedByValue
 	node.Labels = labels
 	node.Spec.Unschedulable = host.Spec.Unschedulable
 }
@@ -344,7 +351,7 @@ func (r *virtualNodes) renew(ctx context.Context, node *corev1.Node) error {
 		lease = coordinationv1.Lease{
 			ObjectMeta: metav1.ObjectMeta{
 				Namespace: key.Namespace, Name: key.Name,
-				Labels: map[string]string{LabelManagedBy: ManagedByValue},
+				Labels: map[string]string{syncer.LabelManagedBy: syncer.ManagedByValue},
 				OwnerReferences: []metav1.OwnerReference{{
 					APIVersion: "v1", Kind: "Node", Name: node.Name, UID: node.UID,
 				}},
@@ -358,7 +365,7 @@ func (r *virtualNodes) renew(ctx context.Context, node *corev1.Node) error {
 		if err := r.tenant.Create(ctx, &lease); err != nil {
 			return fmt.Errorf("creating virtual node %s's Lease: %w", node.Name, err)
 		}
-		writes.WithLabelValues(r.cluster, "leases", "up", "create").Inc()
+		r.scope.CountWrite("leases", "up", "create")
 		return nil
 	case err != nil:
 		return fmt.Errorf("reading virtual node %s's Lease: %w", node.Name, err)
@@ -372,7 +379,7 @@ func (r *virtualNodes) renew(ctx context.Context, node *corev1.Node) error {
 	if err := r.tenant.Update(ctx, &lease); err != nil {
 		return fmt.Errorf("renewing virtual node %s's Lease: %w", node.Name, err)
 	}
-	writes.WithLabelValues(r.cluster, "leases", "up", "update").Inc()
+	r.scope.CountWrite("leases", "up", "update")
 	return nil
 }
 
@@ -383,7 +390,7 @@ func (r *virtualNodes) remove(ctx context.Context, node *corev1.Node) error {
 		return fmt.Errorf("deleting virtual node %s: %w", node.Name, err)
 	}
 	if err == nil {
-		writes.WithLabelValues(r.cluster, "nodes", "up", "delete").Inc()
+		r.scope.CountWrite("nodes", "up", "delete")
 		ctrl.LoggerFrom(ctx).Info("deleted virtual node: its host node is gone, or no longer the tenant's")
 	}
 	var lease coordinationv1.Lease

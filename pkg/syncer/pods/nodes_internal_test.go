@@ -1,4 +1,4 @@
-package syncer
+package pods
 
 import (
 	"testing"
@@ -7,6 +7,8 @@ import (
 	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/tenantry/tenantry/pkg/syncer"
 )
 
 // A virtual node shows its host node's capacity, conditions and labels,
@@ -14,7 +16,7 @@ import (
 func TestVirtualNodeCopiesWhatTheTenantMaySee(t *testing.T) {
 	host := &corev1.Node{
 		ObjectMeta: metav1.ObjectMeta{Name: "node-1", Labels: map[string]string{
-			corev1.LabelTopologyZone: "zone-a", "tenantry.dev/cluster": "other", LabelManagedBy: "someone",
+			corev1.LabelTopologyZone: "zone-a", "tenantry.dev/cluster": "other", syncer.LabelManagedBy: "someone",
 		}},
 		Spec: corev1.NodeSpec{Unschedulable: true, Taints: []corev1.Taint{{Key: "dedicated", Effect: corev1.TaintEffectNoExecute}}},
 		Status: corev1.NodeStatus{
@@ -31,7 +33,7 @@ func TestVirtualNodeCopiesWhatTheTenantMaySee(t *testing.T) {
 		node := &corev1.Node{}
 		r.setSpec(host, node)
 		st := r.status(host, corev1.NodeStatus{})
-		wantLabels := map[string]string{corev1.LabelTopologyZone: "zone-a", LabelManagedBy: ManagedByValue}
+		wantLabels := map[string]string{corev1.LabelTopologyZone: "zone-a", syncer.LabelManagedBy: syncer.ManagedByValue}
 		if !equality.Semantic.DeepEqual(node.Labels, wantLabels) || !node.Spec.Unschedulable || len(node.Spec.Taints) != 0 {
 			t.Errorf("expose=%v: labels %v, unschedulable %v, taints %v; want %v, cordoned, no taints",
 				expose, node.Labels, node.Spec.Unschedulable, node.Spec.Taints, wantLabels)

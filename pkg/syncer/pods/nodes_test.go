@@ -1,4 +1,4 @@
-package syncer_test
+package pods_test
 
 import (
 	"context"
@@ -18,6 +18,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/tenantry/tenantry/pkg/syncer"
+	"github.com/tenantry/tenantry/pkg/syncer/pods"
+	"github.com/tenantry/tenantry/pkg/syncer/syncertest"
 )
 
 // stableFor is how long a Deployment's Pods must stay as they are: longer
@@ -246,7 +248,7 @@ func TestTenantsOwnNodeIsLeftAlone(t *testing.T) {
 	t.Cleanup(func() { _ = tenant.Delete(context.Background(), pod) })
 	expectPodRunning(t, tenant, pod, name)
 	eventually(t, 20*time.Second, "a NodeConflict Warning on the tenant's Node", func(ctx context.Context) (bool, error) {
-		for _, e := range eventsAbout(t, tenant, metav1.NamespaceDefault, name, syncer.ReasonNodeConflict) {
+		for _, e := range syncertest.Events(t, tenant, metav1.NamespaceDefault, name, pods.ReasonNodeConflict) {
 			if e.Type == corev1.EventTypeWarning {
 				return true, nil
 			}

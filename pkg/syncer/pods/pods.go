@@ -1,4 +1,4 @@
-package builtin
+package pods
 
 import (
 	"context"
@@ -13,29 +13,79 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/tenantry/tenantry/pkg/kubeletapi"
 	"github.com/tenantry/tenantry/pkg/syncer"
+	"github.com/tenantry/tenantry/pkg/tenantdns"
 )
 
-// Pods syncs Pods down to run on the host, and brings where and how they
+// Options tune the Pod syncer for one tenant. The zero Options are the
+// safe default: the default Policy, virtual nodes of only the nodes that
+// run the tenant's Pods, showing no address, no kubelet API and the host's
+// DNS.
+type Options struct {
+	// Policy is what the host lets the tenant's Pods ask of it.
+	Policy Policy
+
+	// DNSConfig, if set, gives host Pods the tenant's DNS, as a tenant's
+	// kubelet would: see DNSConfig.
+	DNSConfig *DNSConfig
+
+	// DNS, if set, answers the tenant's Pods' DNS queries with the
+	// tenant's own names: the tenant joins it while it syncs Pods.
+	// DNSConfig points host Pods at it.
+	DNS *tenantdns.Server
+
+	// KubeletAPI, if set, serves the kubelet API of the tenant's virtual
+	// nodes (logs, exec, attach, port-forward), and virtual nodes give its
+	// endpoint as their address and kubelet port. The tenant joins it
+	// while it syncs Pods, trusting the client CA of its own API server.
+	KubeletAPI *kubeletapi.Server
+
+	// AllNodes gives the tenant a virtual node for every host node that
+	// NodeSelector matches, whether or not its Pods run there (a
+	// VirtualCluster's spec.nodeSync: All); otherwise it sees only the
+	// nodes that run its Pods.
+	AllNodes bool
+	// NodeSelector limits AllNodes to the host nodes with these labels:
+	// those the host policy lets the tenant's Pods run on.
+	NodeSelector map[string]string
+
+	// ExposeNodeAddresses copies host nodes' addresses and kubelet port to
+	// the tenant's virtual nodes. Off by default: they tell a tenant where
+	// the host's machines are, and a virtual node then shows only its name
+	// as a Hostname address.
+	ExposeNodeAddresses bool
+
+	// InClusterServer is the https URL at which Pods running in the host
+	// reach the tenant's API server (their KUBERNETES_SERVICE_HOST and
+	// _PORT); "": the server of the tenant cluster's rest.Config.
+	InClusterServer string
+}
+
+// Syncer syncs Pods down to run on the host, and brings where and how they
 // run back up: the node (through a binding, as a scheduler would) and the
 // status, with the Pod's IP. Tenant deletion is mirrored with the tenant's
 // grace period, and completed in the tenant once the host Pod is gone, since
 // a tenant has no kubelet to do it; a Pod evicted in the tenant is evicted
 // in the host, so the host's PodDisruptionBudgets hold, and stays
-// Terminating in the tenant until the host allows it.
+// Terminating in the tenant until the host allows it. A Pod whose host Pod
+// is gone after it was scheduled is never run again: it ends Failed
+// (ReasonHostPodEvicted, ReasonHostPodPreempted, ReasonHostPodDeleted).
 //
 // A host Pod can only reach its own host namespace: every object a Pod spec
 // names (ConfigMaps, Secrets, ServiceAccounts, claims, pull secrets) is
 // looked up in the namespace of the Pod, which holds only this tenant
 // namespace's copies. It never gets a host token: it reaches its own
-// tenant's API server with a token the tenant issued (see
-// syncer.PodAPIAccess).
+// tenant's API server with a token the tenant issued (see APIAccess).
 //
-// Pods runs with the safe default PodPolicy; PodsWith takes another.
-func Pods() syncer.Syncer { return PodsWith(PodPolicy{}) }
-
-// PodsWith is Pods under policy: what the host lets tenant Pods ask of it.
-func PodsWith(policy PodPolicy) syncer.Syncer {
+// Each tenant that runs the syncer also gets its virtual nodes, its Pods'
+// API access Secrets, and, when opts give their servers, its place in the
+// kubelet API and the DNS server: the syncer's Extensions, built from
+// opts. A custom Pod syncer may start from this one and replace a field:
+// its Lifecycle holds the Pod's life in a tenant without a kubelet, its
+// Extensions what the tenant gets beside its Pods' copies.
+func Syncer(opts Options) syncer.Syncer {
+	policy := opts.Policy
 	return syncer.Syncer{
 		Name:             "pods",
 		Object:           func() client.Object { return &corev1.Pod{} },
@@ -43,7 +93,7 @@ func PodsWith(policy PodPolicy) syncer.Syncer {
 		Down: func(t, h client.Object) error {
 			tenant, host := t.(*corev1.Pod), h.(*corev1.Pod)
 			if host.ResourceVersion == "" {
-				spec, err := podSpecDown(tenant, host.Labels[syncer.LabelCluster], policy)
+				spec, err := specDown(tenant, host.Labels[syncer.LabelCluster], policy, opts.DNSConfig)
 				host.Spec = spec
 				return err
 			}
@@ -61,20 +111,38 @@ func PodsWith(policy PodPolicy) syncer.Syncer {
 			}
 			return strings.Join(stripped, "; ")
 		},
-		Up:           podUp,
-		Created:      podScheduledInHost,
-		Lost:         podLost,
-		HostRejected: podRejected,
-		DeleteHost:   deleteHostPod,
-		FinishDelete: finishPodDelete,
+		Up:         up,
+		Lifecycle:  lifecycle{},
+		Extensions: extensions(opts),
 	}
 }
 
-// podScheduledInHost says whether a tenant Pod's host copy was scheduled,
-// and so may have run: the tenant Pod carries the host scheduler's verdict
+// extensions are what a tenant that syncs Pods gets beside their copies.
+func extensions(opts Options) []syncer.Extension {
+	out := []syncer.Extension{
+		&virtualNodesExtension{opts: opts},
+		&apiAccessExtension{inClusterServer: opts.InClusterServer},
+	}
+	if opts.KubeletAPI != nil {
+		out = append(out, &kubeletExtension{server: opts.KubeletAPI, inClusterServer: opts.InClusterServer})
+	}
+	if opts.DNS != nil {
+		out = append(out, &dnsExtension{server: opts.DNS, inClusterServer: opts.InClusterServer})
+	}
+	return out
+}
+
+// lifecycle is the Pod syncer's syncer.Lifecycle: a Pod that ran is never
+// run again, a refusal is told as a scheduler tells an unschedulable Pod,
+// an eviction goes through the host's PodDisruptionBudgets, and a deletion
+// completes once the host Pod is gone.
+type lifecycle struct{}
+
+// Created says whether a tenant Pod's host copy was scheduled, and so may
+// have run: the tenant Pod carries the host scheduler's verdict
 // (PodScheduled=True, copied up with the status) and the node it bound to.
 // A Pod the tenant created with a node name of its own was not.
-func podScheduledInHost(t client.Object) bool {
+func (lifecycle) Created(t client.Object) bool {
 	pod := t.(*corev1.Pod)
 	return pod.Spec.NodeName != "" && slices.ContainsFunc(pod.Status.Conditions, func(c corev1.PodCondition) bool {
 		return c.Type == corev1.PodScheduled && c.Status == corev1.ConditionTrue
@@ -92,12 +160,12 @@ const (
 	ReasonHostPodDeleted   = "HostPodDeleted"
 )
 
-// podLost ends a tenant Pod whose host Pod is gone after it was scheduled:
+// Lost ends a tenant Pod whose host Pod is gone after it was scheduled:
 // Failed, with a reason and message that say what happened in the host, as
 // far as the host Pod's last status (copied up while it terminated) tells.
 // The tenant's controllers then replace it as on any cluster; it is never
 // run again in the host. A Pod that had already ended keeps its ending.
-func podLost(ctx context.Context, c client.Client, t client.Object) error {
+func (lifecycle) Lost(ctx context.Context, c client.Client, t client.Object) error {
 	pod := t.(*corev1.Pod)
 	if pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed {
 		return nil
@@ -142,10 +210,10 @@ func podLost(ctx context.Context, c client.Client, t client.Object) error {
 	return nil
 }
 
-// podRejected tells a tenant Pod that the host refused to run it, as a
+// HostRejected tells a tenant Pod that the host refused to run it, as a
 // scheduler tells of a Pod it cannot place: PodScheduled=False, with the
 // host's message. The host Pod's status replaces it once the host accepts.
-func podRejected(ctx context.Context, c client.Client, t client.Object, message string) error {
+func (lifecycle) HostRejected(ctx context.Context, c client.Client, t client.Object, message string) error {
 	pod := t.(*corev1.Pod)
 	if pod.Spec.NodeName != "" || !pod.DeletionTimestamp.IsZero() {
 		return nil // it runs, or goes: the host refused a change or an eviction, told by the Event alone
@@ -175,10 +243,10 @@ func podRejected(ctx context.Context, c client.Client, t client.Object, message 
 	return nil
 }
 
-// podSpecDown is the host Pod spec for a tenant Pod of VirtualCluster
-// cluster: scheduled by the host under policy, and reaching its own
-// tenant's API server (syncer.PodAPIAccess).
-func podSpecDown(tenant *corev1.Pod, cluster string, policy PodPolicy) (corev1.PodSpec, error) {
+// specDown is the host Pod spec for a tenant Pod of VirtualCluster
+// cluster: scheduled by the host under policy, resolving through dns (nil:
+// the host's DNS), and reaching its own tenant's API server (APIAccess).
+func specDown(tenant *corev1.Pod, cluster string, policy Policy, dns *DNSConfig) (corev1.PodSpec, error) {
 	spec := *tenant.Spec.DeepCopy()
 	spec.NodeName = "" // the host schedules
 	// The host's token would be the host's credential; the tenant's comes
@@ -189,10 +257,10 @@ func podSpecDown(tenant *corev1.Pod, cluster string, policy PodPolicy) (corev1.P
 	if _, err := policy.apply(&spec, cluster); err != nil {
 		return spec, err
 	}
-	if policy.DNS != nil {
-		policy.DNS.apply(&spec, tenant.Namespace)
+	if dns != nil {
+		dns.apply(&spec, tenant.Namespace)
 	}
-	return spec, syncer.PodAPIAccess(tenant.Name, &spec)
+	return spec, APIAccess(tenant.Name, &spec)
 }
 
 func syncImages(tenant, host []corev1.Container) {
@@ -205,9 +273,9 @@ func syncImages(tenant, host []corev1.Container) {
 	}
 }
 
-// podUp binds the tenant Pod to the host Pod's node, then, in a later sync,
+// up binds the tenant Pod to the host Pod's node, then, in a later sync,
 // copies the status.
-func podUp(ctx context.Context, c client.Client, h, t client.Object) (bool, error) {
+func up(ctx context.Context, c client.Client, h, t client.Object) (bool, error) {
 	host, tenant := h.(*corev1.Pod), t.(*corev1.Pod)
 	if host.Spec.NodeName != "" && tenant.Spec.NodeName == "" {
 		binding := &corev1.Binding{
@@ -219,14 +287,14 @@ func podUp(ctx context.Context, c client.Client, h, t client.Object) (bool, erro
 		}
 		return true, nil // the binding changes the tenant Pod: its event brings the status
 	}
-	return copyPodStatus(ctx, c, h, t)
+	return copyStatus(ctx, c, h, t)
 }
 
-// copyPodStatus brings the host Pod's status up. A DisruptionTarget
+// copyStatus brings the host Pod's status up. A DisruptionTarget
 // condition that the tenant set (its API server does, on an eviction, just
 // before it deletes the Pod) stays until the host has one of its own, so
 // that the host Pod is evicted, not deleted.
-var copyPodStatus = syncer.StatusUp(func(h, t client.Object) bool {
+var copyStatus = syncer.StatusUp(func(h, t client.Object) bool {
 	host, tenant := h.(*corev1.Pod), t.(*corev1.Pod)
 	status := *host.Status.DeepCopy()
 	// The tenant's API server set the tenant Pod's QoS class at creation,
@@ -287,12 +355,12 @@ func isEvictionMark(c corev1.PodCondition) bool {
 	return isDisruptionTarget(c) && c.Reason == evictionByEvictionAPI
 }
 
-// deleteHostPod removes the host Pod of a tenant Pod being deleted: by
+// DeleteHost removes the host Pod of a tenant Pod being deleted: by
 // eviction when the tenant evicted it, so that the host's
 // PodDisruptionBudgets decide when it goes (the host refuses with 429 until
 // they allow it, and the framework retries with backoff), by a plain
 // delete otherwise.
-func deleteHostPod(ctx context.Context, c client.Client, t, h client.Object, opts ...client.DeleteOption) error {
+func (lifecycle) DeleteHost(ctx context.Context, c client.Client, t, h client.Object, opts ...client.DeleteOption) error {
 	tenant := t.(*corev1.Pod)
 	if !slices.ContainsFunc(tenant.Status.Conditions, isEvictionMark) {
 		return c.Delete(ctx, h, opts...)
@@ -308,8 +376,8 @@ func deleteHostPod(ctx context.Context, c client.Client, t, h client.Object, opt
 	return nil
 }
 
-// finishPodDelete removes a terminating tenant Pod once its host Pod is
+// FinishDelete removes a terminating tenant Pod once its host Pod is
 // gone: the tenant's kubelet would, but a tenant has none.
-func finishPodDelete(ctx context.Context, c client.Client, t client.Object) error {
+func (lifecycle) FinishDelete(ctx context.Context, c client.Client, t client.Object) error {
 	return c.Delete(ctx, t, client.GracePeriodSeconds(0), client.Preconditions{UID: ptr.To(t.GetUID())})
 }

@@ -1,4 +1,4 @@
-package builtin
+package pods
 
 import (
 	"context"
@@ -49,7 +49,7 @@ func runOnTenant(t *testing.T, pod *corev1.Pod, f func(context.Context, client.C
 	return after
 }
 
-func TestPodScheduledInHost(t *testing.T) {
+func TestLifecycleCreated(t *testing.T) {
 	unscheduled := scheduledPod()
 	unscheduled.Spec.NodeName = ""
 	ownNode := scheduledPod()
@@ -62,13 +62,13 @@ func TestPodScheduledInHost(t *testing.T) {
 		"not yet scheduled":        {unscheduled, false},
 		"node named by the tenant": {ownNode, false},
 	} {
-		if got := podScheduledInHost(tc.pod); got != tc.want {
+		if got := (lifecycle{}).Created(tc.pod); got != tc.want {
 			t.Errorf("%s: %v, want %v", name, got, tc.want)
 		}
 	}
 }
 
-func TestPodLost(t *testing.T) {
+func TestLifecycleLost(t *testing.T) {
 	disruption := func(reason string) corev1.PodCondition {
 		return corev1.PodCondition{Type: corev1.DisruptionTarget, Status: corev1.ConditionTrue, Reason: reason, Message: "by the host"}
 	}
@@ -81,7 +81,7 @@ func TestPodLost(t *testing.T) {
 		"preempted":       {scheduledPod(disruption(corev1.PodReasonPreemptionByScheduler)), ReasonHostPodPreempted, "preempted"},
 		"node tainted":    {scheduledPod(disruption("DeletionByTaintManager")), ReasonHostPodDeleted, "DeletionByTaintManager"},
 	} {
-		after := runOnTenant(t, tc.pod, podLost)
+		after := runOnTenant(t, tc.pod, lifecycle{}.Lost)
 		if after.Status.Phase != corev1.PodFailed || after.Status.Reason != tc.wantReason || !strings.Contains(after.Status.Message, tc.wantInText) {
 			t.Errorf("%s: phase %q reason %q message %q; want Failed, %q, saying %q", name, after.Status.Phase, after.Status.Reason, after.Status.Message, tc.wantReason, tc.wantInText)
 		}
@@ -97,17 +97,17 @@ func TestPodLost(t *testing.T) {
 
 	done := scheduledPod()
 	done.Status.Phase = corev1.PodSucceeded
-	if after := runOnTenant(t, done, podLost); after.Status.Phase != corev1.PodSucceeded {
+	if after := runOnTenant(t, done, lifecycle{}.Lost); after.Status.Phase != corev1.PodSucceeded {
 		t.Errorf("a Pod that had succeeded became %s", after.Status.Phase)
 	}
 }
 
-func TestPodRejected(t *testing.T) {
+func TestLifecycleHostRejected(t *testing.T) {
 	pending := scheduledPod()
 	pending.Spec.NodeName, pending.Status = "", corev1.PodStatus{Phase: corev1.PodPending}
 	reject := func(message string) func(context.Context, client.Client, client.Object) error {
 		return func(ctx context.Context, c client.Client, o client.Object) error {
-			return podRejected(ctx, c, o, message)
+			return lifecycle{}.HostRejected(ctx, c, o, message)
 		}
 	}
 	after := runOnTenant(t, pending, reject("violates PodSecurity"))
@@ -145,7 +145,7 @@ func TestPodStatusKeepsTheTenantsEvictionMark(t *testing.T) {
 			host := scheduledPod(tc.host...)
 			host.Status.PodIP = "10.244.1.7"
 			after := runOnTenant(t, scheduledPod(tc.tenant...), func(ctx context.Context, c client.Client, tenant client.Object) error {
-				_, err := copyPodStatus(ctx, c, host, tenant)
+				_, err := copyStatus(ctx, c, host, tenant)
 				return err
 			})
 			if after.Status.PodIP != host.Status.PodIP {

@@ -1,4 +1,4 @@
-package builtin
+package pods
 
 import (
 	"fmt"
@@ -8,23 +8,22 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/utils/ptr"
 
 	"github.com/tenantry/tenantry/pkg/syncer"
 )
 
-// PodPolicy is what the host lets a tenant's Pods ask of it. A Pod field
+// Policy is what the host lets a tenant's Pods ask of it. A Pod field
 // the policy does not allow is left out of the host copy, and the tenant
 // told once (a Normal Event, reason syncer.ReasonHostStripped), when the
 // Pod still runs as meant without it; a Pod that asks for the host's
 // machines themselves (hostPath, gitRepo volumes) is refused (a Warning
 // Event, reason syncer.ReasonHostRejected).
 //
-// The zero PodPolicy is the safe default: no priority class (the host's
+// The zero Policy is the safe default: no priority class (the host's
 // default priority applies), the default scheduler, no runtime class, no
 // tolerations but those of not-ready and unreachable nodes that every Pod
 // gets, and no node selector on node roles.
-type PodPolicy struct {
+type Policy struct {
 	// AllowedPriorityClasses are the host PriorityClasses a tenant Pod may
 	// name; any other is left out, so that a tenant cannot preempt the
 	// host's workloads.
@@ -45,63 +44,6 @@ type PodPolicy struct {
 	// Tolerations are added to every host Pod: the taints of the nodes the
 	// host gives the tenant.
 	Tolerations []corev1.Toleration
-	// DNS, if set, gives host Pods the tenant's DNS, as a tenant's kubelet
-	// would have: see PodDNS.
-	DNS *PodDNS
-}
-
-// PodDNS is the DNS that host Pods get: a Pod whose dnsPolicy is
-// ClusterFirst (the default) or ClusterFirstWithHostNet resolves through
-// Nameserver (Tenantry's tenant DNS server, package tenantdns), with the
-// search path and ndots of its own tenant namespace, as on a cluster of its
-// own; its own dnsConfig adds to them, as a kubelet merges it. A Pod with
-// dnsPolicy Default or None keeps what it asked for.
-type PodDNS struct {
-	// Nameserver is the IP of the tenant DNS server, on port 53.
-	Nameserver string
-	// ClusterDomain is the tenants' cluster domain, "cluster.local" by
-	// default.
-	ClusterDomain string
-}
-
-// maxDNSSearches is how many search domains a Pod may have, as the API
-// server validates.
-const maxDNSSearches = 32
-
-// apply gives spec, the host copy of a Pod of tenant namespace ns, the
-// tenant's DNS.
-func (d *PodDNS) apply(spec *corev1.PodSpec, ns string) {
-	switch spec.DNSPolicy {
-	case "", corev1.DNSClusterFirst, corev1.DNSClusterFirstWithHostNet:
-	default:
-		return
-	}
-	domain := d.ClusterDomain
-	if domain == "" {
-		domain = "cluster.local"
-	}
-	own := spec.DNSConfig
-	cfg := &corev1.PodDNSConfig{
-		Nameservers: []string{d.Nameserver},
-		Searches:    []string{ns + ".svc." + domain, "svc." + domain, domain},
-		Options:     []corev1.PodDNSConfigOption{{Name: "ndots", Value: ptr.To("5")}},
-	}
-	if own != nil {
-		cfg.Nameservers = append(cfg.Nameservers, own.Nameservers...)
-		cfg.Searches = append(cfg.Searches, own.Searches...)
-		if len(cfg.Searches) > maxDNSSearches {
-			cfg.Searches = cfg.Searches[:maxDNSSearches]
-		}
-		for _, o := range own.Options {
-			i := slices.IndexFunc(cfg.Options, func(c corev1.PodDNSConfigOption) bool { return c.Name == o.Name })
-			if i >= 0 {
-				cfg.Options[i] = o
-			} else {
-				cfg.Options = append(cfg.Options, o)
-			}
-		}
-	}
-	spec.DNSPolicy, spec.DNSConfig = corev1.DNSNone, cfg
 }
 
 // tenantTolerations are the tolerations a tenant Pod keeps: those of
@@ -116,7 +58,7 @@ var deniedNodeSelectorPrefixes = []string{"node-role.kubernetes.io/"}
 // apply makes spec, the host Pod spec of a Pod of VirtualCluster cluster,
 // what p allows, and says what it left out; a spec it refuses is an error
 // (syncer.Refuse).
-func (p PodPolicy) apply(spec *corev1.PodSpec, cluster string) (stripped []string, err error) {
+func (p Policy) apply(spec *corev1.PodSpec, cluster string) (stripped []string, err error) {
 	for _, v := range spec.Volumes {
 		kind := volumeKind(v.VolumeSource)
 		if slices.Contains(AlwaysAllowedVolumeTypes, kind) || (kind != "gitRepo" && slices.Contains(p.AllowedVolumeTypes, kind)) {
@@ -178,7 +120,7 @@ func (p PodPolicy) apply(spec *corev1.PodSpec, cluster string) (stripped []strin
 			continue
 		}
 		name := spec.Volumes[i].Name
-		if taken := ownVolumesOnly(&e.VolumeClaimTemplate.Spec); len(taken) > 0 {
+		if taken := OwnVolumesOnly(&e.VolumeClaimTemplate.Spec); len(taken) > 0 {
 			stripped = append(stripped, fmt.Sprintf("volume %s's %s (a tenant cannot pick a host volume)", name, strings.Join(taken, ", ")))
 		}
 		// The host's ephemeral volume controller puts the template's
@@ -308,4 +250,25 @@ func describeToleration(t corev1.Toleration) string {
 		return "of every taint"
 	}
 	return t.Key
+}
+
+// OwnVolumesOnly takes out of a claim's spec what would let a tenant pick a
+// host volume, or data, not its own: the volume name, a volume selector,
+// and a data source in another namespace. It says what it took out. The
+// Pod syncer applies it to ephemeral volumes' claim templates, the claim
+// syncer (package builtin) to claims.
+func OwnVolumesOnly(spec *corev1.PersistentVolumeClaimSpec) (taken []string) {
+	if spec.VolumeName != "" {
+		spec.VolumeName = ""
+		taken = append(taken, "volumeName")
+	}
+	if spec.Selector != nil {
+		spec.Selector = nil
+		taken = append(taken, "selector")
+	}
+	if spec.DataSourceRef != nil && spec.DataSourceRef.Namespace != nil {
+		spec.DataSourceRef, spec.DataSource = nil, nil
+		taken = append(taken, "dataSourceRef in another namespace")
+	}
+	return taken
 }

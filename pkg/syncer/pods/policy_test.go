@@ -1,4 +1,4 @@
-package builtin
+package pods
 
 import (
 	"strings"
@@ -11,7 +11,7 @@ import (
 	"k8s.io/utils/ptr"
 )
 
-func TestPodPolicy(t *testing.T) {
+func TestPolicy(t *testing.T) {
 	notReady := corev1.Toleration{Key: corev1.TaintNodeNotReady, Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoExecute, TolerationSeconds: ptr.To[int64](300)}
 	everything := corev1.Toleration{Operator: corev1.TolerationOpExists}
 	gpu := corev1.Toleration{Key: "nvidia.com/gpu", Operator: corev1.TolerationOpExists}
@@ -30,7 +30,7 @@ func TestPodPolicy(t *testing.T) {
 
 	t.Run("the safe default", func(t *testing.T) {
 		spec := *tenantSpec.DeepCopy()
-		stripped, err := PodPolicy{}.apply(&spec, "vc")
+		stripped, err := Policy{}.apply(&spec, "vc")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -59,7 +59,7 @@ func TestPodPolicy(t *testing.T) {
 
 	t.Run("what the host allows and enforces", func(t *testing.T) {
 		spec := *tenantSpec.DeepCopy()
-		policy := PodPolicy{
+		policy := Policy{
 			AllowedPriorityClasses: []string{"system-node-critical"}, AllowedSchedulerNames: []string{"my-scheduler"},
 			AllowedRuntimeClasses: []string{"kata"},
 			NodeSelector:          map[string]string{"pool": "tenants"}, Tolerations: []corev1.Toleration{gpu},
@@ -83,7 +83,7 @@ func TestPodPolicy(t *testing.T) {
 		"gitRepo":  {GitRepo: &corev1.GitRepoVolumeSource{Repository: "https://example.com/x.git"}},
 	} {
 		spec := corev1.PodSpec{Volumes: []corev1.Volume{{Name: "v", VolumeSource: v}}}
-		if _, err := (PodPolicy{}).apply(&spec, "vc"); err == nil || !strings.Contains(err.Error(), name) {
+		if _, err := (Policy{}).apply(&spec, "vc"); err == nil || !strings.Contains(err.Error(), name) {
 			t.Errorf("a %s volume: %v, want a refusal naming it", name, err)
 		}
 	}
@@ -92,7 +92,7 @@ func TestPodPolicy(t *testing.T) {
 // A tenant's Pod affinity stays within its VirtualCluster; node affinity
 // on node roles goes; volumes that reach storage directly are refused; the
 // host recomputes overhead; only bounded not-ready tolerations stay.
-func TestPodPolicyScopesWhatReachesBeyondTheTenant(t *testing.T) {
+func TestPolicyScopesWhatReachesBeyondTheTenant(t *testing.T) {
 	everyPod := metav1.LabelSelector{}
 	spec := corev1.PodSpec{
 		Overhead: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("250m")},
@@ -113,7 +113,7 @@ func TestPodPolicyScopesWhatReachesBeyondTheTenant(t *testing.T) {
 			}}}},
 		},
 	}
-	stripped, err := PodPolicy{}.apply(&spec, "vc")
+	stripped, err := Policy{}.apply(&spec, "vc")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -168,7 +168,7 @@ func TestPodPolicyScopesWhatReachesBeyondTheTenant(t *testing.T) {
 			},
 		}}}},
 	}
-	stripped, err = PodPolicy{}.apply(&spec, "vc")
+	stripped, err = Policy{}.apply(&spec, "vc")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -196,13 +196,13 @@ func TestPodPolicyScopesWhatReachesBeyondTheTenant(t *testing.T) {
 		{ISCSI: &corev1.ISCSIVolumeSource{TargetPortal: "10.0.0.1:3260"}},
 	} {
 		s := corev1.PodSpec{Volumes: []corev1.Volume{{Name: "data", VolumeSource: v}}}
-		if _, err := (PodPolicy{}).apply(&s, "vc"); err == nil {
+		if _, err := (Policy{}).apply(&s, "vc"); err == nil {
 			t.Errorf("volume %+v not refused", v)
 		}
 	}
 }
 
-func TestPodPolicyVolumeTypes(t *testing.T) {
+func TestPolicyVolumeTypes(t *testing.T) {
 	volume := func(source corev1.VolumeSource) *corev1.PodSpec {
 		return &corev1.PodSpec{Volumes: []corev1.Volume{{Name: "data", VolumeSource: source}}}
 	}
@@ -210,17 +210,17 @@ func TestPodPolicyVolumeTypes(t *testing.T) {
 	hostPath := corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: "/"}}
 	gitRepo := corev1.VolumeSource{GitRepo: &corev1.GitRepoVolumeSource{Repository: "https://example.com/x.git"}}
 	for name, c := range map[string]struct {
-		policy  PodPolicy
+		policy  Policy
 		source  corev1.VolumeSource
 		refused bool
 	}{
-		"nfs by default":            {PodPolicy{}, nfs, true},
-		"hostPath by default":       {PodPolicy{}, hostPath, true},
-		"gitRepo by default":        {PodPolicy{}, gitRepo, true},
-		"nfs allowed":               {PodPolicy{AllowedVolumeTypes: []string{"nfs"}}, nfs, false},
-		"hostPath when nfs allowed": {PodPolicy{AllowedVolumeTypes: []string{"nfs"}}, hostPath, true},
-		"gitRepo even when allowed": {PodPolicy{AllowedVolumeTypes: []string{"gitRepo"}}, gitRepo, true},
-		"configMap always":          {PodPolicy{}, corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{}}, false},
+		"nfs by default":            {Policy{}, nfs, true},
+		"hostPath by default":       {Policy{}, hostPath, true},
+		"gitRepo by default":        {Policy{}, gitRepo, true},
+		"nfs allowed":               {Policy{AllowedVolumeTypes: []string{"nfs"}}, nfs, false},
+		"hostPath when nfs allowed": {Policy{AllowedVolumeTypes: []string{"nfs"}}, hostPath, true},
+		"gitRepo even when allowed": {Policy{AllowedVolumeTypes: []string{"gitRepo"}}, gitRepo, true},
+		"configMap always":          {Policy{}, corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{}}, false},
 	} {
 		_, err := c.policy.apply(volume(c.source), "vc")
 		if refused := err != nil; refused != c.refused {

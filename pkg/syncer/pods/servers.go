@@ -1,11 +1,10 @@
-package syncer
+package pods
 
 import (
 	"context"
 	"fmt"
 	"time"
 
-	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -14,6 +13,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/tenantry/tenantry/pkg/kubeletapi"
+	"github.com/tenantry/tenantry/pkg/syncer"
 	"github.com/tenantry/tenantry/pkg/tenantdns"
 )
 
@@ -29,19 +29,38 @@ const (
 // a rotated CA is trusted within it.
 const clientCARefresh = time.Minute
 
+// kubeletExtension joins every tenant that syncs Pods to the kubelet API
+// server.
+type kubeletExtension struct {
+	server *kubeletapi.Server
+	// inClusterServer is Options.InClusterServer.
+	inClusterServer string
+}
+
+// Setup joins the tenant to the kubelet API while its manager runs.
+func (e *kubeletExtension) Setup(scope *syncer.TenantScope) error {
+	mgr := scope.Manager()
+	server, err := newTenantServer(mgr.GetConfig(), e.inClusterServer)
+	if err != nil {
+		return err
+	}
+	if err := mgr.Add(&kubeletTenant{
+		server: e.server, scope: scope, tenantRead: mgr.GetAPIReader(), hostCA: server.ca,
+	}); err != nil {
+		return fmt.Errorf("joining the kubelet API: %w", err)
+	}
+	return nil
+}
+
 // kubeletTenant joins one tenant to the kubelet API server while the
 // tenant's manager runs: it trusts the tenant API server's client CA, and
 // lets requests reach only the host copies of the tenant's own Pods.
 type kubeletTenant struct {
 	server     *kubeletapi.Server
-	cluster    string
-	translator translator
-	tenant     client.Client
+	scope      *syncer.TenantScope
 	tenantRead client.Reader
-	hostRead   client.Reader
 	// hostCA is the CA of the tenant's kubeconfig, which the host holds.
 	hostCA []byte
-	log    logr.Logger
 }
 
 // Start registers the tenant, reads its client CA again every
@@ -58,13 +77,13 @@ func (k *kubeletTenant) Start(ctx context.Context) error {
 		case err != nil:
 			// Requests are refused until it can be read: logged, and the
 			// next tick tries again.
-			k.log.Error(err, "cannot serve the kubelet API of the tenant's virtual nodes")
+			k.scope.Logger().Error(err, "cannot serve the kubelet API of the tenant's virtual nodes")
 		case ca != last:
 			u, err := k.server.Register(kubeletapi.Tenant{
-				Name: k.cluster, ClientCAs: []byte(ca), HostCAs: k.hostCA, Client: k.tenant, HostPod: k.hostPod,
+				Name: k.scope.Cluster(), ClientCAs: []byte(ca), HostCAs: k.hostCA, Client: k.scope.Manager().GetClient(), HostPod: k.hostPod,
 			})
 			if err != nil {
-				k.log.Error(err, "cannot serve the kubelet API of the tenant's virtual nodes")
+				k.scope.Logger().Error(err, "cannot serve the kubelet API of the tenant's virtual nodes")
 			} else {
 				last, unregister = ca, u
 			}
@@ -95,19 +114,42 @@ func (k *kubeletTenant) clientCA(ctx context.Context) (string, error) {
 // hostPod names the host Pod that Tenantry made of the tenant's pod, if
 // there is one.
 func (k *kubeletTenant) hostPod(ctx context.Context, pod *corev1.Pod) (types.NamespacedName, bool, error) {
-	key := k.translator.hostKey(client.ObjectKeyFromObject(pod), false)
+	key := k.scope.HostKey(client.ObjectKeyFromObject(pod))
 	var host corev1.Pod
-	if err := k.hostRead.Get(ctx, key, &host); err != nil {
+	if err := k.scope.HostReader().Get(ctx, key, &host); err != nil {
 		if apierrors.IsNotFound(err) {
 			return key, false, nil
 		}
 		return key, false, fmt.Errorf("reading host Pod %s: %w", key, err)
 	}
-	return key, k.translator.owns(&host) && host.Annotations[AnnotationTenantUID] == string(pod.UID), nil
+	return key, k.scope.Owns(&host) && host.Annotations[syncer.AnnotationTenantUID] == string(pod.UID), nil
 }
 
 // NeedLeaderElection is false: a tenant's manager runs no leader election.
 func (k *kubeletTenant) NeedLeaderElection() bool { return false }
+
+// dnsExtension joins every tenant that syncs Pods to the tenant DNS
+// server.
+type dnsExtension struct {
+	server *tenantdns.Server
+	// inClusterServer is Options.InClusterServer.
+	inClusterServer string
+}
+
+// Setup joins the tenant to the DNS server while its manager runs.
+func (e *dnsExtension) Setup(scope *syncer.TenantScope) error {
+	mgr := scope.Manager()
+	server, err := newTenantServer(mgr.GetConfig(), e.inClusterServer)
+	if err != nil {
+		return err
+	}
+	if err := mgr.Add(&dnsTenant{server: e.server, tenant: tenantdns.Tenant{
+		Name: scope.Cluster(), Reader: mgr.GetClient(), APIServer: server.host,
+	}, cache: mgr.GetCache()}); err != nil {
+		return fmt.Errorf("joining the tenant DNS: %w", err)
+	}
+	return nil
+}
 
 // dnsTenant joins one tenant to the tenant DNS server while the tenant's
 // manager runs, once the tenant's cache holds its Services and

@@ -1,4 +1,4 @@
-package syncer_test
+package pods_test
 
 import (
 	"context"
@@ -20,7 +20,8 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/tenantry/tenantry/pkg/syncer/builtin"
+	"github.com/tenantry/tenantry/pkg/syncer/pods"
+	"github.com/tenantry/tenantry/pkg/syncer/syncertest"
 	tenantrytest "github.com/tenantry/tenantry/pkg/testing"
 )
 
@@ -141,12 +142,12 @@ func expectAvailable(t *testing.T, tenant client.Client, deploy *appsv1.Deployme
 // It returns the Pods' IPs, sorted.
 func expectPodsRunInHost(t *testing.T, cluster string, tenant client.Client, deploy *appsv1.Deployment, n int) []string {
 	t.Helper()
-	var pods corev1.PodList
-	if err := tenant.List(t.Context(), &pods, client.InNamespace(deploy.Namespace), client.MatchingLabels(deploy.Spec.Selector.MatchLabels)); err != nil {
+	var podList corev1.PodList
+	if err := tenant.List(t.Context(), &podList, client.InNamespace(deploy.Namespace), client.MatchingLabels(deploy.Spec.Selector.MatchLabels)); err != nil {
 		t.Fatal(err)
 	}
 	var ips []string
-	for _, p := range pods.Items {
+	for _, p := range podList.Items {
 		if p.DeletionTimestamp != nil {
 			continue
 		}
@@ -196,11 +197,11 @@ func TestDeletedHostPodFailsItsTenantPod(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = tenant.Delete(context.Background(), deploy) })
 	expectAvailable(t, tenant, deploy, 1)
-	var pods corev1.PodList
-	if err := tenant.List(ctx, &pods, client.InNamespace("default"), client.MatchingLabels(deploy.Spec.Selector.MatchLabels)); err != nil || len(pods.Items) != 1 {
-		t.Fatalf("%d Pods (%v), want 1", len(pods.Items), err)
+	var podList corev1.PodList
+	if err := tenant.List(ctx, &podList, client.InNamespace("default"), client.MatchingLabels(deploy.Spec.Selector.MatchLabels)); err != nil || len(podList.Items) != 1 {
+		t.Fatalf("%d Pods (%v), want 1", len(podList.Items), err)
 	}
-	victim := pods.Items[0]
+	victim := podList.Items[0]
 	hostKey := shared.HostKey("tenant-1", victim.Namespace, victim.Name)
 	if err := shared.Host.Delete(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: hostKey.Namespace, Name: hostKey.Name}}); err != nil {
 		t.Fatal(err)
@@ -211,7 +212,7 @@ func TestDeletedHostPodFailsItsTenantPod(t *testing.T) {
 		if err := tenant.Get(ctx, client.ObjectKeyFromObject(&victim), &p); err != nil {
 			return false, err
 		}
-		return p.Status.Phase == corev1.PodFailed && p.Status.Reason == builtin.ReasonHostPodDeleted,
+		return p.Status.Phase == corev1.PodFailed && p.Status.Reason == pods.ReasonHostPodDeleted,
 			fmt.Errorf("phase %q, reason %q, message %q", p.Status.Phase, p.Status.Reason, p.Status.Message)
 	})
 	eventually(t, 60*time.Second, "a replacement Pod Running", func(ctx context.Context) (bool, error) {
@@ -311,19 +312,19 @@ func TestHostDrainMovesTenantPods(t *testing.T) {
 	// removes the Pods of a node it lost.
 	failed := map[string]string{}
 	eventually(t, 60*time.Second, "every evicted Pod Failed, and the Deployment's Pods Running off the drained node", func(ctx context.Context) (bool, error) {
-		var pods corev1.PodList
-		if err := tenant.List(ctx, &pods, client.InNamespace("default"), client.MatchingLabels(deploy.Spec.Selector.MatchLabels)); err != nil {
+		var podList corev1.PodList
+		if err := tenant.List(ctx, &podList, client.InNamespace("default"), client.MatchingLabels(deploy.Spec.Selector.MatchLabels)); err != nil {
 			return false, err
 		}
 		running := 0
-		for _, p := range pods.Items {
+		for _, p := range podList.Items {
 			switch {
 			case p.Status.Phase == corev1.PodFailed && evicted[p.Name]:
 				failed[p.Name] = p.Status.Reason + ": " + p.Status.Message
 				// The eviction shows when the host Pod's last status
 				// reached the tenant before kwok removed it, a plain
 				// deletion otherwise.
-				if p.Status.Reason != builtin.ReasonHostPodEvicted && p.Status.Reason != builtin.ReasonHostPodDeleted {
+				if p.Status.Reason != pods.ReasonHostPodEvicted && p.Status.Reason != pods.ReasonHostPodDeleted {
 					t.Errorf("tenant Pod %s Failed with reason %q", p.Name, p.Status.Reason)
 				}
 			case p.Status.Phase == corev1.PodRunning && p.Spec.NodeName != drained:
@@ -382,17 +383,17 @@ func TestTenantEvictionHonoursHostDisruptionBudget(t *testing.T) {
 			fmt.Errorf("%d healthy, %d disruptions allowed", got.Status.CurrentHealthy, got.Status.DisruptionsAllowed)
 	})
 
-	var pods corev1.PodList
-	if err := tenant.List(ctx, &pods, client.InNamespace("default"), client.MatchingLabels(deploy.Spec.Selector.MatchLabels)); err != nil {
+	var podList corev1.PodList
+	if err := tenant.List(ctx, &podList, client.InNamespace("default"), client.MatchingLabels(deploy.Spec.Selector.MatchLabels)); err != nil {
 		t.Fatal(err)
 	}
-	victim := pods.Items[0]
+	victim := podList.Items[0]
 	if err := tenant.SubResource("eviction").Create(ctx, &victim, &policyv1.Eviction{
 		ObjectMeta: metav1.ObjectMeta{Namespace: victim.Namespace, Name: victim.Name},
 	}); err != nil {
 		t.Fatalf("the tenant, which has no budget, refused the eviction: %v", err)
 	}
-	event := expectHostRejectedEvent(t, tenant, victim.Namespace, victim.Name, "disruption budget")
+	event := syncertest.ExpectHostRejected(t, tenant, victim.Namespace, victim.Name, "disruption budget")
 	t.Logf("tenant event: %s", event.Note)
 
 	eventually(t, 60*time.Second, "the evicted Pod gone from tenant and host, once its replacement runs", func(ctx context.Context) (bool, error) {

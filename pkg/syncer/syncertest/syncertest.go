@@ -5,17 +5,22 @@
 //     it makes);
 //   - against real ones: NewWorld starts a host and tenant control planes
 //     (package testing), a Hub, and a registry that runs the syncers in
-//     every tenant, as the controller-manager does.
+//     every tenant, as the controller-manager does; Share starts one that
+//     a package's tests share. World.ExpectHostCopy, ExpectHostRejected
+//     and the other Expect helpers wait for what syncing makes.
 package syncertest
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
+	"slices"
 	"testing"
 	"time"
 
 	"github.com/go-logr/logr"
+	"github.com/go-logr/logr/funcr"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
@@ -25,6 +30,7 @@ import (
 	"github.com/tenantry/tenantry/pkg/clusterregistry"
 	"github.com/tenantry/tenantry/pkg/kubeletapi"
 	"github.com/tenantry/tenantry/pkg/syncer"
+	"github.com/tenantry/tenantry/pkg/syncer/pods"
 	"github.com/tenantry/tenantry/pkg/tenantdns"
 	tenantrytest "github.com/tenantry/tenantry/pkg/testing"
 )
@@ -72,19 +78,27 @@ type WorldOptions struct {
 	Syncers []syncer.Syncer
 	// Syncer tunes them; a short patrol period by default.
 	Syncer syncer.Options
+	// Pods, if set, is how every tenant syncs Pods: pods.Syncer(*Pods),
+	// with the World's KubeletAPI and DNS, in place of the syncer named
+	// "pods" among Syncers (such as builtin.All's), or after them.
+	Pods *pods.Options
 	// HostCRDDirectoryPaths are installed into the host before the tenants
 	// spawn.
 	HostCRDDirectoryPaths []string
-	// Logger receives the registry's and tenants' logs. Default: none.
+	// Logger receives the registry's and tenants' logs. Default: none, or,
+	// when the environment sets TENANTRY_TEST_LOG, standard error at
+	// verbosity 1.
 	Logger logr.Logger
 	// KubeletAPI serves the kubelet API of the tenants' virtual nodes on a
 	// loopback port (World.KubeletAPI), as the controller-manager does.
+	// It needs Pods.
 	KubeletAPI bool
 	// KwokConfig are more kwok configuration documents for the host's
 	// simulated nodes (see package testing's Options.KwokConfig).
 	KwokConfig []string
 	// DNS serves the tenants' DNS on a loopback port (World.DNS), asking
-	// DNSUpstream for other names, as the controller-manager does.
+	// DNSUpstream for other names, as the controller-manager does. It
+	// needs Pods, whose DNSConfig points host Pods at it.
 	DNS         bool
 	DNSUpstream []string
 }
@@ -137,6 +151,12 @@ func StartWorld(ctx context.Context, opts WorldOptions) (_ *World, stop func() e
 	}
 	if opts.Logger.GetSink() == nil {
 		opts.Logger = logr.Discard()
+		if os.Getenv("TENANTRY_TEST_LOG") != "" {
+			opts.Logger = funcr.New(func(prefix, args string) { fmt.Fprintln(os.Stderr, prefix, args) }, funcr.Options{Verbosity: 1})
+		}
+	}
+	if (opts.KubeletAPI || opts.DNS) && opts.Pods == nil {
+		return nil, nil, errors.New("the kubelet API and DNS serve the tenants' Pods: set WorldOptions.Pods")
 	}
 	env, err := tenantrytest.Start(ctx, tenantrytest.Options{
 		Tenants:                 opts.Tenants,
@@ -188,7 +208,6 @@ func StartWorld(ctx context.Context, opts WorldOptions) (_ *World, stop func() e
 			return fail(err)
 		}
 		go func() { kubeletDone <- w.KubeletAPI.Start(hubCtx) }()
-		opts.Syncer.KubeletAPI = w.KubeletAPI
 	}
 	if opts.DNS {
 		if w.DNS, err = tenantdns.New(tenantdns.Options{
@@ -198,11 +217,16 @@ func StartWorld(ctx context.Context, opts WorldOptions) (_ *World, stop func() e
 			return fail(err)
 		}
 		go func() { dnsDone <- w.DNS.Start(hubCtx) }()
-		opts.Syncer.DNS = w.DNS
+	}
+	syncers := opts.Syncers
+	if opts.Pods != nil {
+		podOpts := *opts.Pods
+		podOpts.KubeletAPI, podOpts.DNS = w.KubeletAPI, w.DNS
+		syncers = withPods(syncers, pods.Syncer(podOpts))
 	}
 	w.Registry = clusterregistry.NewWithOptions(clusterregistry.Options{
 		Logger: opts.Logger, ManageClient: w.Host, Scheme: opts.Scheme,
-	}, syncer.TenantModule(w.Hub, opts.Syncer, opts.Syncers...))
+	}, syncer.TenantModule(w.Hub, opts.Syncer, syncers...))
 	for _, cp := range env.Tenants {
 		if w.Tenants[cp.Name()], err = client.New(cp.Config(), client.Options{Scheme: opts.Scheme}); err != nil {
 			return fail(err)
@@ -212,6 +236,17 @@ func StartWorld(ctx context.Context, opts WorldOptions) (_ *World, stop func() e
 		}
 	}
 	return w, stop, nil
+}
+
+// withPods is syncers with podSyncer in place of the one of its name, or
+// after them.
+func withPods(syncers []syncer.Syncer, podSyncer syncer.Syncer) []syncer.Syncer {
+	out := slices.Clone(syncers)
+	if i := slices.IndexFunc(out, func(s syncer.Syncer) bool { return s.Name == podSyncer.Name }); i >= 0 {
+		out[i] = podSyncer
+		return out
+	}
+	return append(out, podSyncer)
 }
 
 // HostKey is where the host copy of tenant object namespace/name of

@@ -1,0 +1,49 @@
+package pods_test
+
+import (
+	"testing"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	utilrand "k8s.io/apimachinery/pkg/util/rand"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/tenantry/tenantry/pkg/syncer"
+	"github.com/tenantry/tenantry/pkg/syncer/builtin"
+	"github.com/tenantry/tenantry/pkg/syncer/syncertest"
+	tenantrytest "github.com/tenantry/tenantry/pkg/testing"
+)
+
+// sharedWorld is a host that schedules and runs Pods on two simulated
+// nodes, and two tenants that run their own kube-controller-manager, each
+// spawned with every built-in syncer through one hub: what a real
+// installation looks like. Tests that need no API server start none.
+var sharedWorld = syncertest.Share(syncertest.WorldOptions{
+	Tenants: 2, HostNodes: 2, TenantControllerManager: true, Syncers: builtin.All(),
+})
+
+// shared is sharedWorld, once useWorld started it.
+var shared *syncertest.World
+
+func useWorld(t *testing.T) {
+	t.Helper()
+	shared = sharedWorld.World(t)
+}
+
+func TestMain(m *testing.M) { sharedWorld.Run(m) }
+
+var eventually = tenantrytest.Eventually
+
+func unique(prefix string) string { return prefix + "-" + utilrand.String(5) }
+
+func hostNS(cluster, ns string) string { return syncer.HostNamespace(cluster, ns) }
+
+// expectNoHostCopy checks that tenant object obj of cluster has no copy in
+// the host.
+func expectNoHostCopy(t *testing.T, cluster string, obj client.Object) {
+	t.Helper()
+	host := obj.DeepCopyObject().(client.Object)
+	err := shared.Host.Get(t.Context(), shared.HostKey(cluster, obj.GetNamespace(), obj.GetName()), host)
+	if !apierrors.IsNotFound(err) {
+		t.Fatalf("%T %s/%s has a copy in the host: %v", obj, obj.GetNamespace(), obj.GetName(), err)
+	}
+}
