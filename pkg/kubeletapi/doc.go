@@ -18,6 +18,6 @@
 // Tenantry made for that tenant's Pod: a tenant cannot name another
 // tenant's Pods, whatever namespace and name it asks for.
 //
-// Tenants join with Register, from their own app (see the syncer package's
+// Tenants join with Register, from their own app (see package pods'
 // Options.KubeletAPI), and leave when it stops.
 package kubeletapi

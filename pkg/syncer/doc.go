@@ -18,11 +18,10 @@
 //	}
 //
 // Up (often StatusUp of CopyStatus) brings status and host-allocated fields up;
-// Filter skips objects; OnlyExisting, ClusterScoped, FinishDelete,
-// DeleteHost, HostRejected, and Created with Lost (copies never made
-// twice, such as a Pod that ran) cover the rarer cases. Object may return an *unstructured.Unstructured with its
+// Filter skips objects; OnlyExisting and ClusterScoped cover the rarer
+// cases. Object may return an *unstructured.Unstructured with its
 // apiVersion and kind, for types with no Go struct. Package builtin declares
-// the syncers of Kubernetes' own types.
+// the syncers of Kubernetes' own types, and package pods the Pod syncer.
 //
 // # What the framework does for every syncer
 //
@@ -76,15 +75,23 @@
 //     waits behind its own requests, and a tenant alone gets the whole
 //     budget.
 //
-// # Pods
+// # Extending a syncer
 //
-// When one of the syncers syncs core Pods, a tenant also gets what its Pods
-// need to behave as on a cluster of its own: a virtual Node for every host
-// node that runs one of its Pods (labels, capacity, conditions and a Lease
-// renewed as a kubelet would; removed with its last Pod), and, for every
-// host Pod whose spec PodAPIAccess rewrote, an API access Secret with a
-// token that the tenant issued for the Pod's ServiceAccount, so that the
-// Pod reaches its own tenant API server (Options.InClusterServer).
+// Two fields let a syncer go beyond copies, as the Pod syncer (package
+// pods) does:
+//
+//   - Lifecycle takes part where a plain copy does not say enough: a copy
+//     never made twice (a Pod that ran), a refusal reported on the tenant
+//     object itself, a deletion of its own (an eviction), a deletion the
+//     tenant cannot complete alone. Nil: a plain copy.
+//   - Extensions add to every tenant what the type needs beside its
+//     copies (the Pod syncer's virtual nodes, Pods' API access Secrets, the
+//     kubelet API and DNS). Each Extension's Setup runs once per tenant, as
+//     the syncer starts there, with a TenantScope: the tenant's manager,
+//     logger and host client, the hub's host reader and its sources of
+//     host events and host node names, the framework's names (HostKey,
+//     TenantKey, Owns, Excluded), controllers named as the syncers' own,
+//     the writes metric, and the quiet retry of transient states.
 //
 // # Running
 //

@@ -17,9 +17,9 @@
 // Other names in the cluster domain do not exist (NXDOMAIN); every other
 // name is forwarded to the upstream resolvers. A query from an address of
 // no tenant Pod is refused. Host Pods get the tenant's search path and
-// the server as their nameserver from the Pod syncer (see package
-// builtin's PodPolicy.DNS), so that svc, svc.ns and svc.ns.svc resolve as
-// on a cluster.
+// the server as their nameserver from the Pod syncer (see package pods'
+// Options.DNSConfig), so that svc, svc.ns and svc.ns.svc resolve as on a
+// cluster.
 package tenantdns
 
 import (
