@@ -80,8 +80,10 @@ const (
 // credential, and no token is logged or put in an annotation.
 //
 // It refuses (see syncer.Refuse) a spec that names a Secret ending in
-// APIAccessSecretSuffix, and one with a podCertificate projection, which
-// the host would fill with a certificate of its own identity.
+// APIAccessSecretSuffix, one with a podCertificate projection, which the
+// host would fill with a certificate of its own identity, and one with a
+// clusterTrustBundle projection, which the host's kubelet would fill with
+// the host's bundles.
 func APIAccess(podName string, spec *corev1.PodSpec) error {
 	if err := refuseCredentialSources(spec); err != nil {
 		return err
@@ -136,8 +138,8 @@ func APIAccess(podName string, spec *corev1.PodSpec) error {
 }
 
 // refuseCredentialSources refuses a tenant Pod spec that would read
-// credentials it must not: another Pod's API access Secret, or a
-// certificate the host issues.
+// credentials it must not: another Pod's API access Secret, a certificate
+// the host issues, or the host's trust bundles.
 func refuseCredentialSources(spec *corev1.PodSpec) error {
 	reserved := func(secret string) error {
 		if strings.HasSuffix(secret, APIAccessSecretSuffix) {
@@ -162,6 +164,9 @@ func refuseCredentialSources(spec *corev1.PodSpec) error {
 			}
 			if src.PodCertificate != nil {
 				return syncer.Refuse("volume %s projects a podCertificate: not supported, since the host would issue it for its own identity", v.Name)
+			}
+			if src.ClusterTrustBundle != nil {
+				return syncer.Refuse("volume %s projects ClusterTrustBundles: not supported, since the host's kubelet would mount the host's bundles, not the tenant's", v.Name)
 			}
 		}
 	}
