@@ -6,6 +6,8 @@ import (
 	"slices"
 	"strings"
 
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/util/validation"
 	"sigs.k8s.io/yaml"
 
 	tenantryv1alpha1 "github.com/tenantry/tenantry/pkg/apis/tenantry/v1alpha1"
@@ -40,6 +42,26 @@ func validateHostPolicy(p tenantryv1alpha1.HostPolicy) error {
 			}
 		}
 	}
+	if p.Services != nil {
+		for _, t := range p.Services.AllowedTypes {
+			if !slices.Contains(serviceTypes, t) {
+				return fmt.Errorf("services.allowedTypes: %q is not one of ClusterIP, ExternalName, NodePort, LoadBalancer", t)
+			}
+		}
+	}
+	if p.Storage != nil {
+		for _, c := range append(slices.Clone(p.Storage.AllowedStorageClasses), p.Storage.AllowedVolumeAttributesClasses...) {
+			if errs := validation.IsDNS1123Subdomain(c); c != "" && len(errs) > 0 {
+				return fmt.Errorf("storage: class %q: %s", c, strings.Join(errs, "; "))
+			}
+		}
+		if slices.Contains(p.Storage.AllowedVolumeAttributesClasses, "") {
+			return fmt.Errorf(`storage.allowedVolumeAttributesClasses: "" names no class`)
+		}
+	}
+	if err := syncer.ValidateBudget(p.Budget); err != nil {
+		return fmt.Errorf("budget: %w", err)
+	}
 	if p.Metadata != nil {
 		for _, prefix := range append(slices.Clone(p.Metadata.DeniedPrefixes), p.Metadata.AllowedPrefixes...) {
 			if err := checkPrefix(prefix); err != nil {
@@ -49,6 +71,9 @@ func validateHostPolicy(p tenantryv1alpha1.HostPolicy) error {
 	}
 	return nil
 }
+
+// serviceTypes are the types of Service a host policy may allow.
+var serviceTypes = []corev1.ServiceType{corev1.ServiceTypeClusterIP, corev1.ServiceTypeExternalName, corev1.ServiceTypeNodePort, corev1.ServiceTypeLoadBalancer}
 
 // optionalVolumeTypes are the volume types a host policy may allow, as the
 // CRD's enum lists them.
@@ -86,6 +111,7 @@ func overDefault(def tenantryv1alpha1.HostPolicy, vc *tenantryv1alpha1.HostPolic
 		// allowedPrefixes.
 		metadata.DeniedPrefixes = append(slices.Clone(metadata.DeniedPrefixes), m.DeniedPrefixes...)
 		metadata.AllowedPrefixes = either(m.AllowedPrefixes, metadata.AllowedPrefixes)
+		metadata.CopyUnprefixedPodAnnotations = metadata.CopyUnprefixedPodAnnotations || m.CopyUnprefixedPodAnnotations
 	}
 	out.Metadata = &metadata
 	if vc.ResourceQuota != nil {
@@ -93,6 +119,21 @@ func overDefault(def tenantryv1alpha1.HostPolicy, vc *tenantryv1alpha1.HostPolic
 	}
 	if vc.LimitRange != nil {
 		out.LimitRange = vc.LimitRange
+	}
+	if vc.Storage != nil {
+		storage := tenantryv1alpha1.StoragePolicy{}
+		if def.Storage != nil {
+			storage = *def.Storage
+		}
+		storage.AllowedStorageClasses = either(vc.Storage.AllowedStorageClasses, storage.AllowedStorageClasses)
+		storage.AllowedVolumeAttributesClasses = either(vc.Storage.AllowedVolumeAttributesClasses, storage.AllowedVolumeAttributesClasses)
+		out.Storage = &storage
+	}
+	if vc.Services != nil && len(vc.Services.AllowedTypes) > 0 {
+		out.Services = vc.Services
+	}
+	if len(vc.Budget) > 0 {
+		out.Budget = vc.Budget
 	}
 	return out
 }
@@ -105,12 +146,24 @@ func either[T any](a, b []T) []T {
 	return b
 }
 
+// storagePolicy is the claims' side of p.
+func storagePolicy(p tenantryv1alpha1.HostPolicy) pods.StoragePolicy {
+	if p.Storage == nil {
+		return pods.StoragePolicy{}
+	}
+	return pods.StoragePolicy{
+		AllowedStorageClasses:          p.Storage.AllowedStorageClasses,
+		AllowedVolumeAttributesClasses: p.Storage.AllowedVolumeAttributesClasses,
+	}
+}
+
 // podPolicy is the Pod syncer's side of p.
 func podPolicy(p tenantryv1alpha1.HostPolicy) pods.Policy {
 	if p.Pods == nil {
-		return pods.Policy{}
+		return pods.Policy{Storage: storagePolicy(p)}
 	}
 	return pods.Policy{
+		Storage:                storagePolicy(p),
 		AllowedPriorityClasses: p.Pods.AllowedPriorityClasses,
 		AllowedSchedulerNames:  p.Pods.AllowedSchedulerNames,
 		AllowedRuntimeClasses:  p.Pods.AllowedRuntimeClasses,

@@ -37,8 +37,9 @@ import (
 // host namespaces to hold them, reading host nodes, which tenants see as
 // virtual nodes, evicting host Pods that tenants evict, the logs, exec,
 // attach and port-forward of host Pods, for the kubelet API of virtual
-// nodes, and the policy
-// objects of host namespaces (NetworkPolicy, ResourceQuota, LimitRange). It reads and writes only objects that
+// nodes, the policy objects of host namespaces (NetworkPolicy,
+// ResourceQuota, LimitRange), and the host API server's endpoints, which
+// the isolation NetworkPolicy keeps tenant Pods from. It reads and writes only objects that
 // carry its labels (the hub's cache sees nothing else), but RBAC cannot
 // say that.
 //
@@ -50,6 +51,7 @@ import (
 // +kubebuilder:rbac:groups="",resources=pods/exec;pods/attach;pods/portforward,verbs=get;create
 // +kubebuilder:rbac:groups=networking.k8s.io,resources=networkpolicies,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups="",resources=resourcequotas;limitranges,verbs=get;list;watch;create;update;patch;delete
+// +kubebuilder:rbac:groups=discovery.k8s.io,resources=endpointslices,verbs=list
 
 // Options choose and tune the built-in syncers.
 type Options struct {
@@ -100,7 +102,7 @@ func (o *Options) BindFlags(fs *flag.FlagSet) {
 	fs.Func("sync-resources", fmt.Sprintf("Comma-separated built-in syncers to run (namespaces always run). Default: %s.",
 		strings.Join(builtin.Names(), ",")), func(v string) error {
 		names := strings.FieldsFunc(v, func(r rune) bool { return r == ',' || r == ' ' })
-		if _, err := builtin.ByName(names, pods.Options{}); err != nil {
+		if _, err := builtin.ByName(names, builtin.Options{}); err != nil {
 			return err
 		}
 		o.Resources = names
@@ -326,7 +328,7 @@ func newKubeletAPI(p kubeletParams) (*kubeletapi.Server, error) {
 // over the default, read from the host as the tenant starts.
 func newTenants(p tenantParams) (*Tenants, error) {
 	o := options(p.Options)
-	if _, err := builtin.ByName(o.Resources, pods.Options{}); err != nil {
+	if _, err := builtin.ByName(o.Resources, builtin.Options{}); err != nil {
 		return nil, err
 	}
 	return &Tenants{kubelet: p.Kubelet, dns: p.DNS, module: syncer.TenantModulePerCluster(p.Hub, func(ctx context.Context, cluster string) (syncer.Options, []syncer.Syncer, error) {
@@ -342,12 +344,23 @@ func newTenants(p tenantParams) (*Tenants, error) {
 		opts.DeniedMetadataPrefixes, opts.AllowedMetadataPrefixes = metadataPrefixes(
 			o.Syncer.DeniedMetadataPrefixes, o.Syncer.AllowedMetadataPrefixes, policy)
 		opts.ResourceQuota, opts.LimitRange = policy.ResourceQuota, policy.LimitRange
+		opts.Budget = policy.Budget
+		if len(opts.Budget) > 0 {
+			opts.BudgetReporter = budgetReporter(p.Manager.GetClient(), cluster, opts.Budget)
+		} else if vc.Status.Budget != nil {
+			if err := clearBudgetStatus(ctx, p.Manager.GetClient(), cluster); err != nil {
+				return syncer.Options{}, nil, err
+			}
+		}
 		podOpts := pods.Options{
 			Policy:              podPolicy(policy),
 			KubeletAPI:          p.Kubelet,
 			AllNodes:            vc.Spec.NodeSync == tenantryv1alpha1.NodeSyncAll,
 			ExposeNodeAddresses: o.ExposeNodeAddresses,
 			InClusterServer:     vc.Spec.InClusterServer,
+		}
+		if policy.Metadata != nil {
+			podOpts.CopyUnprefixedAnnotations = policy.Metadata.CopyUnprefixedPodAnnotations
 		}
 		if policy.Pods != nil {
 			podOpts.NodeSelector = policy.Pods.NodeSelector
@@ -360,7 +373,11 @@ func newTenants(p tenantParams) (*Tenants, error) {
 			}
 			podOpts.DNSConfig = dns
 		}
-		syncers, err := builtin.ByName(o.Resources, podOpts)
+		builtinOpts := builtin.Options{Pods: podOpts}
+		if policy.Services != nil {
+			builtinOpts.ServiceTypes = policy.Services.AllowedTypes
+		}
+		syncers, err := builtin.ByName(o.Resources, builtinOpts)
 		if err != nil {
 			return syncer.Options{}, nil, err
 		}

@@ -96,6 +96,7 @@ func (s *Syncer) build(tr translator, tenant, current client.Object) (client.Obj
 	} else {
 		host = current.DeepCopyObject().(client.Object)
 	}
+	tr.DenyUnprefixedAnnotations = s.DenyUnprefixedAnnotations
 	tr.hostMetadata(tenant, host, s.ClusterScoped, s.CopyUserMetadata)
 	if err := s.Down(tenant, host); err != nil {
 		return nil, fmt.Errorf("translating %s %s down: %w", s.Name, client.ObjectKeyFromObject(tenant), err)

@@ -71,6 +71,9 @@ type Hub struct {
 	config     *rest.Config
 	opts       HubOptions
 	cache      cache.Cache
+	// apiServer tells where the host API server is, to keep tenant Pods
+	// from it.
+	apiServer *hostAPIServer
 
 	mu sync.RWMutex
 	// routes hold, by type and cluster, the handlers of host events, each
@@ -143,7 +146,12 @@ func NewHub(config *rest.Config, opts HubOptions) (*Hub, error) {
 	if err != nil {
 		return nil, fmt.Errorf("building host cache: %w", err)
 	}
+	uncached, err := client.New(config, client.Options{HTTPClient: httpClient, Scheme: opts.Scheme, Mapper: mapper})
+	if err != nil {
+		return nil, fmt.Errorf("host client: %w", err)
+	}
 	return &Hub{
+		apiServer:  &hostAPIServer{reader: uncached},
 		mapper:     mapper,
 		httpClient: httpClient,
 		budget:     newWriteBudget(opts.HostQPS, opts.HostBurst),

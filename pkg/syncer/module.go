@@ -62,6 +62,14 @@ type Options struct {
 	// DefaultAllowedMetadataPrefixes.
 	AllowedMetadataPrefixes []string
 
+	// Budget, if set, is the most the tenant may have in the host, over
+	// all its host namespaces together, by ResourceQuota's names (see
+	// ValidateBudget): a write of a host copy that would take a total over
+	// it is refused (Refuse), naming the resource, and retried as refusals
+	// are. BudgetReporter, if set, hears the totals when they change.
+	Budget         corev1.ResourceList
+	BudgetReporter BudgetReporter
+
 	// ExcludeNamespaces are tenant namespaces whose objects are never
 	// synced. Defaults to the tenant's system namespaces: kube-system,
 	// kube-public and kube-node-lease.
@@ -141,13 +149,37 @@ func setup(mgr manager.Manager, cluster string, log logr.Logger, hub *Hub, opts 
 	for _, ns := range opts.ExcludeNamespaces {
 		excluded[ns] = true
 	}
-	policies := newNamespacePolicies(tr, hub.reader(), host, excluded, opts)
+	var apiServerIPs []string
+	if !opts.DisableNetworkIsolation {
+		ctx, cancel := context.WithTimeout(context.Background(), perClusterTimeout)
+		apiServerIPs, err = hub.apiServer.addresses(ctx)
+		cancel()
+		if err != nil {
+			return fmt.Errorf("isolating cluster %s's Pods from the host API server: %w", cluster, err)
+		}
+	}
+	policies := newNamespacePolicies(tr, hub.reader(), host, excluded, opts, apiServerIPs)
 	namespaces := &hostNamespaces{
 		syncer: namespaceSyncer(opts.PodSecurityLevel), translator: tr,
 		tenant: mgr.GetClient(), hostRead: hub.reader(), host: host, policies: policies,
 	}
 	recorder := mgr.GetEventRecorder("tenantry-syncer")
 	scope := &TenantScope{cluster: cluster, mgr: mgr, log: log, hub: hub, host: host, translator: tr, excluded: excluded}
+	var budget *resourceBudget
+	if len(opts.Budget) > 0 {
+		if err := ValidateBudget(opts.Budget); err != nil {
+			return fmt.Errorf("the budget of cluster %s: %w", cluster, err)
+		}
+		budget = newResourceBudget(cluster, opts.Budget, hub.reader(), mgr.GetScheme())
+		if opts.BudgetReporter != nil {
+			if err := mgr.Add(manager.RunnableFunc(func(ctx context.Context) error {
+				budget.report(ctx, log.WithName("budget"), opts.BudgetReporter)
+				return nil
+			})); err != nil {
+				return err
+			}
+		}
+	}
 
 	start := func(s *Syncer, gvk schema.GroupVersionKind) error {
 		// The hub's informer of the type, with its cluster index, before
@@ -157,8 +189,11 @@ func setup(mgr manager.Manager, cluster string, log logr.Logger, hub *Hub, opts 
 		if err := hub.inform(ctx, gvk, s.Object()); err != nil {
 			return fmt.Errorf("syncer %s: %w", s.Name, err)
 		}
+		if budget != nil {
+			budget.count(s, gvk)
+		}
 		r := &reconciler{
-			syncer: s, translator: tr, namespaces: namespaces,
+			syncer: s, gvk: gvk, budget: budget, translator: tr, namespaces: namespaces,
 			tenant: mgr.GetClient(), hostRead: hub.reader(), host: host,
 			recorder: recorder, excluded: excluded, rejections: newRejections(),
 		}

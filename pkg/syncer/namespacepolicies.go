@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"slices"
 
 	corev1 "k8s.io/api/core/v1"
@@ -24,11 +25,14 @@ import (
 // namespace: its Pods take traffic only from Pods of the same
 // VirtualCluster (every host namespace of it carries its
 // tenantry.dev/cluster label) and of the host's own namespaces (ingress
-// controllers, monitoring), never from another tenant's. Egress is not
-// restricted, so that Pods reach DNS, their tenant API server and the
-// outside; another tenant's Pods are kept out by that tenant's own
-// isolation policy. Traffic from outside the cluster (NodePort and
-// LoadBalancer Services) needs a policy of the host admin's.
+// controllers, monitoring), never from another tenant's. They reach every
+// Pod (another tenant's Pods are kept out by that tenant's own isolation
+// policy) and every address outside the cluster (DNS, their tenant API
+// server, the internet) but the host API server's (the kubernetes
+// Service's cluster IPs and endpoints) and the link-local 169.254.0.0/16,
+// where clouds serve their instance metadata and credentials. Traffic from
+// outside the cluster (NodePort and LoadBalancer Services) needs a policy
+// of the host admin's.
 const IsolationPolicyName = "tenantry-isolation"
 
 // QuotaName is the ResourceQuota, and LimitRangeName the LimitRange, that
@@ -63,7 +67,14 @@ type namespacePolicies struct {
 	policies   []namespacePolicy
 }
 
-func newNamespacePolicies(tr translator, hostRead client.Reader, host client.Client, excluded map[string]bool, opts Options) *namespacePolicies {
+// linkLocal is the link-local IPv4 range: cloud instance metadata
+// (169.254.169.254) and its credentials.
+const linkLocal = "169.254.0.0/16"
+
+// newNamespacePolicies keeps opts' policy objects in the host namespaces of
+// a tenant; apiServerIPs are the host API server's addresses, which its
+// Pods may not reach.
+func newNamespacePolicies(tr translator, hostRead client.Reader, host client.Client, excluded map[string]bool, opts Options, apiServerIPs []string) *namespacePolicies {
 	p := &namespacePolicies{translator: tr, hostRead: hostRead, host: host, excluded: excluded}
 	// The quota first: it counts what follows.
 	p.policies = append(p.policies, namespacePolicy{
@@ -90,7 +101,7 @@ func newNamespacePolicies(tr translator, hostRead client.Reader, host client.Cli
 		resource: "networkpolicies", name: IsolationPolicyName,
 		newObject: func() client.Object { return &networkingv1.NetworkPolicy{} },
 		fill: func(o client.Object) bool {
-			o.(*networkingv1.NetworkPolicy).Spec = isolationPolicy(tr.Cluster)
+			o.(*networkingv1.NetworkPolicy).Spec = isolationPolicy(tr.Cluster, apiServerIPs)
 			return !opts.DisableNetworkIsolation
 		},
 	})
@@ -256,13 +267,23 @@ func (p *namespacePolicies) alreadyExists(ctx context.Context, policy namespaceP
 }
 
 // isolationPolicy is the spec of the isolation NetworkPolicy of cluster's
-// host namespaces: all Pods, ingress from the VirtualCluster's host
-// namespaces and from the host's own (ingress controllers, monitoring), not
-// from other tenants'.
-func isolationPolicy(cluster string) networkingv1.NetworkPolicySpec {
+// host namespaces (see IsolationPolicyName): all Pods; ingress from the
+// VirtualCluster's host namespaces and from the host's own, not from other
+// tenants'; egress to every Pod, and to every address but apiServerIPs and
+// the link-local range.
+func isolationPolicy(cluster string, apiServerIPs []string) networkingv1.NetworkPolicySpec {
+	v4 := []string{linkLocal}
+	var v6 []string
+	for _, ip := range apiServerIPs {
+		if net.ParseIP(ip).To4() != nil {
+			v4 = append(v4, ip+"/32")
+		} else {
+			v6 = append(v6, ip+"/128")
+		}
+	}
 	return networkingv1.NetworkPolicySpec{
 		PodSelector: metav1.LabelSelector{},
-		PolicyTypes: []networkingv1.PolicyType{networkingv1.PolicyTypeIngress},
+		PolicyTypes: []networkingv1.PolicyType{networkingv1.PolicyTypeIngress, networkingv1.PolicyTypeEgress},
 		Ingress: []networkingv1.NetworkPolicyIngressRule{{
 			From: []networkingv1.NetworkPolicyPeer{
 				{NamespaceSelector: &metav1.LabelSelector{
@@ -273,5 +294,12 @@ func isolationPolicy(cluster string) networkingv1.NetworkPolicySpec {
 				}}},
 			},
 		}},
+		Egress: []networkingv1.NetworkPolicyEgressRule{
+			{To: []networkingv1.NetworkPolicyPeer{{NamespaceSelector: &metav1.LabelSelector{}}}},
+			{To: []networkingv1.NetworkPolicyPeer{
+				{IPBlock: &networkingv1.IPBlock{CIDR: "0.0.0.0/0", Except: v4}},
+				{IPBlock: &networkingv1.IPBlock{CIDR: "::/0", Except: v6}},
+			}},
+		},
 	}
 }

@@ -3,11 +3,14 @@ package syncer_test
 import (
 	"context"
 	"fmt"
+	"slices"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
 	networkingv1 "k8s.io/api/networking/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/utils/ptr"
@@ -17,36 +20,45 @@ import (
 	"github.com/tenantry/tenantry/pkg/syncer/syncertest"
 )
 
-// A Service that claims host addresses or the host's load balancer is
-// synced without them, and the tenant told.
+// A Service that claims host addresses is synced without them, and the
+// tenant told; one that asks for the host's load balancer is refused by
+// the default policy, and the tenant told which policy field allows it.
 func TestHostPolicyStripsServiceAddresses(t *testing.T) {
 	useWorld(t)
 	ctx := t.Context()
 	tenant := shared.Tenants["tenant-2"]
+	ports := []corev1.ServicePort{{Name: "http", Port: 80, Protocol: corev1.ProtocolTCP}}
 	svc := &corev1.Service{
 		ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: unique("claimer")},
+		Spec:       corev1.ServiceSpec{ExternalIPs: []string{"203.0.113.8"}, Ports: ports},
+	}
+	balanced := &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: unique("balanced")},
 		Spec: corev1.ServiceSpec{
 			Type:              corev1.ServiceTypeLoadBalancer,
 			LoadBalancerIP:    "203.0.113.7",
 			LoadBalancerClass: ptr.To("example.com/internal"),
-			ExternalIPs:       []string{"203.0.113.8"},
-			Ports:             []corev1.ServicePort{{Name: "http", Port: 80, Protocol: corev1.ProtocolTCP}},
+			Ports:             ports,
 		},
 	}
-	if err := tenant.Create(ctx, svc); err != nil {
-		t.Fatal(err)
+	for _, s := range []*corev1.Service{svc, balanced} {
+		if err := tenant.Create(ctx, s); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = tenant.Delete(context.Background(), s) })
 	}
-	t.Cleanup(func() { _ = tenant.Delete(context.Background(), svc) })
 	eventually(t, 20*time.Second, "the host Service without the tenant's addresses", func(ctx context.Context) (bool, error) {
 		var host corev1.Service
 		if err := shared.Host.Get(ctx, shared.HostKey("tenant-2", svc.Namespace, svc.Name), &host); err != nil {
 			return false, err
 		}
-		return host.Spec.LoadBalancerIP == "" && host.Spec.LoadBalancerClass == nil && len(host.Spec.ExternalIPs) == 0,
-			fmt.Errorf("loadBalancerIP %q, class %v, externalIPs %v", host.Spec.LoadBalancerIP, host.Spec.LoadBalancerClass, host.Spec.ExternalIPs)
+		return len(host.Spec.ExternalIPs) == 0, fmt.Errorf("externalIPs %v", host.Spec.ExternalIPs)
 	})
-	syncertest.ExpectStripped(t, tenant, svc.Namespace, svc.Name,
-		"loadBalancerIP 203.0.113.7", "externalIPs 203.0.113.8", "loadBalancerClass example.com/internal")
+	syncertest.ExpectStripped(t, tenant, svc.Namespace, svc.Name, "externalIPs 203.0.113.8")
+	syncertest.ExpectHostRejected(t, tenant, balanced.Namespace, balanced.Name, "spec.hostPolicy.services.allowedTypes")
+	if err := shared.Host.Get(ctx, shared.HostKey("tenant-2", balanced.Namespace, balanced.Name), &corev1.Service{}); !apierrors.IsNotFound(err) {
+		t.Errorf("the LoadBalancer Service's host copy: %v; want none", err)
+	}
 }
 
 // Every host namespace of a tenant gets the isolation NetworkPolicy: its
@@ -63,6 +75,21 @@ func TestHostNamespacesAreIsolated(t *testing.T) {
 		t.Fatal(err)
 	}
 	key := client.ObjectKey{Namespace: hostNS("tenant-1", ns.Name), Name: syncer.IsolationPolicyName}
+	// The host API server's addresses, which tenant Pods may not reach.
+	var kubernetes corev1.Service
+	if err := shared.Host.Get(ctx, client.ObjectKey{Namespace: "default", Name: "kubernetes"}, &kubernetes); err != nil {
+		t.Fatal(err)
+	}
+	apiServer := []string{kubernetes.Spec.ClusterIP + "/32"}
+	var endpoints discoveryv1.EndpointSliceList
+	if err := shared.Host.List(ctx, &endpoints, client.InNamespace("default"), client.MatchingLabels{discoveryv1.LabelServiceName: "kubernetes"}); err != nil {
+		t.Fatal(err)
+	}
+	for _, es := range endpoints.Items {
+		for _, e := range es.Endpoints {
+			apiServer = append(apiServer, e.Addresses[0]+"/32")
+		}
+	}
 	var policy networkingv1.NetworkPolicy
 	expectPolicy := func(what string) {
 		t.Helper()
@@ -71,7 +98,9 @@ func TestHostNamespacesAreIsolated(t *testing.T) {
 				return false, err
 			}
 			from := policy.Spec.Ingress
-			ok := len(policy.Spec.PolicyTypes) == 1 && policy.Spec.PolicyTypes[0] == networkingv1.PolicyTypeIngress &&
+			ok := len(policy.Spec.PolicyTypes) == 2 && len(policy.Spec.Egress) == 2 &&
+				slices.Contains(policy.Spec.Egress[1].To[0].IPBlock.Except, "169.254.0.0/16") &&
+				slices.ContainsFunc(policy.Spec.Egress[1].To[0].IPBlock.Except, func(cidr string) bool { return slices.Contains(apiServer, cidr) }) &&
 				len(from) == 1 && len(from[0].From) == 2 && from[0].From[0].NamespaceSelector != nil &&
 				from[0].From[0].NamespaceSelector.MatchLabels[syncer.LabelCluster] == "tenant-1" &&
 				from[0].From[1].NamespaceSelector != nil && len(from[0].From[1].NamespaceSelector.MatchExpressions) == 1 &&

@@ -9,6 +9,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/ptr"
@@ -39,6 +40,8 @@ const (
 // whose tenant object is gone, and brings the host's additions up.
 type reconciler struct {
 	syncer     *Syncer
+	gvk        schema.GroupVersionKind
+	budget     *resourceBudget // nil: none
 	translator translator
 	namespaces *hostNamespaces
 
@@ -154,9 +157,15 @@ func (r *reconciler) sync(ctx context.Context, key types.NamespacedName, tenant,
 	}
 	wrote := false
 	if !semanticallyEqual(host, desired) {
+		settle, err := r.budget.admit(ctx, r.gvk, host, desired)
+		if err != nil {
+			return false, reconcile.Result{}, err
+		}
 		// The update carries the host object's resourceVersion: if someone
 		// changed it since our cache saw it, it fails and we retry.
-		if err := r.host.Update(ctx, desired); err != nil {
+		err = r.host.Update(ctx, desired)
+		settle(err)
+		if err != nil {
 			return false, reconcile.Result{}, fmt.Errorf("updating host %s %s: %w", r.syncer.Name, client.ObjectKeyFromObject(desired), err)
 		}
 		writes.WithLabelValues(r.translator.Cluster, r.syncer.Name, "down", "update").Inc()
@@ -191,7 +200,12 @@ func (r *reconciler) createHost(ctx context.Context, tenant client.Object) (bool
 	if err != nil {
 		return false, reconcile.Result{}, err
 	}
+	settle, err := r.budget.admit(ctx, r.gvk, nil, desired)
+	if err != nil {
+		return false, reconcile.Result{}, err
+	}
 	err = r.host.Create(ctx, desired)
+	settle(err)
 	switch {
 	case apierrors.IsAlreadyExists(err):
 		return r.alreadyExists(ctx, tenant, desired)

@@ -72,6 +72,12 @@ type Syncer struct {
 	// labels carry meaning for the host itself, such as Namespaces.
 	CopyUserMetadata bool
 
+	// DenyUnprefixedAnnotations keeps annotation keys without a prefix
+	// (no "/") off host copies, where CopyUserMetadata would copy them:
+	// container runtimes act on some of a Pod's (io.kubernetes.cri-o.*,
+	// io.katacontainers.*).
+	DenyUnprefixedAnnotations bool
+
 	// Lifecycle, if set, takes part in the points of a tenant object's
 	// life where a plain copy is not enough: a copy never to be made twice,
 	// a refusal to report on the object itself, a deletion of its own (see

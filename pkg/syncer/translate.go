@@ -81,6 +81,9 @@ type translator struct {
 	// them, where they are the longer; nil means
 	// DefaultAllowedMetadataPrefixes.
 	AllowedMetadataPrefixes []string
+	// DenyUnprefixedAnnotations keeps annotation keys without a prefix off
+	// host copies (see Syncer.DenyUnprefixedAnnotations).
+	DenyUnprefixedAnnotations bool
 }
 
 // hostKey is where the host copy of the tenant object key lives: same name,
@@ -142,8 +145,12 @@ func (t translator) hostMetadata(tenant, host client.Object, clusterScoped, copy
 			labelsRecord = orRecord(labelsRecord, tenant.GetLabels())
 			annotationsRecord = orRecord(annotationsRecord, tenant.GetAnnotations())
 		}
-		copiedLabels := t.copyAllowed(labels, tenant.GetLabels(), labelsRecord)
-		copiedAnnotations := t.copyAllowed(annotations, tenant.GetAnnotations(), annotationsRecord)
+		annotationDenied := t.denied
+		if t.DenyUnprefixedAnnotations {
+			annotationDenied = func(key string) bool { return !strings.Contains(key, "/") || t.denied(key) }
+		}
+		copiedLabels := copyAllowed(labels, tenant.GetLabels(), labelsRecord, t.denied)
+		copiedAnnotations := copyAllowed(annotations, tenant.GetAnnotations(), annotationsRecord, annotationDenied)
 		setRecord(annotations, AnnotationCopiedLabels, copiedLabels)
 		setRecord(annotations, AnnotationCopiedAnnotations, copiedAnnotations)
 	}
@@ -182,6 +189,10 @@ var DefaultDeniedMetadataPrefixes = []string{
 	"istio.io/", "linkerd.io/", "kuma.io/", "hashicorp.com/", "dapr.io/", "opentelemetry.io/", "datadoghq.com/", "fluentbit.io/",
 	// Certificates, GitOps, backups, admission exemptions, platforms.
 	"cert-manager.io/", "argoproj.io/", "fluxcd.io/", "velero.io/", "kyverno.io/", "gatekeeper.sh/", "openshift.io/",
+	// Kubernetes SIG projects, which act on Pods of the whole host:
+	// queueing (kueue.x-k8s.io/), gang scheduling (scheduling.x-k8s.io/),
+	// cluster autoscaling.
+	"x-k8s.io/",
 }
 
 // DefaultAllowedMetadataPrefixes are copied although a denied prefix covers
@@ -233,19 +244,19 @@ func covers(d, domain string) bool {
 	return domain == d || strings.HasSuffix(domain, "."+d)
 }
 
-// copyAllowed copies src's allowed keys into dst, removes from dst the keys
-// of record (those copied before) that src no longer gives, and returns the
-// keys now copied, sorted.
-func (t translator) copyAllowed(dst, src map[string]string, record string) []string {
+// copyAllowed copies the keys of src that denied allows into dst, removes
+// from dst the keys of record (those copied before) that src no longer
+// gives, or that are denied now, and returns the keys now copied, sorted.
+func copyAllowed(dst, src map[string]string, record string, denied func(key string) bool) []string {
 	var copied []string
 	for k, v := range src {
-		if !t.denied(k) {
+		if !denied(k) {
 			dst[k] = v
 			copied = append(copied, k)
 		}
 	}
 	for _, k := range strings.Split(record, ",") {
-		if _, still := src[k]; k != "" && (!still || t.denied(k)) && !strings.HasPrefix(k, reservedPrefix) {
+		if _, still := src[k]; k != "" && (!still || denied(k)) && !strings.HasPrefix(k, reservedPrefix) {
 			delete(dst, k)
 		}
 	}

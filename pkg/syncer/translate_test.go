@@ -110,10 +110,48 @@ func TestDeniedMetadataKeys(t *testing.T) {
 		{translator{Cluster: "vc", DeniedMetadataPrefixes: []string{}}, "kubernetes.io/x", false},
 		{appDenied, "app.kubernetes.io/name", true}, // a tie goes to the denied
 		{appDenied, "kubernetes.io/x", false},
+		{defaults, "kueue.x-k8s.io/queue-name", true},
+		{defaults, "scheduling.x-k8s.io/pod-group", true},
+		{defaults, "cluster-autoscaler.kubernetes.io/safe-to-evict", true},
+		{translator{Cluster: "vc", AllowedMetadataPrefixes: []string{"kueue.x-k8s.io/"}}, "kueue.x-k8s.io/queue-name", false},
+		{translator{Cluster: "vc", AllowedMetadataPrefixes: []string{"kueue.x-k8s.io/"}}, "scheduling.x-k8s.io/pod-group", true},
 	} {
 		if got := c.tr.denied(c.key); got != c.denied {
 			t.Errorf("denied(%q) = %v, want %v (denied %v, allowed %v)", c.key, got, c.denied, c.tr.DeniedMetadataPrefixes, c.tr.AllowedMetadataPrefixes)
 		}
+	}
+}
+
+// A syncer that denies unprefixed annotations (Pods') keeps them off its
+// host copies, and takes off those it copied before; unprefixed labels
+// still pass.
+func TestHostMetadataDeniesUnprefixedAnnotations(t *testing.T) {
+	tenant := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "p",
+		Labels:      map[string]string{"app": "web"},
+		Annotations: map[string]string{"io.kubernetes.cri-o.Devices": "/dev/kvm", "io.katacontainers.config.hypervisor.kernel": "/evil", "team.example.com/owner": "blue"},
+	}}
+	host := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{ResourceVersion: "1", Annotations: map[string]string{
+		AnnotationSyncedDigest:        "x",
+		AnnotationCopiedAnnotations:   "io.kubernetes.cri-o.Devices,team.example.com/owner",
+		"io.kubernetes.cri-o.Devices": "/dev/kvm",
+	}}}
+	tr := translator{Cluster: "vc", DenyUnprefixedAnnotations: true}
+	tr.hostMetadata(tenant, host, false, true)
+	want := map[string]string{"team.example.com/owner": "blue"}
+	for k := range tenant.Annotations {
+		if got, ok := host.Annotations[k]; (want[k] != "") != ok || ok && got != want[k] {
+			t.Errorf("host annotation %s = %q (present %v); want %q", k, got, ok, want[k])
+		}
+	}
+	if host.Labels["app"] != "web" {
+		t.Errorf("host labels %v: the unprefixed label app is copied", host.Labels)
+	}
+	// Without the denial (a ConfigMap's, or a policy that copies them),
+	// they pass.
+	cm := &corev1.ConfigMap{}
+	translator{Cluster: "vc"}.hostMetadata(tenant, cm, false, true)
+	if cm.Annotations["io.kubernetes.cri-o.Devices"] != "/dev/kvm" {
+		t.Errorf("annotations %v: unprefixed ones pass where not denied", cm.Annotations)
 	}
 }
 

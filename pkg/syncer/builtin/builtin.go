@@ -12,17 +12,30 @@ import (
 	"sort"
 	"strings"
 
+	corev1 "k8s.io/api/core/v1"
+
 	"github.com/tenantry/tenantry/pkg/syncer"
 	"github.com/tenantry/tenantry/pkg/syncer/pods"
 )
 
-// All returns every built-in syncer, Pods with the default pods.Options,
-// in an order where a type comes after the types its objects refer to.
-func All() []syncer.Syncer { return all(pods.Options{}) }
+// Options tune the built-in syncers for one tenant. The zero Options are
+// the safe default.
+type Options struct {
+	// Pods tunes the Pod syncer; its Policy.Storage applies to claims too.
+	Pods pods.Options
+	// ServiceTypes are the types of Service the host serves for the
+	// tenant; nil: DefaultServiceTypes.
+	ServiceTypes []corev1.ServiceType
+}
 
-// all is All with Pods under podOpts.
-func all(podOpts pods.Options) []syncer.Syncer {
-	return []syncer.Syncer{ConfigMaps(), Secrets(), ServiceAccounts(), PersistentVolumeClaims(), Services(), pods.Syncer(podOpts)}
+// All returns every built-in syncer under the default Options, in an
+// order where a type comes after the types its objects refer to.
+func All() []syncer.Syncer { return all(Options{}) }
+
+// all is All under opts.
+func all(opts Options) []syncer.Syncer {
+	return []syncer.Syncer{ConfigMaps(), Secrets(), ServiceAccounts(),
+		PersistentVolumeClaims(opts.Pods.Policy.Storage), Services(opts.ServiceTypes), pods.Syncer(opts.Pods)}
 }
 
 // Names lists the built-in syncers' names.
@@ -36,8 +49,8 @@ func Names() []string {
 }
 
 // ByName returns the built-in syncers with the given names, in All's order,
-// Pods under podOpts. An unknown name is an error that lists the known ones.
-func ByName(names []string, podOpts pods.Options) ([]syncer.Syncer, error) {
+// under opts. An unknown name is an error that lists the known ones.
+func ByName(names []string, opts Options) ([]syncer.Syncer, error) {
 	var picked []syncer.Syncer
 	known := Names()
 	for _, n := range names {
@@ -45,7 +58,7 @@ func ByName(names []string, podOpts pods.Options) ([]syncer.Syncer, error) {
 			return nil, fmt.Errorf("unknown syncer %q: known are %s", n, strings.Join(known, ", "))
 		}
 	}
-	for _, s := range all(podOpts) {
+	for _, s := range all(opts) {
 		if slices.Contains(names, s.Name) {
 			picked = append(picked, s)
 		}

@@ -73,7 +73,7 @@ func TestDataSyncersDown(t *testing.T) {
 		},
 		{
 			name:   "claim created: no volume, selector or foreign data source picked",
-			syncer: PersistentVolumeClaims(),
+			syncer: PersistentVolumeClaims(pods.StoragePolicy{}),
 			tenant: &corev1.PersistentVolumeClaim{Spec: func() corev1.PersistentVolumeClaimSpec {
 				s := claimSpec()
 				s.VolumeName, s.Selector = "someone-elses", &metav1.LabelSelector{}
@@ -85,7 +85,7 @@ func TestDataSyncersDown(t *testing.T) {
 		},
 		{
 			name:   "claim updated: only the requested size",
-			syncer: PersistentVolumeClaims(),
+			syncer: PersistentVolumeClaims(pods.StoragePolicy{}),
 			tenant: &corev1.PersistentVolumeClaim{Spec: func() corev1.PersistentVolumeClaimSpec {
 				s := claimSpec()
 				s.Resources.Requests[corev1.ResourceStorage] = resource.MustParse("2Gi")

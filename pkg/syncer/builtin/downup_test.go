@@ -2,6 +2,7 @@ package builtin
 
 import (
 	"context"
+	"strings"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
@@ -12,7 +13,70 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+
+	"github.com/tenantry/tenantry/pkg/syncer/pods"
 )
+
+// allTypes allows every type of Service.
+var allTypes = []corev1.ServiceType{corev1.ServiceTypeClusterIP, corev1.ServiceTypeExternalName, corev1.ServiceTypeNodePort, corev1.ServiceTypeLoadBalancer}
+
+// A Service of a type the policy does not allow is refused, saying which
+// field allows it; by default only ClusterIP and ExternalName pass.
+func TestServicesRefuseTypesNotAllowed(t *testing.T) {
+	for _, tc := range []struct {
+		types   []corev1.ServiceType
+		typ     corev1.ServiceType
+		refused bool
+	}{
+		{nil, "", false},
+		{nil, corev1.ServiceTypeClusterIP, false},
+		{nil, corev1.ServiceTypeExternalName, false},
+		{nil, corev1.ServiceTypeNodePort, true},
+		{nil, corev1.ServiceTypeLoadBalancer, true},
+		{[]corev1.ServiceType{corev1.ServiceTypeClusterIP, corev1.ServiceTypeNodePort}, corev1.ServiceTypeNodePort, false},
+		{[]corev1.ServiceType{corev1.ServiceTypeClusterIP, corev1.ServiceTypeNodePort}, corev1.ServiceTypeLoadBalancer, true},
+		{[]corev1.ServiceType{corev1.ServiceTypeNodePort}, corev1.ServiceTypeExternalName, true},
+	} {
+		tenant := &corev1.Service{Spec: corev1.ServiceSpec{Type: tc.typ, ExternalName: "example.com"}}
+		err := Services(tc.types).Down(tenant, &corev1.Service{})
+		switch {
+		case tc.refused && (err == nil || !strings.Contains(err.Error(), "spec.hostPolicy.services.allowedTypes")):
+			t.Errorf("type %q under %v: %v; want a refusal naming spec.hostPolicy.services.allowedTypes", tc.typ, tc.types, err)
+		case !tc.refused && err != nil:
+			t.Errorf("type %q under %v: %v; want it synced", tc.typ, tc.types, err)
+		}
+	}
+}
+
+// A claim that names a StorageClass the policy does not list, the empty
+// one among them, or a VolumeAttributesClass it does not list, is refused;
+// a claim that names none gets the host's default class.
+func TestClaimsRefuseClassesNotAllowed(t *testing.T) {
+	for _, tc := range []struct {
+		name          string
+		policy        pods.StoragePolicy
+		class, vclass *string
+		refusal       string
+	}{
+		{name: "no class: the host's default", class: nil},
+		{name: "a named class by default", class: ptr.To("fast"), refusal: "allowedStorageClasses"},
+		{name: "the empty class by default", class: ptr.To(""), refusal: "pre-made host volume"},
+		{name: "a listed class", policy: pods.StoragePolicy{AllowedStorageClasses: []string{"fast"}}, class: ptr.To("fast")},
+		{name: "the empty class when listed", policy: pods.StoragePolicy{AllowedStorageClasses: []string{""}}, class: ptr.To("")},
+		{name: "another class than the listed", policy: pods.StoragePolicy{AllowedStorageClasses: []string{"fast"}}, class: ptr.To("gold"), refusal: `"fast"`},
+		{name: "a volume attributes class by default", vclass: ptr.To("iops"), refusal: "allowedVolumeAttributesClasses"},
+		{name: "a listed volume attributes class", policy: pods.StoragePolicy{AllowedVolumeAttributesClasses: []string{"iops"}}, vclass: ptr.To("iops")},
+	} {
+		tenant := &corev1.PersistentVolumeClaim{Spec: corev1.PersistentVolumeClaimSpec{StorageClassName: tc.class, VolumeAttributesClassName: tc.vclass}}
+		err := PersistentVolumeClaims(tc.policy).Down(tenant, &corev1.PersistentVolumeClaim{})
+		switch {
+		case tc.refusal != "" && (err == nil || !strings.Contains(err.Error(), tc.refusal)):
+			t.Errorf("%s: %v; want a refusal saying %q", tc.name, err, tc.refusal)
+		case tc.refusal == "" && err != nil:
+			t.Errorf("%s: %v; want it synced", tc.name, err)
+		}
+	}
+}
 
 // What Services' Down writes to a host copy: the tenant's spec without host
 // addresses or the host's load balancer, and, on an update, with what the
@@ -60,7 +124,7 @@ func TestServicesDown(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			host := tc.host.DeepCopy()
-			if err := Services().Down(tc.tenant.DeepCopy(), host); err != nil {
+			if err := Services(allTypes).Down(tc.tenant.DeepCopy(), host); err != nil {
 				t.Fatal(err)
 			}
 			if !equality.Semantic.DeepEqual(host.Spec, tc.want) {
@@ -83,19 +147,19 @@ func TestStatusUp(t *testing.T) {
 		wantChanged  bool
 	}{
 		{
-			name: "claim bound in the host", up: PersistentVolumeClaims().Up,
+			name: "claim bound in the host", up: PersistentVolumeClaims(pods.StoragePolicy{}).Up,
 			tenant: &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "data"}, Status: corev1.PersistentVolumeClaimStatus{Phase: corev1.ClaimPending}},
 			host:   &corev1.PersistentVolumeClaim{Status: bound},
 			status: func(o client.Object) any { return o.(*corev1.PersistentVolumeClaim).Status }, wantChanged: true,
 		},
 		{
-			name: "claim already up to date: no write", up: PersistentVolumeClaims().Up,
+			name: "claim already up to date: no write", up: PersistentVolumeClaims(pods.StoragePolicy{}).Up,
 			tenant: &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "data"}, Status: bound},
 			host:   &corev1.PersistentVolumeClaim{Status: bound},
 			status: func(o client.Object) any { return o.(*corev1.PersistentVolumeClaim).Status },
 		},
 		{
-			name: "a load balancer's address, the cluster IPs alike", up: Services().Up,
+			name: "a load balancer's address, the cluster IPs alike", up: Services(nil).Up,
 			tenant: &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "web"}, Spec: corev1.ServiceSpec{ClusterIP: "10.96.0.9"}},
 			host:   &corev1.Service{Spec: corev1.ServiceSpec{ClusterIP: "10.96.0.9"}, Status: balanced},
 			status: func(o client.Object) any { return o.(*corev1.Service).Status }, wantChanged: true,

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
@@ -24,11 +25,22 @@ const AnnotationHostClusterIP = "tenantry.dev/host-cluster-ip"
 // the moment its cluster IP is being replaced.
 const reassignExternalName = "cluster-ip-reassignment.tenantry.invalid"
 
+// DefaultServiceTypes are the types of Service the host serves for a
+// tenant by default: those that take nothing of the host's beyond a
+// cluster IP.
+var DefaultServiceTypes = []corev1.ServiceType{corev1.ServiceTypeClusterIP, corev1.ServiceTypeExternalName}
+
 // Services syncs Services down, and brings the host's cluster IP and
-// load-balancer status up. External IPs, a load balancer IP and a load
-// balancer class are left out (and the tenant told): a tenant must not
-// claim host addresses, nor pick the host's load balancer.
-func Services() syncer.Syncer {
+// load-balancer status up. A Service of a type not in types (nil:
+// DefaultServiceTypes) is refused: NodePort and LoadBalancer Services
+// take ports on every host node and the host's load balancers. External
+// IPs, a load balancer IP and a load balancer class are left out (and the
+// tenant told): a tenant must not claim host addresses, nor pick the
+// host's load balancer.
+func Services(types []corev1.ServiceType) syncer.Syncer {
+	if types == nil {
+		types = DefaultServiceTypes
+	}
 	return syncer.Syncer{
 		Name:             "services",
 		Object:           func() client.Object { return &corev1.Service{} },
@@ -41,6 +53,9 @@ func Services() syncer.Syncer {
 			tenant, host := t.(*corev1.Service), h.(*corev1.Service)
 			if tenant.Spec.ExternalName == reassignExternalName && tenant.Annotations[AnnotationReassigningFrom] != "" && host.ResourceVersion != "" {
 				return nil // the tenant Service is taking the host's IP: a moment, not a change
+			}
+			if err := allowedType(tenant, types); err != nil {
+				return err
 			}
 			host.Spec = serviceSpecDown(tenant.Spec, host.Spec, host.ResourceVersion == "")
 			return nil
@@ -62,6 +77,24 @@ func Services() syncer.Syncer {
 			return &s.Status
 		}))),
 	}
+}
+
+// allowedType refuses (syncer.Refuse) a Service whose type is not one of
+// types.
+func allowedType(s *corev1.Service, types []corev1.ServiceType) error {
+	t := s.Spec.Type
+	if t == "" {
+		t = corev1.ServiceTypeClusterIP
+	}
+	if slices.Contains(types, t) {
+		return nil
+	}
+	names := make([]string, len(types))
+	for i, t := range types {
+		names[i] = string(t)
+	}
+	return syncer.Refuse("a Service of type %s is not allowed by the host (allowed: %s): "+
+		"allow it in the VirtualCluster's spec.hostPolicy.services.allowedTypes", t, strings.Join(names, ", "))
 }
 
 // serviceSpecDown is the host spec for a tenant spec: the tenant's, with

@@ -75,9 +75,10 @@ const (
 //
 // The Secret is made by the Pod syncer once the host Pod exists (the kubelet
 // waits for it), owned by the host Pod, so that the host removes it with
-// the Pod; a Pod that mounts no token and no CA gets no Secret and keeps
-// the host's service variables. The host Pod never carries a host
-// credential, and no token is logged or put in an annotation.
+// the Pod; a Pod that mounts no token and no CA gets a Secret too, without
+// a token, for its service variables: no host Pod is told where the host
+// API server is. The host Pod never carries a host credential, and no
+// token is logged or put in an annotation.
 //
 // It refuses (see syncer.Refuse) a spec that names a Secret ending in
 // APIAccessSecretSuffix, one with a podCertificate projection, which the
@@ -89,7 +90,6 @@ func APIAccess(podName string, spec *corev1.PodSpec) error {
 		return err
 	}
 	secret := apiAccessSecretName(podName)
-	uses := false
 	for i := range spec.Volumes {
 		v := &spec.Volumes[i]
 		switch {
@@ -102,13 +102,11 @@ func APIAccess(podName string, spec *corev1.PodSpec) error {
 						LocalObjectReference: corev1.LocalObjectReference{Name: secret},
 						Items:                []corev1.KeyToPath{{Key: tokenKey(src.ServiceAccountToken.Audience), Path: src.ServiceAccountToken.Path}},
 					}}
-					uses = true
 				case src.ConfigMap != nil && src.ConfigMap.Name == rootCAConfigMap:
 					*src = corev1.VolumeProjection{Secret: &corev1.SecretProjection{
 						LocalObjectReference: corev1.LocalObjectReference{Name: secret},
 						Items:                caItems(src.ConfigMap.Items),
 					}}
-					uses = true
 				case src.DownwardAPI != nil:
 					tenantFieldRefs(src.DownwardAPI.Items)
 				}
@@ -117,7 +115,6 @@ func APIAccess(podName string, spec *corev1.PodSpec) error {
 			v.VolumeSource = corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{
 				SecretName: secret, Items: caItems(v.ConfigMap.Items), DefaultMode: v.ConfigMap.DefaultMode,
 			}}
-			uses = true
 		case v.DownwardAPI != nil:
 			tenantFieldRefs(v.DownwardAPI.Items)
 		}
@@ -129,9 +126,10 @@ func APIAccess(podName string, spec *corev1.PodSpec) error {
 					ref.FieldRef.FieldPath = tenantFieldPath(ref.FieldRef.FieldPath)
 				}
 			}
-			if uses {
-				cs[i].Env = append(serviceEnv(secret, cs[i].Env), cs[i].Env...)
-			}
+			// With a token or without, the in-cluster address is the
+			// tenant's: never the host API server's, which the kubelet
+			// would give.
+			cs[i].Env = append(serviceEnv(secret, cs[i].Env), cs[i].Env...)
 		}
 	}
 	return nil
@@ -271,8 +269,18 @@ func serviceEnv(secret string, env []corev1.EnvVar) []corev1.EnvVar {
 }
 
 // usesAPIAccess says whether a host Pod spec mounts or reads its API access
-// Secret.
+// Secret: every host Pod that APIAccess made reads it, for its
+// environment at least.
 func usesAPIAccess(spec *corev1.PodSpec, secret string) bool {
+	for _, cs := range [][]corev1.Container{spec.InitContainers, spec.Containers} {
+		for _, c := range cs {
+			if slices.ContainsFunc(c.Env, func(e corev1.EnvVar) bool {
+				return e.ValueFrom != nil && e.ValueFrom.SecretKeyRef != nil && e.ValueFrom.SecretKeyRef.Name == secret
+			}) {
+				return true
+			}
+		}
+	}
 	for _, v := range spec.Volumes {
 		if v.Secret != nil && v.Secret.SecretName == secret {
 			return true

@@ -94,14 +94,27 @@ func TestAPIAccessRewritesTheSpec(t *testing.T) {
 	}
 }
 
-// A Pod that mounts neither token nor CA gets no Secret and no variables.
-func TestAPIAccessLeavesOthersAlone(t *testing.T) {
-	spec := corev1.PodSpec{Containers: []corev1.Container{{Name: "app"}}}
+// A Pod that mounts neither token nor CA still learns its tenant API
+// server's address, never the host's: its variables come from its API
+// access Secret, which holds no token then; one it sets itself stays.
+func TestAPIAccessNamesTheTenantServerWithoutAToken(t *testing.T) {
+	spec := corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Env: []corev1.EnvVar{{Name: "KUBERNETES_SERVICE_PORT", Value: "8443"}}}}}
 	if err := APIAccess("batch", &spec); err != nil {
 		t.Fatal(err)
 	}
-	if len(spec.Containers[0].Env) != 0 || usesAPIAccess(&spec, apiAccessSecretName("batch")) {
-		t.Errorf("a Pod without API access got %+v", spec)
+	secret := apiAccessSecretName("batch")
+	env := map[string]corev1.EnvVar{}
+	for _, e := range spec.Containers[0].Env {
+		env[e.Name] = e
+	}
+	if h := env["KUBERNETES_SERVICE_HOST"]; h.ValueFrom == nil || h.ValueFrom.SecretKeyRef == nil || h.ValueFrom.SecretKeyRef.Name != secret {
+		t.Errorf("KUBERNETES_SERVICE_HOST = %+v; want it from Secret %s", h, secret)
+	}
+	if p := env["KUBERNETES_SERVICE_PORT"]; p.Value != "8443" || len(spec.Containers[0].Env) != 8 {
+		t.Errorf("env %+v: want the Pod's own KUBERNETES_SERVICE_PORT kept, once", spec.Containers[0].Env)
+	}
+	if len(spec.Volumes) != 0 || !usesAPIAccess(&spec, secret) {
+		t.Errorf("spec %+v: want no volume, and the Secret made for the variables", spec)
 	}
 }
 

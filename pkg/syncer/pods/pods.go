@@ -56,6 +56,11 @@ type Options struct {
 	// as a Hostname address.
 	ExposeNodeAddresses bool
 
+	// CopyUnprefixedAnnotations copies annotations whose keys have no
+	// prefix to host Pods. Off by default: container runtimes act on some
+	// (io.kubernetes.cri-o.Devices, io.katacontainers.*).
+	CopyUnprefixedAnnotations bool
+
 	// InClusterServer is the https URL at which Pods running in the host
 	// reach the tenant's API server (their KUBERNETES_SERVICE_HOST and
 	// _PORT); "": the server of the tenant cluster's rest.Config.
@@ -87,9 +92,10 @@ type Options struct {
 func Syncer(opts Options) syncer.Syncer {
 	policy := opts.Policy
 	return syncer.Syncer{
-		Name:             "pods",
-		Object:           func() client.Object { return &corev1.Pod{} },
-		CopyUserMetadata: true,
+		Name:                      "pods",
+		Object:                    func() client.Object { return &corev1.Pod{} },
+		CopyUserMetadata:          true,
+		DenyUnprefixedAnnotations: !opts.CopyUnprefixedAnnotations,
 		Down: func(t, h client.Object) error {
 			tenant, host := t.(*corev1.Pod), h.(*corev1.Pod)
 			if host.ResourceVersion == "" {

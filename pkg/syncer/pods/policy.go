@@ -44,6 +44,9 @@ type Policy struct {
 	// Tolerations are added to every host Pod: the taints of the nodes the
 	// host gives the tenant.
 	Tolerations []corev1.Toleration
+	// Storage is which host storage the claim templates of the Pod's
+	// ephemeral volumes may ask for.
+	Storage StoragePolicy
 }
 
 // tenantTolerations are the tolerations a tenant Pod keeps: those of
@@ -120,6 +123,9 @@ func (p Policy) apply(spec *corev1.PodSpec, cluster string) (stripped []string, 
 			continue
 		}
 		name := spec.Volumes[i].Name
+		if err := p.Storage.Check(fmt.Sprintf("volume %s's claim template", name), &e.VolumeClaimTemplate.Spec); err != nil {
+			return nil, err
+		}
 		if taken := OwnVolumesOnly(&e.VolumeClaimTemplate.Spec); len(taken) > 0 {
 			stripped = append(stripped, fmt.Sprintf("volume %s's %s (a tenant cannot pick a host volume)", name, strings.Join(taken, ", ")))
 		}

@@ -141,6 +141,63 @@ type HostPolicy struct {
 	// tenant Pod's resources. Unset: no LimitRange of Tenantry's.
 	// +optional
 	LimitRange *corev1.LimitRangeSpec `json:"limitRange,omitempty"`
+
+	// Storage: which host storage the tenant's claims may ask for.
+	// +optional
+	Storage *StoragePolicy `json:"storage,omitempty"`
+
+	// Services: which types of Service the host serves for the tenant.
+	// +optional
+	Services *ServicePolicy `json:"services,omitempty"`
+
+	// Budget is the most the tenant cluster may have in the host, over
+	// all its host namespaces together, in ResourceQuota's names: pods,
+	// services, persistentvolumeclaims, configmaps, secrets,
+	// requests.cpu, requests.memory, limits.cpu, limits.memory,
+	// requests.storage, services.nodeports, services.loadbalancers and
+	// count/<resource>[.<group>]. A copy that would take the tenant over
+	// a total is not made: the tenant object gets a HostRejected Event
+	// naming the resource, and the copy is made once room is free. Unset:
+	// no budget beyond ResourceQuota's per namespace.
+	// +kubebuilder:validation:MaxProperties=32
+	// +kubebuilder:validation:XValidation:rule="self.all(k, k in ['pods', 'services', 'persistentvolumeclaims', 'configmaps', 'secrets', 'services.nodeports', 'services.loadbalancers', 'requests.storage', 'cpu', 'memory', 'ephemeral-storage', 'requests.cpu', 'requests.memory', 'requests.ephemeral-storage', 'limits.cpu', 'limits.memory', 'limits.ephemeral-storage'] || (k.startsWith('count/') && size(k) > 6))",message="a budget counts pods, services, persistentvolumeclaims, configmaps, secrets, services.nodeports, services.loadbalancers, requests.storage, cpu, memory, ephemeral-storage, requests.* and limits.* of cpu, memory and ephemeral-storage, and count/<resource>[.<group>]"
+	// +optional
+	Budget corev1.ResourceList `json:"budget,omitempty"`
+}
+
+// StoragePolicy says which host storage a tenant's claims may ask for. A
+// claim that names no class gets the host's default class.
+type StoragePolicy struct {
+	// AllowedStorageClasses are the host StorageClasses a claim (or a Pod's
+	// ephemeral claim template) may name. "" stands for no class at all,
+	// which binds a claim to a pre-made host volume: allow it only to a
+	// trusted tenant.
+	// +listType=set
+	// +kubebuilder:validation:MaxItems=32
+	// +kubebuilder:validation:items:MaxLength=253
+	// +kubebuilder:validation:items:Pattern=`^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*)?$`
+	// +optional
+	AllowedStorageClasses []string `json:"allowedStorageClasses,omitempty"`
+
+	// AllowedVolumeAttributesClasses are the host VolumeAttributesClasses
+	// a claim may name.
+	// +listType=set
+	// +kubebuilder:validation:MaxItems=32
+	// +kubebuilder:validation:items:MaxLength=253
+	// +kubebuilder:validation:items:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`
+	// +optional
+	AllowedVolumeAttributesClasses []string `json:"allowedVolumeAttributesClasses,omitempty"`
+}
+
+// ServicePolicy says which Services the host serves for a tenant.
+type ServicePolicy struct {
+	// AllowedTypes are the types of Service the tenant may make. NodePort
+	// and LoadBalancer take ports on every host node and the host's load
+	// balancers. Default: ClusterIP and ExternalName.
+	// +listType=set
+	// +kubebuilder:validation:items:Enum=ClusterIP;ExternalName;NodePort;LoadBalancer
+	// +optional
+	AllowedTypes []corev1.ServiceType `json:"allowedTypes,omitempty"`
 }
 
 // PodPolicy says what a tenant's Pods may ask of the host. By default a
@@ -225,6 +282,12 @@ type MetadataPolicy struct {
 	// +kubebuilder:validation:items:Pattern=`^[a-z0-9]([-a-z0-9.]*[a-z0-9])?/$`
 	// +optional
 	AllowedPrefixes []string `json:"allowedPrefixes,omitempty"`
+
+	// CopyUnprefixedPodAnnotations copies Pod annotations whose keys have
+	// no prefix. Off by default: container runtimes act on some
+	// (io.kubernetes.cri-o.Devices, io.katacontainers.*).
+	// +optional
+	CopyUnprefixedPodAnnotations bool `json:"copyUnprefixedPodAnnotations,omitempty"`
 }
 
 // VirtualClusterStatus is what Tenantry observed of the tenant cluster.
@@ -247,6 +310,23 @@ type VirtualClusterStatus struct {
 	// name in a cluster).
 	// +optional
 	Replica string `json:"replica,omitempty"`
+
+	// Budget is what the tenant cluster takes of its host policy's budget.
+	// +optional
+	Budget *BudgetStatus `json:"budget,omitempty"`
+}
+
+// BudgetStatus is what a tenant cluster takes of its budget.
+type BudgetStatus struct {
+	// Used are the totals, over all host namespaces of the tenant cluster,
+	// of the resources its budget names.
+	// +optional
+	Used corev1.ResourceList `json:"used,omitempty"`
+
+	// Pods is "used/allowed" for the budget's pods, as the printer column
+	// shows it.
+	// +optional
+	Pods string `json:"pods,omitempty"`
 }
 
 // VirtualCluster is one tenant cluster that Tenantry syncs with the
@@ -261,6 +341,7 @@ type VirtualClusterStatus struct {
 // +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
 // +kubebuilder:printcolumn:name="Reason",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].reason`
 // +kubebuilder:printcolumn:name="Replica",type=string,JSONPath=`.status.replica`
+// +kubebuilder:printcolumn:name="Pods",type=string,JSONPath=`.status.budget.pods`
 // +kubebuilder:printcolumn:name="Paused",type=boolean,JSONPath=`.spec.paused`,priority=1
 // +kubebuilder:printcolumn:name="Secret",type=string,JSONPath=`.spec.kubeconfigSecretRef.name`,priority=1
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`

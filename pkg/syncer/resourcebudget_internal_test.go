@@ -1,0 +1,166 @@
+package syncer
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+)
+
+var podsGVK = corev1.SchemeGroupVersion.WithKind("Pod")
+
+func budgetPod(name, cpu string) *corev1.Pod {
+	return &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "vc-ns", Name: name, Labels: map[string]string{LabelManagedBy: ManagedByValue, LabelCluster: "vc"}},
+		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Resources: corev1.ResourceRequirements{
+			Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse(cpu)},
+		}}}},
+	}
+}
+
+// newTestBudget is a budget over a fake cache of host objects, indexed by
+// cluster as the hub's is.
+func newTestBudget(t *testing.T, limits corev1.ResourceList, objs ...client.Object) (*resourceBudget, client.Client) {
+	t.Helper()
+	c := fake.NewClientBuilder().WithScheme(clientgoscheme.Scheme).WithObjects(objs...).
+		WithIndex(&corev1.Pod{}, clusterIndex, clusterOf).Build()
+	b := newResourceBudget("vc", limits, c, clientgoscheme.Scheme)
+	b.count(&Syncer{Name: "pods", Object: func() client.Object { return &corev1.Pod{} }}, podsGVK)
+	return b, c
+}
+
+// Concurrent syncs never take a tenant over its budget: writes admitted
+// and not yet in the cache count, and the refusal names the resource.
+func TestBudgetAdmitsExactlyUnderConcurrency(t *testing.T) {
+	ctx := context.Background()
+	b, c := newTestBudget(t, corev1.ResourceList{corev1.ResourcePods: resource.MustParse("10"), corev1.ResourceRequestsCPU: resource.MustParse("1")},
+		budgetPod("running", "100m"))
+	var (
+		mu       sync.Mutex
+		admitted []*corev1.Pod
+		refusals []string
+		wg       sync.WaitGroup
+	)
+	for i := range 20 {
+		wg.Go(func() {
+			p := budgetPod(fmt.Sprintf("p%d", i), "200m")
+			settle, err := b.admit(ctx, podsGVK, nil, p)
+			mu.Lock()
+			defer mu.Unlock()
+			if err != nil {
+				refusals = append(refusals, err.Error())
+				return
+			}
+			settle(nil) // written; the cache does not show it yet
+			admitted = append(admitted, p)
+		})
+	}
+	wg.Wait()
+	// 100m used: four of 200m fit under 1 CPU.
+	if len(admitted) != 4 {
+		t.Fatalf("%d Pods admitted; want 4 (1 CPU, 100m used, 200m each)", len(admitted))
+	}
+	if !strings.Contains(refusals[0], "requests.cpu would be 1100m, over 1") || !strings.Contains(refusals[0], "spec.hostPolicy.budget") {
+		t.Errorf("refusal %q: want it to name requests.cpu, the totals and the field", refusals[0])
+	}
+	// The cache catches up: the same totals, from the cache now.
+	for _, p := range admitted {
+		if err := c.Create(ctx, p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	used, err := b.used(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cpu, pods := used[corev1.ResourceRequestsCPU], used[corev1.ResourcePods]; cpu.String() != "900m" || pods.String() != "5" {
+		t.Errorf("used %v; want 900m CPU and 5 Pods", used)
+	}
+	if _, err := b.admit(ctx, podsGVK, nil, budgetPod("sixth", "200m")); err == nil || !strings.Contains(err.Error(), "(900m used)") {
+		t.Errorf("a sixth Pod: %v; want it refused, from the cache's totals", err)
+	}
+	// A Pod that ended frees its share; so does a failed write.
+	done := admitted[0].DeepCopy()
+	done.Status.Phase = corev1.PodSucceeded
+	if err := c.Status().Update(ctx, done); err != nil {
+		t.Fatal(err)
+	}
+	settle, err := b.admit(ctx, podsGVK, nil, budgetPod("after", "200m"))
+	if err != nil {
+		t.Fatalf("a Pod once another ended: %v", err)
+	}
+	settle(fmt.Errorf("the host refused it"))
+	if _, err := b.admit(ctx, podsGVK, nil, budgetPod("again", "200m")); err != nil {
+		t.Fatalf("a Pod after a failed write freed its room: %v", err)
+	}
+	// An update that adds nothing is never refused, even at the limit.
+	running := budgetPod("running", "100m")
+	if err := c.Get(ctx, client.ObjectKeyFromObject(running), running); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.admit(ctx, podsGVK, running, running.DeepCopy()); err != nil {
+		t.Errorf("an update that adds nothing: %v", err)
+	}
+}
+
+// A Pod takes what a quota counts: its containers, or its largest init
+// container with the sidecars before it, plus overhead; pod-level
+// resources win.
+func TestPodResources(t *testing.T) {
+	cpu := func(v string) corev1.ResourceRequirements {
+		return corev1.ResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse(v)}}
+	}
+	for _, tc := range []struct {
+		name string
+		spec corev1.PodSpec
+		want string
+	}{
+		{"containers add up", corev1.PodSpec{Containers: []corev1.Container{{Resources: cpu("100m")}, {Resources: cpu("200m")}}}, "300m"},
+		{"a larger init container wins", corev1.PodSpec{
+			InitContainers: []corev1.Container{{Resources: cpu("1")}},
+			Containers:     []corev1.Container{{Resources: cpu("100m")}},
+		}, "1"},
+		{"sidecars run beside both", corev1.PodSpec{
+			InitContainers: []corev1.Container{{Resources: cpu("50m"), RestartPolicy: ptr.To(corev1.ContainerRestartPolicyAlways)}, {Resources: cpu("500m")}},
+			Containers:     []corev1.Container{{Resources: cpu("100m")}},
+		}, "550m"},
+		{"overhead on top", corev1.PodSpec{
+			Containers: []corev1.Container{{Resources: cpu("100m")}},
+			Overhead:   corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("10m")},
+		}, "110m"},
+		{"pod-level resources win", corev1.PodSpec{
+			Containers: []corev1.Container{{Resources: cpu("100m")}},
+			Resources:  &corev1.ResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("2")}},
+		}, "2"},
+	} {
+		requests, _ := podResources(&tc.spec)
+		if got := requests[corev1.ResourceCPU]; got.Cmp(resource.MustParse(tc.want)) != 0 {
+			t.Errorf("%s: %s CPU; want %s", tc.name, got.String(), tc.want)
+		}
+	}
+}
+
+// Only names a budget counts pass.
+func TestValidateBudget(t *testing.T) {
+	for budget, wantErr := range map[string]string{
+		"pods":                  "",
+		"requests.cpu":          "",
+		"count/widgets.example": "",
+		"count/":                "not a resource the budget counts",
+		"nvidia.com/gpu":        "not a resource the budget counts",
+	} {
+		err := ValidateBudget(corev1.ResourceList{corev1.ResourceName(budget): resource.MustParse("1")})
+		if (wantErr == "") != (err == nil) || err != nil && !strings.Contains(err.Error(), wantErr) {
+			t.Errorf("budget %s: %v; want %q", budget, err, wantErr)
+		}
+	}
+}
