@@ -423,13 +423,16 @@ func TestManagementApp(t *testing.T) {
 
 	t.Run("delete stops the tenant app, deletes its host namespaces and removes the finalizer", func(t *testing.T) {
 		stopsBefore := tenants.stops("alpha")
-		hostNamespace := func(name, cluster string) *corev1.Namespace {
+		hostNamespace := func(name, cluster, tenantNS string) *corev1.Namespace {
 			return &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{
 				syncer.LabelManagedBy: syncer.ManagedByValue, syncer.LabelCluster: cluster,
-			}}}
+			}, Annotations: map[string]string{syncer.AnnotationTenantName: tenantNS}}}
 		}
-		alphas, lates := hostNamespace("alpha-copies", "alpha"), hostNamespace("late-copies", "late")
-		for _, ns := range []*corev1.Namespace{alphas, lates} {
+		alphas := hostNamespace(syncer.HostNamespace("alpha", "copies"), "alpha", "copies")
+		lates := hostNamespace(syncer.HostNamespace("late", "copies"), "late", "copies")
+		// An operator's namespace with alpha's labels copied onto it.
+		impostor := hostNamespace("monitoring-copy", "alpha", "monitoring")
+		for _, ns := range []*corev1.Namespace{alphas, lates, impostor} {
 			if err := host.Create(t.Context(), ns); err != nil {
 				t.Fatal(err)
 			}
@@ -454,6 +457,9 @@ func TestManagementApp(t *testing.T) {
 		})
 		if err := host.Get(t.Context(), client.ObjectKeyFromObject(lates), lates); err != nil || !lates.DeletionTimestamp.IsZero() {
 			t.Fatalf("another cluster's host namespace was touched: %v", err)
+		}
+		if err := host.Get(t.Context(), client.ObjectKeyFromObject(impostor), impostor); err != nil || !impostor.DeletionTimestamp.IsZero() {
+			t.Fatalf("a namespace with alpha's labels but not where alpha's host namespaces are was touched: %v", err)
 		}
 		expectEvent(t, host, "alpha", "HostCleanup")
 	})

@@ -189,14 +189,14 @@ func (o *Options) BindFlags(fs *flag.FlagSet) {
 // providers.ProvideTenantModule(syncers.TenantModule). Without that, no
 // tenant would sync, and the app fails to build, saying so.
 var Module = fx.Module("syncers",
-	fx.Provide(newHub, newKubeletAPI, newTenantDNS, newTenants),
+	fx.Provide(newHub, newKubeletAPI, newTenantDNS, newTenants, newNodeHeartbeat),
 	fx.Invoke(startHub),
 )
 
 // startHub adds the Hub and the kubelet API to the management manager,
 // once the registry (built first, as a parameter) has taken the tenant
 // half.
-func startHub(mgr manager.Manager, hub *syncer.Hub, _ *clusterregistry.RemoteClusterRegistry, tenants *Tenants) error {
+func startHub(mgr manager.Manager, hub *syncer.Hub, _ *clusterregistry.RemoteClusterRegistry, tenants *Tenants, heartbeat *pods.NodeHeartbeat) error {
 	if !tenants.given {
 		return errors.New("syncers: no tenant would sync, since the registry does not run the syncers' tenant half: " +
 			"add providers.ProvideTenantModule(syncers.TenantModule) to the app")
@@ -211,7 +211,17 @@ func startHub(mgr manager.Manager, hub *syncer.Hub, _ *clusterregistry.RemoteClu
 			return err
 		}
 	}
+	if err := mgr.Add(heartbeat); err != nil {
+		return err
+	}
 	return mgr.Add(hub)
+}
+
+// newNodeHeartbeat renews the virtual nodes' Leases of the tenants whose
+// apps do not run (paused, or not started yet): the VirtualCluster
+// controller tells it which.
+func newNodeHeartbeat(p dnsParams) *pods.NodeHeartbeat {
+	return pods.NewNodeHeartbeat(p.Hub.Reader(), p.Logger.WithName("node-heartbeat"))
 }
 
 // syncersGroup is the fx value group of the syncers that Provide adds.
@@ -295,6 +305,7 @@ type kubeletParams struct {
 // newKubeletAPI listens for the kubelet API of virtual nodes, unless the
 // options turn it off (or leave it unset, as a library user who supplies
 // no Options and syncs no Pods would).
+// dnsParams are what the DNS server and the node heartbeat need.
 type dnsParams struct {
 	fx.In
 	Hub     *syncer.Hub

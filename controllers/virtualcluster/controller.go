@@ -30,6 +30,7 @@ import (
 	tenantryv1alpha1 "github.com/tenantry/tenantry/pkg/apis/tenantry/v1alpha1"
 	"github.com/tenantry/tenantry/pkg/clusterregistry"
 	"github.com/tenantry/tenantry/pkg/sharding"
+	"github.com/tenantry/tenantry/pkg/syncer/pods"
 )
 
 // +kubebuilder:rbac:groups=tenantry.dev,resources=virtualclusters,verbs=get;list;watch;update;patch
@@ -80,6 +81,9 @@ type params struct {
 	// Fence, on sharded replicas, fences the reconciler's own writes as
 	// the registry's.
 	Fence clusterregistry.Fence `optional:"true"`
+	// Nodes keeps the virtual nodes of clusters whose apps do not run
+	// alive (the syncers' module provides it).
+	Nodes *pods.NodeHeartbeat `optional:"true"`
 }
 
 // Module adds the VirtualCluster controller to the management app.
@@ -106,6 +110,9 @@ func setup(p params) error {
 		Recorder:    p.Manager.GetEventRecorder("tenantry-" + ControllerName),
 		TenantQPS:   p.Options.TenantQPS,
 		TenantBurst: p.Options.TenantBurst,
+	}
+	if p.Nodes != nil {
+		r.Nodes = p.Nodes
 	}
 	if err := p.Manager.GetFieldIndexer().IndexField(context.Background(), &tenantryv1alpha1.VirtualCluster{}, secretRefIndex,
 		func(o client.Object) []string {

@@ -59,6 +59,9 @@ type Reconciler struct {
 	Fence clusterregistry.Fence
 	// Replica names this replica in the VirtualClusters' status.replica.
 	Replica string
+	// Nodes, if set, keeps the virtual nodes of the clusters this replica
+	// runs alive while their apps do not run: paused, or not started yet.
+	Nodes NodeKeeper
 
 	mu sync.Mutex
 	// spawnedFrom is the digest of the kubeconfig each running cluster was
@@ -67,6 +70,18 @@ type Reconciler struct {
 	// hostUID is the host's kube-system namespace UID, once read.
 	hostUIDMu sync.Mutex
 	hostUID   types.UID
+}
+
+// NodeKeeper renews the virtual nodes' Leases of tenant clusters from
+// outside their apps (pods.NodeHeartbeat).
+type NodeKeeper interface {
+	// Keep renews cluster name's Leases until Forget; revision names
+	// config.
+	Keep(name, revision string, config *rest.Config) error
+	// Kept says whether cluster name is kept.
+	Kept(name string) bool
+	// Forget stops renewing cluster name's Leases.
+	Forget(name string)
 }
 
 // readiness is what a reconcile found out: the Ready condition to report,
@@ -94,21 +109,30 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		if apierrors.IsNotFound(err) {
 			// Gone without our finalizer (it was never added, or removed by
 			// hand): make sure nothing of it runs.
+			r.forgetNodes(name)
 			if err := r.stop(ctx, name); err != nil {
 				return ctrl.Result{}, err
 			}
+			r.Registry.Forget(name)
 			return ctrl.Result{}, r.removeLease(ctx, name)
 		}
 		return ctrl.Result{}, fmt.Errorf("reading VirtualCluster %s: %w", name, err)
 	}
 	if r.Shards != nil {
 		if res, runsHere, err := r.claim(ctx, &vc); !runsHere {
+			r.forgetNodes(name)
 			return res, err
 		}
 	}
 
 	if !vc.DeletionTimestamp.IsZero() {
+		r.forgetNodes(name)
 		return ctrl.Result{}, r.finalize(ctx, &vc)
+	}
+	if r.keepNodes(ctx, &vc) {
+		// Taken up a moment ago: every cluster's nodes are kept alive
+		// before any of them spawns (at 1,000 clusters, minutes).
+		return ctrl.Result{RequeueAfter: time.Millisecond}, nil
 	}
 	if !controllerutil.ContainsFinalizer(&vc, tenantryv1alpha1.Finalizer) {
 		if err := r.fenced(name); err != nil {
@@ -172,7 +196,9 @@ func (r *Reconciler) reconcileCluster(ctx context.Context, vc *tenantryv1alpha1.
 			fmt.Errorf("cluster %s is %s", name, status.State))
 	}
 
-	if host, err := r.reachesHost(ctx, config); err != nil {
+	if host, err := r.reachesHost(ctx, config); errors.Is(err, clusterregistry.ErrUnreachable) {
+		return notReady(tenantryv1alpha1.ReasonUnreachable, fmt.Sprintf("The tenant API server did not answer: %v", err), err)
+	} else if err != nil {
 		return notReady(tenantryv1alpha1.ReasonFailed, fmt.Sprintf("Telling the tenant cluster from the host: %v", err), err)
 	} else if host {
 		if err := r.stop(ctx, name); err != nil {
@@ -288,10 +314,12 @@ func (r *Reconciler) limit(config *rest.Config) {
 
 // reachesHost says whether config reaches the management cluster itself:
 // both answer with the same kube-system namespace, the UID that names a
-// cluster. A tenant that does not answer is not the host as far as this
-// can tell (Spawn reports it unreachable); one that refuses to say is an
-// error, since Tenantry needs far more rights in a tenant than reading
-// kube-system.
+// cluster. It fails closed: a tenant that does not answer is an error
+// wrapping clusterregistry.ErrUnreachable, and one that answers with an
+// error (throttled, failing, refusing to say: Tenantry needs far more
+// rights in a tenant than reading kube-system) is an error too, so that
+// nothing is spawned on a kubeconfig not known to be a tenant's. Only a
+// cluster without kube-system is not the host for sure.
 func (r *Reconciler) reachesHost(ctx context.Context, config *rest.Config) (bool, error) {
 	hostID, err := r.hostID(ctx)
 	if err != nil {
@@ -304,12 +332,14 @@ func (r *Reconciler) reachesHost(ctx context.Context, config *rest.Config) (bool
 		return false, fmt.Errorf("tenant client: %w", err)
 	}
 	ns, err := tenant.CoreV1().Namespaces().Get(ctx, metav1.NamespaceSystem, metav1.GetOptions{})
+	var status apierrors.APIStatus
 	switch {
-	case apierrors.IsForbidden(err) || apierrors.IsUnauthorized(err):
-		return false, fmt.Errorf("reading the tenant's kube-system namespace, to tell the tenant from the host: %w", err)
+	case apierrors.IsNotFound(err):
+		return false, nil // the host has one
+	case err != nil && !errors.As(err, &status):
+		return false, fmt.Errorf("%w: reading its kube-system namespace, to tell it from the host: %w", clusterregistry.ErrUnreachable, err)
 	case err != nil:
-		ctrl.LoggerFrom(ctx).V(1).Info("cannot read the tenant's kube-system namespace to tell it from the host", "error", err.Error())
-		return false, nil
+		return false, fmt.Errorf("reading the tenant's kube-system namespace, to tell the tenant from the host: %w", err)
 	}
 	return ns.UID == hostID, nil
 }
@@ -367,8 +397,9 @@ func (r *Reconciler) finalize(ctx context.Context, vc *tenantryv1alpha1.VirtualC
 // deleteHostNamespaces deletes the host namespaces that Tenantry made for
 // the cluster, and with them every copy in them: with the VirtualCluster
 // gone, nothing would keep them in step. Only namespaces carrying both of
-// Tenantry's labels for this cluster are touched; the tenant keeps all its
-// objects.
+// Tenantry's labels for this cluster, and named as Tenantry names the host
+// namespace of the tenant namespace they record, are touched; the tenant
+// keeps all its objects.
 func (r *Reconciler) deleteHostNamespaces(ctx context.Context, vc *tenantryv1alpha1.VirtualCluster) error {
 	var list corev1.NamespaceList
 	if err := r.APIReader.List(ctx, &list, client.MatchingLabels{
@@ -381,6 +412,13 @@ func (r *Reconciler) deleteHostNamespaces(ctx context.Context, vc *tenantryv1alp
 	for i := range list.Items {
 		ns := &list.Items[i]
 		if !ns.DeletionTimestamp.IsZero() {
+			continue
+		}
+		if tenantNS, ok := ns.Annotations[syncer.AnnotationTenantName]; !ok || ns.Name != syncer.HostNamespace(vc.Name, tenantNS) {
+			// Labelled as Tenantry's, and not where Tenantry puts this
+			// cluster's namespaces: someone copied the labels onto a
+			// namespace of theirs. It is not deleted.
+			ctrl.LoggerFrom(ctx).Info("leaving alone a namespace that carries the cluster's labels but is not one of its host namespaces", "namespace", ns.Name)
 			continue
 		}
 		if err := r.Client.Delete(ctx, ns, client.Preconditions{UID: &ns.UID}); client.IgnoreNotFound(err) != nil {
@@ -468,6 +506,37 @@ func (r *Reconciler) fenced(name string) error {
 		return nil
 	}
 	return r.Fence(name)
+}
+
+// keepNodes has Nodes keep vc's virtual nodes alive, paused or not, from
+// its kubeconfig: it says whether it has just taken vc up, while vc's app
+// does not run yet. Without a usable kubeconfig there is nothing to keep.
+func (r *Reconciler) keepNodes(ctx context.Context, vc *tenantryv1alpha1.VirtualCluster) (takenUp bool) {
+	if r.Nodes == nil {
+		return false
+	}
+	config, digest, bad := r.loadKubeconfig(ctx, vc)
+	switch {
+	case bad != nil && bad.transient:
+		return false // what runs keeps running; the reconcile tells the rest
+	case bad != nil:
+		r.Nodes.Forget(vc.Name)
+		return false
+	}
+	kept := r.Nodes.Kept(vc.Name)
+	if err := r.Nodes.Keep(vc.Name, fmt.Sprintf("%x", digest), config); err != nil {
+		ctrl.LoggerFrom(ctx).Error(err, "cannot keep the cluster's virtual nodes alive")
+		return false
+	}
+	_, err := r.Registry.Status(vc.Name)
+	return !kept && !vc.Spec.Paused && errors.Is(err, clusterregistry.ErrNotExist)
+}
+
+// forgetNodes stops keeping cluster name's virtual nodes alive.
+func (r *Reconciler) forgetNodes(name string) {
+	if r.Nodes != nil {
+		r.Nodes.Forget(name)
+	}
 }
 
 // stop stops the cluster's app if it runs or failed; a cluster that is not

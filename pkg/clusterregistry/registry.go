@@ -303,6 +303,18 @@ func (r *RemoteClusterRegistry) WithClient(name string, f func(c client.Client) 
 	return f(cl)
 }
 
+// Forget drops what the registry keeps of a cluster gone for good (its
+// VirtualCluster deleted) beyond its app: the series of its failures
+// metric. A cluster that runs keeps them.
+func (r *RemoteClusterRegistry) Forget(name string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if _, ok := r.clusters[name]; ok {
+		return
+	}
+	clusterFailures.DeleteLabelValues(name)
+}
+
 // Status reports the named cluster's state, or ErrNotExist.
 func (r *RemoteClusterRegistry) Status(name string) (Status, error) {
 	r.mu.RLock()

@@ -536,6 +536,18 @@ func TestDeadAPIServerIsReported(t *testing.T) {
 	if err := r.Spawn("tenant-1", env.Tenants[0].Config()); err != nil {
 		t.Fatalf("re-Spawn after the API server came back: %v", err)
 	}
+	// A running cluster keeps its failures; one gone for good does not.
+	r.Forget("tenant-1")
+	if tenantrytest.Metric(t, "tenantry_registry_cluster_failures_total", map[string]string{"cluster": "tenant-1"}) == nil {
+		t.Fatal("Forget dropped the failures of a running cluster")
+	}
+	if err := r.Stop(t.Context(), "tenant-1"); err != nil {
+		t.Fatal(err)
+	}
+	r.Forget("tenant-1")
+	if m := tenantrytest.Metric(t, "tenantry_registry_cluster_failures_total", map[string]string{"cluster": "tenant-1"}); m != nil {
+		t.Fatalf("failures of a forgotten cluster: %v; want the series gone", m)
+	}
 }
 
 func TestMetrics(t *testing.T) {

@@ -102,7 +102,7 @@ func (s *TenantScope) HostClient() client.Client { return s.host }
 // HostReader reads, from the hub's cache shared by every tenant, the host
 // objects Tenantry manages (of the types the hub watches) and every host
 // node.
-func (s *TenantScope) HostReader() client.Reader { return s.hub.reader() }
+func (s *TenantScope) HostReader() client.Reader { return s.hub.Reader() }
 
 // Excluded says whether the tenant's objects in namespace are never
 // synced (Options.ExcludeNamespaces).

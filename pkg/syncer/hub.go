@@ -165,6 +165,10 @@ func NewHub(config *rest.Config, opts HubOptions) (*Hub, error) {
 	}, nil
 }
 
+// Reader reads the hub's cache: Tenantry's host copies, the host's nodes
+// and its public CRDs.
+func (h *Hub) Reader() client.Reader { return h.cache }
+
 // Start runs the hub's informers and hands out the host budget until ctx
 // ends.
 func (h *Hub) Start(ctx context.Context) error {
@@ -197,9 +201,6 @@ func serves(mapper meta.RESTMapper, gvk schema.GroupVersionKind) (bool, error) {
 	}
 	return true, nil
 }
-
-// reader reads host objects that Tenantry manages, from the shared cache.
-func (h *Hub) reader() client.Reader { return h.cache }
 
 // clientFor returns a host client for one tenant's writes, whose requests
 // wait for the tenant's turn in the host budget. It shares the hub's

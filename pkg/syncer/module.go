@@ -158,10 +158,10 @@ func setup(mgr manager.Manager, cluster string, log logr.Logger, hub *Hub, opts 
 			return fmt.Errorf("isolating cluster %s's Pods from the host API server: %w", cluster, err)
 		}
 	}
-	policies := newNamespacePolicies(tr, hub.reader(), host, excluded, opts, apiServerIPs)
+	policies := newNamespacePolicies(tr, hub.Reader(), host, excluded, opts, apiServerIPs)
 	namespaces := &hostNamespaces{
 		syncer: namespaceSyncer(opts.PodSecurityLevel), translator: tr,
-		tenant: mgr.GetClient(), hostRead: hub.reader(), host: host, policies: policies,
+		tenant: mgr.GetClient(), hostRead: hub.Reader(), host: host, policies: policies,
 	}
 	recorder := mgr.GetEventRecorder("tenantry-syncer")
 	scope := &TenantScope{cluster: cluster, mgr: mgr, log: log, hub: hub, host: host, translator: tr, excluded: excluded}
@@ -170,7 +170,7 @@ func setup(mgr manager.Manager, cluster string, log logr.Logger, hub *Hub, opts 
 		if err := ValidateBudget(opts.Budget); err != nil {
 			return fmt.Errorf("the budget of cluster %s: %w", cluster, err)
 		}
-		budget = newResourceBudget(cluster, opts.Budget, hub.reader(), mgr.GetScheme())
+		budget = newResourceBudget(cluster, opts.Budget, hub.Reader(), mgr.GetScheme())
 		if opts.BudgetReporter != nil {
 			if err := mgr.Add(manager.RunnableFunc(func(ctx context.Context) error {
 				budget.report(ctx, log.WithName("budget"), opts.BudgetReporter)
@@ -194,7 +194,7 @@ func setup(mgr manager.Manager, cluster string, log logr.Logger, hub *Hub, opts 
 		}
 		r := &reconciler{
 			syncer: s, gvk: gvk, budget: budget, translator: tr, namespaces: namespaces,
-			tenant: mgr.GetClient(), hostRead: hub.reader(), host: host,
+			tenant: mgr.GetClient(), hostRead: hub.Reader(), host: host,
 			recorder: recorder, excluded: excluded, rejections: newRejections(),
 		}
 		b := tenantController(mgr, s.Name+"-syncer", controller.Options{MaxConcurrentReconciles: opts.Workers}).

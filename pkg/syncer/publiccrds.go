@@ -40,7 +40,7 @@ type publicCRDs struct {
 }
 
 func setupPublicCRDs(mgr manager.Manager, cluster string, hub *Hub) error {
-	r := &publicCRDs{cluster: cluster, tenant: mgr.GetClient(), hostRead: hub.reader(), recorder: mgr.GetEventRecorder("tenantry-syncer")}
+	r := &publicCRDs{cluster: cluster, tenant: mgr.GetClient(), hostRead: hub.Reader(), recorder: mgr.GetEventRecorder("tenantry-syncer")}
 	return tenantController(mgr, "public-crds", controller.Options{}).
 		For(&apiextensionsv1.CustomResourceDefinition{}, builder.WithPredicates(predicate.NewPredicateFuncs(func(o client.Object) bool {
 			return o.GetLabels()[LabelManagedBy] == ManagedByValue

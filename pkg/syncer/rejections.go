@@ -46,6 +46,9 @@ type refusal struct {
 	// reasonRefused.
 	reason  string
 	message string
+	// detail, if set, is what the host said, for the log only: the
+	// message tells the tenant less.
+	detail string
 }
 
 // reasonRefused is the metric reason of a copy the syncer refused.
@@ -82,9 +85,25 @@ func hostRejection(err error) *refusal {
 	}
 	if apierrors.IsForbidden(err) || apierrors.IsInvalid(err) || apierrors.IsBadRequest(err) ||
 		apierrors.IsRequestEntityTooLargeError(err) || disruptionBudget(status) {
-		return &refusal{reason: string(status.ErrStatus.Reason), message: refusalMessage(status)}
+		out := &refusal{reason: string(status.ErrStatus.Reason), message: refusalMessage(status)}
+		if ownRights(status) {
+			// The host's authorizer refused Tenantry itself: its message
+			// names the manager's host identity, which is not the
+			// tenant's to know, nor to mend.
+			out.message, out.detail = "the host did not let Tenantry write this object's copy: Tenantry's own rights in the host lack it (its log says which); ask the host's administrator", out.message
+		}
+		return out
 	}
 	return nil
+}
+
+// ownRights says whether status is the host authorizer's refusal of
+// Tenantry's own identity ("User ... cannot create resource ..."), rather
+// than admission's refusal of the object (a quota, Pod Security, a
+// webhook), which the tenant is told as the host says it.
+func ownRights(status *apierrors.StatusError) bool {
+	m := status.ErrStatus.Message
+	return apierrors.IsForbidden(status) && strings.Contains(m, `User "`) && strings.Contains(m, " cannot ") && strings.Contains(m, ` resource "`)
 }
 
 // tenantError marks a failed write to the tenant (bringing status up,
@@ -198,7 +217,11 @@ func (r *reconciler) hostRejected(ctx context.Context, key types.NamespacedName,
 		if refusal.reason == reasonRefused {
 			note = "this object is not copied to the host: "
 		}
-		ctrl.LoggerFrom(ctx).Info("the copy was refused; retrying with backoff", "reason", refusal.reason, "message", message, "retryIn", retry.String())
+		log := ctrl.LoggerFrom(ctx)
+		if refusal.detail != "" {
+			log = log.WithValues("host", refusal.detail)
+		}
+		log.Info("the copy was refused; retrying with backoff", "reason", refusal.reason, "message", message, "retryIn", retry.String())
 		r.recorder.Eventf(tenant, nil, corev1.EventTypeWarning, ReasonHostRejected, "Sync", "%s%s", note, message)
 	}
 	if r.syncer.Lifecycle != nil {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 
 	policyv1 "k8s.io/api/policy/v1"
@@ -50,6 +51,23 @@ func budgetRefusal() *apierrors.StatusError {
 		Type: policyv1.DisruptionBudgetCause, Message: "The disruption budget web needs 2 healthy pods and has 2 currently",
 	})
 	return err
+}
+
+// The host authorizer's refusal of Tenantry's own identity reaches the
+// tenant without naming it; admission's refusal of the object reaches it
+// as the host said it.
+func TestRefusalOfTenantrysOwnRightsIsNotTold(t *testing.T) {
+	rbac := apierrors.NewForbidden(schema.GroupResource{Resource: "pods"}, "web",
+		errors.New(`User "system:serviceaccount:tenantry-system:tenantry" cannot create resource "pods" in API group "" in the namespace "vc-x-default"`))
+	r := hostRejection(rbac)
+	if r == nil || strings.Contains(r.message, "system:serviceaccount") || !strings.Contains(r.message, "Tenantry's own rights") ||
+		!strings.Contains(r.detail, "tenantry-system:tenantry") {
+		t.Errorf("refusal %+v: want a message without the host identity, the host's words kept for the log", r)
+	}
+	quota := apierrors.NewForbidden(schema.GroupResource{Resource: "pods"}, "web", errors.New("exceeded quota: tenantry-quota, requested: pods=1"))
+	if r := hostRejection(quota); r == nil || !strings.Contains(r.message, "exceeded quota") || r.detail != "" {
+		t.Errorf("quota refusal %+v: want the host's message as it is", r)
+	}
 }
 
 func TestRefusalMessageTellsTheCauses(t *testing.T) {

@@ -50,3 +50,34 @@ func Poll(ctx context.Context, interval, timeout time.Duration, cond func(ctx co
 	}
 	return err
 }
+
+// Consistently checks cond every interval, at once first, for duration,
+// and fails the test the first time it does not hold, naming what should
+// have held and why not. It samples a state that must last (a node that
+// stays Ready): to wait for a state, use Eventually.
+func Consistently(t testing.TB, duration, interval time.Duration, what string, cond func(ctx context.Context) (bool, error)) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), duration)
+	defer cancel()
+	var failed error
+	_ = wait.PollUntilContextCancel(ctx, interval, true, func(ctx context.Context) (bool, error) {
+		ok, err := cond(ctx)
+		if ctx.Err() != nil {
+			return true, nil // the duration is over: a check cut short says nothing
+		}
+		if !ok {
+			failed = fmt.Errorf("%w", err)
+			if err == nil {
+				failed = fmt.Errorf("it did not")
+			}
+			return true, nil
+		}
+		return false, nil
+	})
+	if failed != nil {
+		t.Fatalf("%s: stopped holding within %s: %v", what, duration, failed)
+	}
+	if t.Context().Err() != nil {
+		t.Fatalf("%s: the test ended first", what)
+	}
+}

@@ -144,21 +144,26 @@ func TestDown(t *testing.T) {
 			refused: APIAccessSecretSuffix,
 		},
 		{
-			name: "updated: images and the deadline follow the tenant, the rest stays as the host has it",
+			name: "updated: images, the deadline and removed scheduling gates follow the tenant, the rest stays as the host has it",
 			tenant: tenantPod(func(p *corev1.Pod) {
 				p.Spec.Containers[0].Image, p.Spec.InitContainers[0].Image = "web:v2", "init:v2"
 				p.Spec.ActiveDeadlineSeconds = ptr.To[int64](60)
 				p.Spec.Containers = append(p.Spec.Containers, corev1.Container{Name: "late", Image: "late:v1"}) // immutable: not taken
+				p.Spec.SchedulingGates = []corev1.PodSchedulingGate{{Name: "example.com/quota"}, {Name: "tenant.example/added-later"}}
 			}),
 			current: &corev1.Pod{
 				ObjectMeta: metav1.ObjectMeta{ResourceVersion: "3"},
 				Spec: corev1.PodSpec{NodeName: "kwok-node-1", SchedulerName: corev1.DefaultSchedulerName,
+					SchedulingGates: []corev1.PodSchedulingGate{{Name: "kueue.x-k8s.io/admission"}, {Name: "example.com/quota"}},
 					Containers:     []corev1.Container{{Name: "web", Image: "web:v1"}},
 					InitContainers: []corev1.Container{{Name: "init", Image: "init:v1"}}},
 			},
 			check: func(t *testing.T, host *corev1.Pod) {
 				if host.Spec.Containers[0].Image != "web:v2" || host.Spec.InitContainers[0].Image != "init:v2" {
 					t.Errorf("images %s, %s; want the tenant's v2", host.Spec.Containers[0].Image, host.Spec.InitContainers[0].Image)
+				}
+				if g := host.Spec.SchedulingGates; len(g) != 1 || g[0].Name != "example.com/quota" {
+					t.Errorf("scheduling gates %v; want the one the tenant removed gone, and none added", g)
 				}
 				if ptr.Deref(host.Spec.ActiveDeadlineSeconds, 0) != 60 {
 					t.Errorf("activeDeadlineSeconds %v, want 60", host.Spec.ActiveDeadlineSeconds)

@@ -356,12 +356,8 @@ func (r *virtualNodes) renew(ctx context.Context, node *corev1.Node) error {
 					APIVersion: "v1", Kind: "Node", Name: node.Name, UID: node.UID,
 				}},
 			},
-			Spec: coordinationv1.LeaseSpec{
-				HolderIdentity:       ptr.To(node.Name),
-				LeaseDurationSeconds: ptr.To(int32(nodeLeaseDuration / time.Second)),
-				RenewTime:            &metav1.MicroTime{Time: time.Now()},
-			},
 		}
+		renewLease(&lease, node.Name)
 		if err := r.tenant.Create(ctx, &lease); err != nil {
 			return fmt.Errorf("creating virtual node %s's Lease: %w", node.Name, err)
 		}
@@ -373,9 +369,7 @@ func (r *virtualNodes) renew(ctx context.Context, node *corev1.Node) error {
 	if lease.Spec.RenewTime != nil && time.Since(lease.Spec.RenewTime.Time) < nodeLeaseRenewInterval/2 {
 		return nil
 	}
-	lease.Spec.HolderIdentity = ptr.To(node.Name)
-	lease.Spec.LeaseDurationSeconds = ptr.To(int32(nodeLeaseDuration / time.Second))
-	lease.Spec.RenewTime = &metav1.MicroTime{Time: time.Now()}
+	renewLease(&lease, node.Name)
 	if err := r.tenant.Update(ctx, &lease); err != nil {
 		return fmt.Errorf("renewing virtual node %s's Lease: %w", node.Name, err)
 	}

@@ -103,10 +103,15 @@ func Syncer(opts Options) syncer.Syncer {
 				host.Spec = spec
 				return err
 			}
-			// A Pod's spec is immutable but for images and the deadline.
+			// A Pod's spec is immutable but for images, the deadline and
+			// the removal of scheduling gates (a queue such as Kueue
+			// admitting the Pod).
 			syncImages(tenant.Spec.Containers, host.Spec.Containers)
 			syncImages(tenant.Spec.InitContainers, host.Spec.InitContainers)
 			host.Spec.ActiveDeadlineSeconds = tenant.Spec.ActiveDeadlineSeconds
+			host.Spec.SchedulingGates = slices.DeleteFunc(host.Spec.SchedulingGates, func(g corev1.PodSchedulingGate) bool {
+				return !slices.Contains(tenant.Spec.SchedulingGates, g)
+			})
 			return nil
 		},
 		Stripped: func(t client.Object) string {
