@@ -155,8 +155,8 @@ func TestDown(t *testing.T) {
 				ObjectMeta: metav1.ObjectMeta{ResourceVersion: "3"},
 				Spec: corev1.PodSpec{NodeName: "kwok-node-1", SchedulerName: corev1.DefaultSchedulerName,
 					SchedulingGates: []corev1.PodSchedulingGate{{Name: "kueue.x-k8s.io/admission"}, {Name: "example.com/quota"}},
-					Containers:     []corev1.Container{{Name: "web", Image: "web:v1"}},
-					InitContainers: []corev1.Container{{Name: "init", Image: "init:v1"}}},
+					Containers:      []corev1.Container{{Name: "web", Image: "web:v1"}},
+					InitContainers:  []corev1.Container{{Name: "init", Image: "init:v1"}}},
 			},
 			check: func(t *testing.T, host *corev1.Pod) {
 				if host.Spec.Containers[0].Image != "web:v2" || host.Spec.InitContainers[0].Image != "init:v2" {
