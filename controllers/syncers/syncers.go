@@ -27,6 +27,7 @@ import (
 	tenantryv1alpha1 "github.com/tenantry/tenantry/pkg/apis/tenantry/v1alpha1"
 	"github.com/tenantry/tenantry/pkg/clusterregistry"
 	"github.com/tenantry/tenantry/pkg/kubeletapi"
+	"github.com/tenantry/tenantry/pkg/sharding"
 	"github.com/tenantry/tenantry/pkg/syncer"
 	"github.com/tenantry/tenantry/pkg/syncer/builtin"
 	"github.com/tenantry/tenantry/pkg/syncer/pods"
@@ -242,6 +243,9 @@ type hubParams struct {
 	// Fence, on sharded replicas, fences each tenant's host requests on
 	// its Lease.
 	Fence clusterregistry.Fence `optional:"true"`
+	// Shards, on sharded replicas, gives the fencing margin that bounds
+	// each host request.
+	Shards *sharding.Coordinator `optional:"true"`
 }
 
 // options are the supplied Options, or all built-in syncers.
@@ -254,11 +258,16 @@ func options(supplied *Options) Options {
 
 func newHub(p hubParams) (*syncer.Hub, error) {
 	o := options(p.Options)
-	return syncer.NewHub(p.Config, syncer.HubOptions{
+	opts := syncer.HubOptions{
 		Scheme: p.Scheme, HostQPS: o.HostQPS, HostBurst: o.HostBurst,
 		TenantQPS: o.TenantQPS, TenantBurst: o.TenantBurst,
 		Fence: p.Fence,
-	})
+	}
+	if p.Shards != nil {
+		// A request the fence let go lands within the margin, or never.
+		opts.RequestTimeout = p.Shards.WriteMargin() * 2 / 3
+	}
+	return syncer.NewHub(p.Config, opts)
 }
 
 // Tenants is the syncers' tenant half, which Module provides: the module

@@ -150,6 +150,13 @@ func New(c client.Client, opts Options) (*Coordinator, error) {
 // Identity is this replica's identity.
 func (co *Coordinator) Identity() string { return co.opts.Identity }
 
+// WriteMargin is how long a request sent while Holds said yes may take and
+// still land before a peer may take its key (LeaseDuration less
+// RenewDeadline less RenewPeriod): bound fenced requests by less.
+func (co *Coordinator) WriteMargin() time.Duration {
+	return co.opts.LeaseDuration - co.opts.RenewDeadline - co.opts.RenewPeriod
+}
+
 // Lost is closed once this replica must not write for any key: it has
 // failed to renew its peer Lease for the renew deadline (its peers take its
 // keys once its Lease has run out), or Run has ended. A lost Coordinator

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"sync"
+	"time"
 
 	"golang.org/x/time/rate"
 	corev1 "k8s.io/api/core/v1"
@@ -48,6 +49,12 @@ type HubOptions struct {
 	// it holds the tenant's Lease. The tenant's app gets the same Fence
 	// from the registry (clusterregistry.Options.Fence).
 	Fence clusterregistry.Fence
+	// RequestTimeout, if set, bounds each of a tenant's host requests.
+	// With a Fence, keep it under the fencing margin (see
+	// sharding.Coordinator.WriteMargin), so that a request the fence let
+	// go lands before another replica may write for the tenant, or not at
+	// all.
+	RequestTimeout time.Duration
 }
 
 // The default budget of requests to the host, shared by every tenant.
@@ -216,6 +223,9 @@ func (h *Hub) clientFor(cluster string) (client.Client, error) {
 	// host's audit log shows (the shared transport's own is set only where
 	// a request has none).
 	httpClient := *h.httpClient
+	if h.opts.RequestTimeout > 0 {
+		httpClient.Timeout = h.opts.RequestTimeout
+	}
 	httpClient.Transport = transport.NewUserAgentRoundTripper(
 		rest.DefaultKubernetesUserAgent()+" tenantry-syncer/"+cluster, h.httpClient.Transport)
 	c, err := client.New(cfg, client.Options{Scheme: h.opts.Scheme, Mapper: h.mapper, HTTPClient: &httpClient})

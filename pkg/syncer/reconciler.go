@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"sync"
 	"time"
 
@@ -143,6 +144,11 @@ func (r *reconciler) sync(ctx context.Context, key types.NamespacedName, tenant,
 		case r.syncer.OnlyExisting:
 			return false, reconcile.Result{}, nil
 		case r.syncer.lost(tenant):
+			// Gone from the cache, which sees Tenantry's labels only:
+			// gone, or relabelled by hand.
+			if relabelled, err := r.relabel(ctx, tenant); err != nil || relabelled {
+				return relabelled, reconcile.Result{RequeueAfter: cacheLagRetry}, err
+			}
 			if err := r.syncer.Lifecycle.Lost(ctx, r.tenant, tenant.DeepCopyObject().(client.Object)); err != nil {
 				return false, reconcile.Result{}, tenantError{fmt.Errorf("reporting the loss of the host copy of %s %s: %w", r.syncer.Name, key, err)}
 			}
@@ -227,8 +233,55 @@ func (r *reconciler) alreadyExists(ctx context.Context, tenant, desired client.O
 	if r.isCopy(existing, client.ObjectKeyFromObject(tenant)) {
 		return false, reconcile.Result{RequeueAfter: cacheLagRetry}, nil
 	}
+	if relabelled, err := r.restoreLabels(ctx, tenant, existing); err != nil || relabelled {
+		return relabelled, reconcile.Result{RequeueAfter: cacheLagRetry}, err
+	}
 	result, err := r.foreign(ctx, tenant, client.ObjectKeyFromObject(desired))
 	return false, result, err
+}
+
+// relabel reads tenant's host copy from the host itself and gives it back
+// Tenantry's labels if someone took them off, which took it out of the
+// hub's cache (that sees Tenantry's labels only): it says whether it did.
+func (r *reconciler) relabel(ctx context.Context, tenant client.Object) (bool, error) {
+	existing := r.syncer.Object()
+	key := r.translator.hostKey(client.ObjectKeyFromObject(tenant), r.syncer.ClusterScoped)
+	if err := r.host.Get(ctx, key, existing); err != nil {
+		if apierrors.IsNotFound(err) {
+			return false, nil
+		}
+		return false, fmt.Errorf("reading host %s %s: %w", r.syncer.Name, key, err)
+	}
+	return r.restoreLabels(ctx, tenant, existing)
+}
+
+// restoreLabels gives existing, a host object where tenant's copy belongs,
+// back Tenantry's labels when it is tenant's copy by its annotations (the
+// tenant object's UID among them, which nobody else knows) and lost the
+// labels; it says whether it did.
+func (r *reconciler) restoreLabels(ctx context.Context, tenant, existing client.Object) (bool, error) {
+	a, l := existing.GetAnnotations(), existing.GetLabels()
+	if a[AnnotationTenantUID] != string(tenant.GetUID()) || a[AnnotationTenantName] != tenant.GetName() ||
+		a[AnnotationTenantNamespace] != tenant.GetNamespace() ||
+		(l[LabelManagedBy] == ManagedByValue && l[LabelCluster] == r.translator.Cluster) {
+		return false, nil
+	}
+	if v, ok := l[LabelCluster]; ok && v != r.translator.Cluster {
+		return false, nil // another cluster's label: not ours to take
+	}
+	patch := client.MergeFrom(existing.DeepCopyObject().(client.Object))
+	labels := maps.Clone(l)
+	if labels == nil {
+		labels = map[string]string{}
+	}
+	labels[LabelManagedBy], labels[LabelCluster] = ManagedByValue, r.translator.Cluster
+	existing.SetLabels(labels)
+	if err := r.host.Patch(ctx, existing, patch); err != nil {
+		return false, fmt.Errorf("restoring the labels of host %s %s: %w", r.syncer.Name, client.ObjectKeyFromObject(existing), err)
+	}
+	writes.WithLabelValues(r.translator.Cluster, r.syncer.Name, "down", "update").Inc()
+	ctrl.LoggerFrom(ctx).Info("restored Tenantry's labels on the host copy, which someone took off", "host", client.ObjectKeyFromObject(existing))
+	return true, nil
 }
 
 // foreign reports a host object in the way that Tenantry does not own: it

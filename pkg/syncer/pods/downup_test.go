@@ -194,12 +194,40 @@ func TestDown(t *testing.T) {
 	}
 }
 
+// A tenant Pod shows its host node's IP only when node addresses are
+// shown; otherwise its virtual node's (the kubelet API's endpoint), or
+// none.
+func TestUpHidesTheHostIP(t *testing.T) {
+	host := tenantPod(func(p *corev1.Pod) {
+		p.Status = corev1.PodStatus{Phase: corev1.PodRunning, HostIP: "10.240.0.1", HostIPs: []corev1.HostIP{{IP: "10.240.0.1"}}}
+	})
+	for _, tc := range []struct {
+		name   string
+		hostIP func() string
+		want   string
+	}{
+		{"shown", nil, "10.240.0.1"},
+		{"hidden", func() string { return "" }, ""},
+		{"the virtual node's", func() string { return "192.0.2.10" }, "192.0.2.10"},
+	} {
+		tenant := tenantPod(nil)
+		copyStatus(host, tenant, tc.hostIP)
+		if got := tenant.Status.HostIP; got != tc.want || (got == "") != (len(tenant.Status.HostIPs) == 0) || got != "" && tenant.Status.HostIPs[0].IP != got {
+			t.Errorf("%s: hostIP %q, hostIPs %v; want %q", tc.name, got, tenant.Status.HostIPs, tc.want)
+		}
+	}
+	if shownHostIP(Options{ExposeNodeAddresses: true}) != nil || shownHostIP(Options{})() != "" {
+		t.Error("shownHostIP: want the host's with addresses exposed, none by default")
+	}
+}
+
 // What Pods' Up writes to the tenant Pod: a binding to the host Pod's node
 // once the host scheduled it, then the host's status (the tenant's own QoS
 // class kept), and nothing when nothing changed.
 func TestUp(t *testing.T) {
 	running := corev1.PodStatus{
 		Phase: corev1.PodRunning, PodIP: "10.244.1.7", QOSClass: corev1.PodQOSBestEffort,
+		HostIP: "10.240.0.1", HostIPs: []corev1.HostIP{{IP: "10.240.0.1"}},
 		Conditions: []corev1.PodCondition{{Type: corev1.PodScheduled, Status: corev1.ConditionTrue}, {Type: corev1.PodReady, Status: corev1.ConditionTrue}},
 	}
 	pending := corev1.PodStatus{Phase: corev1.PodPending, QOSClass: corev1.PodQOSBestEffort,
@@ -271,7 +299,7 @@ func TestUp(t *testing.T) {
 			if err := c.Get(t.Context(), client.ObjectKeyFromObject(tenant), stored); err != nil {
 				t.Fatal(err)
 			}
-			changed, err := Syncer(Options{}).Up(t.Context(), c, host, stored)
+			changed, err := Syncer(Options{ExposeNodeAddresses: true}).Up(t.Context(), c, host, stored)
 			if err != nil {
 				t.Fatal(err)
 			}

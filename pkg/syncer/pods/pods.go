@@ -3,6 +3,7 @@ package pods
 import (
 	"context"
 	"fmt"
+	"net"
 	"slices"
 	"strings"
 
@@ -122,7 +123,7 @@ func Syncer(opts Options) syncer.Syncer {
 			}
 			return strings.Join(stripped, "; ")
 		},
-		Up:         up,
+		Up:         upWith(shownHostIP(opts)),
 		Lifecycle:  lifecycle{},
 		Extensions: extensions(opts),
 	}
@@ -284,9 +285,35 @@ func syncImages(tenant, host []corev1.Container) {
 	}
 }
 
-// up binds the tenant Pod to the host Pod's node, then, in a later sync,
-// copies the status.
-func up(ctx context.Context, c client.Client, h, t client.Object) (bool, error) {
+// shownHostIP is, when opts hide host nodes' addresses, the host IP that a
+// tenant Pod shows instead of its host node's: its virtual node's address,
+// the kubelet API's endpoint, or none. Nil when the addresses are shown.
+func shownHostIP(opts Options) func() string {
+	switch {
+	case opts.ExposeNodeAddresses:
+		return nil
+	case opts.KubeletAPI != nil:
+		return func() string {
+			address, _ := opts.KubeletAPI.Endpoint()
+			if net.ParseIP(address) == nil {
+				return ""
+			}
+			return address
+		}
+	}
+	return func() string { return "" }
+}
+
+// upWith binds the tenant Pod to the host Pod's node, then, in a later
+// sync, copies the status, with hostIP, if set, for the host node's IP.
+func upWith(hostIP func() string) func(context.Context, client.Client, client.Object, client.Object) (bool, error) {
+	copyStatus := statusCopier(hostIP)
+	return func(ctx context.Context, c client.Client, h, t client.Object) (bool, error) {
+		return up(ctx, c, h, t, copyStatus)
+	}
+}
+
+func up(ctx context.Context, c client.Client, h, t client.Object, copyStatus func(context.Context, client.Client, client.Object, client.Object) (bool, error)) (bool, error) {
 	host, tenant := h.(*corev1.Pod), t.(*corev1.Pod)
 	if host.Spec.NodeName != "" && tenant.Spec.NodeName == "" {
 		binding := &corev1.Binding{
@@ -301,13 +328,25 @@ func up(ctx context.Context, c client.Client, h, t client.Object) (bool, error) 
 	return copyStatus(ctx, c, h, t)
 }
 
-// copyStatus brings the host Pod's status up. A DisruptionTarget
-// condition that the tenant set (its API server does, on an eviction, just
-// before it deletes the Pod) stays until the host has one of its own, so
-// that the host Pod is evicted, not deleted.
-var copyStatus = syncer.StatusUp(func(h, t client.Object) bool {
+// statusCopier brings the host Pod's status up, with hostIP, if set, for
+// the host node's IP. A DisruptionTarget condition that the tenant set (its
+// API server does, on an eviction, just before it deletes the Pod) stays
+// until the host has one of its own, so that the host Pod is evicted, not
+// deleted.
+func statusCopier(hostIP func() string) func(context.Context, client.Client, client.Object, client.Object) (bool, error) {
+	return syncer.StatusUp(func(h, t client.Object) bool { return copyStatus(h, t, hostIP) })
+}
+
+func copyStatus(h, t client.Object, hostIP func() string) bool {
 	host, tenant := h.(*corev1.Pod), t.(*corev1.Pod)
 	status := *host.Status.DeepCopy()
+	if hostIP != nil && status.HostIP != "" {
+		// The host node's address is the host's business.
+		status.HostIP, status.HostIPs = hostIP(), nil
+		if status.HostIP != "" {
+			status.HostIPs = []corev1.HostIP{{IP: status.HostIP}}
+		}
+	}
 	// The tenant's API server set the tenant Pod's QoS class at creation,
 	// from its own view (no host LimitRange), and it never changes.
 	status.QOSClass = tenant.Status.QOSClass
@@ -326,7 +365,7 @@ var copyStatus = syncer.StatusUp(func(h, t client.Object) bool {
 	}
 	tenant.Status = status
 	return true
-})
+}
 
 // observedGenerations turns the generations of the host Pod that the
 // host's kubelet reports it has seen (status.observedGeneration and each

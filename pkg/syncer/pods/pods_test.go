@@ -145,7 +145,7 @@ func TestPodStatusKeepsTheTenantsEvictionMark(t *testing.T) {
 			host := scheduledPod(tc.host...)
 			host.Status.PodIP = "10.244.1.7"
 			after := runOnTenant(t, scheduledPod(tc.tenant...), func(ctx context.Context, c client.Client, tenant client.Object) error {
-				_, err := copyStatus(ctx, c, host, tenant)
+				_, err := statusCopier(nil)(ctx, c, host, tenant)
 				return err
 			})
 			if after.Status.PodIP != host.Status.PodIP {

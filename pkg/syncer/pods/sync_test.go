@@ -99,8 +99,32 @@ func TestPodSync(t *testing.T) {
 		if err := tenant.Get(ctx, client.ObjectKeyFromObject(pod), &p); err != nil {
 			return false, err
 		}
-		ok := p.Spec.NodeName == running.Spec.NodeName && equality.Semantic.DeepEqual(p.Status, running.Status)
+		// The host node's address is hidden: the default Options show
+		// no node addresses.
+		want := *running.Status.DeepCopy()
+		want.HostIP, want.HostIPs = "", nil
+		ok := p.Spec.NodeName == running.Spec.NodeName && equality.Semantic.DeepEqual(p.Status, want)
 		return ok, fmt.Errorf("node %q phase %q ip %q conditions %v", p.Spec.NodeName, p.Status.Phase, p.Status.PodIP, p.Status.Conditions)
+	})
+
+	t.Run("a host Pod whose labels someone took off is not taken for gone", func(t *testing.T) {
+		var hp corev1.Pod
+		if err := shared.Host.Get(ctx, hostKey, &hp); err != nil {
+			t.Fatal(err)
+		}
+		patch := client.MergeFrom(hp.DeepCopy())
+		delete(hp.Labels, syncer.LabelManagedBy)
+		if err := shared.Host.Patch(ctx, &hp, patch); err != nil {
+			t.Fatal(err)
+		}
+		eventually(t, 20*time.Second, "the host Pod's label restored", func(ctx context.Context) (bool, error) {
+			err := shared.Host.Get(ctx, hostKey, &hp)
+			return err == nil && hp.Labels[syncer.LabelManagedBy] == syncer.ManagedByValue, fmt.Errorf("labels %v (%v)", hp.Labels, err)
+		})
+		var p corev1.Pod
+		if err := tenant.Get(ctx, client.ObjectKeyFromObject(pod), &p); err != nil || p.Status.Phase != corev1.PodRunning {
+			t.Fatalf("tenant Pod: %v, phase %s; want it Running still", err, p.Status.Phase)
+		}
 	})
 
 	t.Run("a tenant Pod's deletion is mirrored, and completed once the host Pod is gone", func(t *testing.T) {
