@@ -114,7 +114,10 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 				return ctrl.Result{}, err
 			}
 			r.Registry.Forget(name)
-			return ctrl.Result{}, r.removeLease(ctx, name)
+			if err := r.removeLease(ctx, name); err != nil {
+				return ctrl.Result{}, err
+			}
+			return r.removeOrphanLease(ctx, name)
 		}
 		return ctrl.Result{}, fmt.Errorf("reading VirtualCluster %s: %w", name, err)
 	}
@@ -496,6 +499,25 @@ func (r *Reconciler) removeLease(ctx context.Context, name string) error {
 		return fmt.Errorf("VirtualCluster %s: %w", name, err)
 	}
 	return nil
+}
+
+// removeOrphanLease deletes the Lease of a VirtualCluster that is gone
+// (deleted without its finalizer, say) while a replica that died held it:
+// the replica that owns the name takes the Lease, as from any dead holder,
+// and deletes it. While a live replica holds it, that replica deletes it
+// itself; this one looks again until it is gone.
+func (r *Reconciler) removeOrphanLease(ctx context.Context, name string) (ctrl.Result, error) {
+	if r.Shards == nil || r.Shards.Owner(name) != r.Shards.Identity() {
+		return ctrl.Result{}, nil
+	}
+	held, err := r.Shards.Acquire(ctx, name)
+	if err != nil {
+		return ctrl.Result{}, fmt.Errorf("VirtualCluster %s is gone; taking its Lease to delete it: %w", name, err)
+	}
+	if !held {
+		return ctrl.Result{RequeueAfter: handoverPoll}, nil
+	}
+	return ctrl.Result{}, r.removeLease(ctx, name)
 }
 
 // fenced is an error once this replica may no longer write for the

@@ -227,6 +227,9 @@ func setup(mgr manager.Manager, cluster string, log logr.Logger, hub *Hub, opts 
 	if err := policies.setup(mgr, hub); err != nil {
 		return err
 	}
+	if err := setupNetworkPolicyNotice(mgr, recorder, excluded); err != nil {
+		return err
+	}
 	if !opts.DisablePublicCRDs {
 		if err := setupPublicCRDs(mgr, cluster, hub); err != nil {
 			return err

@@ -246,7 +246,14 @@ func finishReassignment(ctx context.Context, c client.Client, host, placeholder 
 		restored.Annotations = map[string]string{}
 	}
 	restored.Annotations[AnnotationHostClusterIP] = host.Spec.ClusterIP
-	if rerr := c.Update(ctx, restored); rerr != nil {
+	rerr := c.Update(ctx, restored)
+	if apierrors.IsInvalid(rerr) {
+		// Its own was taken meanwhile: a new one, which the tenant's API
+		// server allocates, rather than an ExternalName for good.
+		restored.Spec.ClusterIP, restored.Spec.ClusterIPs, restored.Spec.IPFamilies = "", nil, nil
+		rerr = c.Update(ctx, restored)
+	}
+	if rerr != nil {
 		return true, fmt.Errorf("taking the host's cluster IP %s failed (%v), and restoring %s too (the next sync finishes it): %w",
 			host.Spec.ClusterIP, err, before.ClusterIP, rerr)
 	}

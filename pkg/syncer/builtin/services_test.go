@@ -86,3 +86,49 @@ func TestClusterIPSwapSurvivesAKill(t *testing.T) {
 		t.Fatal("the swap's record stayed")
 	}
 }
+
+// A swap whose host IP the tenant cannot take, and whose own IP another
+// Service took meanwhile, ends with a new IP of the tenant's, never stuck
+// as an ExternalName.
+func TestClusterIPSwapWhoseOwnIPWasTakenGetsANewOne(t *testing.T) {
+	env := tenantrytest.New(t, tenantrytest.Options{})
+	ctx := t.Context()
+	tenant, err := client.NewWithWatch(env.Host.Config(), client.Options{Scheme: clientgoscheme.Scheme})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ports := []corev1.ServicePort{{Name: "http", Port: 80, Protocol: corev1.ProtocolTCP}}
+	web := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "web"}, Spec: corev1.ServiceSpec{Ports: ports}}
+	if err := tenant.Create(ctx, web); err != nil {
+		t.Fatal(err)
+	}
+	own := web.Spec.ClusterIP
+	// Outside the tenant's service range: the tenant cannot take it.
+	host := &corev1.Service{Spec: corev1.ServiceSpec{ClusterIP: "192.0.2.1", ClusterIPs: []string{"192.0.2.1"}}}
+	thief := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "thief"},
+		Spec: corev1.ServiceSpec{ClusterIP: own, ClusterIPs: []string{own}, Ports: ports}}
+	updates := 0
+	takenMidway := interceptor.NewClient(tenant, interceptor.Funcs{
+		Update: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.UpdateOption) error {
+			if err := c.Update(ctx, obj, opts...); err != nil {
+				return err
+			}
+			if updates++; updates == 1 { // the Service passes through ExternalName: its IP is free
+				return c.Create(ctx, thief)
+			}
+			return nil
+		},
+	})
+	if _, err := serviceClusterIPUp(ctx, takenMidway, host, web.DeepCopy()); err != nil {
+		t.Fatalf("the swap: %v", err)
+	}
+	var after corev1.Service
+	if err := tenant.Get(ctx, client.ObjectKeyFromObject(web), &after); err != nil {
+		t.Fatal(err)
+	}
+	if after.Spec.Type != corev1.ServiceTypeClusterIP || after.Spec.ClusterIP == "" || after.Spec.ClusterIP == own ||
+		after.Annotations[AnnotationHostClusterIP] != "192.0.2.1" || after.Annotations[AnnotationReassigningFrom] != "" {
+		t.Fatalf("after the swap: type %s, IP %s (own %s), annotations %v; want a ClusterIP Service with a new IP, naming the host's",
+			after.Spec.Type, after.Spec.ClusterIP, own, after.Annotations)
+	}
+}
