@@ -67,8 +67,12 @@ func (p Policy) apply(spec *corev1.PodSpec, cluster string) (stripped []string, 
 		if slices.Contains(AlwaysAllowedVolumeTypes, kind) || (kind != "gitRepo" && slices.Contains(p.AllowedVolumeTypes, kind)) {
 			continue
 		}
+		allow := "; the VirtualCluster's spec.hostPolicy.pods.allowedVolumeTypes can allow it"
+		if kind == "gitRepo" || !slices.Contains([]string{"hostPath", "nfs", "csi", "iscsi"}, kind) {
+			allow = "; no policy allows it"
+		}
 		return nil, syncer.Refuse("volume %s is of type %s, which would reach the host's machines or storage directly: "+
-			"a tenant Pod may use %s volumes", v.Name, kind, strings.Join(append(slices.Clone(AlwaysAllowedVolumeTypes), p.AllowedVolumeTypes...), ", "))
+			"a tenant Pod may use %s volumes%s", v.Name, kind, strings.Join(append(slices.Clone(AlwaysAllowedVolumeTypes), p.AllowedVolumeTypes...), ", "), allow)
 	}
 	// The host's admission computes these from the priority class and the
 	// runtime class.
