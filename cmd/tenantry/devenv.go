@@ -221,6 +221,12 @@ func (d *devEnv) registerTenants(ctx context.Context) error {
 				// its own: DaemonSets run, and tools that wait for a
 				// schedulable node find one.
 				NodeSync: tenantryv1alpha1.NodeSyncAll,
+				// The dev host is the tenants' own: NodePort and
+				// LoadBalancer Services too, which a shared host allows
+				// only by choice.
+				HostPolicy: &tenantryv1alpha1.HostPolicy{Services: &tenantryv1alpha1.ServicePolicy{AllowedTypes: []corev1.ServiceType{
+					corev1.ServiceTypeClusterIP, corev1.ServiceTypeExternalName, corev1.ServiceTypeNodePort, corev1.ServiceTypeLoadBalancer,
+				}}},
 			},
 		}
 		for _, o := range []client.Object{secret, vc} {
