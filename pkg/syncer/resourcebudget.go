@@ -97,22 +97,19 @@ func (b *resourceBudget) admit(ctx context.Context, gvk schema.GroupVersionKind,
 	if s == nil {
 		return noop, nil
 	}
-	adds := b.usage(s, gvk, desired)
+	wants := b.usage(s, gvk, desired)
+	adds := maps.Clone(wants)
 	before := ""
 	if current != nil {
 		before = current.GetResourceVersion()
-		for name, q := range b.usage(s, gvk, current) {
-			v := adds[name]
-			v.Sub(q)
-			adds[name] = v
-		}
+		subFrom(adds, b.usage(s, gvk, current))
 	}
 	grows := false
 	for _, q := range adds {
 		grows = grows || q.Sign() > 0
 	}
 	if !grows {
-		return noop, nil
+		return noop, nil // a write that adds nothing is never refused, even over a lowered budget
 	}
 	key := pendingKey{gvk: gvk, key: client.ObjectKeyFromObject(desired)}
 	used, err := b.usedOf(ctx, gvk, key)
@@ -120,18 +117,18 @@ func (b *resourceBudget) admit(ctx context.Context, gvk schema.GroupVersionKind,
 		return nil, err
 	}
 	for _, name := range slices.Sorted(maps.Keys(adds)) {
-		add := adds[name]
-		if add.Sign() <= 0 {
+		if add := adds[name]; add.Sign() <= 0 {
 			continue
 		}
+		// used leaves the object out: the write replaces it whole.
 		total := used[name]
-		total.Add(add)
+		total.Add(wants[name])
 		if limit := b.limits[name]; total.Cmp(limit) > 0 {
 			return nil, Refuse("the host budget of this cluster has no room: %s would be %s, over %s (%s used); "+
 				"free some, or raise it in the VirtualCluster's spec.hostPolicy.budget", name, total.String(), limit.String(), quantity(used[name]))
 		}
 	}
-	write := &pendingWrite{usage: b.usage(s, gvk, desired), before: before}
+	write := &pendingWrite{usage: wants, before: before}
 	b.pending[key] = write
 	return func(err error) {
 		b.mu.Lock()

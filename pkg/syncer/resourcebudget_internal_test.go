@@ -164,3 +164,24 @@ func TestValidateBudget(t *testing.T) {
 		}
 	}
 }
+
+// An update is held to the budget by what the object becomes, not by what
+// it adds twice: a Pod that grows within the room left is admitted.
+func TestBudgetAdmitsAnUpdateByWhatItBecomes(t *testing.T) {
+	ctx := context.Background()
+	b, c := newTestBudget(t, corev1.ResourceList{corev1.ResourceRequestsCPU: resource.MustParse("1")},
+		budgetPod("other", "300m"), budgetPod("growing", "200m"))
+	current := budgetPod("growing", "200m")
+	if err := c.Get(ctx, client.ObjectKeyFromObject(current), current); err != nil {
+		t.Fatal(err)
+	}
+	grown := current.DeepCopy()
+	grown.Spec.Containers[0].Resources.Requests[corev1.ResourceCPU] = resource.MustParse("700m")
+	if _, err := b.admit(ctx, podsGVK, current, grown); err != nil {
+		t.Errorf("growing to 700m beside 300m under 1 CPU: %v; want it admitted", err)
+	}
+	grown.Spec.Containers[0].Resources.Requests[corev1.ResourceCPU] = resource.MustParse("800m")
+	if _, err := b.admit(ctx, podsGVK, current, grown); err == nil || !strings.Contains(err.Error(), "requests.cpu would be 1100m") {
+		t.Errorf("growing to 800m beside 300m under 1 CPU: %v; want it refused at 1100m", err)
+	}
+}
