@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"os"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -18,13 +17,9 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/tenantry/tenantry/cmd/internal/managerapp"
-	"github.com/tenantry/tenantry/controllers/syncers"
 	tenantryv1alpha1 "github.com/tenantry/tenantry/pkg/apis/tenantry/v1alpha1"
 	"github.com/tenantry/tenantry/pkg/syncer"
-	"github.com/tenantry/tenantry/pkg/syncer/builtin"
 	tenantrytest "github.com/tenantry/tenantry/pkg/testing"
-	"github.com/tenantry/tenantry/providers"
 )
 
 // TestHostPolicyII runs the management app, with every built-in syncer and
@@ -41,25 +36,13 @@ func TestHostPolicyII(t *testing.T) {
 		HostCRDDirectoryPaths:   []string{filepath.Join("..", "..", "config", "crd", "bases")},
 	})
 	host := newHostClient(t, env.Host)
-	hostKubeconfig := filepath.Join(t.TempDir(), "host.kubeconfig")
 	data, err := env.Host.Kubeconfig()
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(hostKubeconfig, data, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	app := managerapp.New(managerapp.Options{
-		Options: providers.Options{Kubeconfig: hostKubeconfig, MetricsBindAddress: "0", HealthProbeBindAddress: "0"},
-		Syncers: syncers.Options{Resources: builtin.Names()},
-	})
-	if err := app.Err(); err != nil {
-		t.Fatal(err)
-	}
-	if err := app.Start(t.Context()); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = app.Stop(context.Background()) })
+	// A process of its own: one management app per process, as in a
+	// cluster.
+	startManager(t, data)
 	register := func(t *testing.T, name string, cp *tenantrytest.ControlPlane, policy *tenantryv1alpha1.HostPolicy) client.Client {
 		t.Helper()
 		kubeconfig, err := cp.Kubeconfig()
@@ -99,6 +82,10 @@ func TestHostPolicyII(t *testing.T) {
 			return pod.Status.Phase == corev1.PodRunning && pod.Spec.NodeName != "", fmt.Errorf("phase %s on %q", pod.Status.Phase, pod.Spec.NodeName)
 		})
 		node := pod.Spec.NodeName
+		eventually(t, 30*time.Second, "the virtual node's Lease", func(ctx context.Context) (bool, error) {
+			err := tenant.Get(ctx, client.ObjectKey{Namespace: corev1.NamespaceNodeLease, Name: node}, &coordinationv1.Lease{})
+			return err == nil, err
+		})
 		setPaused(t, host, "dozing", true)
 		expectReady(t, host, "dozing", metav1.ConditionFalse, tenantryv1alpha1.ReasonPaused)
 		// The tenant's node lifecycle controller marks a node Unknown 50

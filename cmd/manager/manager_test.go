@@ -429,7 +429,9 @@ func TestManagementApp(t *testing.T) {
 			}, Annotations: map[string]string{syncer.AnnotationTenantName: tenantNS}}}
 		}
 		alphas := hostNamespace(syncer.HostNamespace("alpha", "copies"), "alpha", "copies")
-		lates := hostNamespace(syncer.HostNamespace("late", "copies"), "late", "copies")
+		// Of a cluster that no manager runs, so that only alpha's deletion
+		// could touch it.
+		lates := hostNamespace(syncer.HostNamespace("retired", "copies"), "retired", "copies")
 		// An operator's namespace with alpha's labels copied onto it.
 		impostor := hostNamespace("monitoring-copy", "alpha", "monitoring")
 		for _, ns := range []*corev1.Namespace{alphas, lates, impostor} {

@@ -74,19 +74,29 @@ var conformanceSkip = []string{
 }
 
 // conformanceTiers are the tiers, the wider after the narrower. Tier 1 is
-// the conformance specs of the API alone: API machinery, CRDs, discovery,
-// field validation, namespaces, quota, watch, leases, service accounts,
-// endpoint slices, the Ingress and ServiceCIDR APIs,
-// PodDisruptionBudgets, CronJobs, LimitRanges, events and authentication.
-// Tier 2 is every conformance spec, those that need Pods Running and Ready
-// on simulated nodes included.
+// the conformance specs of the API alone: API machinery (the garbage
+// collector among them), CRDs, discovery, field validation, namespaces,
+// quota, watch, leases, service accounts, endpoint slices, the Ingress and
+// ServiceCIDR APIs, PodDisruptionBudgets, CronJobs, LimitRanges, events
+// and authentication. Tier 2 adds those that need Pods Running and Ready
+// on simulated nodes: the Pods lifecycle, Deployments, ReplicaSets,
+// ReplicationControllers, DaemonSets and the scheduler's NodeSelector
+// predicates. The specs that read what a container does (its output, its
+// files, its network) are in neither: no container runs on a simulated
+// node.
 var conformanceTiers = []conformanceTier{
-	{name: "tier 1", focus: []string{
-		`\[sig-api-machinery\]`, `\[sig-architecture\]`, `\[sig-auth\]`, `\[sig-instrumentation\]`,
-		`Lease`, `EndpointSlice`, `Ingress API`, `IngressClass API`, `ServiceCIDR`, `DisruptionController`,
-		`CronJob`, `LimitRange`, `PodTemplates`,
-	}},
-	{name: "tier 2"},
+	{name: "tier 1", focus: tier1Focus},
+	{name: "tier 2", focus: append(slices.Clone(tier1Focus),
+		`\[sig-node\] Pods `, `\[sig-apps\] Deployment`, `\[sig-apps\] ReplicaSet`, `\[sig-apps\] ReplicationController`,
+		`\[sig-apps\] Daemon ?[Ss]et`, `\[sig-scheduling\] SchedulerPredicates`,
+	)},
+}
+
+// tier1Focus selects tier 1's specs.
+var tier1Focus = []string{
+	`\[sig-api-machinery\]`, `\[sig-architecture\]`, `\[sig-auth\]`, `\[sig-instrumentation\]`,
+	`Lease`, `EndpointSlice`, `Ingress API`, `IngressClass API`, `ServiceCIDR`, `DisruptionController`,
+	`CronJob`, `LimitRange`, `PodTemplates`,
 }
 
 // tierResult is what one tier did on one cluster.

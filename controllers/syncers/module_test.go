@@ -83,10 +83,10 @@ func TestModuleNeedsItsTenantHalf(t *testing.T) {
 		)
 		err := app.Err()
 		switch {
-		case given && (err != nil || len(mgr.added) != 1):
-			t.Errorf("with the tenant half: %v, %d runnables added, want the Hub", err, len(mgr.added))
+		case given && (err != nil || len(mgr.added) != 2):
+			t.Errorf("with the tenant half: %v, %d runnables added, want the Hub and the node heartbeat", err, len(mgr.added))
 		case !given && (err == nil || !strings.Contains(err.Error(), "providers.ProvideTenantModule(syncers.TenantModule)") || len(mgr.added) != 0):
-			t.Errorf("without the tenant half: %v, %d runnables added; want an error naming what to add, and no Hub", err, len(mgr.added))
+			t.Errorf("without the tenant half: %v, %d runnables added; want an error naming what to add, and nothing run", err, len(mgr.added))
 		}
 	}
 }

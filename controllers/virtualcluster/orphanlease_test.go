@@ -3,6 +3,7 @@ package virtualcluster
 import (
 	"context"
 	"fmt"
+	"sync"
 	"testing"
 	"time"
 
@@ -29,14 +30,9 @@ func TestLeaseOfAVirtualClusterGoneWithItsHolderIsRemoved(t *testing.T) {
 		ctx, cancel := context.WithCancel(context.Background())
 		done := make(chan error, 1)
 		go func() { done <- co.Run(ctx) }()
-		stop := func() { cancel(); <-done }
-		t.Cleanup(func() {
-			select {
-			case <-done:
-			default:
-				stop()
-			}
-		})
+		var once sync.Once
+		stop := func() { once.Do(func() { cancel(); <-done }) }
+		t.Cleanup(stop)
 		return co, stop
 	}
 	lease := client.ObjectKey{Namespace: "default", Name: "tenantry-key-gone"}

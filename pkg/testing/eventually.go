@@ -57,27 +57,24 @@ func Poll(ctx context.Context, interval, timeout time.Duration, cond func(ctx co
 // stays Ready): to wait for a state, use Eventually.
 func Consistently(t testing.TB, duration, interval time.Duration, what string, cond func(ctx context.Context) (bool, error)) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(t.Context(), duration)
-	defer cancel()
-	var failed error
-	_ = wait.PollUntilContextCancel(ctx, interval, true, func(ctx context.Context) (bool, error) {
-		ok, err := cond(ctx)
-		if ctx.Err() != nil {
-			return true, nil // the duration is over: a check cut short says nothing
-		}
-		if !ok {
-			failed = fmt.Errorf("%w", err)
+	ctx := t.Context()
+	deadline := time.Now().Add(duration)
+	tick := time.NewTicker(interval)
+	defer tick.Stop()
+	for {
+		if ok, err := cond(ctx); !ok {
 			if err == nil {
-				failed = fmt.Errorf("it did not")
+				err = fmt.Errorf("it did not")
 			}
-			return true, nil
+			t.Fatalf("%s: stopped holding within %s: %v", what, duration, err)
 		}
-		return false, nil
-	})
-	if failed != nil {
-		t.Fatalf("%s: stopped holding within %s: %v", what, duration, failed)
-	}
-	if t.Context().Err() != nil {
-		t.Fatalf("%s: the test ended first", what)
+		if !time.Now().Before(deadline) {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("%s: the test ended first", what)
+		case <-tick.C:
+		}
 	}
 }
