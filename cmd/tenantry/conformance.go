@@ -33,6 +33,8 @@ var conformanceCommand = command{
 		fs.IntVar(&o.dev.nodes, "nodes", 2, "Number of simulated host nodes.")
 		fs.StringVar(&o.dev.assets, "assets", "", "Directory holding the control-plane binaries (default: $KUBEBUILDER_ASSETS, else this binary's own directory).")
 		fs.DurationVar(&o.timeout, "timeout", 6*time.Hour, "Time the suite may take on one cluster.")
+		fs.StringVar(&o.reports, "reports", "", "Comma-separated cluster=junit.xml: run nothing, and count and compare these reports of earlier runs "+
+			"(of clusters run apart, say) as a run would.")
 		return func(ctx context.Context) error { return runConformance(ctx, o, os.Stdout) }
 	},
 }
@@ -46,6 +48,7 @@ type conformanceOptions struct {
 	tiers    string
 	clusters string
 	timeout  time.Duration
+	reports  string
 }
 
 // A conformanceTier is a share of the suite's conformance specs, chosen by
@@ -122,6 +125,13 @@ func beside(name string) (string, error) {
 }
 
 func runConformance(ctx context.Context, o conformanceOptions, out io.Writer) error {
+	if o.reports != "" {
+		tiers, err := askedTiers(o.tiers)
+		if err != nil {
+			return err
+		}
+		return compareReports(o.reports, tiers, out)
+	}
 	// The suite runs in its report's directory: every path absolute.
 	for _, p := range []struct {
 		path *string
@@ -149,19 +159,9 @@ func runConformance(ctx context.Context, o conformanceOptions, out io.Writer) er
 	if o.procs < 1 {
 		return fmt.Errorf("--procs %d: at least one process runs the suite", o.procs)
 	}
-	// The tiers asked for, in conformanceTiers' order; the suite runs the
-	// widest, the last.
-	asked := strings.Split(o.tiers, ",")
-	var tiers []conformanceTier
-	for _, t := range conformanceTiers {
-		name := strings.TrimPrefix(t.name, "tier ")
-		if slices.Contains(asked, name) {
-			tiers = append(tiers, t)
-			asked = slices.DeleteFunc(asked, func(a string) bool { return a == name })
-		}
-	}
-	if len(asked) > 0 {
-		return fmt.Errorf("unknown tier %q: tiers are 1 and 2", asked[0])
+	tiers, err := askedTiers(o.tiers)
+	if err != nil {
+		return err
 	}
 	if err := os.MkdirAll(o.out, 0o755); err != nil {
 		return err
@@ -189,13 +189,60 @@ func runConformance(ctx context.Context, o conformanceOptions, out io.Writer) er
 				results = append(results, r)
 			}
 		}
-		fmt.Fprintln(out)
-		for _, r := range results {
-			fmt.Fprintln(out, r)
-		}
-		compareTiers(out, results)
+		summarize(out, results)
 		return nil
 	})
+}
+
+// askedTiers are the tiers named in list ("1,2"), in conformanceTiers'
+// order: a suite runs the widest, the last.
+func askedTiers(list string) ([]conformanceTier, error) {
+	asked := strings.Split(list, ",")
+	var tiers []conformanceTier
+	for _, t := range conformanceTiers {
+		name := strings.TrimPrefix(t.name, "tier ")
+		if slices.Contains(asked, name) {
+			tiers = append(tiers, t)
+			asked = slices.DeleteFunc(asked, func(a string) bool { return a == name })
+		}
+	}
+	if len(asked) > 0 {
+		return nil, fmt.Errorf("unknown tier %q: tiers are 1 and 2", asked[0])
+	}
+	return tiers, nil
+}
+
+// compareReports counts and compares reports, "cluster=junit.xml,...", by
+// tiers.
+func compareReports(reports string, tiers []conformanceTier, out io.Writer) error {
+	var results []tierResult
+	for _, r := range strings.Split(reports, ",") {
+		cluster, path, ok := strings.Cut(r, "=")
+		if !ok {
+			return fmt.Errorf("--reports: %q is not cluster=junit.xml", r)
+		}
+		cases, err := readJUnit(path)
+		if err != nil {
+			return err
+		}
+		for _, t := range tiers {
+			tr := tierOf(t, cases)
+			tr.cluster, tr.report = cluster, path
+			results = append(results, tr)
+		}
+	}
+	summarize(out, results)
+	return nil
+}
+
+// summarize prints a line per tier and cluster, then the tenants' shares
+// of the host's passes.
+func summarize(out io.Writer, results []tierResult) {
+	fmt.Fprintln(out)
+	for _, r := range results {
+		fmt.Fprintln(out, r)
+	}
+	compareTiers(out, results)
 }
 
 // runSuite runs tier's conformance specs against one cluster, in

@@ -1,7 +1,12 @@
 package main
 
 import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 )
 
@@ -36,5 +41,47 @@ func TestTierOf(t *testing.T) {
 	}
 	if !slices.Contains(tier2.failedSpecs, cases[4].Name) || slices.Contains(tier1.failedSpecs, cases[4].Name) {
 		t.Errorf("the DaemonSet spec that timed out is tier 2's failure only: tier 1 %q, tier 2 %q", tier1.failedSpecs, tier2.failedSpecs)
+	}
+}
+
+// Reports of runs made apart compare as one run's: a line per tier and
+// cluster, and the tenant's share of the host's passes, naming what passes
+// on the host only.
+func TestCompareReports(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name string, cases ...junitCase) string {
+		t.Helper()
+		var b strings.Builder
+		b.WriteString(`<testsuites><testsuite>`)
+		for _, c := range cases {
+			fmt.Fprintf(&b, `<testcase name=%q status=%q></testcase>`, c.Name, c.Status)
+		}
+		b.WriteString(`</testsuite></testsuites>`)
+		path := filepath.Join(dir, name)
+		if err := os.WriteFile(path, []byte(b.String()), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return path
+	}
+	watch := "[It] [sig-api-machinery] Watchers should observe add, update, and delete watch notifications on configmaps [Conformance]"
+	rollover := "[It] [sig-apps] Deployment deployment should support rollover [Conformance]"
+	host := write("host.xml", junitCase{Name: watch, Status: "passed"}, junitCase{Name: rollover, Status: "passed"})
+	tenant := write("tenant.xml", junitCase{Name: watch, Status: "passed"}, junitCase{Name: rollover, Status: "failed"})
+	var out strings.Builder
+	err := runConformance(context.Background(), conformanceOptions{tiers: "1,2", reports: "tenant-1=" + tenant + ",host=" + host}, &out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{
+		"tier 1: tenant-1 passes 1 of the 1 specs the host passes (100.0%)",
+		"tier 2: tenant-1 passes 1 of the 2 specs the host passes (50.0%)",
+		"only on the host: " + rollover,
+	} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("output\n%s\nwant a line %q", out.String(), want)
+		}
+	}
+	if err := runConformance(context.Background(), conformanceOptions{tiers: "1", reports: "tenant-1"}, &out); err == nil {
+		t.Error("a report without its cluster: want an error")
 	}
 }
