@@ -191,7 +191,8 @@ func (b *resourceBudget) usedOf(ctx context.Context, gvk schema.GroupVersionKind
 // list reads the tenant's host copies of gvk from the cache.
 func (b *resourceBudget) list(ctx context.Context, gvk schema.GroupVersionKind) ([]client.Object, error) {
 	list := listFor(b.types[gvk].Object(), gvk, b.scheme)
-	if err := b.read.List(ctx, list, client.MatchingFields{clusterIndex: b.cluster}); err != nil {
+	// Read only: the cache's own objects, not copies of each.
+	if err := b.read.List(ctx, list, client.MatchingFields{clusterIndex: b.cluster}, client.UnsafeDisableDeepCopy); err != nil {
 		return nil, fmt.Errorf("counting the budget of %s: %w", gvk.Kind, err)
 	}
 	var out []client.Object
