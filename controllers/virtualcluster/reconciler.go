@@ -132,7 +132,13 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		r.forgetNodes(name)
 		return ctrl.Result{}, r.finalize(ctx, &vc)
 	}
-	if r.keepNodes(ctx, &vc) {
+	// Read once: the node heartbeat and the registry both start from it
+	// (a paused cluster's only for the heartbeat).
+	var kc kubeconfig
+	if r.Nodes != nil || !vc.Spec.Paused {
+		kc = r.readKubeconfig(ctx, &vc)
+	}
+	if r.keepNodes(ctx, &vc, kc) {
 		// Taken up a moment ago: every cluster's nodes are kept alive
 		// before any of them spawns (at 1,000 clusters, minutes).
 		return ctrl.Result{RequeueAfter: time.Millisecond}, nil
@@ -148,7 +154,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		}
 	}
 
-	outcome := r.reconcileCluster(ctx, &vc)
+	outcome := r.reconcileCluster(ctx, &vc, kc)
 	if errors.Is(outcome.retry, clusterregistry.ErrClosed) {
 		return ctrl.Result{}, nil // shutting down: leave the status as it is
 	}
@@ -158,8 +164,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	return ctrl.Result{}, outcome.retry
 }
 
-// reconcileCluster brings the registry in line with vc's spec.
-func (r *Reconciler) reconcileCluster(ctx context.Context, vc *tenantryv1alpha1.VirtualCluster) readiness {
+// reconcileCluster brings the registry in line with vc's spec, and kc,
+// the kubeconfig it names.
+func (r *Reconciler) reconcileCluster(ctx context.Context, vc *tenantryv1alpha1.VirtualCluster, kc kubeconfig) readiness {
 	name := vc.Name
 	if vc.Spec.Paused {
 		if err := r.stop(ctx, name); err != nil {
@@ -169,7 +176,7 @@ func (r *Reconciler) reconcileCluster(ctx context.Context, vc *tenantryv1alpha1.
 			message: "Syncing is paused; nothing was deleted."}
 	}
 
-	config, digest, bad := r.loadKubeconfig(ctx, vc)
+	config, digest, bad := kc.config, kc.digest, kc.bad
 	if bad != nil && bad.transient {
 		// A running cluster keeps running on the kubeconfig it has; one
 		// that does not run starts once the Secret can be read.
@@ -240,6 +247,20 @@ func (r *Reconciler) reconcileCluster(ctx context.Context, vc *tenantryv1alpha1.
 	out := ready()
 	out.event, out.action = corev1.EventTypeNormal, action
 	return out
+}
+
+// kubeconfig is what loadKubeconfig found: a config and its digest, or
+// why not.
+type kubeconfig struct {
+	config *rest.Config
+	digest [sha256.Size]byte
+	bad    *readiness
+}
+
+// readKubeconfig is loadKubeconfig's outcome as one value.
+func (r *Reconciler) readKubeconfig(ctx context.Context, vc *tenantryv1alpha1.VirtualCluster) kubeconfig {
+	config, digest, bad := r.loadKubeconfig(ctx, vc)
+	return kubeconfig{config: config, digest: digest, bad: bad}
 }
 
 // loadKubeconfig reads and checks the kubeconfig that vc points at. A
@@ -533,11 +554,11 @@ func (r *Reconciler) fenced(name string) error {
 // keepNodes has Nodes keep vc's virtual nodes alive, paused or not, from
 // its kubeconfig: it says whether it has just taken vc up, while vc's app
 // does not run yet. Without a usable kubeconfig there is nothing to keep.
-func (r *Reconciler) keepNodes(ctx context.Context, vc *tenantryv1alpha1.VirtualCluster) (takenUp bool) {
+func (r *Reconciler) keepNodes(ctx context.Context, vc *tenantryv1alpha1.VirtualCluster, kc kubeconfig) (takenUp bool) {
 	if r.Nodes == nil {
 		return false
 	}
-	config, digest, bad := r.loadKubeconfig(ctx, vc)
+	config, digest, bad := kc.config, kc.digest, kc.bad
 	switch {
 	case bad != nil && bad.transient:
 		return false // what runs keeps running; the reconcile tells the rest

@@ -18,12 +18,8 @@ import (
 // tenant Service passing through ExternalName, with its spec recorded; the
 // next sync (the restarted manager's) finishes the swap from that record.
 func TestClusterIPSwapSurvivesAKill(t *testing.T) {
-	env := tenantrytest.New(t, tenantrytest.Options{})
 	ctx := t.Context()
-	tenant, err := client.NewWithWatch(env.Host.Config(), client.Options{Scheme: clientgoscheme.Scheme})
-	if err != nil {
-		t.Fatal(err)
-	}
+	tenant := newTenantClient(t)
 	newService := func(name string) *corev1.Service {
 		s := &corev1.Service{
 			ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: name, Labels: map[string]string{"app": "web"}},
@@ -91,12 +87,8 @@ func TestClusterIPSwapSurvivesAKill(t *testing.T) {
 // Service took meanwhile, ends with a new IP of the tenant's, never stuck
 // as an ExternalName.
 func TestClusterIPSwapWhoseOwnIPWasTakenGetsANewOne(t *testing.T) {
-	env := tenantrytest.New(t, tenantrytest.Options{})
 	ctx := t.Context()
-	tenant, err := client.NewWithWatch(env.Host.Config(), client.Options{Scheme: clientgoscheme.Scheme})
-	if err != nil {
-		t.Fatal(err)
-	}
+	tenant := newTenantClient(t)
 	ports := []corev1.ServicePort{{Name: "http", Port: 80, Protocol: corev1.ProtocolTCP}}
 	web := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "web"}, Spec: corev1.ServiceSpec{Ports: ports}}
 	if err := tenant.Create(ctx, web); err != nil {
@@ -131,4 +123,16 @@ func TestClusterIPSwapWhoseOwnIPWasTakenGetsANewOne(t *testing.T) {
 		t.Fatalf("after the swap: type %s, IP %s (own %s), annotations %v; want a ClusterIP Service with a new IP, naming the host's",
 			after.Spec.Type, after.Spec.ClusterIP, own, after.Annotations)
 	}
+}
+
+// newTenantClient is a client of a control plane of the test's own, which
+// stands for a tenant: the Up functions write to it as to a tenant.
+func newTenantClient(t *testing.T) client.WithWatch {
+	t.Helper()
+	env := tenantrytest.New(t, tenantrytest.Options{})
+	c, err := client.NewWithWatch(env.Host.Config(), client.Options{Scheme: clientgoscheme.Scheme})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
 }
