@@ -2,10 +2,8 @@ package main
 
 import (
 	"bytes"
-	"encoding/json"
 	"errors"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -97,70 +95,6 @@ func TestFinishKeepsLogsOfFailures(t *testing.T) {
 		if !errors.Is(err, tc.err) || tc.wantKept != (err != nil && strings.Contains(err.Error(), dir)) {
 			t.Errorf("%s: finish = %v", tc.name, err)
 		}
-	}
-}
-
-// The benchmark program, at a tiny size: every measure but the clusters'
-// start times runs, through a bin/manager built for it, and is written.
-func TestBenchSmall(t *testing.T) {
-	out := t.TempDir()
-	manager := filepath.Join(t.TempDir(), "manager")
-	if b, err := exec.Command("go", "build", "-o", manager, "github.com/tenantry/tenantry/cmd/manager").CombinedOutput(); err != nil {
-		t.Fatalf("building bin/manager: %v\n%s", err, b)
-	}
-	steps, err := parseSteps("spawn,memory,pods,dns,sync,scale,handover")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var log bytes.Buffer
-	err = runBench(t.Context(), benchOptions{
-		out: out, steps: steps, nodes: 1, spawnClusters: 2, memoryClusters: 2, latencySamples: 5, podSamples: 5, latencyRate: 50,
-		throughputObjects: 20, throughputWriters: 4, managerBinary: manager,
-		scaleTenants: []int{2, 4}, scaleServers: 2, scaleObjects: 1, scaleExtraObjects: 1, scaleIdleWindow: time.Second,
-		// Enough that the fourth replica wins some: each VirtualCluster goes
-		// to it with a chance of one in four, so none with 0.75^24 (0.1%);
-		// at 9 that was 7.5%, and the step failed.
-		handoverClusters: 24,
-	}, &log)
-	if err != nil {
-		t.Fatalf("bench failed: %v\n%s", err, log.String())
-	}
-	data, err := os.ReadFile(filepath.Join(out, "results.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var rep report
-	if err := json.Unmarshal(data, &rep); err != nil {
-		t.Fatal(err)
-	}
-	names := map[string]bool{}
-	for _, r := range rep.Results {
-		names[r.Name] = true
-		// Growths over a handful of objects or tenants are within the
-		// heap's noise at this size, and may come out below zero.
-		if r.Value < 0 && !strings.Contains(r.Name, "per synced object") && !strings.Contains(r.Name, "per idle tenant") {
-			t.Errorf("%s = %v", r.Name, r.Value)
-		}
-	}
-	for _, want := range []string{"spawn p50 (to caches synced)", "heap per idle tenant", "added latency p99", "throughput ratio synced/raw",
-		"scale: 4 VirtualClusters Ready after the manager starts", "scale: goroutines per idle tenant", "scale: memory per synced object",
-		"Pod start p50 (tenant create -> Running in the tenant)", "up-sync p99",
-		"memory (RSS) of kube-controller-manager", "memory (RSS) of kwok",
-		"dns: a tenant Service name, latency p50", "dns: tenant Service names answered per second",
-		"sharded: takeover after a replica is killed, all its VirtualClusters' Leases", "sharded: handover after a replica is killed, all its VirtualClusters Ready", "sharded: VirtualCluster Lease writes at steady state"} {
-		if !names[want] {
-			t.Errorf("results lack %q", want)
-		}
-	}
-	t.Logf("results:\n%s", log.String())
-	if md, err := os.ReadFile(filepath.Join(out, "results.md")); err != nil || !strings.Contains(string(md), "| spawn p99 |") {
-		t.Errorf("results.md: %v", err)
-	}
-	if len(rep.Scale) != 2 || rep.Scale[1].Tenants != 4 || rep.Scale[1].ReadySeconds <= 0 || rep.Scale[1].HeapMiB <= 0 {
-		t.Errorf("scale points: %+v", rep.Scale)
-	}
-	if svg, err := os.ReadFile(filepath.Join(out, "scale.svg")); err != nil || !strings.Contains(string(svg), "<polyline") {
-		t.Errorf("scale.svg: %v", err)
 	}
 }
 

@@ -1,4 +1,4 @@
-package main
+package bench
 
 import (
 	"context"
@@ -40,15 +40,15 @@ type scalePoint struct {
 // namespaces of its own.
 type scaleRun struct {
 	*managerWorld
-	o   benchOptions
+	o   Options
 	out io.Writer
 }
 
-func runScale(ctx context.Context, o benchOptions, out io.Writer) (_ []result, _ []scalePoint, retErr error) {
-	if len(o.scaleTenants) == 0 {
+func runScale(ctx context.Context, o Options, out io.Writer) (_ []result, _ []scalePoint, retErr error) {
+	if len(o.ScaleTenants) == 0 {
 		return nil, nil, nil
 	}
-	w, err := startManagerWorld(ctx, o, "scale", o.scaleServers, out)
+	w, err := startManagerWorld(ctx, o, "scale", o.ScaleServers, out)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -59,7 +59,7 @@ func runScale(ctx context.Context, o benchOptions, out io.Writer) (_ []result, _
 	}
 
 	var points []scalePoint
-	for i, n := range o.scaleTenants {
+	for i, n := range o.ScaleTenants {
 		if err := s.stopManager(); err != nil {
 			return nil, nil, err
 		}
@@ -81,7 +81,7 @@ func runScale(ctx context.Context, o benchOptions, out io.Writer) (_ []result, _
 	if err != nil {
 		return nil, nil, fmt.Errorf("memory per synced object: %w", err)
 	}
-	if err := writeScaleChart(filepath.Join(o.out, "scale.svg"), points); err != nil {
+	if err := writeScaleChart(filepath.Join(o.Out, "scale.svg"), points); err != nil {
 		return nil, nil, err
 	}
 	return scaleResults(o, s.managerFlags(), points, perObject), points, nil
@@ -94,7 +94,7 @@ func (s *scaleRun) prepare(ctx context.Context) error {
 		if err := tenant.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: scaleNamespace}}); err != nil {
 			return err
 		}
-		if err := createConfigMaps(ctx, tenant, 0, s.o.scaleObjects); err != nil {
+		if err := createConfigMaps(ctx, tenant, 0, s.o.ScaleObjects); err != nil {
 			return fmt.Errorf("tenant %d: %w", i, err)
 		}
 	}
@@ -125,7 +125,7 @@ func (s *scaleRun) measure(ctx context.Context, n int) (scalePoint, error) {
 		return p, err
 	}
 	p.ReadySeconds = round(time.Since(began).Seconds(), 1)
-	if err := s.waitCopies(ctx, n*s.o.scaleObjects); err != nil {
+	if err := s.waitCopies(ctx, n*s.o.ScaleObjects); err != nil {
 		return p, err
 	}
 	before, err := s.manager.metrics(ctx)
@@ -134,7 +134,7 @@ func (s *scaleRun) measure(ctx context.Context, n int) (scalePoint, error) {
 	}
 	// A window to measure rates over, not a wait for a state.
 	select {
-	case <-time.After(s.o.scaleIdleWindow):
+	case <-time.After(s.o.ScaleIdleWindow):
 	case <-ctx.Done():
 		return p, ctx.Err()
 	}
@@ -142,7 +142,7 @@ func (s *scaleRun) measure(ctx context.Context, n int) (scalePoint, error) {
 	if err != nil {
 		return p, err
 	}
-	window := s.o.scaleIdleWindow.Seconds()
+	window := s.o.ScaleIdleWindow.Seconds()
 	hostRequests := after.requests(func(h string) bool { return h == s.hostURL }) - before.requests(func(h string) bool { return h == s.hostURL })
 	tenantRequests := after.requests(func(h string) bool { return h != s.hostURL }) - before.requests(func(h string) bool { return h != s.hostURL })
 	p.HostRequestsIdle = round(hostRequests/window, 2)
@@ -186,29 +186,29 @@ func (s *scaleRun) waitCopies(ctx context.Context, want int) error {
 // count, and divides the manager's live heap growth by the host copies
 // they make.
 func (s *scaleRun) memoryPerObject(ctx context.Context, last scalePoint) (float64, error) {
-	if s.o.scaleExtraObjects <= 0 {
+	if s.o.ScaleExtraObjects <= 0 {
 		return 0, nil
 	}
 	for _, tenant := range s.tenants {
-		if err := createConfigMaps(ctx, tenant, s.o.scaleObjects, s.o.scaleObjects+s.o.scaleExtraObjects); err != nil {
+		if err := createConfigMaps(ctx, tenant, s.o.ScaleObjects, s.o.ScaleObjects+s.o.ScaleExtraObjects); err != nil {
 			return 0, err
 		}
 	}
-	if err := s.waitCopies(ctx, last.Tenants*(s.o.scaleObjects+s.o.scaleExtraObjects)); err != nil {
+	if err := s.waitCopies(ctx, last.Tenants*(s.o.ScaleObjects+s.o.ScaleExtraObjects)); err != nil {
 		return 0, err
 	}
 	heap, err := s.manager.liveHeap(ctx)
 	if err != nil {
 		return 0, err
 	}
-	copies := last.Tenants * s.o.scaleExtraObjects
+	copies := last.Tenants * s.o.ScaleExtraObjects
 	return (float64(heap) - last.HeapMiB*(1<<20)) / float64(copies) / 1024, nil
 }
 
-func scaleResults(o benchOptions, flags string, points []scalePoint, perObjectKiB float64) []result {
+func scaleResults(o Options, flags string, points []scalePoint, perObjectKiB float64) []result {
 	first, last := points[0], points[len(points)-1]
 	setup := fmt.Sprintf("bin/manager, %s, %d VirtualClusters over %d tenant API servers, every built-in syncer, %d ConfigMaps each",
-		flags, last.Tenants, o.scaleServers, o.scaleObjects)
+		flags, last.Tenants, o.ScaleServers, o.ScaleObjects)
 	var rs []result
 	for _, p := range points {
 		rs = append(rs, result{
@@ -234,33 +234,14 @@ func scaleResults(o benchOptions, flags string, points []scalePoint, perObjectKi
 		result{Name: "scale: goroutines per idle tenant", Value: round(goroutines, 1), Unit: "goroutines", Target: "<= 40", Met: ptrBool(goroutines <= 40), Note: slope},
 		result{Name: "scale: open connections", Value: float64(last.Connections), Unit: "sockets", Note: "of the manager process, every tenant and the host"},
 		result{Name: "scale: idle host requests per tenant", Value: round(hostIdle, 4), Unit: "req/s", Target: "<= 0.01 req/s", Met: ptrBool(hostIdle <= 0.01),
-			Note: fmt.Sprintf("rest_client_requests_total to the host over %s idle, all tenants %.2f req/s", o.scaleIdleWindow, last.HostRequestsIdle)},
+			Note: fmt.Sprintf("rest_client_requests_total to the host over %s idle, all tenants %.2f req/s", o.ScaleIdleWindow, last.HostRequestsIdle)},
 		result{Name: "scale: idle tenant API requests per tenant", Value: round(last.TenantRequests/float64(last.Tenants), 4), Unit: "req/s",
 			Note: "health checks of the tenant API servers, and nothing else"},
 	)
-	if o.scaleExtraObjects > 0 {
+	if o.ScaleExtraObjects > 0 {
 		rs = append(rs, result{Name: "scale: memory per synced object", Value: round(perObjectKiB, 1), Unit: "KiB",
 			Note: fmt.Sprintf("live heap growth over %d host copies (%d ConfigMaps of 256 bytes more per tenant API server): the hub's host copy and the tenant cache's object",
-				last.Tenants*o.scaleExtraObjects, o.scaleExtraObjects)})
+				last.Tenants*o.ScaleExtraObjects, o.ScaleExtraObjects)})
 	}
 	return rs
-}
-
-// parseCounts reads a comma-separated list of VirtualCluster counts.
-func parseCounts(s string) ([]int, error) {
-	var counts []int
-	for f := range strings.SplitSeq(s, ",") {
-		if f = strings.TrimSpace(f); f == "" {
-			continue
-		}
-		n, err := strconv.Atoi(f)
-		if err != nil || n < 1 {
-			return nil, fmt.Errorf("%q is not a positive count", f)
-		}
-		if len(counts) > 0 && n <= counts[len(counts)-1] {
-			return nil, fmt.Errorf("counts must grow: %d after %d", n, counts[len(counts)-1])
-		}
-		counts = append(counts, n)
-	}
-	return counts, nil
 }

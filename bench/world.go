@@ -1,4 +1,4 @@
-package main
+package bench
 
 import (
 	"bufio"
@@ -196,11 +196,16 @@ func (m *managerProcess) sockets() int {
 	return n
 }
 
+// secretsNamespace holds, in the host of a run with bin/manager, the
+// tenants' kubeconfig Secrets and the sharded replicas' Leases: the
+// namespace bin/manager is deployed to (config/manager).
+const secretsNamespace = "tenantry-system"
+
 // managerWorld is where the bench runs bin/manager as users run it: a host
 // with Tenantry's CRDs, tenant API servers with a kubeconfig Secret each in
 // the host, and the manager process, started and stopped by the steps.
 type managerWorld struct {
-	o          benchOptions
+	o          Options
 	env        *tenantrytest.Environment
 	host       client.Client   // the bench's own client, not the manager's
 	vcs        ctrlcache.Cache // the VirtualClusters, watched: polling a thousand would load the host
@@ -216,8 +221,8 @@ type managerWorld struct {
 
 // startManagerWorld starts a host and servers tenant API servers for the
 // step named step, with their kubeconfig Secrets in the host.
-func startManagerWorld(ctx context.Context, o benchOptions, step string, servers int, out io.Writer) (_ *managerWorld, retErr error) {
-	binary := o.managerBinary
+func startManagerWorld(ctx context.Context, o Options, step string, servers int, out io.Writer) (_ *managerWorld, retErr error) {
+	binary := o.ManagerBinary
 	if binary == "" {
 		self, err := os.Executable()
 		if err != nil {
@@ -244,7 +249,7 @@ func startManagerWorld(ctx context.Context, o benchOptions, step string, servers
 	}
 	fmt.Fprintf(out, "    a host and %d tenant API servers (logs: %s)\n", servers, dir)
 	w.env, err = tenantrytest.Start(ctx, tenantrytest.Options{
-		Tenants: servers, HostCRDs: crds, BinaryAssetsDirectory: o.assets, LogDirectory: dir,
+		Tenants: servers, HostCRDs: crds, BinaryAssetsDirectory: o.Assets, LogDirectory: dir,
 	})
 	if err != nil {
 		return nil, err
@@ -330,7 +335,7 @@ func (w *managerWorld) close(err error) error {
 // startManager starts bin/manager with default flags (and the bench's
 // --manager-args), logging to logName in the world's directory.
 func (w *managerWorld) startManager(ctx context.Context, logName string) error {
-	m, err := startManagerProcess(ctx, w.binary, w.kubeconfig, w.o.managerArgs, filepath.Join(w.dir, logName))
+	m, err := startManagerProcess(ctx, w.binary, w.kubeconfig, w.o.ManagerArgs, filepath.Join(w.dir, logName))
 	if err != nil {
 		return err
 	}
@@ -404,8 +409,8 @@ func (w *managerWorld) waitReady(ctx context.Context, n int, timeout time.Durati
 
 // managerFlags says which flags bin/manager runs with.
 func (w *managerWorld) managerFlags() string {
-	if len(w.o.managerArgs) == 0 {
+	if len(w.o.ManagerArgs) == 0 {
 		return "default flags"
 	}
-	return "flags " + strings.Join(w.o.managerArgs, " ")
+	return "flags " + strings.Join(w.o.ManagerArgs, " ")
 }

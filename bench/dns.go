@@ -1,4 +1,4 @@
-package main
+package bench
 
 import (
 	"context"
@@ -41,8 +41,8 @@ const (
 // name and of a forwarded name (against the same upstream asked
 // directly: the added latency), and counts the answers that
 // dnsLoadClients clients, each on a socket of its own, get per second.
-func runDNS(ctx context.Context, o benchOptions) ([]result, error) {
-	env, err := tenantrytest.Start(ctx, tenantrytest.Options{Tenants: 1, BinaryAssetsDirectory: o.assets})
+func runDNS(ctx context.Context, o Options) ([]result, error) {
+	env, err := tenantrytest.Start(ctx, tenantrytest.Options{Tenants: 1, BinaryAssetsDirectory: o.Assets})
 	if err != nil {
 		return nil, err
 	}

@@ -1,10 +1,12 @@
-package main
+package bench
 
 import (
 	"context"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -19,7 +21,7 @@ const clusterStartRuns = 3
 // an environment of a host and one tenant, bare, with the tenant's
 // controller-manager, and with the host's nodes too. It runs before the
 // bench's own clusters, on an otherwise idle machine.
-func clusterStart(ctx context.Context, o benchOptions) ([]result, error) {
+func clusterStart(ctx context.Context, o Options) ([]result, error) {
 	var results []result
 	for _, k := range []struct {
 		what string
@@ -27,10 +29,10 @@ func clusterStart(ctx context.Context, o benchOptions) ([]result, error) {
 	}{
 		{"API servers only", tenantrytest.Options{}},
 		{"+ tenant kube-controller-manager", tenantrytest.Options{TenantControllerManager: true}},
-		{fmt.Sprintf("+ host kube-scheduler, kube-controller-manager, kwok, %d nodes Ready", o.nodes),
-			tenantrytest.Options{TenantControllerManager: true, HostNodes: o.nodes}},
+		{fmt.Sprintf("+ host kube-scheduler, kube-controller-manager, kwok, %d nodes Ready", o.Nodes),
+			tenantrytest.Options{TenantControllerManager: true, HostNodes: o.Nodes}},
 	} {
-		k.opts.Tenants, k.opts.BinaryAssetsDirectory = 1, o.assets
+		k.opts.Tenants, k.opts.BinaryAssetsDirectory = 1, o.Assets
 		var took []time.Duration
 		for range clusterStartRuns {
 			began := time.Now()
@@ -72,7 +74,7 @@ func processMemory(assets string) []result {
 		}
 	}
 	var results []result
-	for _, name := range sortedKeys(rss) {
+	for _, name := range slices.Sorted(maps.Keys(rss)) {
 		sum := 0.0
 		for _, v := range rss[name] {
 			sum += v

@@ -1,4 +1,4 @@
-package main
+package bench
 
 import (
 	"context"
@@ -33,7 +33,7 @@ type syncStep struct {
 
 func syncName(i int) string { return fmt.Sprintf("sync-%d", i+1) }
 
-func runSync(ctx context.Context, o benchOptions, out io.Writer) (_ []result, retErr error) {
+func runSync(ctx context.Context, o Options, out io.Writer) (_ []result, retErr error) {
 	w, err := startManagerWorld(ctx, o, "sync", 2, out)
 	if err != nil {
 		return nil, err
@@ -91,7 +91,7 @@ func (s *syncStep) latency(ctx context.Context) ([]result, error) {
 		return nil, err
 	}
 	defer stop()
-	created, err := createPaced(ctx, s.tenants[0], s.o.latencySamples, s.o.latencyRate, func(i int) client.Object {
+	created, err := createPaced(ctx, s.tenants[0], s.o.LatencySamples, s.o.LatencyRate, func(i int) client.Object {
 		return &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: latencyNamespace, Name: fmt.Sprintf("cm-%d", i)}}
 	})
 	if err != nil {
@@ -102,7 +102,7 @@ func (s *syncStep) latency(ctx context.Context) ([]result, error) {
 		return nil, err
 	}
 	note := fmt.Sprintf("bin/manager, %s; %d ConfigMaps at %g/s, from the tenant's answer to the create to the copy in the host's watch",
-		s.managerFlags(), s.o.latencySamples, s.o.latencyRate)
+		s.managerFlags(), s.o.LatencySamples, s.o.LatencyRate)
 	return []result{
 		ms("added latency p50 (tenant create -> host copy)", percentile(down, 50), "<= 5 ms", note),
 		ms("added latency p99", percentile(down, 99), "<= 50 ms", note),
@@ -115,7 +115,7 @@ func (s *syncStep) latency(ctx context.Context) ([]result, error) {
 // writers create as many ConfigMaps in the host directly. Both runs' clients
 // have no rate limit of their own.
 func (s *syncStep) throughput(ctx context.Context) ([]result, error) {
-	n, writers := s.o.throughputObjects, s.o.throughputWriters
+	n, writers := s.o.ThroughputObjects, s.o.ThroughputWriters
 	var hostNamespaces []string
 	for i := range s.tenants {
 		hostNamespaces = append(hostNamespaces, syncer.HostNamespace(syncName(i), throughputNamespace))
@@ -126,8 +126,8 @@ func (s *syncStep) throughput(ctx context.Context) ([]result, error) {
 	}
 	defer stop()
 	name := func(i int) string { return fmt.Sprintf("cm-%d", i) }
-	if s.o.cpuProfile != "" {
-		f, err := os.Create(s.o.cpuProfile)
+	if s.o.CPUProfile != "" {
+		f, err := os.Create(s.o.CPUProfile)
 		if err != nil {
 			return nil, err
 		}

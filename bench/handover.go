@@ -1,4 +1,4 @@
-package main
+package bench
 
 import (
 	"bufio"
@@ -36,9 +36,9 @@ type shardRun struct {
 	logs     int
 }
 
-func runHandover(ctx context.Context, o benchOptions, out io.Writer) (_ []result, retErr error) {
-	n := o.handoverClusters
-	w, err := startManagerWorld(ctx, o, "handover", o.scaleServers, out)
+func runHandover(ctx context.Context, o Options, out io.Writer) (_ []result, retErr error) {
+	n := o.HandoverClusters
+	w, err := startManagerWorld(ctx, o, "handover", o.ScaleServers, out)
 	if err != nil {
 		return nil, err
 	}
@@ -66,7 +66,7 @@ func runHandover(ctx context.Context, o benchOptions, out io.Writer) (_ []result
 	}
 	fmt.Fprintf(out, "    %d VirtualClusters Ready over 3 replicas in %.1f s: %s\n", n, readyAll.Seconds(), spread(before, live))
 
-	keyWrites, peerWrites, err := s.leaseWrites(ctx, o.scaleIdleWindow, len(live))
+	keyWrites, peerWrites, err := s.leaseWrites(ctx, o.ScaleIdleWindow, len(live))
 	if err != nil {
 		return nil, err
 	}
@@ -137,7 +137,7 @@ func runHandover(ctx context.Context, o benchOptions, out io.Writer) (_ []result
 	fmt.Fprintf(out, "    a fourth replica took %d VirtualClusters, all Ready on it %.1f s after it started\n", len(joining), slices.Max(rebalance).Seconds())
 
 	setup := fmt.Sprintf("%d VirtualClusters over %d tenant API servers, bin/manager replicas with %s and --shard-mode=lease (lease %s)",
-		n, o.scaleServers, s.managerFlags(), sharding.DefaultLeaseDuration)
+		n, o.ScaleServers, s.managerFlags(), sharding.DefaultLeaseDuration)
 	return []result{
 		{Name: "sharded: VirtualClusters Ready over 3 replicas", Value: round(readyAll.Seconds(), 1), Unit: "s",
 			Note: setup + "; replicas started one after another; " + spread(before, live)},
@@ -149,15 +149,15 @@ func runHandover(ctx context.Context, o benchOptions, out io.Writer) (_ []result
 		{Name: "sharded: rebalance when a replica joins", Value: round(slices.Max(rebalance).Seconds(), 1), Unit: "s",
 			Note: fmt.Sprintf("start of a 4th replica -> the %d VirtualClusters it owns Ready on it; p50 %.1f s", len(joining), percentile(rebalance, 50).Seconds())},
 		{Name: "sharded: VirtualCluster Lease writes at steady state", Value: float64(keyWrites), Unit: "writes",
-			Target: "0", Met: ptrBool(keyWrites == 0), Note: fmt.Sprintf("over %s idle, all %d VirtualClusters' Leases", o.scaleIdleWindow, n)},
+			Target: "0", Met: ptrBool(keyWrites == 0), Note: fmt.Sprintf("over %s idle, all %d VirtualClusters' Leases", o.ScaleIdleWindow, n)},
 		{Name: "sharded: peer Lease writes per replica", Value: round(peerWrites, 2), Unit: "writes/s",
-			Note: fmt.Sprintf("over %s idle: the renewals, whatever the VirtualCluster count", o.scaleIdleWindow)},
+			Note: fmt.Sprintf("over %s idle: the renewals, whatever the VirtualCluster count", o.ScaleIdleWindow)},
 	}, nil
 }
 
 // addReplica starts one more sharded replica and returns its identity.
 func (s *shardRun) addReplica(ctx context.Context) (string, error) {
-	args := append([]string{"--shard-mode", providers.ShardModeLease, "--shard-namespace", secretsNamespace}, s.o.managerArgs...)
+	args := append([]string{"--shard-mode", providers.ShardModeLease, "--shard-namespace", secretsNamespace}, s.o.ManagerArgs...)
 	logPath := filepath.Join(s.dir, fmt.Sprintf("replica-%d.log", s.logs))
 	s.logs++
 	m, err := startManagerProcess(ctx, s.binary, s.kubeconfig, args, logPath)

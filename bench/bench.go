@@ -1,0 +1,242 @@
+// Package bench is what `make bench` (bin/tenantry bench) runs: it measures,
+// on local control planes that pkg/testing starts, what Tenantry costs and
+// how fast it syncs. Its steps run in the order of Steps, each in a file of
+// its own:
+//
+//	starts    the test clusters' start times (clusters.go)
+//	spawn     the registry's Spawn and Stop, in this process (library.go)
+//	memory    the heap an idle tenant holds, in this process (library.go)
+//	pods      Pod start through the host's scheduler and kwok (library.go)
+//	dns       the tenant DNS server's latency and queries per second (dns.go)
+//	sync      bin/manager's added latency and throughput (sync.go)
+//	scale     bin/manager with many VirtualClusters (scale.go)
+//	handover  sharded bin/manager replicas, one killed, one added (handover.go)
+//
+// The library steps end with the memory of the control-plane processes
+// (clusters.go). The sync, scale and handover steps run bin/manager as a
+// process, as users run it (world.go); measure.go holds the timing helpers
+// the steps share.
+//
+// Run prints a table of the results and writes it to Options.Out
+// (bench/results/ for `make bench`) as results.json and results.md
+// (report.go), with a chart of the scale run as scale.svg (chart.go).
+package bench
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Options select a bench run's steps and size them. DefaultOptions holds
+// what `make bench` runs with; each field has a flag of bin/tenantry bench.
+type Options struct {
+	// Out is the directory for results.json and results.md (and the scale
+	// run's scale.svg).
+	Out string
+	// Assets is the directory holding kube-apiserver, etcd,
+	// kube-controller-manager, kube-scheduler and kwok. The memory figures
+	// of the control-plane processes count those run from it. Empty, the
+	// test clusters take $KUBEBUILDER_ASSETS and those figures are left
+	// out: bin/tenantry fills it (with this binary's own directory when
+	// $KUBEBUILDER_ASSETS is not set).
+	Assets string
+	// Nodes is how many simulated host nodes run the Pods.
+	Nodes int
+	// Steps are the steps to run, by name (see the package's Steps, which
+	// gives their order); ParseSteps reads them.
+	Steps map[string]bool
+	// ScaleTenants are the scale run's VirtualCluster counts, growing;
+	// ParseCounts reads them.
+	ScaleTenants []int
+	// ScaleServers is how many tenant API servers the scale run's (and the
+	// handover run's) VirtualClusters share.
+	ScaleServers int
+	// ScaleObjects is how many ConfigMaps each VirtualCluster of the scale
+	// run syncs.
+	ScaleObjects int
+	// ScaleExtraObjects is how many ConfigMaps are added per tenant API
+	// server at the largest count, for the memory per synced object; 0
+	// skips it.
+	ScaleExtraObjects int
+	// ScaleIdleWindow is how long the idle manager's request rates (and
+	// the handover run's Lease writes) are measured over.
+	ScaleIdleWindow time.Duration
+	// HandoverClusters is how many VirtualClusters the sharded replicas of
+	// the handover run share.
+	HandoverClusters int
+	// ManagerBinary is the bin/manager that the sync, scale and handover
+	// runs start; empty, the manager beside this binary.
+	ManagerBinary string
+	// ManagerArgs are extra flags for bin/manager (the figures are then not
+	// the defaults').
+	ManagerArgs []string
+	// SpawnClusters is how many clusters are spawned and stopped, one by
+	// one, for the spawn figures.
+	SpawnClusters int
+	// MemoryClusters is how many clusters are spawned at once for the
+	// memory figure.
+	MemoryClusters int
+	// LatencySamples is how many objects are created for each latency
+	// figure.
+	LatencySamples int
+	// PodSamples is how many Pods are created, at LatencyRate, for the Pod
+	// start figures.
+	PodSamples int
+	// LatencyRate is how many objects per second are created while
+	// measuring latency.
+	LatencyRate float64
+	// ThroughputObjects is how many ConfigMaps are created, in all, for the
+	// throughput figure.
+	ThroughputObjects int
+	// ThroughputWriters is how many writers create them, spread over the
+	// tenants.
+	ThroughputWriters int
+	// CPUProfile, when set, is the file for a CPU profile of the
+	// throughput run (read it with go tool pprof).
+	CPUProfile string
+	// Args are the command-line flags the run was given, for the command
+	// the report records: make bench (bin/tenantry bench Args...).
+	Args []string
+}
+
+// DefaultOptions are the options `make bench` runs with: every step, at
+// full size.
+func DefaultOptions() Options {
+	return Options{
+		Out:               "bench/results",
+		Nodes:             2,
+		Steps:             parseStepsDefault(),
+		ScaleTenants:      []int{100, 250, 500, 1000},
+		ScaleServers:      4,
+		ScaleObjects:      3,
+		ScaleExtraObjects: 10,
+		ScaleIdleWindow:   20 * time.Second,
+		HandoverClusters:  300,
+		SpawnClusters:     50,
+		MemoryClusters:    100,
+		LatencySamples:    300,
+		LatencyRate:       50,
+		PodSamples:        200,
+		ThroughputObjects: 1000,
+		ThroughputWriters: 16,
+	}
+}
+
+// Steps are the bench's steps, in the order they run.
+var Steps = []string{"starts", "spawn", "memory", "pods", "dns", "sync", "scale", "handover"}
+
+// ParseSteps reads a comma-separated list of step names, for
+// Options.Steps.
+func ParseSteps(v string) (map[string]bool, error) {
+	steps := map[string]bool{}
+	for f := range strings.SplitSeq(v, ",") {
+		if f = strings.TrimSpace(f); f == "" {
+			continue
+		}
+		if !slices.Contains(Steps, f) {
+			return nil, fmt.Errorf("unknown step %q: the steps are %s", f, strings.Join(Steps, ", "))
+		}
+		steps[f] = true
+	}
+	if len(steps) == 0 {
+		return nil, fmt.Errorf("no step named: the steps are %s", strings.Join(Steps, ", "))
+	}
+	return steps, nil
+}
+
+func parseStepsDefault() map[string]bool {
+	steps, _ := ParseSteps(strings.Join(Steps, ","))
+	return steps
+}
+
+// ParseCounts reads a comma-separated list of VirtualCluster counts, for
+// Options.ScaleTenants.
+func ParseCounts(s string) ([]int, error) {
+	var counts []int
+	for f := range strings.SplitSeq(s, ",") {
+		if f = strings.TrimSpace(f); f == "" {
+			continue
+		}
+		n, err := strconv.Atoi(f)
+		if err != nil || n < 1 {
+			return nil, fmt.Errorf("%q is not a positive count", f)
+		}
+		if len(counts) > 0 && n <= counts[len(counts)-1] {
+			return nil, fmt.Errorf("counts must grow: %d after %d", n, counts[len(counts)-1])
+		}
+		counts = append(counts, n)
+	}
+	return counts, nil
+}
+
+// Run runs the steps that o selects, in the order of Steps, and tells out
+// what it measures; then it prints the results table to out and writes it
+// to o.Out.
+func Run(ctx context.Context, o Options, out io.Writer) error {
+	var results []result
+	if o.Steps["starts"] {
+		fmt.Fprintln(out, "==> measuring the start of the test clusters")
+		rs, err := clusterStart(ctx, o)
+		if err != nil {
+			return fmt.Errorf("cluster start: %w", err)
+		}
+		results = append(results, rs...)
+	}
+	if libraryStepsIn(o.Steps) {
+		rs, err := runLibrarySteps(ctx, o, out)
+		if err != nil {
+			return err
+		}
+		results = append(results, rs...)
+	}
+	if o.Steps["dns"] {
+		fmt.Fprintln(out, "==> measuring the tenant DNS server")
+		rs, err := runDNS(ctx, o)
+		if err != nil {
+			return fmt.Errorf("dns: %w", err)
+		}
+		results = append(results, rs...)
+	}
+	if o.Steps["sync"] {
+		fmt.Fprintln(out, "==> measuring sync latency and throughput through bin/manager")
+		rs, err := runSync(ctx, o, out)
+		if err != nil {
+			return fmt.Errorf("sync: %w", err)
+		}
+		results = append(results, rs...)
+	}
+	var points []scalePoint
+	if o.Steps["scale"] {
+		fmt.Fprintln(out, "==> measuring bin/manager at scale")
+		rs, ps, err := runScale(ctx, o, out)
+		if err != nil {
+			return fmt.Errorf("scale: %w", err)
+		}
+		results, points = append(results, rs...), ps
+	}
+
+	if o.Steps["handover"] {
+		fmt.Fprintln(out, "==> measuring handovers between sharded bin/manager replicas")
+		rs, err := runHandover(ctx, o, out)
+		if err != nil {
+			return fmt.Errorf("handover: %w", err)
+		}
+		results = append(results, rs...)
+	}
+
+	rep := report{
+		Date:    time.Now().UTC().Format(time.RFC3339),
+		Command: "make bench (bin/tenantry bench " + strings.Join(o.Args, " ") + ")",
+		Machine: machine(),
+		Results: results,
+		Scale:   points,
+	}
+	table := rep.table()
+	fmt.Fprint(out, "\n"+table)
+	return rep.write(o.Out)
+}
