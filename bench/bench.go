@@ -26,6 +26,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -96,9 +97,11 @@ type Options struct {
 	// ThroughputWriters is how many writers create them, spread over the
 	// tenants.
 	ThroughputWriters int
-	// CPUProfile, when set, is the file for a CPU profile of the
-	// throughput run (read it with go tool pprof).
-	CPUProfile string
+	// Profiles, when set, is a directory for bin/manager's profiles (read
+	// them with go tool pprof): throughput.cpu, the first 10 s of the
+	// throughput run; at each scale count N, start-N.cpu, its first 20 s,
+	// and heap-N and goroutines-N.txt, once Ready.
+	Profiles string
 	// Args are the command-line flags the run was given, for the command
 	// the report records: make bench (bin/tenantry bench Args...).
 	Args []string
@@ -178,6 +181,11 @@ func ParseCounts(s string) ([]int, error) {
 // what it measures; then it prints the results table to out and writes it
 // to o.Out.
 func Run(ctx context.Context, o Options, out io.Writer) error {
+	if o.Profiles != "" {
+		if err := os.MkdirAll(o.Profiles, 0o755); err != nil {
+			return fmt.Errorf("the profiles' directory: %w", err)
+		}
+	}
 	var results []result
 	if o.Steps["starts"] {
 		fmt.Fprintln(out, "==> measuring the start of the test clusters")

@@ -4,8 +4,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"os"
-	"runtime/pprof"
 	"slices"
 	"time"
 
@@ -109,76 +107,152 @@ func (s *syncStep) latency(ctx context.Context) ([]result, error) {
 	}, nil
 }
 
-// throughput has throughputWriters writers, spread over the tenants, create
-// throughputObjects ConfigMaps in them as fast as the tenant API servers
+// throughput has ThroughputWriters writers, spread over the tenants, create
+// ThroughputObjects ConfigMaps in them as fast as the tenant API servers
 // take them, and times until the last copy is in the host; then the same
 // writers create as many ConfigMaps in the host directly. Both runs' clients
-// have no rate limit of their own.
+// have no rate limit of their own, and the bench watches both runs' objects
+// arrive in the host, so that the host API server serves one watcher of
+// each raw object and, of each synced one, that watcher and the manager's.
+//
+// Over each run it reads what the manager and the host API server spent
+// (their process_cpu_seconds_total) and the requests the manager sent the
+// host: Tenantry's cost per object, which on one machine says more than
+// the write rates, bounded as they are by the tenant API servers' CPU.
 func (s *syncStep) throughput(ctx context.Context) ([]result, error) {
 	n, writers := s.o.ThroughputObjects, s.o.ThroughputWriters
-	var hostNamespaces []string
+	name := func(i int) string { return fmt.Sprintf("cm-%d", i) }
+	var synced, raw []string
 	for i := range s.tenants {
-		hostNamespaces = append(hostNamespaces, syncer.HostNamespace(syncName(i), throughputNamespace))
+		synced = append(synced, syncer.HostNamespace(syncName(i), throughputNamespace))
+		raw = append(raw, fmt.Sprintf("bench-raw-%d", i))
+		if err := s.host.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: raw[i]}}); err != nil {
+			return nil, err
+		}
 	}
-	arrivals, stop, err := watchArrivals(ctx, s.env.Host.Config(), &corev1.ConfigMap{}, hostNamespaces, func(client.Object) bool { return true })
+	// Writer w writes to tenant (or raw namespace) w mod tenants; so does
+	// object i.
+	target := func(i int) int { return i % writers % len(s.tenants) }
+
+	profiled := s.profileCPU(ctx, "throughput.cpu", 10*time.Second)
+	syncedRun, err := s.timedRun(ctx, synced, func(i int) error {
+		return s.tenants[target(i)].Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: throughputNamespace, Name: name(i)}})
+	}, name)
 	if err != nil {
+		return nil, fmt.Errorf("synced run: %w", err)
+	}
+	if err := profiled(); err != nil {
 		return nil, err
+	}
+	rawRun, err := s.timedRun(ctx, raw, func(i int) error {
+		return s.host.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: raw[target(i)], Name: name(i)}})
+	}, name)
+	if err != nil {
+		return nil, fmt.Errorf("raw run: %w", err)
+	}
+
+	perObject := func(v float64) float64 { return v / float64(n) }
+	managerCPU := perObject(syncedRun.cost.managerCPU) * 1000
+	hostSynced := perObject(syncedRun.cost.hostCPU) * 1000
+	hostRaw := perObject(rawRun.cost.hostCPU) * 1000
+	requests := perObject(syncedRun.cost.hostRequests)
+	syncedRate := float64(n) / syncedRun.lastArrival.Seconds()
+	rawRate := float64(n) / rawRun.created.Seconds()
+	setup := fmt.Sprintf("bin/manager, %s; %d ConfigMaps by %d writers over %d tenants", s.managerFlags(), n, writers, len(s.tenants))
+	cpuNote := "process_cpu_seconds_total over the run, per object; " + setup
+	return []result{
+		{Name: "host requests per synced object", Value: round(requests, 3), Unit: "", Target: "<= 1.05", Met: ptrBool(requests <= 1.05),
+			Note: "bin/manager's rest_client_requests_total to the host over the synced run, per object"},
+		{Name: "manager CPU per synced object", Value: round(managerCPU, 3), Unit: "ms", Note: cpuNote},
+		{Name: "host API server CPU per raw create", Value: round(hostRaw, 3), Unit: "ms", Note: cpuNote + ", created in the host directly"},
+		{Name: "host API server CPU per synced object", Value: round(hostSynced, 3), Unit: "ms", Note: cpuNote},
+		ratio("manager CPU per synced object, against the host API server's CPU per raw create", managerCPU, hostRaw, 0.3),
+		ratio("host API server CPU per synced object, against per raw create", hostSynced, hostRaw, 1.2),
+		{Name: "throughput synced down", Value: round(syncedRate, 0), Unit: "objects/s", Note: setup + ", until the last copy is in the host"},
+		{Name: "raw host create rate (same writers)", Value: round(rawRate, 0), Unit: "objects/s", Note: setup + ", created in the host directly"},
+		{Name: "throughput ratio synced/raw", Value: round(syncedRate/rawRate, 2), Unit: "",
+			Note: "bounded, on one machine, by the tenant API servers' CPU: the synced run writes every object twice, on the same cores"},
+		{Name: "tenant create rate (same writers)", Value: round(float64(n)/syncedRun.created.Seconds(), 0), Unit: "objects/s",
+			Note: setup + ", what the tenant API servers took while Tenantry synced"},
+		ms("last copy after the last tenant create", syncedRun.lastArrival-syncedRun.created, "", "how far the copies trail what the tenants take"),
+	}, nil
+}
+
+// ratio is a result of a over b, met when at most limit.
+func ratio(name string, a, b, limit float64) result {
+	v := 0.0
+	if b > 0 {
+		v = a / b
+	}
+	return result{Name: name, Value: round(v, 2), Unit: "x", Target: fmt.Sprintf("<= %g", limit), Met: ptrBool(b > 0 && v <= limit)}
+}
+
+// runCost is what the manager and the host API server spent over a run.
+type runCost struct {
+	managerCPU, hostCPU float64 // seconds
+	hostRequests        float64 // the manager's, to the host
+}
+
+// cost reads the manager's and the host API server's counters.
+func (s *syncStep) cost(ctx context.Context) (runCost, error) {
+	m, err := s.manager.metrics(ctx)
+	if err != nil {
+		return runCost{}, err
+	}
+	h, err := apiServerMetrics(ctx, s.hostREST)
+	if err != nil {
+		return runCost{}, err
+	}
+	return runCost{
+		managerCPU:   m.cpuSeconds(),
+		hostCPU:      h.cpuSeconds(),
+		hostRequests: m.requests(func(h string) bool { return h == s.hostURL }),
+	}, nil
+}
+
+// timedRun is one throughput run's outcome.
+type timedRun struct {
+	created     time.Duration // until the last create was answered
+	lastArrival time.Duration // until the last object was in the host's watch
+	cost        runCost
+}
+
+// timedRun creates ThroughputObjects objects with create, by
+// ThroughputWriters writers, and waits until each, by name, is in one of
+// the host namespaces.
+func (s *syncStep) timedRun(ctx context.Context, namespaces []string, create func(i int) error, name func(i int) string) (timedRun, error) {
+	n := s.o.ThroughputObjects
+	arrivals, stop, err := watchArrivals(ctx, s.env.Host.Config(), &corev1.ConfigMap{}, namespaces, func(client.Object) bool { return true })
+	if err != nil {
+		return timedRun{}, err
 	}
 	defer stop()
-	name := func(i int) string { return fmt.Sprintf("cm-%d", i) }
-	if s.o.CPUProfile != "" {
-		f, err := os.Create(s.o.CPUProfile)
-		if err != nil {
-			return nil, err
-		}
-		defer f.Close()
-		if err := pprof.StartCPUProfile(f); err != nil {
-			return nil, err
-		}
-		defer pprof.StopCPUProfile()
+	before, err := s.cost(ctx)
+	if err != nil {
+		return timedRun{}, err
 	}
 	began := time.Now()
-	if err := parallel(writers, n, func(i int) error {
-		// Writer w writes to tenant w mod tenants; so does object i.
-		return s.tenants[i%writers%len(s.tenants)].Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: throughputNamespace, Name: name(i)}})
-	}); err != nil {
-		return nil, err
+	if err := parallel(s.o.ThroughputWriters, n, create); err != nil {
+		return timedRun{}, err
 	}
-	tenantsTook := time.Since(began)
+	run := timedRun{created: time.Since(began)}
 	want := make(map[string]time.Time, n)
 	for i := range n {
 		want[name(i)] = began
 	}
 	lat, err := arrivals.wait(ctx, want, 5*time.Minute)
 	if err != nil {
-		return nil, err
+		return timedRun{}, err
 	}
-	lastCopy := slices.Max(lat)
-	synced := float64(n) / lastCopy.Seconds()
-
-	// The same writers, straight into two host namespaces.
-	for i := range s.tenants {
-		if err := s.host.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("bench-raw-%d", i)}}); err != nil {
-			return nil, err
-		}
+	run.lastArrival = slices.Max(lat)
+	after, err := s.cost(ctx)
+	if err != nil {
+		return timedRun{}, err
 	}
-	began = time.Now()
-	if err := parallel(writers, n, func(i int) error {
-		ns := fmt.Sprintf("bench-raw-%d", i%writers%len(s.tenants))
-		return s.host.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name(i)}})
-	}); err != nil {
-		return nil, err
+	run.cost = runCost{
+		managerCPU:   after.managerCPU - before.managerCPU,
+		hostCPU:      after.hostCPU - before.hostCPU,
+		hostRequests: after.hostRequests - before.hostRequests,
 	}
-	raw := float64(n) / time.Since(began).Seconds()
-	ratio := synced / raw
-	note := fmt.Sprintf("bin/manager, %s; %d ConfigMaps by %d writers over %d tenants", s.managerFlags(), n, writers, len(s.tenants))
-	return []result{
-		{Name: "throughput synced down", Value: round(synced, 0), Unit: "objects/s", Note: note + ", until the last copy is in the host"},
-		{Name: "raw host create rate (same writers)", Value: round(raw, 0), Unit: "objects/s", Note: note + ", created in the host directly"},
-		{Name: "throughput ratio synced/raw", Value: round(ratio, 2), Unit: "", Target: ">= 0.95", Met: ptrBool(ratio >= 0.95),
-			Note: "the synced run also pays for the tenant API servers' writes, on the same cores"},
-		{Name: "tenant create rate (same writers)", Value: round(float64(n)/tenantsTook.Seconds(), 0), Unit: "objects/s",
-			Note: note + ", what the tenant API servers took while Tenantry synced"},
-		ms("last copy after the last tenant create", lastCopy-tenantsTook, "", "how far the copies trail what the tenants take"),
-	}, nil
+	return run, nil
 }

@@ -20,6 +20,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	ctrlcache "sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -39,6 +40,7 @@ type managerProcess struct {
 	err                 error // once exited is closed
 	started             time.Time
 	metricsURL, heapURL string
+	pprofURL            string // the pprof listener's /debug/pprof/
 	log                 *os.File
 }
 
@@ -58,6 +60,7 @@ func startManagerProcess(ctx context.Context, binary, kubeconfig string, extraAr
 		exited:     make(chan struct{}),
 		metricsURL: "http://" + addrs[0] + "/metrics",
 		heapURL:    "http://" + addrs[2] + "/debug/pprof/heap?gc=1&debug=1",
+		pprofURL:   "http://" + addrs[2] + "/debug/pprof/",
 		log:        log,
 	}
 	args := []string{"--kubeconfig", kubeconfig,
@@ -135,22 +138,42 @@ func (m *managerProcess) metrics(ctx context.Context) (scrape, error) {
 	if err != nil {
 		return nil, err
 	}
+	return parseScrape("bin/manager", body)
+}
+
+// apiServerMetrics reads the metrics of the API server behind c.
+func apiServerMetrics(ctx context.Context, c rest.Interface) (scrape, error) {
+	body, err := c.Get().AbsPath("/metrics").DoRaw(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("reading the API server's metrics: %w", err)
+	}
+	return parseScrape("the API server", body)
+}
+
+func parseScrape(what string, body []byte) (scrape, error) {
 	parser := expfmt.NewTextParser(model.UTF8Validation)
 	families, err := parser.TextToMetricFamilies(strings.NewReader(string(body)))
 	if err != nil {
-		return nil, fmt.Errorf("parsing bin/manager's metrics: %w", err)
+		return nil, fmt.Errorf("parsing %s's metrics: %w", what, err)
 	}
 	return families, nil
 }
 
-// value is the first series of a gauge, or 0.
+// value is the first series of a gauge or a counter, or 0.
 func (s scrape) value(name string) float64 {
 	f := s[name]
 	if f == nil || len(f.GetMetric()) == 0 {
 		return 0
 	}
-	return f.GetMetric()[0].GetGauge().GetValue()
+	m := f.GetMetric()[0]
+	if c := m.GetCounter(); c != nil {
+		return c.GetValue()
+	}
+	return m.GetGauge().GetValue()
 }
+
+// cpuSeconds is the process's CPU time, user and system.
+func (s scrape) cpuSeconds() float64 { return s.value("process_cpu_seconds_total") }
 
 // requests sums client-go's request counter over the API servers host
 // selects.
@@ -183,6 +206,43 @@ func (m *managerProcess) liveHeap(ctx context.Context) (uint64, error) {
 	return 0, fmt.Errorf("no HeapInuse in bin/manager's heap profile")
 }
 
+// profile saves the manager's pprof profile named query (for example
+// "heap?gc=1") to path.
+func (m *managerProcess) profile(ctx context.Context, query, path string) error {
+	body, err := m.get(ctx, m.pprofURL+query)
+	if err != nil {
+		return fmt.Errorf("reading bin/manager's %s profile: %w", query, err)
+	}
+	return os.WriteFile(path, body, 0o644)
+}
+
+// profileCPU starts a CPU profile of the manager over the next window
+// into file name of the Profiles directory, if one is set; wait waits for
+// it and says whether it was saved.
+func (w *managerWorld) profileCPU(ctx context.Context, name string, window time.Duration) (wait func() error) {
+	if w.o.Profiles == "" {
+		return func() error { return nil }
+	}
+	done := make(chan error, 1)
+	m := w.manager
+	go func() {
+		done <- m.profile(ctx, fmt.Sprintf("profile?seconds=%d", int(window.Seconds())), filepath.Join(w.o.Profiles, name))
+	}()
+	return func() error { return <-done }
+}
+
+// saveProfiles saves the manager's heap and goroutines, with suffix, to
+// the Profiles directory if one is set.
+func (w *managerWorld) saveProfiles(ctx context.Context, suffix string) error {
+	if w.o.Profiles == "" {
+		return nil
+	}
+	if err := w.manager.profile(ctx, "heap?gc=1", filepath.Join(w.o.Profiles, "heap"+suffix)); err != nil {
+		return err
+	}
+	return w.manager.profile(ctx, "goroutine?debug=1", filepath.Join(w.o.Profiles, "goroutines"+suffix+".txt"))
+}
+
 // sockets counts the open sockets of the manager process.
 func (m *managerProcess) sockets() int {
 	dir := fmt.Sprintf("/proc/%d/fd", m.cmd.Process.Pid)
@@ -213,6 +273,7 @@ type managerWorld struct {
 	tenants    []client.Client // one per tenant API server
 	secrets    []string        // a kubeconfig Secret per tenant API server
 	hostURL    string          // host of the host API server, as client-go's metrics label it
+	hostREST   rest.Interface  // for the host API server's own metrics
 	dir        string          // logs and the host kubeconfig
 	kubeconfig string
 	binary     string
@@ -255,6 +316,11 @@ func startManagerWorld(ctx context.Context, o Options, step string, servers int,
 		return nil, err
 	}
 	w.hostURL = strings.TrimPrefix(w.env.Host.Config().Host, "https://")
+	hostSet, err := kubernetes.NewForConfig(unthrottled(w.env.Host.Config()))
+	if err != nil {
+		return nil, err
+	}
+	w.hostREST = hostSet.CoreV1().RESTClient()
 	scheme, err := providers.NewScheme()
 	if err != nil {
 		return nil, err

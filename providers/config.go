@@ -41,12 +41,16 @@ func NewRestConfig(opts Options) (*rest.Config, error) {
 	return withDefaults(cfg, opts), nil
 }
 
-// withDefaults names the manager in its requests and sets its own request
-// limits (see Options.HostAPIQPS).
+// withDefaults names the manager in its requests, sets its own request
+// limits (see Options.HostAPIQPS) and asks for uncompressed responses: the
+// host API server would otherwise gzip every watch event it sends the
+// hub, which costs the host CPU on every synced object and the manager a
+// decompressor per watch (see clusterregistry.Options.EnableCompression).
 func withDefaults(cfg *rest.Config, opts Options) *rest.Config {
 	if cfg.UserAgent == "" {
 		cfg.UserAgent = rest.DefaultKubernetesUserAgent() + " tenantry-manager"
 	}
+	cfg.DisableCompression = true
 	opts.Default()
 	cfg.QPS, cfg.Burst = float32(opts.HostAPIQPS), opts.HostAPIBurst
 	return cfg

@@ -93,3 +93,40 @@ func decodeLines(t *testing.T, s string) []map[string]any {
 	}
 	return lines
 }
+
+// Values added with WithValues are encoded when a line is written: each
+// logger in a chain writes its own and its parents', and none leaks into
+// a sibling's.
+func TestNewLoggerDeferredValues(t *testing.T) {
+	var out bytes.Buffer
+	log, err := NewLogger(LoggerOptions{Output: &out})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tenant := log.WithValues("cluster", "alpha")
+	reconcile := tenant.WithName("syncer").WithValues("object", "ns/a")
+	sibling := tenant.WithValues("object", "ns/b")
+	reconcile.V(1).Info("not written")
+	reconcile.Info("first", "n", 1)
+	sibling.Info("second")
+	tenant.Info("third")
+
+	lines := decodeLines(t, out.String())
+	if len(lines) != 3 {
+		t.Fatalf("want 3 lines, got %d: %s", len(lines), out.String())
+	}
+	for i, want := range []map[string]any{
+		{"msg": "first", "cluster": "alpha", "object": "ns/a", "logger": "syncer", "n": float64(1)},
+		{"msg": "second", "cluster": "alpha", "object": "ns/b"},
+		{"msg": "third", "cluster": "alpha"},
+	} {
+		for k, v := range want {
+			if lines[i][k] != v {
+				t.Errorf("line %d: %s = %v, want %v (line: %v)", i, k, lines[i][k], v, lines[i])
+			}
+		}
+	}
+	if _, ok := lines[2]["object"]; ok {
+		t.Errorf("a child's value reached its parent: %v", lines[2])
+	}
+}

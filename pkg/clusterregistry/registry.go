@@ -98,6 +98,15 @@ type Options struct {
 	// An update of an object read from the cache still leaves them as the
 	// API server has them.
 	KeepManagedFields bool
+
+	// EnableCompression lets the tenant API servers gzip their responses.
+	// By default Tenantry asks for them uncompressed: an API server that
+	// compresses does so for watch streams too, so that every open watch
+	// holds a decompressor of about 40 KiB in the manager (at 16 watches
+	// per tenant, most of an idle tenant's memory) and costs the server
+	// and the manager CPU at every event. Set it for tenant API servers
+	// behind a slow link, where bandwidth costs more than both.
+	EnableCompression bool
 }
 
 func (o *Options) setDefaults() {

@@ -242,6 +242,9 @@ func TestModuleInjection(t *testing.T) {
 	if in.Config.Host != tenantCfg.Host {
 		t.Errorf("rest.Config host = %q, want the tenant's %q", in.Config.Host, tenantCfg.Host)
 	}
+	if !in.Config.DisableCompression {
+		t.Error("the cluster's config asks for compressed responses: every watch would hold a decompressor")
+	}
 	if in.Client != in.Manager.GetClient() {
 		t.Error("the unnamed client is not the manager's")
 	}

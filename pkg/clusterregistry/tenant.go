@@ -98,6 +98,9 @@ func (r *RemoteClusterRegistry) startTenant(c *cluster, config *rest.Config) (_ 
 	if cfg.UserAgent == "" {
 		cfg.UserAgent = rest.DefaultKubernetesUserAgent() + " tenantry-cluster/" + c.name
 	}
+	if !r.opts.EnableCompression {
+		cfg.DisableCompression = true
+	}
 	manageClient := r.opts.ManageClient
 	if r.opts.Fence != nil {
 		fence(cfg, c.name, r.opts.Fence)

@@ -38,9 +38,13 @@ func routed(hub *Hub, obj client.Object, cluster string, key func(host client.Ob
 
 // hostEvents is the source of a tenant's host events for one syncer: the
 // hub routes the events of host copies labelled with this cluster here, and
-// each queues its tenant object.
-func hostEvents(hub *Hub, s *Syncer, tr translator) source.TypedSource[reconcile.Request] {
+// each queues its tenant object, but for the echoes of the syncer's own
+// writes (nil: none are skipped).
+func hostEvents(hub *Hub, s *Syncer, tr translator, skip *echoes) source.TypedSource[reconcile.Request] {
 	return routed(hub, s.Object(), tr.Cluster, func(host client.Object) (types.NamespacedName, bool) {
+		if skip != nil && skip.echo(host) {
+			return types.NamespacedName{}, false
+		}
 		return tenantKeyOf(tr, s, host)
 	})
 }

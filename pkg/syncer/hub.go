@@ -106,11 +106,16 @@ type routeKey struct {
 	cluster string
 }
 
-// NewHub builds a hub on the host cluster's config.
+// NewHub builds a hub on the host cluster's config. The hub asks the host
+// for uncompressed responses whatever config says: its watches carry an
+// event for every synced object, and gzipping each would cost the host API
+// server more CPU than the event itself.
 func NewHub(config *rest.Config, opts HubOptions) (*Hub, error) {
 	if opts.Scheme == nil {
 		return nil, fmt.Errorf("hub needs a scheme")
 	}
+	config = rest.CopyConfig(config)
+	config.DisableCompression = true
 	if opts.HostQPS <= 0 {
 		opts.HostQPS = DefaultHostQPS
 	}

@@ -197,11 +197,14 @@ func setup(mgr manager.Manager, cluster string, log logr.Logger, hub *Hub, opts 
 			tenant: mgr.GetClient(), hostRead: hub.Reader(), host: host,
 			recorder: recorder, excluded: excluded, rejections: newRejections(),
 		}
+		if s.Up == nil {
+			r.echoes = &echoes{}
+		}
 		b := tenantController(mgr, s.Name+"-syncer", controller.Options{MaxConcurrentReconciles: opts.Workers}).
 			For(s.Object(), builder.WithPredicates(predicate.NewPredicateFuncs(func(o client.Object) bool {
 				return !excluded[namespaceOf(s, o)]
 			}))).
-			WatchesRawSource(hostEvents(hub, s, tr)).
+			WatchesRawSource(hostEvents(hub, s, tr, r.echoes)).
 			WithLogConstructor(func(req *reconcile.Request) logr.Logger {
 				l := log.WithValues("controller", s.Name+"-syncer")
 				if req != nil {

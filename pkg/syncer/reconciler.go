@@ -61,6 +61,9 @@ type reconciler struct {
 	// stripped holds, by tenant key, what the tenant was last told its copy
 	// leaves out (Syncer.Stripped), so that it is told once.
 	stripped sync.Map
+	// echoes are this reconciler's writes whose host events need no sync;
+	// nil when every event needs one (a syncer with Up).
+	echoes *echoes
 }
 
 func (r *reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
@@ -86,6 +89,9 @@ func (r *reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 			return reconcile.Result{}, fmt.Errorf("reading host %s %s: %w", r.syncer.Name, hostKey, err)
 		}
 		host = nil
+	}
+	if host != nil && r.echoes != nil {
+		r.echoes.seen(hostKey, host.GetResourceVersion())
 	}
 	if host != nil && !r.isCopy(host, req.NamespacedName) {
 		// Not Tenantry's, Tenantry's for another cluster, or something
@@ -174,6 +180,7 @@ func (r *reconciler) sync(ctx context.Context, key types.NamespacedName, tenant,
 		if err != nil {
 			return false, reconcile.Result{}, fmt.Errorf("updating host %s %s: %w", r.syncer.Name, client.ObjectKeyFromObject(desired), err)
 		}
+		r.wrote(desired)
 		writes.WithLabelValues(r.translator.Cluster, r.syncer.Name, "down", "update").Inc()
 		ctrl.LoggerFrom(ctx).V(1).Info("updated host copy", "host", client.ObjectKeyFromObject(desired))
 		host, wrote = desired, true
@@ -218,9 +225,17 @@ func (r *reconciler) createHost(ctx context.Context, tenant client.Object) (bool
 	case err != nil:
 		return false, reconcile.Result{}, fmt.Errorf("creating host %s %s: %w", r.syncer.Name, client.ObjectKeyFromObject(desired), err)
 	}
+	r.wrote(desired)
 	writes.WithLabelValues(r.translator.Cluster, r.syncer.Name, "down", "create").Inc()
 	ctrl.LoggerFrom(ctx).V(1).Info("created host copy", "host", client.ObjectKeyFromObject(desired))
 	return true, reconcile.Result{}, nil
+}
+
+// wrote records host, just written, as an echo to skip, if echoes are.
+func (r *reconciler) wrote(host client.Object) {
+	if r.echoes != nil {
+		r.echoes.wrote(host)
+	}
 }
 
 // alreadyExists handles a create that found an object in the way: ours,
