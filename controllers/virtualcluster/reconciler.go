@@ -38,9 +38,10 @@ const stopTimeout = time.Minute
 type Reconciler struct {
 	// Client reads VirtualClusters (cached) and writes them.
 	Client client.Client
-	// APIReader reads from the API server, uncached: kubeconfig Secrets (so
-	// that their contents are never cached) and, at deletion, the cluster's
-	// host namespaces.
+	// APIReader reads from the API server, uncached: kubeconfig Secrets
+	// (so that no informer holds every Secret's contents; a Secret is read
+	// again only when Client's metadata of it shows a new version) and, at
+	// deletion, the cluster's host namespaces.
 	APIReader client.Reader
 	// Registry runs the tenant clusters' apps.
 	Registry *clusterregistry.RemoteClusterRegistry
@@ -62,6 +63,9 @@ type Reconciler struct {
 	// Nodes, if set, keeps the virtual nodes of the clusters this replica
 	// runs alive while their apps do not run: paused, or not started yet.
 	Nodes NodeKeeper
+
+	// secrets are the kubeconfig Secrets read, by version.
+	secrets kubeconfigSecrets
 
 	mu sync.Mutex
 	// spawnedFrom is the digest of the kubeconfig each running cluster was
@@ -268,8 +272,8 @@ func (r *Reconciler) readKubeconfig(ctx context.Context, vc *tenantryv1alpha1.Vi
 func (r *Reconciler) loadKubeconfig(ctx context.Context, vc *tenantryv1alpha1.VirtualCluster) (*rest.Config, [sha256.Size]byte, *readiness) {
 	ref := vc.Spec.KubeconfigSecretRef
 	key := ref.KubeconfigKey()
-	var secret corev1.Secret
-	if err := r.APIReader.Get(ctx, client.ObjectKey{Namespace: ref.Namespace, Name: ref.Name}, &secret); err != nil {
+	secret, err := r.secrets.get(ctx, r.Client, r.APIReader, client.ObjectKey{Namespace: ref.Namespace, Name: ref.Name})
+	if err != nil {
 		if apierrors.IsNotFound(err) {
 			msg := fmt.Sprintf("Secret %s/%s does not exist.", ref.Namespace, ref.Name)
 			out := notReady(tenantryv1alpha1.ReasonSecretNotFound, msg, errors.New(msg))

@@ -31,10 +31,13 @@ import (
 type failingReader struct {
 	client.Reader
 	err atomic.Pointer[error]
+	// secretReads counts the reads of Secrets.
+	secretReads atomic.Int32
 }
 
 func (r *failingReader) Get(ctx context.Context, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
 	if _, secret := obj.(*corev1.Secret); secret {
+		r.secretReads.Add(1)
 		if err := r.err.Load(); err != nil {
 			return *err
 		}
@@ -141,10 +144,25 @@ func TestTransientSecretReadErrorsKeepTheTenantRunning(t *testing.T) {
 	if err := reconcile(); err != nil || !running() {
 		t.Fatalf("first reconcile: %v, running %v", err, running())
 	}
+	// A version of the Secret read before is not read again.
+	reads := reader.secretReads.Load()
+	if err := reconcile(); err != nil || !running() {
+		t.Fatalf("second reconcile: %v, running %v", err, running())
+	}
+	if n := reader.secretReads.Load() - reads; n != 0 {
+		t.Errorf("an unchanged Secret was read %d more times", n)
+	}
 	for _, failure := range []error{
 		apierrors.NewTooManyRequests("the host is busy", 1),
 		apierrors.NewForbidden(schema.GroupResource{Resource: "secrets"}, secret.Name, errors.New("RBAC is being rolled out")),
 	} {
+		// A new version of the Secret, which must be read (a version read
+		// before is not read again).
+		patch := client.MergeFrom(secret.DeepCopy())
+		metav1.SetMetaDataAnnotation(&secret.ObjectMeta, "touched", failure.Error())
+		if err := host.Patch(ctx, secret, patch); err != nil {
+			t.Fatal(err)
+		}
 		reader.err.Store(&failure)
 		if err := reconcile(); err == nil {
 			t.Errorf("%v: the Secret read was not retried", failure)
