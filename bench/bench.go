@@ -100,7 +100,7 @@ type Options struct {
 	// Profiles, when set, is a directory for bin/manager's profiles (read
 	// them with go tool pprof): throughput.cpu, the first 10 s of the
 	// throughput run; at each scale count N, start-N.cpu, its first 20 s,
-	// and heap-N and goroutines-N.txt, once Ready.
+	// and heap-N, goroutines-N.txt and metrics-N.txt, once Ready.
 	Profiles string
 	// Args are the command-line flags the run was given, for the command
 	// the report records: make bench (bin/tenantry bench Args...).

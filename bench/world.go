@@ -231,8 +231,8 @@ func (w *managerWorld) profileCPU(ctx context.Context, name string, window time.
 	return func() error { return <-done }
 }
 
-// saveProfiles saves the manager's heap and goroutines, with suffix, to
-// the Profiles directory if one is set.
+// saveProfiles saves the manager's heap, goroutines and metrics, with
+// suffix, to the Profiles directory if one is set.
 func (w *managerWorld) saveProfiles(ctx context.Context, suffix string) error {
 	if w.o.Profiles == "" {
 		return nil
@@ -240,7 +240,14 @@ func (w *managerWorld) saveProfiles(ctx context.Context, suffix string) error {
 	if err := w.manager.profile(ctx, "heap?gc=1", filepath.Join(w.o.Profiles, "heap"+suffix)); err != nil {
 		return err
 	}
-	return w.manager.profile(ctx, "goroutine?debug=1", filepath.Join(w.o.Profiles, "goroutines"+suffix+".txt"))
+	if err := w.manager.profile(ctx, "goroutine?debug=1", filepath.Join(w.o.Profiles, "goroutines"+suffix+".txt")); err != nil {
+		return err
+	}
+	metrics, err := w.manager.get(ctx, w.manager.metricsURL)
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(filepath.Join(w.o.Profiles, "metrics"+suffix+".txt"), metrics, 0o644)
 }
 
 // sockets counts the open sockets of the manager process.

@@ -11,6 +11,7 @@ import (
 	"net"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -351,12 +352,13 @@ func newTenants(p tenantParams) (*Tenants, error) {
 	if _, err := builtin.ByName(o.Resources, builtin.Options{}); err != nil {
 		return nil, err
 	}
+	dnsService := &dnsServiceReader{}
 	return &Tenants{kubelet: p.Kubelet, dns: p.DNS, module: syncer.TenantModulePerCluster(p.Hub, func(ctx context.Context, cluster string) (syncer.Options, []syncer.Syncer, error) {
-		// Read uncached as the tenant starts, so that it runs with the spec
-		// that made the VirtualCluster's reconciler (re)spawn it, or a
-		// newer one.
+		// Read from the same cache as the VirtualCluster's reconciler,
+		// after it: the tenant runs with the spec that made the reconciler
+		// (re)spawn it, or a newer one.
 		var vc tenantryv1alpha1.VirtualCluster
-		if err := p.Manager.GetAPIReader().Get(ctx, client.ObjectKey{Name: cluster}, &vc); err != nil {
+		if err := p.Manager.GetClient().Get(ctx, client.ObjectKey{Name: cluster}, &vc); err != nil {
 			return syncer.Options{}, nil, fmt.Errorf("reading VirtualCluster %s: %w", cluster, err)
 		}
 		policy := overDefault(o.HostPolicy, vc.Spec.HostPolicy)
@@ -387,7 +389,7 @@ func newTenants(p tenantParams) (*Tenants, error) {
 		}
 		if p.DNS != nil {
 			podOpts.DNS = p.DNS
-			dns, err := podDNS(ctx, p.Manager.GetAPIReader(), o)
+			dns, err := dnsService.read(ctx, p.Manager.GetAPIReader(), o)
 			if err != nil {
 				return syncer.Options{}, nil, err
 			}
@@ -407,6 +409,36 @@ func newTenants(p tenantParams) (*Tenants, error) {
 		}
 		return opts, syncers, nil
 	})}, nil
+}
+
+// dnsServiceTTL is how long the DNS Service's answer, read as a tenant
+// starts, is reused for the tenants that start next.
+const dnsServiceTTL = time.Minute
+
+// dnsServiceReader reads podDNS, and keeps its answer for dnsServiceTTL:
+// it is the same for every tenant, and a thousand tenants that start
+// together would otherwise each read the Service.
+type dnsServiceReader struct {
+	mu     sync.Mutex
+	dns    *pods.DNSConfig
+	readAt time.Time
+}
+
+func (r *dnsServiceReader) read(ctx context.Context, host client.Reader, o Options) (*pods.DNSConfig, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.readAt.IsZero() || time.Since(r.readAt) >= dnsServiceTTL {
+		dns, err := podDNS(ctx, host, o)
+		if err != nil {
+			return nil, err
+		}
+		r.dns, r.readAt = dns, time.Now()
+	}
+	if r.dns == nil {
+		return nil, nil
+	}
+	dns := *r.dns // each tenant's own
+	return &dns, nil
 }
 
 // podDNS is the DNS that host Pods get: the tenant DNS server at the

@@ -135,6 +135,9 @@ func (o *Options) setDefaults() {
 type RemoteClusterRegistry struct {
 	opts    Options
 	modules []fx.Option
+	// mappers are the built-in groups' REST mappings, by API server
+	// version, that every cluster's manager shares.
+	mappers builtinMappers
 
 	mu          sync.RWMutex
 	closed      bool

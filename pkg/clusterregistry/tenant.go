@@ -180,7 +180,9 @@ func (r *RemoteClusterRegistry) newManager(lc fx.Lifecycle, t *tenant, cfg *rest
 		LeaderElection:         false,
 		WebhookServer:          noWebhookServer{},
 		// Waits for sync are notified, not polled: see notifyingCache.
-		NewCache:                newNotifyingCache,
+		NewCache: newNotifyingCache,
+		// Built-in groups are discovered once per API server version.
+		MapperProvider:          r.mappers.mapperFor(r.opts.SpawnTimeout),
 		Cache:                   cacheOpts,
 		GracefulShutdownTimeout: ptr.To(r.opts.GracefulShutdownTimeout),
 		Controller: ctrlconfig.Controller{

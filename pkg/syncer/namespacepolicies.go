@@ -65,6 +65,9 @@ type namespacePolicies struct {
 	host       client.Client
 	excluded   map[string]bool
 	policies   []namespacePolicy
+	// created are the policy objects this tenant created that the cache
+	// may not show yet; its mutex serializes keep.
+	created recentCreates
 }
 
 // linkLocal is the link-local IPv4 range: cloud instance metadata
@@ -155,6 +158,8 @@ func (p *namespacePolicies) Reconcile(ctx context.Context, req reconcile.Request
 // have the policy objects it should, and no other of Tenantry's; foreign
 // says that an object not Tenantry's holds one's name.
 func (p *namespacePolicies) keep(ctx context.Context, hostNS, tenantNS string) (foreign bool, err error) {
+	p.created.Lock()
+	defer p.created.Unlock()
 	var errs []error
 	for _, policy := range p.policies {
 		f, err := p.keepOne(ctx, policy, hostNS, tenantNS)
@@ -169,10 +174,13 @@ func (p *namespacePolicies) keepOne(ctx context.Context, policy namespacePolicy,
 	key := client.ObjectKey{Namespace: hostNS, Name: policy.name}
 	current := policy.newObject()
 	found := true
+	created := policy.resource + "/" + key.String()
 	if err := p.hostRead.Get(ctx, key, current); apierrors.IsNotFound(err) {
 		found = false
 	} else if err != nil {
 		return false, fmt.Errorf("reading %s %s: %w", policy.resource, key, err)
+	} else {
+		p.created.forget(created)
 	}
 	desired := policy.newObject()
 	desired.SetNamespace(hostNS)
@@ -192,6 +200,8 @@ func (p *namespacePolicies) keepOne(ctx context.Context, policy namespacePolicy,
 		}
 		writes.WithLabelValues(cluster, policy.resource, "down", "delete").Inc()
 		return false, nil
+	case !found && p.created.has(created):
+		return false, nil // made a moment ago, as it is wanted now
 	case !found:
 		err := p.host.Create(ctx, desired)
 		if apierrors.IsAlreadyExists(err) {
@@ -200,6 +210,7 @@ func (p *namespacePolicies) keepOne(ctx context.Context, policy namespacePolicy,
 		if err != nil {
 			return false, fmt.Errorf("creating %s %s: %w", policy.resource, key, err)
 		}
+		p.created.add(created)
 		writes.WithLabelValues(cluster, policy.resource, "down", "create").Inc()
 		ctrl.LoggerFrom(ctx).V(1).Info("created a host namespace policy", "resource", policy.resource, "namespace", hostNS, "name", policy.name)
 		return false, nil

@@ -51,6 +51,9 @@ type hostNamespaces struct {
 	host       client.Client
 	// policies go in each host namespace before anything else does.
 	policies *namespacePolicies
+	// created are the host namespaces this tenant created that the cache
+	// may not show yet.
+	created recentCreates
 }
 
 // ensure makes the host namespace of tenantNamespace, with its policy
@@ -80,15 +83,20 @@ func (n *hostNamespaces) ensure(ctx context.Context, tenantNamespace string) err
 // whether it made it.
 func (n *hostNamespaces) ensureNamespace(ctx context.Context, tenantNamespace string) (created bool, err error) {
 	key := n.translator.hostKey(client.ObjectKey{Name: tenantNamespace}, true)
-	var existing corev1.Namespace
-	err = n.hostRead.Get(ctx, key, &existing)
-	switch {
-	case err == nil && !existing.DeletionTimestamp.IsZero():
-		return false, fmt.Errorf("host namespace %s is being deleted; waiting", key.Name)
-	case err == nil:
-		return false, nil
-	case !apierrors.IsNotFound(err):
-		return false, fmt.Errorf("reading host namespace %s: %w", key.Name, err)
+	if found, err := n.cached(ctx, key); err != nil || found {
+		if found {
+			n.created.seen(key.Name)
+		}
+		return false, err
+	}
+	n.created.Lock()
+	defer n.created.Unlock()
+	if n.created.has(key.Name) {
+		return false, nil // made a moment ago by another sync of this tenant
+	}
+	// It may have come into the cache while this waited for the lock.
+	if found, err := n.cached(ctx, key); err != nil || found {
+		return false, err
 	}
 
 	var tenantNS corev1.Namespace
@@ -116,6 +124,23 @@ func (n *hostNamespaces) ensureNamespace(ctx context.Context, tenantNamespace st
 	if err != nil {
 		return false, fmt.Errorf("creating host namespace %s: %w", key.Name, err)
 	}
+	n.created.add(key.Name)
 	writes.WithLabelValues(n.translator.Cluster, n.syncer.Name, "down", "create").Inc()
 	return true, nil
+}
+
+// cached says whether the cache holds host namespace key, and fails for
+// one being deleted.
+func (n *hostNamespaces) cached(ctx context.Context, key client.ObjectKey) (bool, error) {
+	var existing corev1.Namespace
+	err := n.hostRead.Get(ctx, key, &existing)
+	switch {
+	case err == nil && !existing.DeletionTimestamp.IsZero():
+		return false, fmt.Errorf("host namespace %s is being deleted; waiting", key.Name)
+	case err == nil:
+		return true, nil
+	case !apierrors.IsNotFound(err):
+		return false, fmt.Errorf("reading host namespace %s: %w", key.Name, err)
+	}
+	return false, nil
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"sync"
 	"time"
 
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -32,21 +33,33 @@ type patroller struct {
 // random point of the period, so that tenants started together (after a
 // restart) do not all patrol at once.
 func (p *patroller) start(ctx context.Context, q workqueue.TypedRateLimitingInterface[reconcile.Request]) error {
-	go func() {
-		next := time.NewTimer(rand.N(p.period))
-		defer next.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-next.C:
-			}
-			if err := p.round(ctx, q); err != nil && ctx.Err() == nil {
-				ctrl.LoggerFrom(ctx).Error(err, "patrol round failed", "resource", p.r.syncer.Name)
-			}
+	// A timer, not a goroutine that waits for one: a tenant has a patroller
+	// per synced type, and an idle tenant should hold no goroutine for
+	// them.
+	var (
+		mu      sync.Mutex
+		stopped bool
+		next    *time.Timer
+	)
+	patrol := func() {
+		if err := p.round(ctx, q); err != nil && ctx.Err() == nil {
+			ctrl.LoggerFrom(ctx).Error(err, "patrol round failed", "resource", p.r.syncer.Name)
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		if !stopped {
 			next.Reset(p.period)
 		}
-	}()
+	}
+	mu.Lock()
+	next = time.AfterFunc(rand.N(p.period), patrol)
+	mu.Unlock()
+	context.AfterFunc(ctx, func() {
+		mu.Lock()
+		defer mu.Unlock()
+		stopped = true
+		next.Stop()
+	})
 	return nil
 }
 
