@@ -4,6 +4,9 @@ import (
 	"errors"
 	"strings"
 	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
 const inlineKubeconfig = `apiVersion: v1
@@ -96,5 +99,43 @@ func TestTenantClientLimits(t *testing.T) {
 	(&Reconciler{TenantQPS: 300, TenantBurst: 600}).limit(cfg)
 	if cfg.QPS != 7 || cfg.Burst != 9 {
 		t.Errorf("QPS %v, burst %d; want the kubeconfig's own", cfg.QPS, cfg.Burst)
+	}
+}
+
+// A kubeconfig is parsed once per version of its Secret, and each caller
+// gets a config of its own.
+func TestKubeconfigParsedOncePerVersion(t *testing.T) {
+	var s kubeconfigSecrets
+	secret := &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "kc", ResourceVersion: "1"},
+		Data:       map[string][]byte{"kubeconfig": []byte(inlineKubeconfig)},
+	}
+	a, err := s.config(secret, "kubeconfig")
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.QPS = 1234 // as limit does: another caller must not see it
+	secret.Data["kubeconfig"] = []byte(strings.Replace(inlineKubeconfig, "127.0.0.1:6443", "10.0.0.1:6443", 1))
+	b, err := s.config(secret, "kubeconfig")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b == a || b.QPS != 0 {
+		t.Fatal("two callers share one config")
+	}
+	if b.Host != "https://127.0.0.1:6443" {
+		t.Fatalf("the same version was parsed again (host %q)", b.Host)
+	}
+	secret.ResourceVersion = "2"
+	c, err := s.config(secret, "kubeconfig")
+	if err != nil || c.Host != "https://10.0.0.1:6443" {
+		t.Fatalf("a new version was not parsed: host %v, %v", c, err)
+	}
+	if len(s.parsed) != 1 {
+		t.Fatalf("%d parsed versions kept, want the newest only", len(s.parsed))
+	}
+	secret.ResourceVersion, secret.Data["kubeconfig"] = "3", []byte("hunter2-secret")
+	if _, err := s.config(secret, "kubeconfig"); !errors.Is(err, errInvalidKubeconfig) {
+		t.Fatalf("a bad version: %v", err)
 	}
 }

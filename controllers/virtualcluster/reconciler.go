@@ -294,7 +294,7 @@ func (r *Reconciler) loadKubeconfig(ctx context.Context, vc *tenantryv1alpha1.Vi
 		out := notReady(tenantryv1alpha1.ReasonSecretKeyNotFound, msg, errors.New(msg))
 		return nil, [sha256.Size]byte{}, &out
 	}
-	config, err := restConfigFromKubeconfig(data)
+	config, err := r.secrets.config(secret, key)
 	if err != nil {
 		msg := fmt.Sprintf("Secret %s/%s key %q: %v", ref.Namespace, ref.Name, key, err)
 		out := notReady(tenantryv1alpha1.ReasonInvalidKubeconfig, msg, errors.New(msg))
