@@ -97,10 +97,14 @@ type Options struct {
 	// ThroughputWriters is how many writers create them, spread over the
 	// tenants.
 	ThroughputWriters int
-	// Profiles, when set, is a directory for bin/manager's profiles (read
-	// them with go tool pprof): throughput.cpu, the first 10 s of the
-	// throughput run; at each scale count N, start-N.cpu, its first 20 s,
-	// and heap-N, goroutines-N.txt and metrics-N.txt, once Ready.
+	// Profiles, when set, is a directory for profiles (read them with go
+	// tool pprof): of the first 10 s of the throughput's synced run,
+	// bin/manager's (throughput-manager.cpu) and the host API server's
+	// (throughput-apiserver.cpu), and of its raw runs, the host API
+	// server's (raw-apiserver.cpu, paced-apiserver.cpu); at each scale
+	// count N, bin/manager's
+	// start-N.cpu, its first 20 s, and heap-N, goroutines-N.txt and
+	// metrics-N.txt, once Ready.
 	Profiles string
 	// Args are the command-line flags the run was given, for the command
 	// the report records: make bench (bin/tenantry bench Args...).
@@ -125,7 +129,7 @@ func DefaultOptions() Options {
 		LatencySamples:    300,
 		LatencyRate:       50,
 		PodSamples:        200,
-		ThroughputObjects: 1000,
+		ThroughputObjects: 5000,
 		ThroughputWriters: 16,
 	}
 }

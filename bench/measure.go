@@ -51,6 +51,8 @@ func watchArrivals(ctx context.Context, cfg *rest.Config, obj client.Object, nam
 	for _, ns := range namespaces {
 		watched[ns] = ctrlcache.Config{}
 	}
+	cfg = rest.CopyConfig(cfg)
+	cfg.DisableCompression = true // what the bench observes should cost the API server little
 	c, err := ctrlcache.New(cfg, ctrlcache.Options{DefaultNamespaces: watched})
 	if err != nil {
 		return nil, nil, err

@@ -132,11 +132,11 @@ func (s *scaleRun) measure(ctx context.Context, n int) (scalePoint, error) {
 		return p, err
 	}
 	p.ReadySeconds = round(time.Since(began).Seconds(), 1)
-	atReady, err := s.manager.metrics(ctx)
+	startCPU, err := tenantrytest.ProcessCPU(s.manager.cmd.Process.Pid)
 	if err != nil {
 		return p, err
 	}
-	p.StartCPUSeconds = round(atReady.cpuSeconds(), 2)
+	p.StartCPUSeconds = round(startCPU.Seconds(), 2)
 	if err := s.waitCopies(ctx, n*s.o.ScaleObjects); err != nil {
 		return p, err
 	}

@@ -141,15 +141,6 @@ func (m *managerProcess) metrics(ctx context.Context) (scrape, error) {
 	return parseScrape("bin/manager", body)
 }
 
-// apiServerMetrics reads the metrics of the API server behind c.
-func apiServerMetrics(ctx context.Context, c rest.Interface) (scrape, error) {
-	body, err := c.Get().AbsPath("/metrics").DoRaw(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("reading the API server's metrics: %w", err)
-	}
-	return parseScrape("the API server", body)
-}
-
 func parseScrape(what string, body []byte) (scrape, error) {
 	parser := expfmt.NewTextParser(model.UTF8Validation)
 	families, err := parser.TextToMetricFamilies(strings.NewReader(string(body)))
@@ -171,9 +162,6 @@ func (s scrape) value(name string) float64 {
 	}
 	return m.GetGauge().GetValue()
 }
-
-// cpuSeconds is the process's CPU time, user and system.
-func (s scrape) cpuSeconds() float64 { return s.value("process_cpu_seconds_total") }
 
 // requests sums client-go's request counter over the API servers host
 // selects.
@@ -220,14 +208,31 @@ func (m *managerProcess) profile(ctx context.Context, query, path string) error 
 // into file name of the Profiles directory, if one is set; wait waits for
 // it and says whether it was saved.
 func (w *managerWorld) profileCPU(ctx context.Context, name string, window time.Duration) (wait func() error) {
+	m := w.manager
+	return w.profileInBackground(name, func(path string) error {
+		return m.profile(ctx, fmt.Sprintf("profile?seconds=%d", int(window.Seconds())), path)
+	})
+}
+
+// profileHostCPU is profileCPU of the host API server.
+func (w *managerWorld) profileHostCPU(ctx context.Context, name string, window time.Duration) (wait func() error) {
+	return w.profileInBackground(name, func(path string) error {
+		body, err := w.hostREST.Get().AbsPath("/debug/pprof/profile").Param("seconds", fmt.Sprint(int(window.Seconds()))).DoRaw(ctx)
+		if err != nil {
+			return fmt.Errorf("reading the host API server's CPU profile: %w", err)
+		}
+		return os.WriteFile(path, body, 0o644)
+	})
+}
+
+// profileInBackground runs save, with file name of the Profiles directory,
+// if one is set; wait waits for it.
+func (w *managerWorld) profileInBackground(name string, save func(path string) error) (wait func() error) {
 	if w.o.Profiles == "" {
 		return func() error { return nil }
 	}
 	done := make(chan error, 1)
-	m := w.manager
-	go func() {
-		done <- m.profile(ctx, fmt.Sprintf("profile?seconds=%d", int(window.Seconds())), filepath.Join(w.o.Profiles, name))
-	}()
+	go func() { done <- save(filepath.Join(w.o.Profiles, name)) }()
 	return func() error { return <-done }
 }
 
@@ -385,6 +390,9 @@ func startManagerWorld(ctx context.Context, o Options, step string, servers int,
 // limits a figure.
 func unthrottled(cfg *rest.Config) *rest.Config {
 	cfg.QPS, cfg.Burst = 5000, 10000
+	// Nor cost the API servers gzip: the bench's watches are the same in
+	// the runs it compares, but their compression is not what it measures.
+	cfg.DisableCompression = true
 	return cfg
 }
 

@@ -48,6 +48,28 @@ func TestEnvironment(t *testing.T) {
 		writeAndRead(ctx, t, c, cp.Name(), "before")
 	}
 
+	t.Run("each API server's process and CPU time", func(t *testing.T) {
+		pids := map[int]string{}
+		for _, cp := range planes {
+			pid, err := cp.APIServerPID()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if other, dup := pids[pid]; dup {
+				t.Fatalf("%s and %s name one process, %d", cp.Name(), other, pid)
+			}
+			pids[pid] = cp.Name()
+			cpu, err := tenantrytest.ProcessCPU(pid)
+			if err != nil {
+				t.Fatal(err)
+			}
+			// A started API server has spent well over a tick.
+			if cpu < 100*time.Millisecond {
+				t.Errorf("%s: kube-apiserver %d spent %s of CPU", cp.Name(), pid, cpu)
+			}
+		}
+	})
+
 	t.Run("kubeconfig reaches the same cluster", func(t *testing.T) {
 		for _, cp := range planes {
 			data, err := cp.Kubeconfig()
