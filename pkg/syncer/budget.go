@@ -21,6 +21,8 @@ import (
 type writeBudget struct {
 	// take waits for one token of the whole budget's rate.
 	take func(ctx context.Context) error
+	// tryTake takes a token if one is there now; nil: never.
+	tryTake func() bool
 
 	mu     sync.Mutex
 	queues map[string][]chan struct{} // by tenant, oldest first
@@ -36,7 +38,10 @@ type writeBudget struct {
 var errBudgetStopped = errors.New("the hub that hands out the host budget has stopped")
 
 func newWriteBudget(qps float64, burst int) *writeBudget {
-	return newWriteBudgetTaking(rate.NewLimiter(rate.Limit(qps), burst).Wait)
+	limiter := rate.NewLimiter(rate.Limit(qps), burst)
+	b := newWriteBudgetTaking(limiter.Wait)
+	b.tryTake = limiter.Allow
+	return b
 }
 
 func newWriteBudgetTaking(take func(context.Context) error) *writeBudget {
@@ -88,10 +93,25 @@ func (b *writeBudget) grant() {
 	b.next++
 }
 
-// wait blocks until tenant may send one request, or ctx ends.
+// wait blocks until tenant may send one request, or ctx ends. While no
+// request waits and the budget has a token, a request goes at once: there
+// is no turn to keep, and handing the token over through run cost a
+// twentieth of the manager's CPU per synced object.
 func (b *writeBudget) wait(ctx context.Context, tenant string) error {
-	granted := make(chan struct{})
 	b.mu.Lock()
+	if len(b.turns) == 0 && b.tryTake != nil {
+		select {
+		case <-b.stopped:
+			b.mu.Unlock()
+			return errBudgetStopped
+		default:
+		}
+		if b.tryTake() {
+			b.mu.Unlock()
+			return nil
+		}
+	}
+	granted := make(chan struct{})
 	if len(b.queues[tenant]) == 0 {
 		b.turns = append(b.turns, tenant)
 	}

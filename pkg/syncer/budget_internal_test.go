@@ -164,3 +164,22 @@ func TestTenantLimiterAsksTheFence(t *testing.T) {
 		t.Errorf("a fenced request: %v; want ErrFenced", err)
 	}
 }
+
+// While no request waits, a request that finds a token goes at once, even
+// before the budget runs; one that finds none waits its turn.
+func TestWriteBudgetGrantsAtOnceWhenNobodyWaits(t *testing.T) {
+	b := newWriteBudget(0.001, 2) // a burst of 2, then nothing for long
+	ctx, cancel := context.WithTimeout(t.Context(), 200*time.Millisecond)
+	defer cancel()
+	for i := range 2 {
+		if err := b.wait(ctx, "a"); err != nil {
+			t.Fatalf("request %d with a token there: %v", i, err)
+		}
+	}
+	if err := b.wait(ctx, "b"); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("a request without a token went: %v", err)
+	}
+	if b.waiting() {
+		t.Fatal("a cancelled request is still queued")
+	}
+}
