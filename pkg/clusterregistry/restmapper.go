@@ -39,6 +39,12 @@ var builtinGroups = func() sets.Set[string] {
 // server for the whole aggregated discovery document and kept a mapper of
 // its own: about 200 KiB of the manager's heap per idle cluster, and a
 // large share of each start's CPU, the API server's included.
+//
+// The version is the API server's gitVersion. Two servers of one version
+// that enable different built-in APIs (a beta group turned on in one)
+// still map correctly what the first discovered lacks, through the
+// cluster's own mapper; a built-in API that the first serves and another
+// has turned off maps, and its requests then fail with NotFound.
 type builtinMappers struct {
 	mu        sync.Mutex
 	byVersion map[string]*builtinMapper
