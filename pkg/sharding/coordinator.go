@@ -503,8 +503,7 @@ func (co *Coordinator) Acquire(ctx context.Context, key string) (bool, error) {
 		co.claim(key)
 		err = co.c.Create(ctx, &l)
 		if apierrors.IsAlreadyExists(err) {
-			co.forget(key)
-			return false, nil // another took it first
+			return co.lostRace(ctx, key) // another took it first, maybe this replica
 		}
 		return co.took(key, err)
 	}
@@ -528,10 +527,29 @@ func (co *Coordinator) Acquire(ctx context.Context, key string) (bool, error) {
 	co.claim(key)
 	err = co.c.Update(ctx, &l) // fails on a conflict if another took it meanwhile
 	if apierrors.IsConflict(err) {
-		co.forget(key)
-		return false, nil
+		return co.lostRace(ctx, key)
 	}
 	return co.took(key, err)
+}
+
+// lostRace settles a take of key whose write met another's: the Lease is
+// read again, and the key is this replica's if the winner was this replica
+// (two of its takes at once, as a reconcile's and a take-over's), and
+// forgotten otherwise. Forgetting it after this replica's own win would
+// leave a Lease naming this replica that it never gives up: the key's
+// next owner would wait behind it for good.
+func (co *Coordinator) lostRace(ctx context.Context, key string) (bool, error) {
+	var l coordinationv1.Lease
+	err := co.c.Get(ctx, client.ObjectKey{Namespace: co.opts.Namespace, Name: keyLeaseName(co.opts.Group, key)}, &l)
+	switch {
+	case err == nil && ptr.Deref(l.Spec.HolderIdentity, "") == co.opts.Identity:
+		return co.took(key, nil)
+	case err != nil && !apierrors.IsNotFound(err):
+		// Unknown: keep the claim, so that a Release reads the Lease.
+		return false, fmt.Errorf("reading key %s's Lease after a lost race: %w", key, err)
+	}
+	co.forget(key)
+	return false, nil
 }
 
 // gone says whether peer may no longer write: its peer Lease is deleted,

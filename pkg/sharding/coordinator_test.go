@@ -263,3 +263,45 @@ func TestRenewalAfterTheDeadlineDoesNotRevive(t *testing.T) {
 		t.Errorf("a holds %s, which b took", key)
 	}
 }
+
+// Two takes of one key at once in one replica (a reconcile's and a
+// take-over's) leave the key held, whichever write wins: a Release then
+// gives the Lease up, so that a new owner never waits behind a Lease its
+// holder forgot.
+func TestConcurrentTakesInOneReplica(t *testing.T) {
+	env := tenantrytest.New(t, tenantrytest.Options{})
+	c := newClient(t, env)
+	ctx := t.Context()
+	a := startReplica(t, c, "a")
+	waitLive(t, []string{"a"}, a)
+	const keys = 40
+	var wg sync.WaitGroup
+	for i := range keys {
+		key := fmt.Sprintf("race-%d", i)
+		for range 2 {
+			wg.Go(func() {
+				if _, err := a.Acquire(ctx, key); err != nil {
+					t.Errorf("taking %s: %v", key, err)
+				}
+			})
+		}
+	}
+	wg.Wait()
+	for i := range keys {
+		key := fmt.Sprintf("race-%d", i)
+		if !a.Holds(key) {
+			t.Errorf("key %s: its Lease names a, which forgot it", key)
+			continue
+		}
+		if err := a.Release(ctx, key); err != nil {
+			t.Fatal(err)
+		}
+		var l coordinationv1.Lease
+		if err := c.Get(ctx, client.ObjectKey{Namespace: "default", Name: "test-key-" + key}, &l); err != nil {
+			t.Fatal(err)
+		}
+		if h := ptr.Deref(l.Spec.HolderIdentity, ""); h != "" {
+			t.Errorf("key %s: released, its Lease still names %q", key, h)
+		}
+	}
+}
