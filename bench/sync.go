@@ -146,10 +146,7 @@ func (s *syncStep) throughput(ctx context.Context) ([]result, error) {
 	if err != nil {
 		return nil, err
 	}
-	// Profiles of the first 10 s of each run (--throughput-objects to make
-	// a run last that long).
-	const window = 10 * time.Second
-	profiled := []func() error{s.profileCPU(ctx, "throughput-manager.cpu", window), s.profileHostCPU(ctx, "throughput-apiserver.cpu", window)}
+	profiled := []func() error{s.profileCPU(ctx, "throughput-manager.cpu", profileWindow), s.profileHostCPU(ctx, "throughput-apiserver.cpu", profileWindow)}
 	syncedRun, err := s.timedRun(ctx, synced, func(i int) error {
 		return s.tenants[target(i)].Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: throughputNamespace, Name: name(i)}})
 	}, name)
@@ -169,30 +166,16 @@ func (s *syncStep) throughput(ctx context.Context) ([]result, error) {
 	// of the synced run's cost is its pace, which the tenant API servers
 	// set, and not the object.
 	syncedRate := float64(n) / syncedRun.lastArrival.Seconds()
-	pace := rate.NewLimiter(rate.Limit(syncedRate), 1)
-	profiledRaw := s.profileHostCPU(ctx, "paced-apiserver.cpu", window)
-	pacedRun, err := s.timedRun(ctx, raw, func(i int) error {
-		if err := pace.Wait(ctx); err != nil {
-			return err
-		}
+	hostCreate := func(i int, name func(int) string) error {
 		return s.host.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: raw[target(i)], Name: name(i)}})
-	}, name)
+	}
+	pacedRun, err := s.rawRun(ctx, raw, name, hostCreate, rate.NewLimiter(rate.Limit(syncedRate), 1), "paced-apiserver.cpu")
 	if err != nil {
-		return nil, fmt.Errorf("raw run: %w", err)
+		return nil, fmt.Errorf("raw run at the synced pace: %w", err)
 	}
-	if err := profiledRaw(); err != nil {
-		return nil, err
-	}
-	fast := func(i int) string { return "fast-" + name(i) }
-	profiledFast := s.profileHostCPU(ctx, "raw-apiserver.cpu", window)
-	fastRun, err := s.timedRun(ctx, raw, func(i int) error {
-		return s.host.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: raw[target(i)], Name: fast(i)}})
-	}, fast)
+	fastRun, err := s.rawRun(ctx, raw, func(i int) string { return "fast-" + name(i) }, hostCreate, nil, "raw-apiserver.cpu")
 	if err != nil {
 		return nil, fmt.Errorf("raw run, flat out: %w", err)
-	}
-	if err := profiledFast(); err != nil {
-		return nil, err
 	}
 
 	perObject := func(v float64) float64 { return v / float64(n) }
@@ -269,6 +252,30 @@ func (s *syncStep) cost(ctx context.Context) (runCost, error) {
 		hostRequests: m.requests(func(h string) bool { return h == s.hostURL }),
 	}, nil
 }
+
+// rawRun is a timedRun of creates straight into the host namespaces, of
+// objects named by name, each waiting for pace if it is not nil, with the
+// host API server's CPU profile saved as profile.
+func (s *syncStep) rawRun(ctx context.Context, namespaces []string, name func(int) string,
+	create func(i int, name func(int) string) error, pace *rate.Limiter, profile string) (timedRun, error) {
+	profiled := s.profileHostCPU(ctx, profile, profileWindow)
+	run, err := s.timedRun(ctx, namespaces, func(i int) error {
+		if pace != nil {
+			if err := pace.Wait(ctx); err != nil {
+				return err
+			}
+		}
+		return create(i, name)
+	}, name)
+	if err != nil {
+		return timedRun{}, err
+	}
+	return run, profiled()
+}
+
+// profileWindow is how much of each throughput run its profiles cover,
+// from its start (--throughput-objects to make a run last that long).
+const profileWindow = 10 * time.Second
 
 // idleWindow is how long the idle CPU rates are measured over.
 const idleWindow = 10 * time.Second
