@@ -101,6 +101,15 @@ func startControlPlane(ctx context.Context, name string, opts *Options, crdPaths
 		// localhost (see registerNode).
 		apiServer.Configure().Set("kubelet-preferred-address-types", "InternalDNS,InternalIP,Hostname,ExternalDNS,ExternalIP")
 	}
+	if cp.isHost() && opts.HostAuditLog {
+		flags, err := cp.auditFlags()
+		if err != nil {
+			return nil, err
+		}
+		for name, value := range flags {
+			apiServer.Configure().Set(name, value)
+		}
+	}
 	if cp.runsControllerManager(opts) {
 		// envtest turns the ServiceAccount admission plugin off because no
 		// controller makes the default ServiceAccounts it requires; a

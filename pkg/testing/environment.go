@@ -69,6 +69,12 @@ type Options struct {
 	// files (for example, CRDs a binary embeds).
 	HostCRDs []*apiextensionsv1.CustomResourceDefinition
 
+	// HostAuditLog makes the host API server keep an audit log of every
+	// request (who, verb, resource, response code; no bodies), read with
+	// Host.AuditEvents: what a component really asked of the host, for
+	// example to hold its RBAC role to the rights it uses.
+	HostAuditLog bool
+
 	// BinaryAssetsDirectory holds kube-apiserver and etcd, and
 	// kube-controller-manager, kube-scheduler and kwok when the options
 	// above ask for them. Defaults to $KUBEBUILDER_ASSETS.

@@ -30,7 +30,7 @@ func TestMain(m *testing.M) {
 // in each, restarts one tenant's API server and shows that the others never
 // noticed and that clients built before the restart work again.
 func TestEnvironment(t *testing.T) {
-	env := tenantrytest.New(t, tenantrytest.Options{Tenants: 3})
+	env := tenantrytest.New(t, tenantrytest.Options{Tenants: 3, HostAuditLog: true})
 	ctx := t.Context()
 
 	planes := env.ControlPlanes()
@@ -67,6 +67,26 @@ func TestEnvironment(t *testing.T) {
 			if cpu < 100*time.Millisecond {
 				t.Errorf("%s: kube-apiserver %d spent %s of CPU", cp.Name(), pid, cpu)
 			}
+		}
+	})
+
+	t.Run("the host's audit log", func(t *testing.T) {
+		// The ConfigMap writeAndRead created above, by the kit's admin.
+		events, err := env.Host.AuditEvents()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var found bool
+		for _, e := range events {
+			ref := e.ObjectRef
+			found = found || (e.Verb == "create" && ref != nil && ref.Resource == "configmaps" && ref.Namespace == "default" &&
+				ref.Name == "probe" && e.Code() == 201 && e.User.Username != "")
+		}
+		if !found {
+			t.Errorf("no create of default/probe answered 201 among the host's %d audit events", len(events))
+		}
+		if _, err := env.Tenants[0].AuditEvents(); !errors.Is(err, tenantrytest.ErrNoAuditLog) {
+			t.Errorf("a tenant's audit events: %v, want ErrNoAuditLog", err)
 		}
 	})
 
