@@ -33,9 +33,8 @@ import (
 	"github.com/tenantry/tenantry/pkg/syncer/pods"
 )
 
-// +kubebuilder:rbac:groups=tenantry.dev,resources=virtualclusters,verbs=get;list;watch;update;patch
-// +kubebuilder:rbac:groups=tenantry.dev,resources=virtualclusters/status,verbs=get;update;patch
-// +kubebuilder:rbac:groups=tenantry.dev,resources=virtualclusters/finalizers,verbs=update
+// +kubebuilder:rbac:groups=tenantry.dev,resources=virtualclusters,verbs=list;watch;patch
+// +kubebuilder:rbac:groups=tenantry.dev,resources=virtualclusters/status,verbs=patch
 // +kubebuilder:rbac:groups="",resources=secrets,verbs=get;list;watch
 // +kubebuilder:rbac:groups="",resources=namespaces,verbs=get;list;delete
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
