@@ -16,7 +16,7 @@ var benchCommand = command{
 	name: "bench",
 	summary: "Measure spawn and stop times, memory per tenant, sync latency and throughput on local control planes; " +
 		"print a table and write it as JSON and Markdown.",
-	flags: func(fs *flag.FlagSet) func(context.Context) error {
+	flags: func(fs *flag.FlagSet) func(context.Context, invocation) error {
 		o := bench.DefaultOptions()
 		fs.StringVar(&o.Out, "out", o.Out, "Directory for results.json and results.md.")
 		fs.StringVar(&o.Assets, "assets", o.Assets, "Directory holding kube-apiserver, etcd, kube-controller-manager, kube-scheduler and kwok "+
@@ -53,12 +53,12 @@ var benchCommand = command{
 		fs.IntVar(&o.ThroughputWriters, "throughput-writers", o.ThroughputWriters, "Writers creating them, spread over the tenants.")
 		fs.StringVar(&o.Profiles, "profiles", o.Profiles, "Write bin/manager's profiles to this directory: a CPU profile of the throughput run, "+
 			"and at each scale count of the start, with the heap and goroutines once Ready (read them with go tool pprof).")
-		return func(ctx context.Context) error {
+		return func(ctx context.Context, in invocation) error {
 			if o.Assets == "" {
 				o.Assets = defaultAssets()
 			}
 			o.Args = os.Args[2:]
-			return bench.Run(ctx, o, os.Stdout)
+			return bench.Run(ctx, o, in.out)
 		}
 	},
 }

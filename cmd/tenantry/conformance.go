@@ -21,7 +21,7 @@ var conformanceCommand = command{
 	summary: "Run the upstream Kubernetes conformance suite (bin/e2e.test, built by make conformance) against a tenant " +
 		"of a dev environment and, as the control, against its host, in tiers; print one line per tier and cluster, " +
 		"and write the JUnit reports.",
-	flags: func(fs *flag.FlagSet) func(context.Context) error {
+	flags: func(fs *flag.FlagSet) func(context.Context, invocation) error {
 		o := conformanceOptions{dev: devOptions{tenants: 1, metricsBindAddress: "0", healthProbeBindAddress: "0"}}
 		fs.StringVar(&o.e2e, "e2e", "", "The e2e test binary (default: e2e.test beside this binary).")
 		fs.StringVar(&o.ginkgo, "ginkgo", "", "The ginkgo CLI that runs the suite's specs in parallel processes (default: ginkgo beside this binary).")
@@ -35,7 +35,7 @@ var conformanceCommand = command{
 		fs.DurationVar(&o.timeout, "timeout", 6*time.Hour, "Time the suite may take on one cluster.")
 		fs.StringVar(&o.reports, "reports", "", "Comma-separated cluster=junit.xml: run nothing, and count and compare these reports of earlier runs "+
 			"(of clusters run apart, say) as a run would.")
-		return func(ctx context.Context) error { return runConformance(ctx, o, os.Stdout) }
+		return func(ctx context.Context, in invocation) error { return runConformance(ctx, o, in.out) }
 	},
 }
 

@@ -29,10 +29,10 @@ var demoCommand = command{
 	name: "demo",
 	summary: "Run the dev environment, apply a sample workload (a Deployment, Service, ConfigMap, Secret, Job and Foo) " +
 		"in each tenant, show what syncs where and runs on which host node, then exit (non-zero naming what did not converge).",
-	flags: func(fs *flag.FlagSet) func(context.Context) error {
+	flags: func(fs *flag.FlagSet) func(context.Context, invocation) error {
 		o := bindDevFlags(fs)
 		timeout := fs.Duration("timeout", 2*time.Minute, "How long the workload may take to converge.")
-		return func(ctx context.Context) error { return runDemo(ctx, *o, *timeout, os.Stdout) }
+		return func(ctx context.Context, in invocation) error { return runDemo(ctx, *o, *timeout, in.out) }
 	},
 }
 

@@ -16,11 +16,11 @@ var devCommand = command{
 	summary: "Start a local host that runs Pods on simulated nodes, tenants with their own kube-controller-manager, " +
 		"Tenantry's controller-manager with every built-in syncer, and a VirtualCluster per tenant; " +
 		"print a kubeconfig per cluster and run until interrupted.",
-	flags: func(fs *flag.FlagSet) func(context.Context) error {
+	flags: func(fs *flag.FlagSet) func(context.Context, invocation) error {
 		o := bindDevFlags(fs)
 		fs.BoolVar(&o.controlPlanesOnly, "control-planes-only", false,
 			"Start only the clusters: no CRDs, no Tenantry controller-manager, no VirtualClusters (to run bin/manager yourself).")
-		return func(ctx context.Context) error { return runDev(ctx, *o, os.Stdout) }
+		return func(ctx context.Context, in invocation) error { return runDev(ctx, *o, in.out) }
 	},
 }
 

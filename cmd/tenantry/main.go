@@ -1,5 +1,7 @@
 // Command tenantry is Tenantry's command-line tool.
 //
+//	tenantry register NAME --kubeconfig FILE   register a tenant cluster
+//	tenantry list                              the VirtualClusters at a glance
 //	tenantry dev    start a local host, tenants and the controller-manager
 //	tenantry demo   the same, with a sample workload synced end to end
 //
@@ -14,6 +16,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 
 	"github.com/go-logr/logr"
@@ -25,19 +28,31 @@ import (
 type command struct {
 	name    string
 	summary string
-	flags   func(fs *flag.FlagSet) func(ctx context.Context) error
+	// args names its positional arguments in its usage ("NAME"); empty
+	// for a command that takes none. Flags may come before or after them.
+	args  string
+	nargs int
+	flags func(fs *flag.FlagSet) func(ctx context.Context, in invocation) error
 }
 
-var commands = []command{devCommand, demoCommand, benchCommand, conformanceCommand}
+// invocation is what a command runs with besides its flags.
+type invocation struct {
+	// args are its positional arguments, as many as command.nargs.
+	args []string
+	// out receives its output; errors go to the caller's stderr.
+	out io.Writer
+}
+
+var commands = []command{registerCommand, listCommand, devCommand, demoCommand, benchCommand, conformanceCommand}
 
 func main() {
 	// Until a command routes them somewhere (dev and demo: into the
 	// manager's log), client-go's and controller-runtime's logs go nowhere.
 	providers.SetProcessLoggers(logr.Discard())
-	os.Exit(run(os.Args[1:], os.Stderr))
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
 }
 
-func run(args []string, stderr io.Writer) int {
+func run(args []string, stdout, stderr io.Writer) int {
 	if len(args) == 0 || args[0] == "help" || args[0] == "-h" || args[0] == "--help" {
 		usage(stderr)
 		if len(args) == 0 {
@@ -52,23 +67,36 @@ func run(args []string, stderr io.Writer) int {
 		fs := flag.NewFlagSet("tenantry "+c.name, flag.ContinueOnError)
 		fs.SetOutput(stderr)
 		fs.Usage = func() {
-			fmt.Fprintf(stderr, "Usage: tenantry %s [flags]\n\n%s\n\nFlags:\n", c.name, c.summary)
+			fmt.Fprintf(stderr, "Usage: tenantry %s [flags]\n\n%s\n\nFlags:\n", strings.TrimSpace(c.name+" "+c.args), c.summary)
 			fs.PrintDefaults()
 		}
 		action := c.flags(fs)
-		if err := fs.Parse(args[1:]); err != nil {
-			if errors.Is(err, flag.ErrHelp) {
-				return 0
+		// Flags before and after the positional arguments: the flag
+		// package stops at the first argument, so parse what follows it.
+		var positional []string
+		for rest := args[1:]; ; rest = fs.Args()[1:] {
+			if err := fs.Parse(rest); err != nil {
+				if errors.Is(err, flag.ErrHelp) {
+					return 0
+				}
+				return 2
 			}
-			return 2
+			if fs.NArg() == 0 {
+				break
+			}
+			positional = append(positional, fs.Arg(0))
 		}
-		if fs.NArg() > 0 {
-			fmt.Fprintf(stderr, "tenantry %s: unexpected arguments %q\n", c.name, fs.Args())
+		if len(positional) != c.nargs {
+			if c.nargs == 0 {
+				fmt.Fprintf(stderr, "tenantry %s: unexpected arguments %q\n", c.name, positional)
+			} else {
+				fmt.Fprintf(stderr, "tenantry %s: want %s, got %q\n", c.name, c.args, positional)
+			}
 			return 2
 		}
 		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 		defer stop()
-		if err := action(ctx); err != nil {
+		if err := action(ctx, invocation{args: positional, out: stdout}); err != nil {
 			fmt.Fprintf(stderr, "tenantry %s: %v\n", c.name, err)
 			return 1
 		}
@@ -82,7 +110,7 @@ func run(args []string, stderr io.Writer) int {
 func usage(w io.Writer) {
 	fmt.Fprintln(w, "Usage: tenantry <command> [flags]\n\nCommands:")
 	for _, c := range commands {
-		fmt.Fprintf(w, "  %-8s %s\n", c.name, c.summary)
+		fmt.Fprintf(w, "  %-11s %s\n", c.name, c.summary)
 	}
 	fmt.Fprintln(w, "\nRun 'tenantry <command> --help' for a command's flags.")
 }

@@ -27,9 +27,15 @@ func TestRunUsage(t *testing.T) {
 		{args: []string{"dev", "--no-such-flag"}, wantCode: 2, wantOut: "no-such-flag"},
 		{args: []string{"dev", "extra"}, wantCode: 2, wantOut: `unexpected arguments ["extra"]`},
 		{args: []string{"dev", "--log-level", "loud"}, wantCode: 1, wantOut: `invalid log level "loud"`},
+		{args: []string{"register", "--help"}, wantCode: 0, wantOut: "Usage: tenantry register NAME"},
+		{args: []string{"register"}, wantCode: 2, wantOut: `want NAME, got []`},
+		{args: []string{"register", "a", "b"}, wantCode: 2, wantOut: `want NAME, got ["a" "b"]`},
+		{args: []string{"register", "a"}, wantCode: 1, wantOut: "--kubeconfig is required"},
+		{args: []string{"register", "a", "--kubeconfig", "/no/such/file", "--host-kubeconfig", "/dev/null"}, wantCode: 1, wantOut: "/no/such/file"},
+		{args: []string{"list", "extra"}, wantCode: 2, wantOut: `unexpected arguments ["extra"]`},
 	} {
 		var out bytes.Buffer
-		if code := run(tc.args, &out); code != tc.wantCode || !strings.Contains(out.String(), tc.wantOut) {
+		if code := run(tc.args, &out, &out); code != tc.wantCode || !strings.Contains(out.String(), tc.wantOut) {
 			t.Errorf("run(%q) = %d with %q, want %d with %q", tc.args, code, out.String(), tc.wantCode, tc.wantOut)
 		}
 	}
@@ -59,7 +65,7 @@ func TestDemoWithoutKwok(t *testing.T) {
 		}
 	}
 	var out bytes.Buffer
-	code := run([]string{"demo", "--assets", assets}, &out)
+	code := run([]string{"demo", "--assets", assets}, &out, &out)
 	if code == 0 || !strings.Contains(out.String(), filepath.Join(assets, "kwok")) || !strings.Contains(out.String(), "make envtest") {
 		t.Fatalf("demo without kwok = %d, %q; want a failure naming %s and make envtest", code, out.String(), filepath.Join(assets, "kwok"))
 	}
@@ -101,7 +107,7 @@ func TestFinishKeepsLogsOfFailures(t *testing.T) {
 func TestMain(m *testing.M) {
 	if os.Getenv(runCLIEnv) == "1" {
 		// The CLI as a process of a test's own (TestDevKubectl).
-		os.Exit(run(os.Args[1:], os.Stdout))
+		os.Exit(run(os.Args[1:], os.Stdout, os.Stdout))
 	}
 	// As main does: the library's own loggers are quiet.
 	providers.SetProcessLoggers(logr.Discard())

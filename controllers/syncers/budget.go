@@ -34,12 +34,22 @@ func clearBudgetStatus(ctx context.Context, host client.Client, cluster string) 
 }
 
 // patchBudgetStatus sets (op "add") or removes status.budget, whole, of
-// VirtualCluster cluster: a JSON patch, so that resources the budget no
-// longer names go, and nothing else of the status is touched.
+// VirtualCluster cluster.
 func patchBudgetStatus(ctx context.Context, host client.Client, cluster, op string, status *tenantryv1alpha1.BudgetStatus) error {
-	patch := []map[string]any{{"op": op, "path": "/status/budget"}}
-	if status != nil {
-		patch[0]["value"] = status
+	if status == nil {
+		return patchStatusField(ctx, host, cluster, op, "budget", nil)
+	}
+	return patchStatusField(ctx, host, cluster, op, "budget", status)
+}
+
+// patchStatusField sets (op "add") or removes (op "remove", value nil) one
+// field of VirtualCluster cluster's status, whole: a JSON patch, so that
+// what the new value no longer holds goes, and nothing else of the status
+// is touched.
+func patchStatusField(ctx context.Context, host client.Client, cluster, op, field string, value any) error {
+	patch := []map[string]any{{"op": op, "path": "/status/" + field}}
+	if value != nil {
+		patch[0]["value"] = value
 	}
 	data, err := json.Marshal(patch)
 	if err != nil {
@@ -47,7 +57,7 @@ func patchBudgetStatus(ctx context.Context, host client.Client, cluster, op stri
 	}
 	vc := &tenantryv1alpha1.VirtualCluster{ObjectMeta: metav1.ObjectMeta{Name: cluster}}
 	if err := host.Status().Patch(ctx, vc, client.RawPatch(types.JSONPatchType, data)); err != nil {
-		return fmt.Errorf("writing the budget to VirtualCluster %s's status: %w", cluster, err)
+		return fmt.Errorf("writing status.%s of VirtualCluster %s: %w", field, cluster, err)
 	}
 	return nil
 }

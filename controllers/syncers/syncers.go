@@ -368,6 +368,7 @@ func newTenants(p tenantParams) (*Tenants, error) {
 			o.Syncer.DeniedMetadataPrefixes, o.Syncer.AllowedMetadataPrefixes, policy)
 		opts.ResourceQuota, opts.LimitRange = policy.ResourceQuota, policy.LimitRange
 		opts.Budget = policy.Budget
+		opts.StatusReporter = syncStatusReporter(p.Manager.GetClient(), cluster)
 		if len(opts.Budget) > 0 {
 			opts.BudgetReporter = budgetReporter(p.Manager.GetClient(), cluster, opts.Budget)
 		} else if vc.Status.Budget != nil {

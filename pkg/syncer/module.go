@@ -70,6 +70,13 @@ type Options struct {
 	Budget         corev1.ResourceList
 	BudgetReporter BudgetReporter
 
+	// StatusReporter, if set, hears the tenant's SyncReport (its host
+	// copies by type, host namespaces, last error, recent refusals) when
+	// it changes, looked at every ReportPeriod (default
+	// DefaultReportPeriod).
+	StatusReporter StatusReporter
+	ReportPeriod   time.Duration
+
 	// ExcludeNamespaces are tenant namespaces whose objects are never
 	// synced. Defaults to the tenant's system namespaces: kube-system,
 	// kube-public and kube-node-lease.
@@ -82,6 +89,9 @@ func (o *Options) setDefaults() {
 	}
 	if o.Workers <= 0 {
 		o.Workers = 4
+	}
+	if o.ReportPeriod <= 0 {
+		o.ReportPeriod = DefaultReportPeriod
 	}
 	if o.PodSecurityLevel == "" {
 		o.PodSecurityLevel = DefaultPodSecurityLevel
@@ -181,6 +191,17 @@ func setup(mgr manager.Manager, cluster string, log logr.Logger, hub *Hub, opts 
 		}
 	}
 
+	act := &activity{}
+	rep := &reporter{cluster: cluster, read: hub.Reader(), scheme: mgr.GetScheme(), activity: act, types: map[string]typed{}}
+	if opts.StatusReporter != nil {
+		if err := mgr.Add(manager.RunnableFunc(func(ctx context.Context) error {
+			rep.run(ctx, log.WithName("report"), opts.ReportPeriod, opts.StatusReporter)
+			return nil
+		})); err != nil {
+			return err
+		}
+	}
+
 	start := func(s *Syncer, gvk schema.GroupVersionKind) error {
 		// The hub's informer of the type, with its cluster index, before
 		// the patroller may read through the index.
@@ -192,10 +213,11 @@ func setup(mgr manager.Manager, cluster string, log logr.Logger, hub *Hub, opts 
 		if budget != nil {
 			budget.count(s, gvk)
 		}
+		rep.add(s, gvk)
 		r := &reconciler{
 			syncer: s, gvk: gvk, budget: budget, translator: tr, namespaces: namespaces,
 			tenant: mgr.GetClient(), hostRead: hub.Reader(), host: host,
-			recorder: recorder, excluded: excluded, rejections: newRejections(),
+			recorder: recorder, excluded: excluded, rejections: newRejections(), activity: act,
 		}
 		if s.Up == nil {
 			r.echoes = &echoes{}

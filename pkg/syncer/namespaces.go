@@ -23,12 +23,15 @@ const DefaultPodSecurityLevel = "baseline"
 // labels and annotations are not copied: on a host namespace they would
 // speak to the host (Pod Security levels, network policy selectors), which
 // a tenant must not. The host namespace enforces podSecurityLevel.
+// namespaceSyncerName names the syncer of host namespaces.
+const namespaceSyncerName = "namespaces"
+
 func namespaceSyncer(podSecurityLevel string) Syncer {
 	if podSecurityLevel == "" {
 		podSecurityLevel = DefaultPodSecurityLevel
 	}
 	return Syncer{
-		Name:          "namespaces",
+		Name:          namespaceSyncerName,
 		Object:        func() client.Object { return &corev1.Namespace{} },
 		ClusterScoped: true,
 		OnlyExisting:  true,

@@ -64,9 +64,19 @@ type reconciler struct {
 	// echoes are this reconciler's writes whose host events need no sync;
 	// nil when every event needs one (a syncer with Up).
 	echoes *echoes
+	// activity records, for the tenant's SyncReport, what this did.
+	activity *activity
 }
 
 func (r *reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
+	result, err := r.reconcile(ctx, req)
+	if err != nil {
+		r.activity.failed(r.syncer.Name, req.NamespacedName, err)
+	}
+	return result, err
+}
+
+func (r *reconciler) reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
 	log := ctrl.LoggerFrom(ctx).WithValues("resource", r.syncer.Name)
 	ctx = ctrl.LoggerInto(ctx, log)
 
@@ -101,6 +111,9 @@ func (r *reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	}
 
 	wrote, result, err := r.sync(ctx, req.NamespacedName, tenant, host)
+	if err == nil && wrote {
+		r.activity.wrote()
+	}
 	if err == nil {
 		r.settleDrift(req.NamespacedName, wrote)
 		r.rejections.forget(req.NamespacedName)

@@ -213,6 +213,7 @@ func (r *reconciler) hostRejected(ctx context.Context, key types.NamespacedName,
 	news, retry := r.rejections.record(key, tenant.GetResourceVersion(), message)
 	hostRejections.WithLabelValues(r.translator.Cluster, r.syncer.Name, refusal.reason).Inc()
 	if news {
+		r.activity.refused()
 		note := "the host refused this object's copy: "
 		if refusal.reason == reasonRefused {
 			note = "this object is not copied to the host: "

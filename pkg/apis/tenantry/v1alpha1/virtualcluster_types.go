@@ -314,6 +314,56 @@ type VirtualClusterStatus struct {
 	// Budget is what the tenant cluster takes of its host policy's budget.
 	// +optional
 	Budget *BudgetStatus `json:"budget,omitempty"`
+
+	// Sync is what the tenant cluster's syncers have in the host and did
+	// lately, as the replica that runs them last saw it (looked at every
+	// 10 seconds, written when it changed). It stays as it was while the
+	// cluster is paused or not running.
+	// +optional
+	Sync *SyncStatus `json:"sync,omitempty"`
+}
+
+// SyncStatus is what a tenant cluster's syncers have in the host and did
+// lately.
+type SyncStatus struct {
+	// Objects counts the tenant's host copies by syncer ("configmaps",
+	// "pods", "foos.samples.example.com"; host namespaces as
+	// "namespaces").
+	// +optional
+	Objects map[string]int32 `json:"objects,omitempty"`
+
+	// Total is the sum of Objects, for the printer column.
+	Total int32 `json:"total"`
+
+	// HostNamespaces are the tenant cluster's namespaces in the host.
+	// +optional
+	HostNamespaces []string `json:"hostNamespaces,omitempty"`
+
+	// Refusals counts the tenant objects whose copies were refused (by
+	// the host, or by the host policy) in the last hour.
+	Refusals int32 `json:"refusals"`
+
+	// LastError is the last sync that failed since the tenant's
+	// controllers started.
+	// +optional
+	LastError *SyncError `json:"lastError,omitempty"`
+
+	// LastWriteTime is when a host copy was last written since the
+	// tenant's controllers started.
+	// +optional
+	LastWriteTime *metav1.Time `json:"lastWriteTime,omitempty"`
+}
+
+// SyncError is one sync that failed.
+type SyncError struct {
+	// Time is when it failed.
+	Time metav1.Time `json:"time"`
+	// Resource is the syncer's ("configmaps").
+	Resource string `json:"resource"`
+	// Object is the tenant object's namespace/name.
+	Object string `json:"object"`
+	// Message says why.
+	Message string `json:"message"`
 }
 
 // BudgetStatus is what a tenant cluster takes of its budget.
@@ -342,6 +392,10 @@ type BudgetStatus struct {
 // +kubebuilder:printcolumn:name="Reason",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].reason`
 // +kubebuilder:printcolumn:name="Replica",type=string,JSONPath=`.status.replica`
 // +kubebuilder:printcolumn:name="Pods",type=string,JSONPath=`.status.budget.pods`
+// +kubebuilder:printcolumn:name="Synced",type=integer,JSONPath=`.status.sync.total`
+// +kubebuilder:printcolumn:name="Refusals",type=integer,JSONPath=`.status.sync.refusals`,priority=1
+// +kubebuilder:printcolumn:name="Host-Namespaces",type=string,JSONPath=`.status.sync.hostNamespaces`,priority=1
+// +kubebuilder:printcolumn:name="Last-Error",type=string,JSONPath=`.status.sync.lastError.message`,priority=1
 // +kubebuilder:printcolumn:name="Paused",type=boolean,JSONPath=`.spec.paused`,priority=1
 // +kubebuilder:printcolumn:name="Secret",type=string,JSONPath=`.spec.kubeconfigSecretRef.name`,priority=1
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`

@@ -1,0 +1,214 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/clientcmd"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/tenantry/tenantry/cmd/internal/managerapp"
+	tenantryconfig "github.com/tenantry/tenantry/config"
+	tenantryv1alpha1 "github.com/tenantry/tenantry/pkg/apis/tenantry/v1alpha1"
+	"github.com/tenantry/tenantry/pkg/syncer"
+	tenantrytest "github.com/tenantry/tenantry/pkg/testing"
+	"github.com/tenantry/tenantry/providers"
+)
+
+// What an operator does with the CLI against a real host and tenant, with
+// the manager running: register a tenant and wait for it, see the fleet
+// with `tenantry list` and `kubectl get virtualclusters -o wide`, and
+// hear why a tenant that cannot be reached is not Ready.
+func TestRegisterAndList(t *testing.T) {
+	crds, err := tenantryconfig.CRDs()
+	if err != nil {
+		t.Fatal(err)
+	}
+	env := tenantrytest.New(t, tenantrytest.Options{Tenants: 1, HostCRDs: crds})
+	ctx := t.Context()
+	dir := t.TempDir()
+	hostKubeconfig := writeKubeconfigFile(t, dir, env.Host)
+	tenantKubeconfig := writeKubeconfigFile(t, dir, env.Tenants[0])
+	startManagerApp(t, hostKubeconfig)
+
+	cli := func(args ...string) (int, string) {
+		var out bytes.Buffer
+		code := run(append(args, "--host-kubeconfig", hostKubeconfig), &out, &out)
+		return code, out.String()
+	}
+
+	// Register, and wait for Ready.
+	if code, out := cli("register", "shop", "--kubeconfig", tenantKubeconfig, "--wait", "--timeout", "1m"); code != 0 || !strings.Contains(out, "virtualcluster/shop is Ready") {
+		t.Fatalf("tenantry register --wait: exit %d:\n%s", code, out)
+	}
+	host := newClient(t, env.Host)
+	var secret corev1.Secret
+	if err := host.Get(ctx, client.ObjectKey{Namespace: "default", Name: "shop-kubeconfig"}, &secret); err != nil {
+		t.Fatal(err)
+	}
+	want, err := os.ReadFile(tenantKubeconfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(secret.Data[tenantryv1alpha1.DefaultKubeconfigKey], want) {
+		t.Errorf("the Secret holds %q, want the kubeconfig file", secret.Data)
+	}
+	// Again: it applies, and nothing breaks.
+	if code, out := cli("register", "shop", "--kubeconfig", tenantKubeconfig); code != 0 {
+		t.Fatalf("tenantry register, a second time: exit %d:\n%s", code, out)
+	}
+
+	// A ConfigMap synced, and a NodePort Service the default policy refuses.
+	tenant := newClient(t, env.Tenants[0])
+	for _, o := range []client.Object{
+		&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "settings"}},
+		&corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "public"}, Spec: corev1.ServiceSpec{
+			Type: corev1.ServiceTypeNodePort, Ports: []corev1.ServicePort{{Port: 80}},
+		}},
+	} {
+		if err := tenant.Create(ctx, o); err != nil {
+			t.Fatal(err)
+		}
+	}
+	hostNS := syncer.HostNamespace("shop", "default")
+	var vc tenantryv1alpha1.VirtualCluster
+	tenantrytest.Eventually(t, time.Minute, "status.sync of shop", func(ctx context.Context) (bool, error) {
+		if err := host.Get(ctx, client.ObjectKey{Name: "shop"}, &vc); err != nil {
+			return false, err
+		}
+		s := vc.Status.Sync
+		if s == nil {
+			return false, fmt.Errorf("no status.sync")
+		}
+		ok := s.Objects["configmaps"] == 1 && s.Objects["namespaces"] == 1 && s.Total == 2 && s.Refusals == 1 &&
+			slices.Equal(s.HostNamespaces, []string{hostNS}) && s.LastWriteTime != nil
+		return ok, fmt.Errorf("status.sync = %+v", *s)
+	})
+
+	code, out := cli("list")
+	if code != 0 {
+		t.Fatalf("tenantry list: exit %d:\n%s", code, out)
+	}
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	if len(lines) != 2 {
+		t.Fatalf("tenantry list printed %d lines, want a header and shop:\n%s", len(lines), out)
+	}
+	for _, header := range []string{"NAME", "READY", "REASON", "REPLICA", "HOST NAMESPACES", "SYNCED", "REFUSALS (1H)", "LAST WRITE", "LAST ERROR", "AGE"} {
+		if !strings.Contains(lines[0], header) {
+			t.Errorf("tenantry list: no column %s in %q", header, lines[0])
+		}
+	}
+	if row := strings.Fields(lines[1]); len(row) < 7 || row[0] != "shop" || row[1] != "True" || row[2] != "Spawned" ||
+		row[3] != vc.Status.Replica || row[4] != "1" || row[5] != "configmaps=1,namespaces=1" || row[6] != "1" {
+		t.Errorf("tenantry list: row %q, want shop True Spawned %s 1 configmaps=1,namespaces=1 1 ...", lines[1], vc.Status.Replica)
+	}
+
+	// kubectl shows the same through the printer columns.
+	kubectl := exec.CommandContext(ctx, kubectlPath(t), "--kubeconfig", hostKubeconfig, "get", "virtualclusters", "-o", "wide")
+	wide, err := kubectl.CombinedOutput()
+	if err != nil {
+		t.Fatalf("kubectl get virtualclusters -o wide: %v\n%s", err, wide)
+	}
+	rows := strings.Split(strings.TrimSpace(string(wide)), "\n")
+	if len(rows) != 2 || !strings.Contains(rows[0], "SYNCED") || !strings.Contains(rows[0], "REFUSALS") || !strings.Contains(rows[0], "HOST-NAMESPACES") ||
+		!strings.Contains(rows[1], hostNS) || !slices.Contains(strings.Fields(rows[1]), "2") {
+		t.Errorf("kubectl get virtualclusters -o wide:\n%s\nwant SYNCED 2, REFUSALS 1 and the host namespace %s", wide, hostNS)
+	}
+
+	// A tenant that does not answer: --wait says why it is not Ready.
+	unreachable := filepath.Join(dir, "unreachable.kubeconfig")
+	kc, err := clientcmd.Load(want)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range kc.Clusters {
+		c.Server = "https://127.0.0.1:1"
+	}
+	if err := clientcmd.WriteToFile(*kc, unreachable); err != nil {
+		t.Fatal(err)
+	}
+	code, out = cli("register", "gone", "--kubeconfig", unreachable, "--wait", "--timeout", "30s")
+	if code != 1 || !strings.Contains(out, "virtualcluster/gone is not Ready") || !strings.Contains(out, tenantryv1alpha1.ReasonUnreachable) {
+		t.Errorf("tenantry register --wait of an unreachable tenant: exit %d:\n%s\nwant exit 1 and reason %s", code, out, tenantryv1alpha1.ReasonUnreachable)
+	}
+
+	// A kubeconfig whose server is the host itself: no retry mends that,
+	// and --wait says so at once.
+	hostData, err := os.ReadFile(hostKubeconfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	itself := filepath.Join(dir, "itself.kubeconfig")
+	if err := os.WriteFile(itself, hostData, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	code, out = cli("register", "itself", "--kubeconfig", itself, "--wait", "--timeout", "1m")
+	if code != 1 || !strings.Contains(out, "is not Ready, reason "+tenantryv1alpha1.ReasonHostCluster) || strings.Contains(out, "after 1m") {
+		t.Errorf("tenantry register --wait of the host itself: exit %d:\n%s\nwant exit 1 with reason %s, without waiting out --timeout",
+			code, out, tenantryv1alpha1.ReasonHostCluster)
+	}
+}
+
+// startManagerApp runs the management app in-process with its default
+// flags, every built-in syncer and no listeners, until the test ends.
+func startManagerApp(t *testing.T, hostKubeconfig string) {
+	t.Helper()
+	var opts managerapp.Options
+	fs := flag.NewFlagSet("manager", flag.ContinueOnError)
+	opts.BindFlags(fs)
+	if err := fs.Parse([]string{"--kubeconfig", hostKubeconfig, "--metrics-bind-address", "0", "--health-probe-bind-address", "0",
+		"--kubelet-bind-address", "127.0.0.1:0", "--dns-bind-address", "0"}); err != nil {
+		t.Fatal(err)
+	}
+	app := managerapp.New(opts)
+	if err := app.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := app.Start(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		if err := app.Stop(ctx); err != nil {
+			t.Errorf("stopping the manager: %v", err)
+		}
+	})
+}
+
+func writeKubeconfigFile(t *testing.T, dir string, cp *tenantrytest.ControlPlane) string {
+	t.Helper()
+	data, err := cp.Kubeconfig()
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(dir, cp.Name()+".kubeconfig")
+	if err := os.WriteFile(path, data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+func newClient(t *testing.T, cp *tenantrytest.ControlPlane) client.Client {
+	t.Helper()
+	scheme, err := providers.NewScheme()
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := client.New(cp.Config(), client.Options{Scheme: scheme})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}

@@ -1,0 +1,181 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"slices"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/clientcmd"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	tenantryv1alpha1 "github.com/tenantry/tenantry/pkg/apis/tenantry/v1alpha1"
+	tenantrytest "github.com/tenantry/tenantry/pkg/testing"
+	"github.com/tenantry/tenantry/providers"
+)
+
+// fieldOwner is the field manager of the CLI's server-side applies.
+const fieldOwner = client.FieldOwner("tenantry-cli")
+
+// hostFlags are how the operator verbs reach the host cluster.
+type hostFlags struct {
+	kubeconfig string
+	context    string
+}
+
+func (h *hostFlags) bind(fs *flag.FlagSet) {
+	fs.StringVar(&h.kubeconfig, "host-kubeconfig", "", "Kubeconfig of the host (management) cluster. Default: $KUBECONFIG, else ~/.kube/config.")
+	fs.StringVar(&h.context, "host-context", "", "Context of --host-kubeconfig (default: its current context).")
+}
+
+// client is a client of the host, with Tenantry's types.
+func (h *hostFlags) client() (client.Client, error) {
+	rules := clientcmd.NewDefaultClientConfigLoadingRules()
+	rules.ExplicitPath = h.kubeconfig
+	cfg, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{CurrentContext: h.context}).ClientConfig()
+	if err != nil {
+		return nil, fmt.Errorf("the host cluster's kubeconfig: %w", err)
+	}
+	scheme, err := providers.NewScheme()
+	if err != nil {
+		return nil, err
+	}
+	c, err := client.New(cfg, client.Options{Scheme: scheme})
+	if err != nil {
+		return nil, fmt.Errorf("a client of the host cluster: %w", err)
+	}
+	return c, nil
+}
+
+var registerCommand = command{
+	name:  "register",
+	args:  "NAME",
+	nargs: 1,
+	summary: "Register a tenant cluster: write its kubeconfig into a Secret of the host and a VirtualCluster NAME naming it " +
+		"(both applied server-side, so running it again updates them); with --wait, wait until it is Ready or say why not.",
+	flags: func(fs *flag.FlagSet) func(context.Context, invocation) error {
+		var host hostFlags
+		host.bind(fs)
+		kubeconfig := fs.String("kubeconfig", "", "The tenant cluster's kubeconfig file (required). Its credentials must be inline: the manager refuses files and plugins.")
+		namespace := fs.String("namespace", "default", "Host namespace of the kubeconfig Secret, NAME-kubeconfig.")
+		wait := fs.Bool("wait", false, "Wait until the VirtualCluster is Ready; if it is not within --timeout, print its reason and fail.")
+		timeout := fs.Duration("timeout", 2*time.Minute, "How long --wait waits.")
+		return func(ctx context.Context, in invocation) error {
+			if *kubeconfig == "" {
+				return errors.New("--kubeconfig is required: the tenant cluster's kubeconfig file")
+			}
+			// The tenant's kubeconfig first: a mistake in it is found
+			// before the host is asked anything.
+			data, err := readKubeconfig(*kubeconfig)
+			if err != nil {
+				return err
+			}
+			c, err := host.client()
+			if err != nil {
+				return err
+			}
+			name := in.args[0]
+			if err := register(ctx, c, name, *namespace, data); err != nil {
+				return err
+			}
+			fmt.Fprintf(in.out, "virtualcluster/%s registered (kubeconfig in secret %s/%s-kubeconfig)\n", name, *namespace, name)
+			if !*wait {
+				return nil
+			}
+			vc, err := waitReady(ctx, c, name, *timeout)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(in.out, "virtualcluster/%s is Ready (replica %s)\n", name, vc.Status.Replica)
+			return nil
+		}
+	},
+}
+
+// readKubeconfig reads a tenant's kubeconfig file and checks that it gives
+// a client configuration. The manager checks it too (reason
+// InvalidKubeconfig); a mistake found here is found sooner.
+func readKubeconfig(file string) ([]byte, error) {
+	data, err := os.ReadFile(file)
+	if err != nil {
+		return nil, fmt.Errorf("reading the tenant's kubeconfig: %w", err)
+	}
+	if _, err := clientcmd.RESTConfigFromKubeConfig(data); err != nil {
+		return nil, fmt.Errorf("%s is not a usable kubeconfig: %w", file, err)
+	}
+	return data, nil
+}
+
+// register applies the Secret holding the tenant's kubeconfig and the
+// VirtualCluster name naming it.
+func register(ctx context.Context, c client.Client, name, namespace string, kubeconfig []byte) error {
+	secret := &corev1.Secret{
+		TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "Secret"},
+		ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name + "-kubeconfig"},
+		Data:       map[string][]byte{tenantryv1alpha1.DefaultKubeconfigKey: kubeconfig},
+	}
+	vc := &tenantryv1alpha1.VirtualCluster{
+		TypeMeta:   metav1.TypeMeta{APIVersion: tenantryv1alpha1.GroupVersion.String(), Kind: "VirtualCluster"},
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: tenantryv1alpha1.VirtualClusterSpec{
+			KubeconfigSecretRef: tenantryv1alpha1.SecretKeyReference{Namespace: namespace, Name: secret.Name, Key: tenantryv1alpha1.DefaultKubeconfigKey},
+		},
+	}
+	for _, o := range []client.Object{secret, vc} {
+		if err := c.Patch(ctx, o, client.Apply, fieldOwner, client.ForceOwnership); err != nil {
+			return fmt.Errorf("applying %s %s: %w", o.GetObjectKind().GroupVersionKind().Kind, client.ObjectKeyFromObject(o), err)
+		}
+	}
+	return nil
+}
+
+// needsAPerson are the reasons of Ready=False that no retry mends: waiting
+// for Ready stops at once on them.
+var needsAPerson = []string{tenantryv1alpha1.ReasonInvalidKubeconfig, tenantryv1alpha1.ReasonHostCluster, tenantryv1alpha1.ReasonPaused}
+
+// waitReady waits until VirtualCluster name is Ready at its generation. If
+// it is not within timeout, or is not Ready for a reason no retry mends,
+// the error gives its reason and message.
+func waitReady(ctx context.Context, c client.Client, name string, timeout time.Duration) (*tenantryv1alpha1.VirtualCluster, error) {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	vc := &tenantryv1alpha1.VirtualCluster{}
+	// stuck is a reason no retry mends; seen what the status said last (a
+	// read cut short by the deadline says nothing of the cluster).
+	var stuck, seen error
+	err := tenantrytest.Poll(ctx, 250*time.Millisecond, 0, func(ctx context.Context) (bool, error) {
+		if err := c.Get(ctx, client.ObjectKey{Name: name}, vc); err != nil {
+			return false, err
+		}
+		cond := meta.FindStatusCondition(vc.Status.Conditions, tenantryv1alpha1.ConditionReady)
+		switch {
+		case cond == nil:
+			seen = errors.New("no Ready condition yet: is the manager running?")
+		case cond.ObservedGeneration != vc.Generation:
+			seen = fmt.Errorf("Ready=%s (%s) is of generation %d; the manager has not seen generation %d yet", cond.Status, cond.Reason, cond.ObservedGeneration, vc.Generation)
+		case cond.Status == metav1.ConditionTrue:
+			return true, nil
+		case slices.Contains(needsAPerson, cond.Reason):
+			stuck = fmt.Errorf("virtualcluster/%s is not Ready, reason %s: %s", name, cond.Reason, cond.Message)
+			return true, nil
+		default:
+			seen = fmt.Errorf("Ready=%s, reason %s: %s", cond.Status, cond.Reason, cond.Message)
+		}
+		return false, seen
+	})
+	switch {
+	case stuck != nil:
+		return nil, stuck
+	case err != nil && seen != nil:
+		return nil, fmt.Errorf("virtualcluster/%s is not Ready after %s: %w", name, timeout, seen)
+	case err != nil:
+		return nil, fmt.Errorf("virtualcluster/%s is not Ready after %s: %w", name, timeout, err)
+	}
+	return vc, nil
+}

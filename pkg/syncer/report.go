@@ -1,0 +1,199 @@
+package syncer
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"reflect"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/go-logr/logr"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+)
+
+// SyncReport is what one tenant cluster's syncers have in the host and
+// did lately: what a VirtualCluster's status shows of it.
+type SyncReport struct {
+	// Objects counts the tenant's host copies by syncer name (a built-in
+	// resource, "configmaps", or a custom one, "foos.samples.example.com"),
+	// host namespaces among them as "namespaces".
+	Objects map[string]int
+	// HostNamespaces are the tenant's host namespaces, sorted.
+	HostNamespaces []string
+	// LastError is the last sync that failed, if any did since the
+	// tenant's controllers started.
+	LastError *SyncError
+	// Refusals counts the copies refused (by the host, or by a syncer's
+	// Refuse) within RefusalWindow before the report.
+	Refusals int
+	// LastWrite is when a host copy was last written, zero if none was
+	// since the tenant's controllers started.
+	LastWrite time.Time
+}
+
+// SyncError is one sync that failed.
+type SyncError struct {
+	// Time is when it failed.
+	Time time.Time
+	// Resource is the syncer's name, Object the tenant object's
+	// namespace/name.
+	Resource string
+	Object   string
+	// Message says why.
+	Message string
+}
+
+// StatusReporter hears a tenant cluster's SyncReport when it changes, at
+// most once per Options.ReportPeriod.
+type StatusReporter func(ctx context.Context, report SyncReport) error
+
+// RefusalWindow is how far back SyncReport.Refusals counts.
+const RefusalWindow = time.Hour
+
+// DefaultReportPeriod is how often a tenant's SyncReport is made by
+// default.
+const DefaultReportPeriod = 10 * time.Second
+
+// activity records what a tenant cluster's reconcilers did, for its
+// SyncReport. It is safe for concurrent use; a nil activity records
+// nothing.
+type activity struct {
+	mu        sync.Mutex
+	lastError *SyncError
+	refusals  []time.Time // oldest first, within RefusalWindow of the last one
+	lastWrite time.Time
+}
+
+// failed records a sync of resource's tenant object key that failed.
+func (a *activity) failed(resource string, key types.NamespacedName, err error) {
+	if a == nil {
+		return
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.lastError = &SyncError{Time: time.Now(), Resource: resource, Object: key.String(), Message: err.Error()}
+}
+
+// refused records a copy refused.
+func (a *activity) refused() {
+	if a == nil {
+		return
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	now := time.Now()
+	a.refusals = append(a.dropOld(now), now)
+}
+
+// wrote records a write of a host copy.
+func (a *activity) wrote() {
+	if a == nil {
+		return
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.lastWrite = time.Now()
+}
+
+// dropOld is the refusals within RefusalWindow of now. Callers hold mu.
+func (a *activity) dropOld(now time.Time) []time.Time {
+	i, _ := slices.BinarySearchFunc(a.refusals, now.Add(-RefusalWindow), func(t, cut time.Time) int { return t.Compare(cut) })
+	return a.refusals[i:]
+}
+
+// fill copies the activity into r.
+func (a *activity) fill(r *SyncReport, now time.Time) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.refusals = a.dropOld(now)
+	r.Refusals = len(a.refusals)
+	r.LastWrite = a.lastWrite
+	if a.lastError != nil {
+		e := *a.lastError
+		r.LastError = &e
+	}
+}
+
+// reporter makes a tenant's SyncReport from the hub's cache (its host
+// copies, by the cluster index) and its activity.
+type reporter struct {
+	mu       sync.Mutex // guards types: a custom type's syncer starts late
+	cluster  string
+	read     client.Reader
+	scheme   *runtime.Scheme
+	activity *activity
+	// types are the syncers' types, by syncer name.
+	types map[string]typed
+}
+
+type typed struct {
+	obj client.Object
+	gvk schema.GroupVersionKind
+}
+
+// add counts s's host copies of type gvk from now on.
+func (r *reporter) add(s *Syncer, gvk schema.GroupVersionKind) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.types[s.Name] = typed{obj: s.Object(), gvk: gvk}
+}
+
+// report makes the report now.
+func (r *reporter) report(ctx context.Context) (SyncReport, error) {
+	r.mu.Lock()
+	types := maps.Clone(r.types)
+	r.mu.Unlock()
+	out := SyncReport{Objects: map[string]int{}}
+	for name, t := range types {
+		list := listFor(t.obj, t.gvk, r.scheme)
+		// Read only: the cache's own objects, not copies of each.
+		if err := r.read.List(ctx, list, client.MatchingFields{clusterIndex: r.cluster}, client.UnsafeDisableDeepCopy); err != nil {
+			return SyncReport{}, fmt.Errorf("counting the host copies of %s: %w", name, err)
+		}
+		n := meta.LenList(list)
+		out.Objects[name] = n
+		if name == namespaceSyncerName {
+			err := meta.EachListItem(list, func(o runtime.Object) error {
+				out.HostNamespaces = append(out.HostNamespaces, o.(client.Object).GetName())
+				return nil
+			})
+			if err != nil {
+				return SyncReport{}, err
+			}
+			slices.Sort(out.HostNamespaces)
+		}
+	}
+	r.activity.fill(&out, time.Now())
+	return out, nil
+}
+
+// run tells to the report every period while it changes, until ctx ends.
+func (r *reporter) run(ctx context.Context, log logr.Logger, period time.Duration, to StatusReporter) {
+	var last *SyncReport
+	tick := time.NewTicker(period)
+	defer tick.Stop()
+	for {
+		now, err := r.report(ctx)
+		switch {
+		case err != nil:
+			log.V(1).Info("cannot make the sync report yet", "error", err.Error())
+		case last == nil || !reflect.DeepEqual(now, *last):
+			if err := to(ctx, now); err != nil {
+				log.V(1).Info("cannot write the sync report yet", "error", err.Error())
+			} else {
+				last = &now
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+	}
+}
