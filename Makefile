@@ -15,6 +15,20 @@ KWOK_DEPS  := $(KWOK_TOOLS)/go.mod $(KWOK_TOOLS)/go.sum
 CONFORMANCE_TOOLS := hack/conformance
 CONFORMANCE_DEPS  := $(CONFORMANCE_TOOLS)/go.mod $(CONFORMANCE_TOOLS)/go.sum
 KWOK_VERSION := $(shell awk '{ for (i = 1; i < NF; i++) if ($$i == "sigs.k8s.io/kwok") print $$(i+1) }' $(KWOK_TOOLS)/go.mod)
+# Helm lints and renders the chart charts/tenantry: a module of its own.
+HELM_TOOLS := hack/helm
+HELM_DEPS  := $(HELM_TOOLS)/go.mod $(HELM_TOOLS)/go.sum
+HELM_VERSION := $(shell awk '{ for (i = 1; i < NF; i++) if ($$i == "helm.sh/helm/v3") print $$(i+1) }' $(HELM_TOOLS)/go.mod)
+# The Kubernetes release Helm assumes when it has no cluster (helm template,
+# helm lint, .Capabilities.KubeVersion): the one its client-go serves, as
+# Helm's own Makefile sets it (client-go v0.X.Y is Kubernetes 1.X).
+HELM_KUBE_MINOR := $(word 2,$(subst ., ,$(shell awk '{ for (i = 1; i < NF; i++) if ($$i == "k8s.io/client-go") print $$(i+1) }' $(HELM_TOOLS)/go.mod)))
+HELM_LDFLAGS := -X helm.sh/helm/v3/internal/version.version=$(HELM_VERSION) \
+                -X helm.sh/helm/v3/internal/version.gitTreeState=clean \
+                -X helm.sh/helm/v3/pkg/chartutil.k8sVersionMajor=1 \
+                -X helm.sh/helm/v3/pkg/chartutil.k8sVersionMinor=$(HELM_KUBE_MINOR) \
+                -X helm.sh/helm/v3/pkg/lint/rules.k8sVersionMajor=1 \
+                -X helm.sh/helm/v3/pkg/lint/rules.k8sVersionMinor=$(HELM_KUBE_MINOR)
 
 # The Kubernetes release the test control planes run, as pinned in the tools module.
 KUBE_VERSION := $(shell awk '$$1 == "k8s.io/kubernetes" { print $$2 }' $(TOOLS)/go.mod)
@@ -66,7 +80,7 @@ help: ## Show this help.
 
 # hack/image's test builds the manager statically first: minutes when cold.
 .PHONY: test
-test: envtest fmt-check vet ## gofmt check and go vet, then every test with the race detector against real API servers, then make image's test.
+test: envtest helm fmt-check vet ## gofmt check and go vet, then every test with the race detector against real API servers, then make image's test.
 	$(GO) test -race ./...
 	cd $(IMAGE_TOOLS) && $(GO) vet ./... && $(GO) test -timeout 20m ./...
 
@@ -80,9 +94,10 @@ fmt-check: ## Fail if any Go file is not gofmt-formatted.
 	if [ -n "$$files" ]; then echo "not gofmt-formatted:"; echo "$$files"; exit 1; fi
 
 .PHONY: generate
-generate: $(CONTROLLER_GEN) ## Regenerate deepcopy code, CRDs and RBAC from kubebuilder markers.
+generate: $(CONTROLLER_GEN) ## Regenerate deepcopy code, CRDs (and the chart's copy) and RBAC from kubebuilder markers.
 	$(CONTROLLER_GEN) object paths=./pkg/apis/...
 	$(CONTROLLER_GEN) crd paths=./pkg/apis/... output:crd:artifacts:config=config/crd/bases
+	cp config/crd/bases/*.yaml charts/tenantry/crds/
 	$(CONTROLLER_GEN) rbac:roleName=tenantry-manager paths=./controllers/... output:rbac:artifacts:config=config/rbac
 	$(CONTROLLER_GEN) object crd paths=./examples/... output:crd:artifacts:config=examples/config/crd
 
@@ -126,6 +141,12 @@ $(BIN)/kube-apiserver $(BIN)/kube-controller-manager $(BIN)/kube-scheduler $(BIN
 
 $(BIN)/kwok: $(KWOK_DEPS)
 	cd $(KWOK_TOOLS) && $(GO) build -ldflags '-X sigs.k8s.io/kwok/pkg/consts.Version=$(KWOK_VERSION)' -o $@ sigs.k8s.io/kwok/cmd/kwok
+
+.PHONY: helm
+helm: $(BIN)/helm ## Build helm from source into bin/ (once): the chart test (charts/) lints, renders and applies charts/tenantry with it.
+
+$(BIN)/helm: $(HELM_DEPS)
+	cd $(HELM_TOOLS) && $(GO) build -ldflags '$(HELM_LDFLAGS)' -o $@ helm.sh/helm/v3/cmd/helm
 
 $(BIN)/e2e.test: $(CONFORMANCE_DEPS)
 	cd $(CONFORMANCE_TOOLS) && $(GO) test -c -ldflags '$(KUBE_LDFLAGS)' -o $@ k8s.io/kubernetes/test/e2e
