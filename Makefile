@@ -79,10 +79,13 @@ help: ## Show this help.
 	  /^##@/ { printf "\n%s\n", substr($$0, 5) }' $(MAKEFILE_LIST)
 
 # hack/image's test builds the manager statically first: minutes when cold.
+# hack/monitoring's reads config/monitoring and README.md, outside its
+# module, which the test cache does not watch: -count=1.
 .PHONY: test
-test: envtest helm fmt-check vet ## gofmt check and go vet, then every test with the race detector against real API servers, then make image's test.
+test: envtest helm fmt-check vet ## gofmt check and go vet, then every test with the race detector against real API servers, then make image's test and config/monitoring's checks.
 	$(GO) test -race ./...
 	cd $(IMAGE_TOOLS) && $(GO) vet ./... && $(GO) test -timeout 20m ./...
+	cd hack/monitoring && $(GO) vet ./... && $(GO) test -count=1 ./...
 
 .PHONY: vet
 vet: ## go vet the module.
