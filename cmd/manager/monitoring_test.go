@@ -156,23 +156,18 @@ func TestMonitoring(t *testing.T) {
 		// it; so the copy loses its cluster label, and its update is routed
 		// to no tenant, and its data changes. The patroller finds it
 		// missing from the tenant's copies (drift found); the sync it
-		// queues leaves it alone (without that label it is not taken for
-		// the tenant's copy: a HostConflict). Once the label is back, the
-		// update's sync writes the data back (drift repaired).
+		// queues knows the copy by its annotations, gives the label back
+		// and writes the data back (drift repaired).
 		patch := []byte(`{"metadata":{"labels":{"` + syncer.LabelCluster + `":null}},"data":{"k":"drifted"}}`)
 		if err := host.Patch(ctx, hostCopy, client.RawPatch("application/merge-patch+json", patch)); err != nil {
 			t.Fatal(err)
 		}
 		s.waitServed(t, "drift found", "tenantry_syncer_drift_found_total")
-		patch = []byte(`{"metadata":{"labels":{"` + syncer.LabelCluster + `":"mon"}}}`)
-		if err := host.Patch(ctx, hostCopy, client.RawPatch("application/merge-patch+json", patch)); err != nil {
-			t.Fatal(err)
-		}
-		eventually(t, 30*time.Second, "the host copy's data repaired", func(ctx context.Context) (bool, error) {
+		eventually(t, 30*time.Second, "the host copy's label and data repaired", func(ctx context.Context) (bool, error) {
 			if err := host.Get(ctx, client.ObjectKeyFromObject(hostCopy), hostCopy); err != nil {
 				return false, err
 			}
-			return hostCopy.Data["k"] == "v", fmt.Errorf("data %v", hostCopy.Data)
+			return hostCopy.Labels[syncer.LabelCluster] == "mon" && hostCopy.Data["k"] == "v", fmt.Errorf("labels %v, data %v", hostCopy.Labels, hostCopy.Data)
 		})
 		s.waitServed(t, "drift repaired", "tenantry_syncer_drift_repaired_total")
 

@@ -104,6 +104,13 @@ func (r *reconciler) reconcile(ctx context.Context, req reconcile.Request) (reco
 		r.echoes.seen(hostKey, host.GetResourceVersion())
 	}
 	if host != nil && !r.isCopy(host, req.NamespacedName) {
+		// The copy, by its annotations, that lost Tenantry's cluster label
+		// (someone took it off): given back, then synced.
+		if tenant != nil {
+			if relabelled, err := r.restoreLabels(ctx, tenant, host); err != nil || relabelled {
+				return reconcile.Result{RequeueAfter: cacheLagRetry}, err
+			}
+		}
 		// Not Tenantry's, Tenantry's for another cluster, or something
 		// other than this object's copy (a Pod's API access Secret): not
 		// ours to touch.

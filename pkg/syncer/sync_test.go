@@ -15,6 +15,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	utilrand "k8s.io/apimachinery/pkg/util/rand"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -230,6 +231,30 @@ func TestForeignHostObjectsAreLeftAlone(t *testing.T) {
 	if err := shared.Host.Get(ctx, client.ObjectKeyFromObject(foreign), &after); err != nil {
 		t.Fatalf("foreign host object deleted: %v", err)
 	}
+}
+
+// A host copy that someone took Tenantry's cluster label off (its update
+// then reaches no tenant) is known by its annotations: the patroller finds
+// it, and the sync gives the label back and repairs its data.
+func TestCopyThatLostItsClusterLabelIsTakenBack(t *testing.T) {
+	useWorld(t)
+	ctx := t.Context()
+	name := unique("unlabelled")
+	if err := shared.Tenants["tenant-1"].Create(ctx, configMap(name, map[string]string{"k": "v"})); err != nil {
+		t.Fatal(err)
+	}
+	hostCopy := expectHostConfigMap(t, "tenant-1", name, map[string]string{"k": "v"})
+	patch := []byte(`{"metadata":{"labels":{"` + syncer.LabelCluster + `":null}},"data":{"k":"drifted"}}`)
+	if err := shared.Host.Patch(ctx, hostCopy, client.RawPatch(types.MergePatchType, patch)); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 10*time.Second, "the label and the data back", func(ctx context.Context) (bool, error) {
+		if err := shared.Host.Get(ctx, client.ObjectKeyFromObject(hostCopy), hostCopy); err != nil {
+			return false, err
+		}
+		return hostCopy.Labels[syncer.LabelCluster] == "tenant-1" && hostCopy.Data["k"] == "v",
+			fmt.Errorf("labels %v, data %v", hostCopy.Labels, hostCopy.Data)
+	})
 }
 
 func TestServiceGetsHostClusterIP(t *testing.T) {
