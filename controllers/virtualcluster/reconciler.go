@@ -113,7 +113,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		if apierrors.IsNotFound(err) {
 			// Gone without our finalizer (it was never added, or removed by
 			// hand): make sure nothing of it runs.
-			r.forgetNodes(name)
+			r.forget(name)
 			if err := r.stop(ctx, name); err != nil {
 				return ctrl.Result{}, err
 			}
@@ -127,13 +127,13 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	}
 	if r.Shards != nil {
 		if res, runsHere, err := r.claim(ctx, &vc); !runsHere {
-			r.forgetNodes(name)
+			r.forget(name)
 			return res, err
 		}
 	}
 
 	if !vc.DeletionTimestamp.IsZero() {
-		r.forgetNodes(name)
+		r.forget(name)
 		return ctrl.Result{}, r.finalize(ctx, &vc)
 	}
 	// Read once: the node heartbeat and the registry both start from it
@@ -579,8 +579,11 @@ func (r *Reconciler) keepNodes(ctx context.Context, vc *tenantryv1alpha1.Virtual
 	return !kept && !vc.Spec.Paused && errors.Is(err, clusterregistry.ErrNotExist)
 }
 
-// forgetNodes stops keeping cluster name's virtual nodes alive.
-func (r *Reconciler) forgetNodes(name string) {
+// forget stops keeping cluster name's virtual nodes alive, and takes
+// its Ready series off this replica's metrics: it is gone, being deleted,
+// or another replica runs it.
+func (r *Reconciler) forget(name string) {
+	forgetReady(name)
 	if r.Nodes != nil {
 		r.Nodes.Forget(name)
 	}
@@ -608,6 +611,7 @@ func (r *Reconciler) updateStatus(ctx context.Context, vc *tenantryv1alpha1.Virt
 	before := meta.FindStatusCondition(vc.Status.Conditions, tenantryv1alpha1.ConditionReady)
 	changedReason := before == nil || before.Status != out.status || before.Reason != out.reason
 
+	reportReady(vc.Name, out.status == metav1.ConditionTrue, out.reason)
 	patch := client.MergeFrom(vc.DeepCopy())
 	changed := meta.SetStatusCondition(&vc.Status.Conditions, metav1.Condition{
 		Type:               tenantryv1alpha1.ConditionReady,

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"slices"
 	"sync"
+	"time"
 
 	"golang.org/x/time/rate"
 	"k8s.io/client-go/util/flowcontrol"
@@ -108,9 +109,11 @@ func (b *writeBudget) wait(ctx context.Context, tenant string) error {
 		}
 		if b.tryTake() {
 			b.mu.Unlock()
+			budgetWait.Observe(0)
 			return nil
 		}
 	}
+	queuedAt := time.Now()
 	granted := make(chan struct{})
 	if len(b.queues[tenant]) == 0 {
 		b.turns = append(b.turns, tenant)
@@ -124,6 +127,7 @@ func (b *writeBudget) wait(ctx context.Context, tenant string) error {
 	var err error
 	select {
 	case <-granted:
+		budgetWait.Observe(time.Since(queuedAt).Seconds())
 		return nil
 	case <-ctx.Done():
 		err = ctx.Err()
@@ -131,6 +135,7 @@ func (b *writeBudget) wait(ctx context.Context, tenant string) error {
 		err = errBudgetStopped
 	}
 	if !b.cancel(tenant, granted) {
+		budgetWait.Observe(time.Since(queuedAt).Seconds())
 		return nil // granted meanwhile
 	}
 	return err
