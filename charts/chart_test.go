@@ -270,12 +270,45 @@ func TestChartValues(t *testing.T) {
 			{"sharding.enabled=true", "sharding.enabled and leaderElection.enabled exclude each other"},
 			{"sharding.enabled=true,leaderElection.enabled=true", "sharding.enabled and leaderElection.enabled exclude each other"},
 			{"leaderElection.enabled=false,replicaCount=2", "every replica would run every VirtualCluster"},
+			{"dns.service.enabled=true", "dns.service.enabled with 2 replicas"},
+			{"dns.service.enabled=true,sharding.enabled=true,leaderElection.enabled=false", "dns.service.enabled with 3 replicas"},
 		} {
 			out, err := h.run(t, "template", "tenantry", chartDir, "--set", tc.set)
 			if err == nil || !strings.Contains(out, tc.want) {
 				t.Errorf("helm template --set %s: %v, want a failure saying %q; output:\n%s", tc.set, err, tc.want, out)
 			}
 		}
+	})
+
+	t.Run("DNS Service", func(t *testing.T) {
+		none := h.render(t, "tenantry", configNamespace)
+		if none.has("Service", "tenantry-dns") {
+			t.Error("a DNS Service by default")
+		}
+		m := h.render(t, "tenantry", configNamespace, "--set", "dns.service.enabled=true,replicaCount=1")
+		var svc corev1.Service
+		m.decode(t, "Service", "tenantry-dns", &svc)
+		c := m.container(t)
+		if !slices.Contains(c.Args, "--dns-service="+configNamespace+"/tenantry-dns") || !slices.Contains(c.Args, "--dns-bind-address=:10053") {
+			t.Errorf("args %q, want --dns-service naming the Service and --dns-bind-address=:10053", c.Args)
+		}
+		for _, proto := range []corev1.Protocol{corev1.ProtocolUDP, corev1.ProtocolTCP} {
+			i := slices.IndexFunc(svc.Spec.Ports, func(p corev1.ServicePort) bool { return p.Protocol == proto && p.Port == 53 })
+			if i < 0 {
+				t.Errorf("the DNS Service has no port 53/%s: %+v", proto, svc.Spec.Ports)
+				continue
+			}
+			target := svc.Spec.Ports[i].TargetPort.StrVal
+			if !slices.ContainsFunc(c.Ports, func(p corev1.ContainerPort) bool {
+				return p.Name == target && p.Protocol == proto && p.ContainerPort == 10053
+			}) {
+				t.Errorf("port 53/%s targets %q, which the container does not name on 10053/%s: %+v", proto, target, proto, c.Ports)
+			}
+		}
+		if d := m.deployment(t); !maps.Equal(svc.Spec.Selector, d.Spec.Selector.MatchLabels) {
+			t.Errorf("the DNS Service selects %v, the Deployment's Pods are %v", svc.Spec.Selector, d.Spec.Selector.MatchLabels)
+		}
+		managerTakes(t, m, "")
 	})
 
 	t.Run("host policy", func(t *testing.T) {
@@ -933,30 +966,17 @@ func tool(t *testing.T, name, target string) string {
 // runKubectl runs kubectl with stdin and fails the test if it fails.
 func runKubectl(t *testing.T, kubectl, kubeconfig, stdin string, args ...string) string {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
-	defer cancel()
-	out, err := kubectlOutput(ctx, kubectl, kubeconfig, stdin, args...)
-	if err != nil {
-		t.Fatalf("kubectl %s: %v\n%s", strings.Join(args, " "), err, out)
-	}
-	return out
-}
-
-func kubectlOutput(ctx context.Context, kubectl, kubeconfig, stdin string, args ...string) (string, error) {
-	cmd := exec.CommandContext(ctx, kubectl, append([]string{"--kubeconfig", kubeconfig}, args...)...)
-	cmd.Stdin = strings.NewReader(stdin)
-	out, err := cmd.CombinedOutput()
-	return string(out), err
+	return tenantrytest.Kubectl{Path: kubectl}.MustRun(t, kubeconfig, stdin, args...)
 }
 
 // writeKubeconfig writes the control plane's admin kubeconfig to a file.
 func writeKubeconfig(t *testing.T, cp *tenantrytest.ControlPlane) string {
 	t.Helper()
-	data, err := cp.Kubeconfig()
+	path, err := cp.KubeconfigFile(t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}
-	return writeFile(t, cp.Name()+".kubeconfig", string(data))
+	return path
 }
 
 // writeFile writes a file in a directory of the test's and returns its path.

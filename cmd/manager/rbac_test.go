@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
@@ -22,7 +21,6 @@ import (
 	networkingv1 "k8s.io/api/networking/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
-	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -36,7 +34,6 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	tenantryconfig "github.com/tenantry/tenantry/config"
 	examplesconfig "github.com/tenantry/tenantry/examples/config"
 	tenantryv1alpha1 "github.com/tenantry/tenantry/pkg/apis/tenantry/v1alpha1"
 	"github.com/tenantry/tenantry/pkg/syncer"
@@ -65,8 +62,11 @@ var fooGVK = schema.GroupVersionKind{Group: "samples.tenantry.dev", Version: "v1
 //     sample role for the custom resource) shows in the host's audit log
 //     as asked by the manager: a right nothing uses fails the test.
 func TestLeastPrivilege(t *testing.T) {
-	kubectl := kubectlPath(t)
-	crds, err := publicFooCRDs()
+	kubectl, err := tenantrytest.FindKubectl()
+	if err != nil {
+		t.Fatal(err)
+	}
+	crds, err := examplesconfig.HostCRDs()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -79,12 +79,12 @@ func TestLeastPrivilege(t *testing.T) {
 	})
 	ctx := t.Context()
 	host := newHostClient(t, env.Host)
-	adminKubeconfig := writeKubeconfig(t, env.Host)
+	adminKubeconfig := kubeconfigFile(t, env.Host)
 
 	// Install as a user does; the sharded variant must apply too.
-	runKubectl(t, kubectl, adminKubeconfig, "apply", "--server-side", "-k", repoPath("config", "default"))
-	runKubectl(t, kubectl, adminKubeconfig, "apply", "--server-side", "--dry-run=server", "-k", repoPath("config", "sharded"))
-	runKubectl(t, kubectl, adminKubeconfig, "apply", "--server-side", "-f", repoPath("config", "samples", "custom_resource_role.yaml"))
+	kubectl.MustRun(t, adminKubeconfig, "", "apply", "--server-side", "-k", repoPath("config", "default"))
+	kubectl.MustRun(t, adminKubeconfig, "", "apply", "--server-side", "--dry-run=server", "-k", repoPath("config", "sharded"))
+	kubectl.MustRun(t, adminKubeconfig, "", "apply", "--server-side", "-f", repoPath("config", "samples", "custom_resource_role.yaml"))
 	// The host's ClusterRole aggregation fills the custom-resource role.
 	eventually(t, 30*time.Second, "the Foo rights aggregated into tenantry-manager-custom-resources", func(ctx context.Context) (bool, error) {
 		var role rbacv1.ClusterRole
@@ -98,7 +98,7 @@ func TestLeastPrivilege(t *testing.T) {
 	managerKubeconfig := serviceAccountKubeconfig(t, env.Host)
 	registerTenant(t, host, "least", env.Tenants[0])
 	tenant := newHostClient(t, env.Tenants[0])
-	tenantKubeconfig := writeKubeconfig(t, env.Tenants[0])
+	tenantKubeconfig := kubeconfigFile(t, env.Tenants[0])
 
 	// Leader election: two replicas, every syncer, the kubelet API.
 	args := []string{
@@ -363,7 +363,7 @@ func readGrants(t *testing.T, host client.Client) []grant {
 // created, changed and deleted, a Pod that a person reads the logs of,
 // execs into, attaches to, port-forwards to and evicts, and a public
 // custom resource.
-func exerciseTenant(t *testing.T, host, tenant client.Client, hostCP, tenantCP *tenantrytest.ControlPlane, kubectl, tenantKubeconfig string) {
+func exerciseTenant(t *testing.T, host, tenant client.Client, hostCP, tenantCP *tenantrytest.ControlPlane, kubectl tenantrytest.Kubectl, tenantKubeconfig string) {
 	ctx := t.Context()
 	const ns = "app"
 	hostNS := syncer.HostNamespace("least", ns)
@@ -483,10 +483,10 @@ func exerciseTenant(t *testing.T, host, tenant client.Client, hostCP, tenantCP *
 	})
 
 	// A person's kubectl, through the virtual node's kubelet API.
-	if out := runKubectl(t, kubectl, tenantKubeconfig, "-n", ns, "logs", "web"); !strings.Contains(out, tenantrytest.KwokLogLines[0]) {
+	if out := kubectl.MustRun(t, tenantKubeconfig, "", "-n", ns, "logs", "web"); !strings.Contains(out, tenantrytest.KwokLogLines[0]) {
 		t.Errorf("kubectl logs = %q, want the container's lines", out)
 	}
-	if out := runKubectl(t, kubectl, tenantKubeconfig, "-n", ns, "exec", "web", "--", "echo", "hello"); !strings.Contains(out, "hello") {
+	if out := kubectl.MustRun(t, tenantKubeconfig, "", "-n", ns, "exec", "web", "--", "echo", "hello"); !strings.Contains(out, "hello") {
 		t.Errorf("kubectl exec = %q, want hello", out)
 	}
 	attach(t, kubectl, tenantKubeconfig, ns, "web")
@@ -599,11 +599,11 @@ func exerciseTenant(t *testing.T, host, tenant client.Client, hostCP, tenantCP *
 // attach runs kubectl attach until the host's audit log shows the
 // manager's attach to the host Pod, then stops it (attach streams until
 // the container ends).
-func attach(t *testing.T, kubectl, kubeconfig, ns, pod string) {
+func attach(t *testing.T, kubectl tenantrytest.Kubectl, kubeconfig, ns, pod string) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
-	cmd := exec.CommandContext(ctx, kubectl, "--kubeconfig", kubeconfig, "-n", ns, "attach", pod, "-v=6")
+	cmd := exec.CommandContext(ctx, kubectl.Path, "--kubeconfig", kubeconfig, "-n", ns, "attach", pod, "-v=6")
 	var out tenantrytest.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	if err := cmd.Start(); err != nil {
@@ -619,12 +619,12 @@ func attach(t *testing.T, kubectl, kubeconfig, ns, pod string) {
 
 // portForward forwards a local port to the tenant Pod and reads back what
 // kwok's echo returns.
-func portForward(t *testing.T, kubectl, kubeconfig, ns, pod string) {
+func portForward(t *testing.T, kubectl tenantrytest.Kubectl, kubeconfig, ns, pod string) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
 	_, port, _ := strings.Cut(freeAddr(t), ":")
-	cmd := exec.CommandContext(ctx, kubectl, "--kubeconfig", kubeconfig, "-n", ns, "port-forward", "pod/"+pod, port+":8080")
+	cmd := exec.CommandContext(ctx, kubectl.Path, "--kubeconfig", kubeconfig, "-n", ns, "port-forward", "pod/"+pod, port+":8080")
 	var out tenantrytest.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	if err := cmd.Start(); err != nil {
@@ -743,59 +743,12 @@ func serviceAccountKubeconfig(t *testing.T, cp *tenantrytest.ControlPlane) []byt
 	return data
 }
 
-// publicFooCRDs are Tenantry's CRDs and the Foo example's, public.
-func publicFooCRDs() ([]*apiextensionsv1.CustomResourceDefinition, error) {
-	crds, err := tenantryconfig.CRDs()
-	if err != nil {
-		return nil, err
-	}
-	examples, err := examplesconfig.CRDs()
-	if err != nil {
-		return nil, err
-	}
-	for _, crd := range examples {
-		crd.Labels = map[string]string{syncer.LabelPublicCRD: "true"}
-	}
-	return append(crds, examples...), nil
-}
-
-// kubectlPath is the kubectl that make envtest builds beside the control
-// planes' binaries.
-func kubectlPath(t *testing.T) string {
+// kubeconfigFile writes the control plane's admin kubeconfig to a file of
+// the test's.
+func kubeconfigFile(t *testing.T, cp *tenantrytest.ControlPlane) string {
 	t.Helper()
-	path := filepath.Join(os.Getenv("KUBEBUILDER_ASSETS"), "kubectl")
-	if _, err := os.Stat(path); err != nil {
-		t.Fatalf("no kubectl at %s (make envtest builds it): %v", path, err)
-	}
-	return path
-}
-
-// runKubectl runs kubectl with the kubeconfig and fails the test if it fails.
-func runKubectl(t *testing.T, kubectl, kubeconfig string, args ...string) string {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
-	defer cancel()
-	out, err := runKubectlContext(ctx, kubectl, kubeconfig, args...)
+	path, err := cp.KubeconfigFile(t.TempDir())
 	if err != nil {
-		t.Fatalf("kubectl %s: %v\n%s", strings.Join(args, " "), err, out)
-	}
-	return out
-}
-
-func runKubectlContext(ctx context.Context, kubectl, kubeconfig string, args ...string) (string, error) {
-	out, err := exec.CommandContext(ctx, kubectl, append([]string{"--kubeconfig", kubeconfig}, args...)...).CombinedOutput()
-	return string(out), err
-}
-
-// writeKubeconfig writes the control plane's admin kubeconfig to a file.
-func writeKubeconfig(t *testing.T, cp *tenantrytest.ControlPlane) string {
-	t.Helper()
-	data, err := cp.Kubeconfig()
-	if err != nil {
-		t.Fatal(err)
-	}
-	path := filepath.Join(t.TempDir(), cp.Name()+".kubeconfig")
-	if err := os.WriteFile(path, data, 0o600); err != nil {
 		t.Fatal(err)
 	}
 	return path

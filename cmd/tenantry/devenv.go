@@ -21,11 +21,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/tenantry/tenantry/cmd/internal/managerapp"
-	tenantryconfig "github.com/tenantry/tenantry/config"
 	examplesconfig "github.com/tenantry/tenantry/examples/config"
 	tenantryv1alpha1 "github.com/tenantry/tenantry/pkg/apis/tenantry/v1alpha1"
 	"github.com/tenantry/tenantry/pkg/kubeletapi"
-	"github.com/tenantry/tenantry/pkg/syncer"
 	"github.com/tenantry/tenantry/pkg/syncer/builtin"
 	tenantrytest "github.com/tenantry/tenantry/pkg/testing"
 	"github.com/tenantry/tenantry/providers"
@@ -99,7 +97,7 @@ func startDev(ctx context.Context, o devOptions, progress func(string)) (_ *devE
 
 	var crds []*apiextensionsv1.CustomResourceDefinition
 	if !o.controlPlanesOnly {
-		if crds, err = devCRDs(); err != nil {
+		if crds, err = examplesconfig.HostCRDs(); err != nil {
 			return nil, err
 		}
 		// The manager's logger first: a bad --log-level fails before
@@ -125,13 +123,9 @@ func startDev(ctx context.Context, o devOptions, progress func(string)) (_ *devE
 		return nil, err
 	}
 	for _, cp := range d.env.ControlPlanes() {
-		data, err := cp.Kubeconfig()
+		path, err := cp.KubeconfigFile(d.dir)
 		if err != nil {
 			return nil, err
-		}
-		path := filepath.Join(d.dir, cp.Name()+".kubeconfig")
-		if err := os.WriteFile(path, data, 0o600); err != nil {
-			return nil, fmt.Errorf("writing kubeconfig of %s: %w", cp.Name(), err)
 		}
 		d.kubeconfigs[cp.Name()] = path
 		c, err := client.New(cp.Config(), client.Options{Scheme: d.scheme})
@@ -178,23 +172,6 @@ func startDev(ctx context.Context, o devOptions, progress func(string)) (_ *devE
 		return nil, err
 	}
 	return d, nil
-}
-
-// devCRDs are the CRDs the dev host starts with: Tenantry's, and the Foo
-// example's, made public so that every tenant gets it.
-func devCRDs() ([]*apiextensionsv1.CustomResourceDefinition, error) {
-	crds, err := tenantryconfig.CRDs()
-	if err != nil {
-		return nil, err
-	}
-	examples, err := examplesconfig.CRDs()
-	if err != nil {
-		return nil, err
-	}
-	for _, crd := range examples {
-		crd.Labels = map[string]string{syncer.LabelPublicCRD: "true"}
-	}
-	return append(crds, examples...), nil
 }
 
 // registerTenants creates a Secret and a VirtualCluster per tenant, each

@@ -20,17 +20,6 @@ import (
 	tenantrytest "github.com/tenantry/tenantry/pkg/testing"
 )
 
-// kubectlPath is the kubectl that make envtest builds beside the control
-// planes' binaries.
-func kubectlPath(t *testing.T) string {
-	t.Helper()
-	path := filepath.Join(os.Getenv("KUBEBUILDER_ASSETS"), "kubectl")
-	if _, err := os.Stat(path); err != nil {
-		t.Fatalf("no kubectl at %s (make envtest builds it): %v", path, err)
-	}
-	return path
-}
-
 // runCLIEnv makes the test binary run the CLI (TestMain): a test starts
 // `tenantry dev` as a process of its own, as a person does.
 const runCLIEnv = "TENANTRY_TEST_RUN_CLI"
@@ -41,7 +30,11 @@ const runCLIEnv = "TENANTRY_TEST_RUN_CLI"
 // node's kubelet API, the host API server, and kwok; Ctrl-C then stops it
 // all.
 func TestDevKubectl(t *testing.T) {
-	kubectl := kubectlPath(t)
+	k, err := tenantrytest.FindKubectl()
+	if err != nil {
+		t.Fatal(err)
+	}
+	kubectl := k.Path
 	ctx := t.Context()
 	dir := t.TempDir()
 	metricsAddr, err := tenantrytest.FreeAddress()

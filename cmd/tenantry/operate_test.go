@@ -6,7 +6,6 @@ import (
 	"flag"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -38,8 +37,14 @@ func TestRegisterAndList(t *testing.T) {
 	env := tenantrytest.New(t, tenantrytest.Options{Tenants: 1, HostCRDs: crds})
 	ctx := t.Context()
 	dir := t.TempDir()
-	hostKubeconfig := writeKubeconfigFile(t, dir, env.Host)
-	tenantKubeconfig := writeKubeconfigFile(t, dir, env.Tenants[0])
+	hostKubeconfig, err := env.Host.KubeconfigFile(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tenantKubeconfig, err := env.Tenants[0].KubeconfigFile(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
 	startManagerApp(t, hostKubeconfig)
 
 	cli := func(args ...string) (int, string) {
@@ -115,12 +120,12 @@ func TestRegisterAndList(t *testing.T) {
 	}
 
 	// kubectl shows the same through the printer columns.
-	kubectl := exec.CommandContext(ctx, kubectlPath(t), "--kubeconfig", hostKubeconfig, "get", "virtualclusters", "-o", "wide")
-	wide, err := kubectl.CombinedOutput()
+	kubectl, err := tenantrytest.FindKubectl()
 	if err != nil {
-		t.Fatalf("kubectl get virtualclusters -o wide: %v\n%s", err, wide)
+		t.Fatal(err)
 	}
-	rows := strings.Split(strings.TrimSpace(string(wide)), "\n")
+	wide := kubectl.MustRun(t, hostKubeconfig, "", "get", "virtualclusters", "-o", "wide")
+	rows := strings.Split(strings.TrimSpace(wide), "\n")
 	if len(rows) != 2 || !strings.Contains(rows[0], "SYNCED") || !strings.Contains(rows[0], "REFUSALS") || !strings.Contains(rows[0], "HOST-NAMESPACES") ||
 		!strings.Contains(rows[1], hostNS) || !slices.Contains(strings.Fields(rows[1]), "2") {
 		t.Errorf("kubectl get virtualclusters -o wide:\n%s\nwant SYNCED 2, REFUSALS 1 and the host namespace %s", wide, hostNS)
@@ -185,19 +190,6 @@ func startManagerApp(t *testing.T, hostKubeconfig string) {
 			t.Errorf("stopping the manager: %v", err)
 		}
 	})
-}
-
-func writeKubeconfigFile(t *testing.T, dir string, cp *tenantrytest.ControlPlane) string {
-	t.Helper()
-	data, err := cp.Kubeconfig()
-	if err != nil {
-		t.Fatal(err)
-	}
-	path := filepath.Join(dir, cp.Name()+".kubeconfig")
-	if err := os.WriteFile(path, data, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	return path
 }
 
 func newClient(t *testing.T, cp *tenantrytest.ControlPlane) client.Client {

@@ -98,6 +98,9 @@ Refuses values that do not go together.
 {{- if and .Values.sharding.enabled .Values.leaderElection.enabled }}
 {{- fail "sharding.enabled and leaderElection.enabled exclude each other (the manager refuses --shard-mode=lease with --leader-elect: every sharded replica runs): set leaderElection.enabled=false to shard" }}
 {{- end }}
+{{- if and .Values.dns.service.enabled (gt (include "tenantry.replicas" . | int) 1) }}
+{{- fail (printf "dns.service.enabled with %s replicas: a replica answers only the Pods of the tenants it runs and refuses the others', so behind one Service most queries would be refused; run 1 replica for a DNS Service" (include "tenantry.replicas" .)) }}
+{{- end }}
 {{- if and (not .Values.sharding.enabled) (not .Values.leaderElection.enabled) (gt (include "tenantry.replicas" . | int) 1) }}
 {{- fail (printf "replicaCount=%s without leader election or sharding: every replica would run every VirtualCluster; enable leaderElection or sharding, or run 1 replica" (include "tenantry.replicas" .)) }}
 {{- end }}
@@ -111,4 +114,11 @@ Where the host policy is mounted, and the file --host-policy reads.
 {{- end }}
 {{- define "tenantry.hostPolicyFile" -}}
 host-policy.yaml
+{{- end }}
+
+{{/*
+The tenants' DNS Service: its name, and namespace/name for --dns-service.
+*/}}
+{{- define "tenantry.dnsServiceName" -}}
+{{- printf "%s-dns" (include "tenantry.fullname" .) | trunc 63 | trimSuffix "-" }}
 {{- end }}
