@@ -19,7 +19,7 @@ import (
 var listCommand = command{
 	name: "list",
 	summary: "Print a table of the VirtualClusters: Ready and reason, the replica that runs each, its host namespaces, " +
-		"its host copies by kind, the copies refused in the last hour, when a copy was last written, the last sync error, and its age.",
+		"its host copies by kind, the copies refused in the last hour, its lag, when a copy was last written, the last sync error, and its age.",
 	flags: func(fs *flag.FlagSet) func(context.Context, invocation) error {
 		var host hostFlags
 		host.bind(fs)
@@ -41,17 +41,18 @@ var listCommand = command{
 func printList(out io.Writer, vcs []tenantryv1alpha1.VirtualCluster, now time.Time) error {
 	slices.SortFunc(vcs, func(a, b tenantryv1alpha1.VirtualCluster) int { return strings.Compare(a.Name, b.Name) })
 	w := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(w, "NAME\tREADY\tREASON\tREPLICA\tHOST NAMESPACES\tSYNCED\tREFUSALS (1H)\tLAST WRITE\tLAST ERROR\tAGE")
+	fmt.Fprintln(w, "NAME\tREADY\tREASON\tREPLICA\tHOST NAMESPACES\tSYNCED\tREFUSALS (1H)\tLAG\tLAST WRITE\tLAST ERROR\tAGE")
 	for _, vc := range vcs {
 		ready, reason := "Unknown", ""
 		if c := meta.FindStatusCondition(vc.Status.Conditions, tenantryv1alpha1.ConditionReady); c != nil {
 			ready, reason = string(c.Status), c.Reason
 		}
-		namespaces, synced, refusals, lastWrite, lastError := "-", "-", "-", "-", "-"
+		namespaces, synced, refusals, lag, lastWrite, lastError := "-", "-", "-", "-", "-", "-"
 		if s := vc.Status.Sync; s != nil {
 			namespaces = fmt.Sprint(len(s.HostNamespaces))
 			synced = syncedByKind(s.Objects)
 			refusals = fmt.Sprint(s.Refusals)
+			lag = s.Lag.Duration.String()
 			if s.LastWriteTime != nil {
 				lastWrite = ago(now, s.LastWriteTime.Time)
 			}
@@ -59,8 +60,8 @@ func printList(out io.Writer, vcs []tenantryv1alpha1.VirtualCluster, now time.Ti
 				lastError = fmt.Sprintf("%s ago: %s %s: %s", duration.HumanDuration(now.Sub(e.Time.Time)), e.Resource, e.Object, oneLine(e.Message, 80))
 			}
 		}
-		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", vc.Name, ready, orDash(reason), orDash(vc.Status.Replica),
-			namespaces, synced, refusals, lastWrite, lastError, duration.HumanDuration(now.Sub(vc.CreationTimestamp.Time)))
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", vc.Name, ready, orDash(reason), orDash(vc.Status.Replica),
+			namespaces, synced, refusals, lag, lastWrite, lastError, duration.HumanDuration(now.Sub(vc.CreationTimestamp.Time)))
 	}
 	return w.Flush()
 }

@@ -3,12 +3,13 @@ package main
 import (
 	"bytes"
 	"context"
-	"flag"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -17,7 +18,6 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/tenantry/tenantry/cmd/internal/managerapp"
 	tenantryconfig "github.com/tenantry/tenantry/config"
 	tenantryv1alpha1 "github.com/tenantry/tenantry/pkg/apis/tenantry/v1alpha1"
 	"github.com/tenantry/tenantry/pkg/syncer"
@@ -45,7 +45,7 @@ func TestRegisterAndList(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	startManagerApp(t, hostKubeconfig)
+	startManager(t, hostKubeconfig)
 
 	cli := func(args ...string) (int, string) {
 		var out bytes.Buffer
@@ -109,14 +109,19 @@ func TestRegisterAndList(t *testing.T) {
 	if len(lines) != 2 {
 		t.Fatalf("tenantry list printed %d lines, want a header and shop:\n%s", len(lines), out)
 	}
-	for _, header := range []string{"NAME", "READY", "REASON", "REPLICA", "HOST NAMESPACES", "SYNCED", "REFUSALS (1H)", "LAST WRITE", "LAST ERROR", "AGE"} {
+	for _, header := range []string{"NAME", "READY", "REASON", "REPLICA", "HOST NAMESPACES", "SYNCED", "REFUSALS (1H)", "LAG", "LAST WRITE", "LAST ERROR", "AGE"} {
 		if !strings.Contains(lines[0], header) {
 			t.Errorf("tenantry list: no column %s in %q", header, lines[0])
 		}
 	}
-	if row := strings.Fields(lines[1]); len(row) < 7 || row[0] != "shop" || row[1] != "True" || row[2] != "Spawned" ||
+	row := strings.Fields(lines[1])
+	if len(row) < 8 || row[0] != "shop" || row[1] != "True" || row[2] != "Spawned" ||
 		row[3] != vc.Status.Replica || row[4] != "1" || row[5] != "configmaps=1,namespaces=1" || row[6] != "1" {
-		t.Errorf("tenantry list: row %q, want shop True Spawned %s 1 configmaps=1,namespaces=1 1 ...", lines[1], vc.Status.Replica)
+		t.Fatalf("tenantry list: row %q, want shop True Spawned %s 1 configmaps=1,namespaces=1 1 ...", lines[1], vc.Status.Replica)
+	}
+	// Two objects synced at once: the lag is a few seconds at most.
+	if lag, err := time.ParseDuration(row[7]); err != nil || lag > 30*time.Second || lag != vc.Status.Sync.Lag.Duration {
+		t.Errorf("tenantry list: lag %q (%v), want status.sync.lag %s, under 30s", row[7], err, vc.Status.Sync.Lag.Duration)
 	}
 
 	// kubectl shows the same through the printer columns.
@@ -126,7 +131,7 @@ func TestRegisterAndList(t *testing.T) {
 	}
 	wide := kubectl.MustRun(t, hostKubeconfig, "", "get", "virtualclusters", "-o", "wide")
 	rows := strings.Split(strings.TrimSpace(wide), "\n")
-	if len(rows) != 2 || !strings.Contains(rows[0], "SYNCED") || !strings.Contains(rows[0], "REFUSALS") || !strings.Contains(rows[0], "HOST-NAMESPACES") ||
+	if len(rows) != 2 || !strings.Contains(rows[0], "SYNCED") || !strings.Contains(rows[0], "REFUSALS") || !strings.Contains(rows[0], "HOST-NAMESPACES") || !strings.Contains(rows[0], "LAG") ||
 		!strings.Contains(rows[1], hostNS) || !slices.Contains(strings.Fields(rows[1]), "2") {
 		t.Errorf("kubectl get virtualclusters -o wide:\n%s\nwant SYNCED 2, REFUSALS 1 and the host namespace %s", wide, hostNS)
 	}
@@ -165,29 +170,38 @@ func TestRegisterAndList(t *testing.T) {
 	}
 }
 
-// startManagerApp runs the management app in-process with its default
-// flags, every built-in syncer and no listeners, until the test ends.
-func startManagerApp(t *testing.T, hostKubeconfig string) {
+// startManager builds bin/manager and runs it, with its default flags and
+// no listeners, against the host until the test ends: a process of its
+// own, as in a cluster (one management app per process: the demo's runs
+// in this one).
+func startManager(t *testing.T, hostKubeconfig string) {
 	t.Helper()
-	var opts managerapp.Options
-	fs := flag.NewFlagSet("manager", flag.ContinueOnError)
-	opts.BindFlags(fs)
-	if err := fs.Parse([]string{"--kubeconfig", hostKubeconfig, "--metrics-bind-address", "0", "--health-probe-bind-address", "0",
-		"--kubelet-bind-address", "127.0.0.1:0", "--dns-bind-address", "0"}); err != nil {
+	manager := filepath.Join(t.TempDir(), "manager")
+	if out, err := exec.Command("go", "build", "-o", manager, "github.com/tenantry/tenantry/cmd/manager").CombinedOutput(); err != nil {
+		t.Fatalf("building bin/manager: %v\n%s", err, out)
+	}
+	cmd := exec.Command(manager, "--kubeconfig", hostKubeconfig, "--metrics-bind-address", "0", "--health-probe-bind-address", "0",
+		"--kubelet-bind-address", "127.0.0.1:0", "--dns-bind-address", "0")
+	var log tenantrytest.Buffer
+	cmd.Stdout, cmd.Stderr = &log, &log
+	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	app := managerapp.New(opts)
-	if err := app.Err(); err != nil {
-		t.Fatal(err)
-	}
-	if err := app.Start(t.Context()); err != nil {
-		t.Fatal(err)
-	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
 	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
-		if err := app.Stop(ctx); err != nil {
-			t.Errorf("stopping the manager: %v", err)
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case err := <-exited:
+			if err != nil {
+				t.Errorf("bin/manager after SIGTERM: %v", err)
+			}
+		case <-time.After(time.Minute):
+			_ = cmd.Process.Kill()
+			t.Errorf("bin/manager still runs a minute after SIGTERM")
+		}
+		if t.Failed() {
+			t.Logf("bin/manager's log:\n%s", log.String())
 		}
 	})
 }

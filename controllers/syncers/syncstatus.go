@@ -24,6 +24,7 @@ func syncStatus(report syncer.SyncReport) *tenantryv1alpha1.SyncStatus {
 		Objects:        make(map[string]int32, len(report.Objects)),
 		HostNamespaces: report.HostNamespaces,
 		Refusals:       int32(report.Refusals),
+		Lag:            metav1.Duration{Duration: report.Lag},
 	}
 	for name, n := range report.Objects {
 		status.Objects[name] = int32(n)

@@ -3,6 +3,7 @@ package syncer
 import (
 	"context"
 	"fmt"
+	"k8s.io/client-go/util/workqueue"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -222,7 +223,14 @@ func setup(mgr manager.Manager, cluster string, log logr.Logger, hub *Hub, opts 
 		if s.Up == nil {
 			r.echoes = &echoes{}
 		}
-		b := tenantController(mgr, s.Name+"-syncer", controller.Options{MaxConcurrentReconciles: opts.Workers}).
+		b := tenantController(mgr, s.Name+"-syncer", controller.Options{
+			MaxConcurrentReconciles: opts.Workers,
+			// The tenant's lag: each change timed from its event.
+			NewQueue: func(_ string, limiter workqueue.TypedRateLimiter[reconcile.Request]) workqueue.TypedRateLimitingInterface[reconcile.Request] {
+				r.queue = newLagQueue(newTenantQueue(limiter))
+				return r.queue
+			},
+		}).
 			For(s.Object(), builder.WithPredicates(predicate.NewPredicateFuncs(func(o client.Object) bool {
 				return !excluded[namespaceOf(s, o)]
 			}))).

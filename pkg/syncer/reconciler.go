@@ -64,14 +64,21 @@ type reconciler struct {
 	// echoes are this reconciler's writes whose host events need no sync;
 	// nil when every event needs one (a syncer with Up).
 	echoes *echoes
-	// activity records, for the tenant's SyncReport, what this did.
+	// activity records, for the tenant's SyncReport, what this did; queue
+	// says when the change that a sync answers arrived.
 	activity *activity
+	queue    *lagQueue
 }
 
 func (r *reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
 	result, err := r.reconcile(ctx, req)
 	if err != nil {
 		r.activity.failed(r.syncer.Name, req.NamespacedName, err)
+	}
+	if r.queue != nil {
+		if at, ok := r.queue.arrived(req); ok {
+			r.activity.synced(at)
+		}
 	}
 	return result, err
 }

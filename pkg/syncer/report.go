@@ -35,7 +35,29 @@ type SyncReport struct {
 	// LastWrite is when a host copy was last written, zero if none was
 	// since the tenant's controllers started.
 	LastWrite time.Time
+	// Lag is the longest that a change of a tenant object waited, from
+	// its event until its sync ended, among the syncs since the last
+	// report; cut to whole seconds, so under a second is 0.
+	Lag time.Duration
 }
+
+// changed says whether the report tells something new against last: a
+// last write later by less than lastWriteResolution is not news, so that
+// a busy tenant's status is not written at every report.
+func (r SyncReport) changed(last *SyncReport) bool {
+	if last == nil {
+		return true
+	}
+	if r.LastWrite.IsZero() != last.LastWrite.IsZero() || r.LastWrite.Sub(last.LastWrite) >= lastWriteResolution {
+		return true
+	}
+	a, b := r, *last
+	a.LastWrite, b.LastWrite = time.Time{}, time.Time{}
+	return !reflect.DeepEqual(a, b)
+}
+
+// lastWriteResolution is how much later a last write must be to be news.
+const lastWriteResolution = time.Minute
 
 // SyncError is one sync that failed.
 type SyncError struct {
@@ -68,6 +90,7 @@ type activity struct {
 	lastError *SyncError
 	refusals  []time.Time // oldest first, within RefusalWindow of the last one
 	lastWrite time.Time
+	lag       time.Duration // the longest since the last report
 }
 
 // failed records a sync of resource's tenant object key that failed.
@@ -101,19 +124,32 @@ func (a *activity) wrote() {
 	a.lastWrite = time.Now()
 }
 
+// synced records a sync that ended, of a change that arrived at arrived.
+func (a *activity) synced(arrived time.Time) {
+	if a == nil {
+		return
+	}
+	lag := time.Since(arrived)
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.lag = max(a.lag, lag)
+}
+
 // dropOld is the refusals within RefusalWindow of now. Callers hold mu.
 func (a *activity) dropOld(now time.Time) []time.Time {
 	i, _ := slices.BinarySearchFunc(a.refusals, now.Add(-RefusalWindow), func(t, cut time.Time) int { return t.Compare(cut) })
 	return a.refusals[i:]
 }
 
-// fill copies the activity into r.
+// fill copies the activity into r, and starts the next report's lag.
 func (a *activity) fill(r *SyncReport, now time.Time) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	a.refusals = a.dropOld(now)
 	r.Refusals = len(a.refusals)
 	r.LastWrite = a.lastWrite
+	r.Lag = a.lag.Truncate(time.Second)
+	a.lag = 0
 	if a.lastError != nil {
 		e := *a.lastError
 		r.LastError = &e
@@ -183,7 +219,7 @@ func (r *reporter) run(ctx context.Context, log logr.Logger, period time.Duratio
 		switch {
 		case err != nil:
 			log.V(1).Info("cannot make the sync report yet", "error", err.Error())
-		case last == nil || !reflect.DeepEqual(now, *last):
+		case now.changed(last):
 			if err := to(ctx, now); err != nil {
 				log.V(1).Info("cannot write the sync report yet", "error", err.Error())
 			} else {

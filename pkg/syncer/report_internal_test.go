@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/util/workqueue"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 )
 
 // The report counts the refusals of the last hour only, and keeps the last
@@ -18,9 +20,14 @@ func TestActivityReport(t *testing.T) {
 	a.failed("configmaps", types.NamespacedName{Namespace: "app", Name: "first"}, errors.New("first"))
 	a.failed("pods", types.NamespacedName{Namespace: "app", Name: "web"}, errors.New("the host is away"))
 	a.wrote()
+	a.synced(now.Add(-2500 * time.Millisecond))
+	a.synced(now.Add(-time.Second))
 
 	var r SyncReport
 	a.fill(&r, time.Now())
+	if r.Lag != 2*time.Second {
+		t.Errorf("lag = %s, want the longest, 2.5 s, in whole seconds", r.Lag)
+	}
 	if r.Refusals != 2 {
 		t.Errorf("refusals = %d, want 2: the one 30 minutes ago and the one just now", r.Refusals)
 	}
@@ -30,14 +37,70 @@ func TestActivityReport(t *testing.T) {
 	if r.LastWrite.Before(now) {
 		t.Errorf("last write = %s, want now", r.LastWrite)
 	}
-	// An hour on, none is left.
+	// An hour on, no refusal is left, and no lag: each report's is its own.
 	a.fill(&r, time.Now().Add(RefusalWindow+time.Second))
-	if r.Refusals != 0 {
-		t.Errorf("an hour on, refusals = %d, want 0", r.Refusals)
+	if r.Refusals != 0 || r.Lag != 0 {
+		t.Errorf("an hour on, refusals = %d and lag %s, want 0 and 0", r.Refusals, r.Lag)
 	}
 	// A nil activity records nothing, and does not fail.
 	var none *activity
 	none.refused()
 	none.wrote()
 	none.failed("pods", types.NamespacedName{}, errors.New("x"))
+	none.synced(now)
+}
+
+// A change is timed from its first Add until its sync ends; a delayed
+// retry is not a change waiting.
+func TestLagQueue(t *testing.T) {
+	q := newLagQueue(newTenantQueue(workqueue.DefaultTypedControllerRateLimiter[reconcile.Request]()))
+	defer q.ShutDown()
+	item := reconcile.Request{NamespacedName: types.NamespacedName{Namespace: "app", Name: "web"}}
+	before := time.Now()
+	q.Add(item)
+	q.Add(item) // a second event while the first waits: timed from the first
+	got, _ := q.Get()
+	at, ok := q.arrived(got)
+	if !ok || at.Before(before) || time.Since(at) > time.Minute {
+		t.Errorf("arrived = %s, %t; want the first Add's time, just after %s", at, ok, before)
+	}
+	if _, ok := q.arrived(got); ok {
+		t.Error("arrived twice for one sync")
+	}
+	q.Done(got)
+
+	q.AddAfter(item, time.Millisecond)
+	got, _ = q.Get()
+	if at, ok := q.arrived(got); ok {
+		t.Errorf("a delayed retry timed from %s, want it not timed", at)
+	}
+	q.Done(got)
+}
+
+// A report is news when what it says changed, or its last write moved by a
+// minute; a last write a few seconds later is not.
+func TestSyncReportChanged(t *testing.T) {
+	now := time.Now()
+	base := SyncReport{Objects: map[string]int{"configmaps": 1}, LastWrite: now}
+	for _, tc := range []struct {
+		name string
+		next SyncReport
+		want bool
+	}{
+		{"the same", base, false},
+		{"a write 10 seconds later", SyncReport{Objects: map[string]int{"configmaps": 1}, LastWrite: now.Add(10 * time.Second)}, false},
+		{"a write a minute later", SyncReport{Objects: map[string]int{"configmaps": 1}, LastWrite: now.Add(time.Minute)}, true},
+		{"another count", SyncReport{Objects: map[string]int{"configmaps": 2}, LastWrite: now}, true},
+		{"a lag", SyncReport{Objects: map[string]int{"configmaps": 1}, LastWrite: now, Lag: 3 * time.Second}, true},
+	} {
+		if got := tc.next.changed(&base); got != tc.want {
+			t.Errorf("%s: changed = %t, want %t", tc.name, got, tc.want)
+		}
+	}
+	if !base.changed(nil) {
+		t.Error("the first report is not news")
+	}
+	if !base.changed(&SyncReport{Objects: map[string]int{"configmaps": 1}}) {
+		t.Error("a first write is not news")
+	}
 }

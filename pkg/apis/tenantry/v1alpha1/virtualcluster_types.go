@@ -349,9 +349,15 @@ type SyncStatus struct {
 	LastError *SyncError `json:"lastError,omitempty"`
 
 	// LastWriteTime is when a host copy was last written since the
-	// tenant's controllers started.
+	// tenant's controllers started, to within a minute.
 	// +optional
 	LastWriteTime *metav1.Time `json:"lastWriteTime,omitempty"`
+
+	// Lag is the longest that a change of a tenant object waited, from
+	// its event until its sync ended, in the last report's 10 seconds, in
+	// whole seconds: "0s" while the syncers keep up. Retries of a failed
+	// or refused sync are not counted (see Refusals and LastError).
+	Lag metav1.Duration `json:"lag"`
 }
 
 // SyncError is one sync that failed.
@@ -393,6 +399,7 @@ type BudgetStatus struct {
 // +kubebuilder:printcolumn:name="Replica",type=string,JSONPath=`.status.replica`
 // +kubebuilder:printcolumn:name="Pods",type=string,JSONPath=`.status.budget.pods`
 // +kubebuilder:printcolumn:name="Synced",type=integer,JSONPath=`.status.sync.total`
+// +kubebuilder:printcolumn:name="Lag",type=string,JSONPath=`.status.sync.lag`,priority=1
 // +kubebuilder:printcolumn:name="Refusals",type=integer,JSONPath=`.status.sync.refusals`,priority=1
 // +kubebuilder:printcolumn:name="Host-Namespaces",type=string,JSONPath=`.status.sync.hostNamespaces`,priority=1
 // +kubebuilder:printcolumn:name="Last-Error",type=string,JSONPath=`.status.sync.lastError.message`,priority=1
