@@ -49,7 +49,7 @@ func printList(out io.Writer, vcs []tenantryv1alpha1.VirtualCluster, now time.Ti
 		}
 		namespaces, synced, refusals, lag, lastWrite, lastError := "-", "-", "-", "-", "-", "-"
 		if s := vc.Status.Sync; s != nil {
-			namespaces = fmt.Sprint(len(s.HostNamespaces))
+			namespaces = fmt.Sprint(s.Objects["namespaces"])
 			synced = syncedByKind(s.Objects)
 			refusals = fmt.Sprint(s.Refusals)
 			lag = s.Lag.Duration.String()

@@ -2,6 +2,7 @@ package syncers
 
 import (
 	"context"
+	"unicode/utf8"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -18,11 +19,21 @@ func syncStatusReporter(host client.Client, cluster string) syncer.StatusReporte
 	}
 }
 
+// A tenant decides how many namespaces it has and what its objects' sync
+// errors say: the status lists at most maxListedHostNamespaces of its
+// host namespaces (objects["namespaces"] counts them all) and cuts an
+// error's message to maxErrorMessage bytes, so that it stays far below
+// the API server's object size limit.
+const (
+	maxListedHostNamespaces = 50
+	maxErrorMessage         = 1024
+)
+
 // syncStatus is report as the API shows it.
 func syncStatus(report syncer.SyncReport) *tenantryv1alpha1.SyncStatus {
 	status := &tenantryv1alpha1.SyncStatus{
 		Objects:        make(map[string]int32, len(report.Objects)),
-		HostNamespaces: report.HostNamespaces,
+		HostNamespaces: report.HostNamespaces[:min(len(report.HostNamespaces), maxListedHostNamespaces)],
 		Refusals:       int32(report.Refusals),
 		Lag:            metav1.Duration{Duration: report.Lag},
 	}
@@ -32,7 +43,7 @@ func syncStatus(report syncer.SyncReport) *tenantryv1alpha1.SyncStatus {
 	}
 	if e := report.LastError; e != nil {
 		status.LastError = &tenantryv1alpha1.SyncError{
-			Time: metav1.NewTime(e.Time), Resource: e.Resource, Object: e.Object, Message: e.Message,
+			Time: metav1.NewTime(e.Time), Resource: e.Resource, Object: e.Object, Message: truncate(e.Message, maxErrorMessage),
 		}
 	}
 	if !report.LastWrite.IsZero() {
@@ -40,4 +51,17 @@ func syncStatus(report syncer.SyncReport) *tenantryv1alpha1.SyncStatus {
 		status.LastWriteTime = &t
 	}
 	return status
+}
+
+// truncate is s cut to at most n bytes, on a rune boundary, marked with an
+// ellipsis when cut.
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	cut := n - len("…")
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut] + "…"
 }

@@ -335,7 +335,8 @@ type SyncStatus struct {
 	// Total is the sum of Objects, for the printer column.
 	Total int32 `json:"total"`
 
-	// HostNamespaces are the tenant cluster's namespaces in the host.
+	// HostNamespaces are the tenant cluster's namespaces in the host, the
+	// first 50 by name (Objects["namespaces"] counts them all).
 	// +optional
 	HostNamespaces []string `json:"hostNamespaces,omitempty"`
 
@@ -344,7 +345,7 @@ type SyncStatus struct {
 	Refusals int32 `json:"refusals"`
 
 	// LastError is the last sync that failed since the tenant's
-	// controllers started.
+	// controllers started; its message cut to 1 KiB.
 	// +optional
 	LastError *SyncError `json:"lastError,omitempty"`
 
