@@ -97,11 +97,12 @@ fmt-check: ## Fail if any Go file is not gofmt-formatted.
 	if [ -n "$$files" ]; then echo "not gofmt-formatted:"; echo "$$files"; exit 1; fi
 
 .PHONY: generate
-generate: $(CONTROLLER_GEN) ## Regenerate deepcopy code, CRDs (and the chart's copy) and RBAC from kubebuilder markers.
+generate: $(CONTROLLER_GEN) ## Regenerate deepcopy code, CRDs and RBAC (and the chart's copies) from kubebuilder markers.
 	$(CONTROLLER_GEN) object paths=./pkg/apis/...
 	$(CONTROLLER_GEN) crd paths=./pkg/apis/... output:crd:artifacts:config=config/crd/bases
 	cp config/crd/bases/*.yaml charts/tenantry/crds/
 	$(CONTROLLER_GEN) rbac:roleName=tenantry-manager paths=./controllers/... output:rbac:artifacts:config=config/rbac
+	sed -n '/^rules:/,$$p' config/rbac/role.yaml | tail -n +2 > charts/tenantry/files/manager-rules.yaml
 	$(CONTROLLER_GEN) object crd paths=./examples/... output:crd:artifacts:config=examples/config/crd
 
 .PHONY: bench

@@ -259,13 +259,15 @@ func TestManagementApp(t *testing.T) {
 		if err := host.Get(ctx, client.ObjectKey{Name: "alpha"}, vc); err != nil {
 			t.Fatal(err)
 		}
+		// Patches, not updates: the manager writes the status meanwhile.
+		before := vc.DeepCopy()
 		vc.Spec.InClusterServer = "http://tenant.tenants.example"
-		if err := host.Update(ctx, vc); !apierrors.IsInvalid(err) {
+		if err := host.Patch(ctx, vc, client.MergeFrom(before)); !apierrors.IsInvalid(err) {
 			t.Fatalf("an http:// in-cluster server: %v; want Invalid", err)
 		}
 		startsBefore := len(tenants.starts("alpha"))
 		vc.Spec.InClusterServer = "https://tenant.tenants.example:6443"
-		if err := host.Update(ctx, vc); err != nil {
+		if err := host.Patch(ctx, vc, client.MergeFrom(before)); err != nil {
 			t.Fatal(err)
 		}
 		eventually(t, 20*time.Second, "alpha re-spawned", func(context.Context) (bool, error) {
@@ -410,8 +412,9 @@ func TestManagementApp(t *testing.T) {
 		if err := host.Get(ctx, client.ObjectKey{Name: "policed"}, vc); err != nil {
 			t.Fatal(err)
 		}
+		before := vc.DeepCopy()
 		vc.Spec.HostPolicy = nil
-		if err := host.Update(ctx, vc); err != nil {
+		if err := host.Patch(ctx, vc, client.MergeFrom(before)); err != nil {
 			t.Fatal(err)
 		}
 		eventually(t, 30*time.Second, "the quota and the LimitRange gone", func(ctx context.Context) (bool, error) {

@@ -469,6 +469,24 @@ func exerciseTenant(t *testing.T, host, tenant client.Client, hostCP, tenantCP *
 		})
 	}
 
+	// The host namespace's Pod Security level lowered by hand is put back
+	// (an update).
+	var hostNamespace corev1.Namespace
+	if err := host.Get(ctx, client.ObjectKey{Name: hostNS}, &hostNamespace); err != nil {
+		t.Fatal(err)
+	}
+	enforce := hostNamespace.Labels["pod-security.kubernetes.io/enforce"]
+	patch := []byte(`{"metadata":{"labels":{"pod-security.kubernetes.io/enforce":"privileged"}}}`)
+	if err := host.Patch(ctx, &hostNamespace, client.RawPatch("application/merge-patch+json", patch)); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, time.Minute, "host namespace "+hostNS+"'s Pod Security level put back", func(ctx context.Context) (bool, error) {
+		if err := host.Get(ctx, client.ObjectKey{Name: hostNS}, &hostNamespace); err != nil {
+			return false, err
+		}
+		return hostNamespace.Labels["pod-security.kubernetes.io/enforce"] == enforce, fmt.Errorf("labels %v", hostNamespace.Labels)
+	})
+
 	// The isolation policy edited in the host is put back.
 	var isolation networkingv1.NetworkPolicy
 	if err := host.Get(ctx, client.ObjectKey{Namespace: hostNS, Name: syncer.IsolationPolicyName}, &isolation); err != nil {
@@ -506,9 +524,11 @@ func exerciseTenant(t *testing.T, host, tenant client.Client, hostCP, tenantCP *
 	if err := host.Get(ctx, client.ObjectKey{Name: "least"}, &vc); err != nil {
 		t.Fatal(err)
 	}
+	// Patches, not updates: the manager writes the status meanwhile.
+	before := vc.DeepCopy()
 	vc.Spec.HostPolicy.ResourceQuota.Hard[corev1.ResourcePods] = resource.MustParse("40")
 	vc.Spec.HostPolicy.LimitRange.Limits[0].Default[corev1.ResourceCPU] = resource.MustParse("400m")
-	if err := host.Update(ctx, &vc); err != nil {
+	if err := host.Patch(ctx, &vc, client.MergeFrom(before)); err != nil {
 		t.Fatal(err)
 	}
 	eventually(t, 30*time.Second, "the changed quota in "+hostNS, func(ctx context.Context) (bool, error) {
@@ -523,8 +543,9 @@ func exerciseTenant(t *testing.T, host, tenant client.Client, hostCP, tenantCP *
 	if err := host.Get(ctx, client.ObjectKey{Name: "least"}, &vc); err != nil {
 		t.Fatal(err)
 	}
+	before = vc.DeepCopy()
 	vc.Spec.HostPolicy.ResourceQuota, vc.Spec.HostPolicy.LimitRange = nil, nil
-	if err := host.Update(ctx, &vc); err != nil {
+	if err := host.Patch(ctx, &vc, client.MergeFrom(before)); err != nil {
 		t.Fatal(err)
 	}
 	eventually(t, 30*time.Second, "no quota and no limits in "+hostNS, func(ctx context.Context) (bool, error) {

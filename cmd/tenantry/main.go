@@ -86,12 +86,17 @@ func run(args []string, stdout, stderr io.Writer) int {
 			}
 			positional = append(positional, fs.Arg(0))
 		}
-		if len(positional) != c.nargs {
-			if c.nargs == 0 {
-				fmt.Fprintf(stderr, "tenantry %s: unexpected arguments %q\n", c.name, positional)
-			} else {
-				fmt.Fprintf(stderr, "tenantry %s: want %s, got %q\n", c.name, c.args, positional)
-			}
+		switch {
+		case len(positional) == c.nargs:
+		case c.nargs == 0:
+			fmt.Fprintf(stderr, "tenantry %s: unexpected arguments %q\n", c.name, positional)
+			return 2
+		case len(positional) < c.nargs:
+			fmt.Fprintf(stderr, "tenantry %s: missing %s\n\n", c.name, c.args)
+			fs.Usage()
+			return 2
+		default:
+			fmt.Fprintf(stderr, "tenantry %s: want %s, got %q\n", c.name, c.args, positional)
 			return 2
 		}
 		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)

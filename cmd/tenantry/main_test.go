@@ -28,7 +28,8 @@ func TestRunUsage(t *testing.T) {
 		{args: []string{"dev", "extra"}, wantCode: 2, wantOut: `unexpected arguments ["extra"]`},
 		{args: []string{"dev", "--log-level", "loud"}, wantCode: 1, wantOut: `invalid log level "loud"`},
 		{args: []string{"register", "--help"}, wantCode: 0, wantOut: "Usage: tenantry register NAME"},
-		{args: []string{"register"}, wantCode: 2, wantOut: `want NAME, got []`},
+		{args: []string{"register"}, wantCode: 2, wantOut: "missing NAME"},
+		{args: []string{"register", "Not_A_Name", "--kubeconfig", "/dev/null"}, wantCode: 1, wantOut: `NAME "Not_A_Name" is not a VirtualCluster name`},
 		{args: []string{"register", "a", "b"}, wantCode: 2, wantOut: `want NAME, got ["a" "b"]`},
 		{args: []string{"register", "a"}, wantCode: 1, wantOut: "--kubeconfig is required"},
 		{args: []string{"register", "a", "--kubeconfig", "/no/such/file", "--host-kubeconfig", "/dev/null"}, wantCode: 1, wantOut: "/no/such/file"},
@@ -112,4 +113,31 @@ func TestMain(m *testing.M) {
 	// As main does: the library's own loggers are quiet.
 	providers.SetProcessLoggers(logr.Discard())
 	os.Exit(m.Run())
+}
+
+// A kubeconfig that names a file or a plugin is refused before the host is
+// asked anything, as the manager would refuse it.
+func TestRegisterRefusesWhatTheManagerRefuses(t *testing.T) {
+	kubeconfig := filepath.Join(t.TempDir(), "tenant.kubeconfig")
+	data := `apiVersion: v1
+kind: Config
+clusters:
+- name: t
+  cluster: {server: "https://10.0.0.1:6443", certificate-authority: /etc/tenant/ca.pem}
+users:
+- name: t
+  user: {token: x}
+contexts:
+- name: t
+  context: {cluster: t, user: t}
+current-context: t
+`
+	if err := os.WriteFile(kubeconfig, []byte(data), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	code := run([]string{"register", "t", "--kubeconfig", kubeconfig, "--host-kubeconfig", "/no/such/host"}, &out, &out)
+	if code != 1 || !strings.Contains(out.String(), "reads certificate-authority from a file") || strings.Contains(out.String(), "/no/such/host") {
+		t.Errorf("register of a kubeconfig naming a CA file: exit %d, %q; want exit 1 naming the file, before reading the host's kubeconfig", code, out.String())
+	}
 }

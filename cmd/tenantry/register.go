@@ -7,14 +7,17 @@ import (
 	"fmt"
 	"os"
 	"slices"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/tenantry/tenantry/controllers/virtualcluster"
 	tenantryv1alpha1 "github.com/tenantry/tenantry/pkg/apis/tenantry/v1alpha1"
 	tenantrytest "github.com/tenantry/tenantry/pkg/testing"
 	"github.com/tenantry/tenantry/providers"
@@ -70,8 +73,11 @@ var registerCommand = command{
 			if *kubeconfig == "" {
 				return errors.New("--kubeconfig is required: the tenant cluster's kubeconfig file")
 			}
-			// The tenant's kubeconfig first: a mistake in it is found
-			// before the host is asked anything.
+			// NAME and the tenant's kubeconfig first: a mistake in either
+			// is found before the host is asked anything.
+			if errs := validation.IsDNS1123Label(in.args[0]); len(errs) > 0 {
+				return fmt.Errorf("NAME %q is not a VirtualCluster name: %s", in.args[0], strings.Join(errs, "; "))
+			}
 			data, err := readKubeconfig(*kubeconfig)
 			if err != nil {
 				return err
@@ -98,16 +104,16 @@ var registerCommand = command{
 	},
 }
 
-// readKubeconfig reads a tenant's kubeconfig file and checks that it gives
-// a client configuration. The manager checks it too (reason
-// InvalidKubeconfig); a mistake found here is found sooner.
+// readKubeconfig reads a tenant's kubeconfig file and checks it as the
+// manager will (whose refusal would be reason InvalidKubeconfig): a client
+// configuration, with every credential inline.
 func readKubeconfig(file string) ([]byte, error) {
 	data, err := os.ReadFile(file)
 	if err != nil {
 		return nil, fmt.Errorf("reading the tenant's kubeconfig: %w", err)
 	}
-	if _, err := clientcmd.RESTConfigFromKubeConfig(data); err != nil {
-		return nil, fmt.Errorf("%s is not a usable kubeconfig: %w", file, err)
+	if _, err := virtualcluster.RESTConfigFromKubeconfig(data); err != nil {
+		return nil, fmt.Errorf("%s: %w", file, err)
 	}
 	return data, nil
 }
@@ -127,7 +133,9 @@ func register(ctx context.Context, c client.Client, name, namespace string, kube
 			KubeconfigSecretRef: tenantryv1alpha1.SecretKeyReference{Namespace: namespace, Name: secret.Name, Key: tenantryv1alpha1.DefaultKubeconfigKey},
 		},
 	}
-	for _, o := range []client.Object{secret, vc} {
+	// The VirtualCluster first: if the host refuses it (no CRD, no
+	// right), no Secret of credentials is left behind.
+	for _, o := range []client.Object{vc, secret} {
 		if err := c.Patch(ctx, o, client.Apply, fieldOwner, client.ForceOwnership); err != nil {
 			return fmt.Errorf("applying %s %s: %w", o.GetObjectKind().GroupVersionKind().Kind, client.ObjectKeyFromObject(o), err)
 		}
@@ -142,8 +150,8 @@ var needsAPerson = []string{tenantryv1alpha1.ReasonInvalidKubeconfig, tenantryv1
 // waitReady waits until VirtualCluster name is Ready at its generation. If
 // it is not within timeout, or is not Ready for a reason no retry mends,
 // the error gives its reason and message.
-func waitReady(ctx context.Context, c client.Client, name string, timeout time.Duration) (*tenantryv1alpha1.VirtualCluster, error) {
-	ctx, cancel := context.WithTimeout(ctx, timeout)
+func waitReady(parent context.Context, c client.Client, name string, timeout time.Duration) (*tenantryv1alpha1.VirtualCluster, error) {
+	ctx, cancel := context.WithTimeout(parent, timeout)
 	defer cancel()
 	vc := &tenantryv1alpha1.VirtualCluster{}
 	// stuck is a reason no retry mends; seen what the status said last (a
@@ -172,6 +180,8 @@ func waitReady(ctx context.Context, c client.Client, name string, timeout time.D
 	switch {
 	case stuck != nil:
 		return nil, stuck
+	case parent.Err() != nil:
+		return nil, fmt.Errorf("stopped waiting for virtualcluster/%s: %w", name, parent.Err())
 	case err != nil && seen != nil:
 		return nil, fmt.Errorf("virtualcluster/%s is not Ready after %s: %w", name, timeout, seen)
 	case err != nil:

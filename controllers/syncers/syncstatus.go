@@ -2,7 +2,12 @@ package syncers
 
 import (
 	"context"
+	"fmt"
+	"strings"
+	"unicode"
 	"unicode/utf8"
+
+	"k8s.io/apimachinery/pkg/api/equality"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -12,10 +17,29 @@ import (
 )
 
 // syncStatusReporter writes VirtualCluster cluster's SyncReport to its
-// status.sync.
+// status.sync, read and written through host (the management manager's
+// cached client). A last write and a last error that the report has not
+// seen since the tenant's controllers started are kept from the status,
+// so that a manager's restart rewrites only what changed meanwhile.
 func syncStatusReporter(host client.Client, cluster string) syncer.StatusReporter {
 	return func(ctx context.Context, report syncer.SyncReport) error {
-		return patchStatusField(ctx, host, cluster, "add", "sync", syncStatus(report))
+		status := syncStatus(report)
+		var vc tenantryv1alpha1.VirtualCluster
+		if err := host.Get(ctx, client.ObjectKey{Name: cluster}, &vc); err != nil {
+			return fmt.Errorf("reading VirtualCluster %s: %w", cluster, err)
+		}
+		if had := vc.Status.Sync; had != nil {
+			if status.LastWriteTime == nil {
+				status.LastWriteTime = had.LastWriteTime
+			}
+			if status.LastError == nil {
+				status.LastError = had.LastError
+			}
+			if equality.Semantic.DeepEqual(had, status) {
+				return nil
+			}
+		}
+		return patchStatusField(ctx, host, cluster, "add", "sync", status)
 	}
 }
 
@@ -43,19 +67,29 @@ func syncStatus(report syncer.SyncReport) *tenantryv1alpha1.SyncStatus {
 	}
 	if e := report.LastError; e != nil {
 		status.LastError = &tenantryv1alpha1.SyncError{
-			Time: metav1.NewTime(e.Time), Resource: e.Resource, Object: e.Object, Message: truncate(e.Message, maxErrorMessage),
+			Time: metav1.NewTime(e.Time).Rfc3339Copy(), Resource: e.Resource, Object: e.Object, Message: printable(e.Message, maxErrorMessage),
 		}
 	}
 	if !report.LastWrite.IsZero() {
-		t := metav1.NewTime(report.LastWrite)
+		// As the API server keeps it, to the second: a status read back
+		// compares equal.
+		t := metav1.NewTime(report.LastWrite).Rfc3339Copy()
 		status.LastWriteTime = &t
 	}
 	return status
 }
 
-// truncate is s cut to at most n bytes, on a rune boundary, marked with an
-// ellipsis when cut.
-func truncate(s string, n int) string {
+// printable is s, which a tenant may have written, fit for a terminal
+// (kubectl's columns, tenantry list): each control character or other
+// rune that does not print is a space, and s is cut to at most n bytes,
+// on a rune boundary, marked with an ellipsis when cut.
+func printable(s string, n int) string {
+	s = strings.Map(func(r rune) rune {
+		if unicode.IsPrint(r) {
+			return r
+		}
+		return ' '
+	}, s)
 	if len(s) <= n {
 		return s
 	}

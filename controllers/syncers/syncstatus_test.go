@@ -40,4 +40,8 @@ func TestSyncStatus(t *testing.T) {
 	if short := syncStatus(syncer.SyncReport{LastError: &syncer.SyncError{Message: "the host is away"}}); short.LastError.Message != "the host is away" {
 		t.Errorf("a short message became %q", short.LastError.Message)
 	}
+	// A terminal's escapes, from a tenant's webhook, do not reach one.
+	if got := syncStatus(syncer.SyncReport{LastError: &syncer.SyncError{Message: "denied\x1b[2J\x1b]0;owned\x07\nby the webhook"}}).LastError.Message; strings.ContainsAny(got, "\x1b\x07\n") {
+		t.Errorf("the message kept control characters: %q", got)
+	}
 }

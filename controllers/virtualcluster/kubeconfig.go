@@ -14,8 +14,10 @@ import (
 // errInvalidKubeconfig marks a kubeconfig that cannot be used.
 var errInvalidKubeconfig = errors.New("invalid kubeconfig")
 
-// restConfigFromKubeconfig turns a kubeconfig taken from a Secret into a
-// rest.Config. It accepts only kubeconfigs that carry everything inline:
+// RESTConfigFromKubeconfig turns a kubeconfig taken from a Secret into a
+// rest.Config, as the VirtualCluster controller does (tenantry register
+// checks a file with it before it registers it). It accepts only
+// kubeconfigs that carry everything inline:
 // a kubeconfig that names files or plugins would make the manager read files
 // or run programs of its own host on behalf of whoever wrote the Secret, for
 // example sending the manager's own service account token to a server of
@@ -23,7 +25,7 @@ var errInvalidKubeconfig = errors.New("invalid kubeconfig")
 //
 // Its errors never quote the kubeconfig: they end up in logs, events and
 // status, and the kubeconfig holds credentials.
-func restConfigFromKubeconfig(data []byte) (*rest.Config, error) {
+func RESTConfigFromKubeconfig(data []byte) (*rest.Config, error) {
 	kc, err := clientcmd.Load(data)
 	if err != nil {
 		if strings.Contains(err.Error(), "couldn't get version/kind") {

@@ -27,7 +27,7 @@ users:
 `
 
 func TestRestConfigFromKubeconfig(t *testing.T) {
-	cfg, err := restConfigFromKubeconfig([]byte(inlineKubeconfig))
+	cfg, err := RESTConfigFromKubeconfig([]byte(inlineKubeconfig))
 	if err != nil {
 		t.Fatalf("inline kubeconfig refused: %v", err)
 	}
@@ -54,7 +54,7 @@ func TestRestConfigFromKubeconfig(t *testing.T) {
 		"auth-provider":     {strings.Replace(inlineKubeconfig, "token: hunter2-token", "auth-provider: {name: oidc}", 1), "auth-provider"},
 	} {
 		t.Run(name, func(t *testing.T) {
-			_, err := restConfigFromKubeconfig([]byte(tc.kubeconfig))
+			_, err := RESTConfigFromKubeconfig([]byte(tc.kubeconfig))
 			if !errors.Is(err, errInvalidKubeconfig) || !strings.Contains(err.Error(), tc.wantInErr) {
 				t.Fatalf("error = %v, want errInvalidKubeconfig mentioning %q", err, tc.wantInErr)
 			}
@@ -79,7 +79,7 @@ func TestRedact(t *testing.T) {
 // A tenant's kubeconfig sets no client-side limit: the tenant gets the
 // manager's, not client-go's 5 requests per second.
 func TestTenantClientLimits(t *testing.T) {
-	cfg, err := restConfigFromKubeconfig([]byte(inlineKubeconfig))
+	cfg, err := RESTConfigFromKubeconfig([]byte(inlineKubeconfig))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -83,7 +83,7 @@ func (s *kubeconfigSecrets) get(ctx context.Context, metadata, direct client.Rea
 	return &secret, nil
 }
 
-// config is restConfigFromKubeconfig of secret's data under key, parsed
+// config is RESTConfigFromKubeconfig of secret's data under key, parsed
 // once per version of the Secret; the config returned is the caller's own.
 func (s *kubeconfigSecrets) config(secret *corev1.Secret, key string) (*rest.Config, error) {
 	pk := parsedKey{secret: client.ObjectKeyFromObject(secret), key: key, resourceVersion: secret.ResourceVersion}
@@ -91,7 +91,7 @@ func (s *kubeconfigSecrets) config(secret *corev1.Secret, key string) (*rest.Con
 	p, ok := s.parsed[pk]
 	s.mu.Unlock()
 	if !ok {
-		p.config, p.err = restConfigFromKubeconfig(secret.Data[key])
+		p.config, p.err = RESTConfigFromKubeconfig(secret.Data[key])
 		s.mu.Lock()
 		if s.parsed == nil {
 			s.parsed = map[parsedKey]parsedConfig{}

@@ -12,7 +12,9 @@ import (
 // arrived: from an object's first Add that no worker has taken yet until
 // its sync ends is the tenant's lag. Retries and deliberate delays
 // (AddAfter, AddRateLimited: a refusal's backoff, a wait for the cache)
-// are not changes waiting, and are not timed.
+// are not changes waiting, and are not timed. A change that comes between a
+// worker's Get and its taking the time is timed with the one before, or
+// not at all: the lag is, if anything, short by that.
 type lagQueue struct {
 	workqueue.TypedRateLimitingInterface[reconcile.Request]
 

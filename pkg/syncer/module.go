@@ -3,13 +3,13 @@ package syncer
 import (
 	"context"
 	"fmt"
-	"k8s.io/client-go/util/workqueue"
 	"time"
 
 	"github.com/go-logr/logr"
 	"go.uber.org/fx"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/util/workqueue"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
@@ -193,7 +193,7 @@ func setup(mgr manager.Manager, cluster string, log logr.Logger, hub *Hub, opts 
 	}
 
 	act := &activity{}
-	rep := &reporter{cluster: cluster, read: hub.Reader(), scheme: mgr.GetScheme(), activity: act, types: map[string]typed{}}
+	rep := &reporter{cluster: cluster, read: hub.Reader(), scheme: mgr.GetScheme(), activity: act, types: map[string]syncedType{}}
 	if opts.StatusReporter != nil {
 		if err := mgr.Add(manager.RunnableFunc(func(ctx context.Context) error {
 			rep.run(ctx, log.WithName("report"), opts.ReportPeriod, opts.StatusReporter)
@@ -225,7 +225,9 @@ func setup(mgr manager.Manager, cluster string, log logr.Logger, hub *Hub, opts 
 		}
 		b := tenantController(mgr, s.Name+"-syncer", controller.Options{
 			MaxConcurrentReconciles: opts.Workers,
-			// The tenant's lag: each change timed from its event.
+			// The tenant's lag: each change timed from its event. The
+			// controller builds its queue before it starts the workers,
+			// the only readers of r.queue.
 			NewQueue: func(_ string, limiter workqueue.TypedRateLimiter[reconcile.Request]) workqueue.TypedRateLimitingInterface[reconcile.Request] {
 				r.queue = newLagQueue(newTenantQueue(limiter))
 				return r.queue

@@ -19,13 +19,13 @@ const labelPodSecurityEnforce = "pod-security.kubernetes.io/enforce"
 // containers) are refused.
 const DefaultPodSecurityLevel = "baseline"
 
+// namespaceSyncerName names the syncer of host namespaces.
+const namespaceSyncerName = "namespaces"
+
 // namespaceSyncer syncs tenant Namespaces to their host namespaces. Tenant
 // labels and annotations are not copied: on a host namespace they would
 // speak to the host (Pod Security levels, network policy selectors), which
 // a tenant must not. The host namespace enforces podSecurityLevel.
-// namespaceSyncerName names the syncer of host namespaces.
-const namespaceSyncerName = "namespaces"
-
 func namespaceSyncer(podSecurityLevel string) Syncer {
 	if podSecurityLevel == "" {
 		podSecurityLevel = DefaultPodSecurityLevel

@@ -71,14 +71,18 @@ type reconciler struct {
 }
 
 func (r *reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
+	if r.queue != nil {
+		// Deferred: a reconcile that panics (controller-runtime recovers)
+		// ends its change's timing too.
+		defer func() {
+			if at, ok := r.queue.arrived(req); ok {
+				r.activity.synced(at)
+			}
+		}()
+	}
 	result, err := r.reconcile(ctx, req)
 	if err != nil {
 		r.activity.failed(r.syncer.Name, req.NamespacedName, err)
-	}
-	if r.queue != nil {
-		if at, ok := r.queue.arrived(req); ok {
-			r.activity.synced(at)
-		}
 	}
 	return result, err
 }

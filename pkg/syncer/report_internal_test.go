@@ -97,8 +97,33 @@ func TestSyncReportChanged(t *testing.T) {
 			t.Errorf("%s: changed = %t, want %t", tc.name, got, tc.want)
 		}
 	}
-	if !base.changed(nil) {
-		t.Error("the first report is not news")
+	failing := base
+	failing.LastError = &SyncError{Time: now, Resource: "configmaps", Object: "app/web", Message: "the host is away"}
+	again := failing
+	again.LastError = &SyncError{Time: now.Add(10 * time.Second), Resource: "configmaps", Object: "app/web", Message: "the host is away"}
+	if again.changed(&failing) {
+		t.Error("the same error failing again 10 s later is news")
+	}
+	// What is news at once, and what waits for MinReportInterval.
+	for _, tc := range []struct {
+		name       string
+		next, last SyncReport
+		want       bool
+	}{
+		{"an error appears", failing, base, true},
+		{"the error goes", base, failing, true},
+		{"a first refusal", SyncReport{Refusals: 1}, SyncReport{}, true},
+		{"a second refusal", SyncReport{Refusals: 2}, SyncReport{Refusals: 1}, false},
+		{"a lag starts", SyncReport{Lag: time.Second}, SyncReport{}, true},
+		{"a longer lag", SyncReport{Lag: 5 * time.Second}, SyncReport{Lag: time.Second}, false},
+		{"another count", SyncReport{Objects: map[string]int{"configmaps": 2}}, SyncReport{Objects: map[string]int{"configmaps": 1}}, false},
+	} {
+		if got := tc.next.urgent(&tc.last); got != tc.want {
+			t.Errorf("%s: urgent = %t, want %t", tc.name, got, tc.want)
+		}
+	}
+	if !base.changed(nil) || !base.urgent(nil) {
+		t.Error("the first report is not urgent news")
 	}
 	if !base.changed(&SyncReport{Objects: map[string]int{"configmaps": 1}}) {
 		t.Error("a first write is not news")

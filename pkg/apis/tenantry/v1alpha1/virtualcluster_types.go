@@ -316,9 +316,10 @@ type VirtualClusterStatus struct {
 	Budget *BudgetStatus `json:"budget,omitempty"`
 
 	// Sync is what the tenant cluster's syncers have in the host and did
-	// lately, as the replica that runs them last saw it (looked at every
-	// 10 seconds, written when it changed). It stays as it was while the
-	// cluster is paused or not running.
+	// lately, as the replica that runs them last saw it: looked at every
+	// 10 seconds, written when it changed, at most once a minute unless
+	// an error, a refusal or a lag starts or ends. It stays as it was
+	// while the cluster is paused or not running.
 	// +optional
 	Sync *SyncStatus `json:"sync,omitempty"`
 }
@@ -344,13 +345,14 @@ type SyncStatus struct {
 	// the host, or by the host policy) in the last hour.
 	Refusals int32 `json:"refusals"`
 
-	// LastError is the last sync that failed since the tenant's
-	// controllers started; its message cut to 1 KiB.
+	// LastError is the last sync that failed, kept across the manager's
+	// restarts; its message cut to 1 KiB, with what does not print on a
+	// terminal blanked.
 	// +optional
 	LastError *SyncError `json:"lastError,omitempty"`
 
-	// LastWriteTime is when a host copy was last written since the
-	// tenant's controllers started, to within a minute.
+	// LastWriteTime is when a host copy was last written, to within a
+	// minute.
 	// +optional
 	LastWriteTime *metav1.Time `json:"lastWriteTime,omitempty"`
 
