@@ -45,21 +45,7 @@ func TestHostPolicyII(t *testing.T) {
 	startManager(t, data)
 	register := func(t *testing.T, name string, cp *tenantrytest.ControlPlane, policy *tenantryv1alpha1.HostPolicy) client.Client {
 		t.Helper()
-		kubeconfig, err := cp.Kubeconfig()
-		if err != nil {
-			t.Fatal(err)
-		}
-		createSecret(t, host, name+"-kubeconfig", kubeconfig)
-		vc := &tenantryv1alpha1.VirtualCluster{
-			ObjectMeta: metav1.ObjectMeta{Name: name},
-			Spec: tenantryv1alpha1.VirtualClusterSpec{
-				KubeconfigSecretRef: tenantryv1alpha1.SecretKeyReference{Namespace: "default", Name: name + "-kubeconfig"},
-				HostPolicy:          policy,
-			},
-		}
-		if err := host.Create(t.Context(), vc); err != nil {
-			t.Fatal(err)
-		}
+		registerTenant(t, host, name, cp, policy)
 		expectReady(t, host, name, metav1.ConditionTrue, tenantryv1alpha1.ReasonSpawned)
 		return newHostClient(t, cp)
 	}

@@ -95,7 +95,14 @@ func TestLeastPrivilege(t *testing.T) {
 	grants := readGrants(t, host)
 
 	managerKubeconfig := serviceAccountKubeconfig(t, env.Host)
-	registerTenant(t, host, "least", env.Tenants[0])
+	// A quota and limits for its host namespaces, to use those rights.
+	registerTenant(t, host, "least", env.Tenants[0], &tenantryv1alpha1.HostPolicy{
+		ResourceQuota: &corev1.ResourceQuotaSpec{Hard: corev1.ResourceList{corev1.ResourcePods: resource.MustParse("50")}},
+		LimitRange: &corev1.LimitRangeSpec{Limits: []corev1.LimitRangeItem{{
+			Type:    corev1.LimitTypeContainer,
+			Default: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("500m")},
+		}}},
+	})
 	tenant := newHostClient(t, env.Tenants[0])
 	tenantKubeconfig := kubeconfigFile(t, env.Tenants[0])
 
@@ -717,9 +724,9 @@ func stopGracefully(t *testing.T, m *managerProcess) {
 	}
 }
 
-// registerTenant writes the tenant's kubeconfig Secret and a
-// VirtualCluster with a quota and limits for its host namespaces.
-func registerTenant(t *testing.T, host client.Client, name string, cp *tenantrytest.ControlPlane) {
+// registerTenant writes the kubeconfig Secret of the tenant cluster cp
+// and a VirtualCluster name with policy.
+func registerTenant(t *testing.T, host client.Client, name string, cp *tenantrytest.ControlPlane, policy *tenantryv1alpha1.HostPolicy) {
 	t.Helper()
 	kubeconfig, err := cp.Kubeconfig()
 	if err != nil {
@@ -730,13 +737,7 @@ func registerTenant(t *testing.T, host client.Client, name string, cp *tenantryt
 		ObjectMeta: metav1.ObjectMeta{Name: name},
 		Spec: tenantryv1alpha1.VirtualClusterSpec{
 			KubeconfigSecretRef: tenantryv1alpha1.SecretKeyReference{Namespace: "default", Name: name + "-kubeconfig"},
-			HostPolicy: &tenantryv1alpha1.HostPolicy{
-				ResourceQuota: &corev1.ResourceQuotaSpec{Hard: corev1.ResourceList{corev1.ResourcePods: resource.MustParse("50")}},
-				LimitRange: &corev1.LimitRangeSpec{Limits: []corev1.LimitRangeItem{{
-					Type:    corev1.LimitTypeContainer,
-					Default: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("500m")},
-				}}},
-			},
+			HostPolicy:          policy,
 		},
 	}
 	if err := host.Create(t.Context(), vc); err != nil {
