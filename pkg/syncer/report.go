@@ -36,8 +36,8 @@ type SyncReport struct {
 	// since the tenant's controllers started.
 	LastWrite time.Time
 	// Lag is the longest that a change of a tenant object waited, from
-	// its event until its sync ended, among the syncs since the last
-	// report; cut to whole seconds, so under a second is 0.
+	// its event until its sync ended, among the syncs since the report
+	// last told; cut to whole seconds, so under a second is 0.
 	Lag time.Duration
 }
 
