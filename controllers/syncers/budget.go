@@ -23,23 +23,14 @@ func budgetReporter(host client.Client, cluster string, budget corev1.ResourceLi
 			u := used[corev1.ResourcePods]
 			status.Pods = fmt.Sprintf("%s/%s", u.String(), allowed.String())
 		}
-		return patchBudgetStatus(ctx, host, cluster, "add", &status)
+		return patchStatusField(ctx, host, cluster, "add", "budget", &status)
 	}
 }
 
 // clearBudgetStatus takes status.budget off VirtualCluster cluster, whose
 // policy has no budget any more.
 func clearBudgetStatus(ctx context.Context, host client.Client, cluster string) error {
-	return patchBudgetStatus(ctx, host, cluster, "remove", nil)
-}
-
-// patchBudgetStatus sets (op "add") or removes status.budget, whole, of
-// VirtualCluster cluster.
-func patchBudgetStatus(ctx context.Context, host client.Client, cluster, op string, status *tenantryv1alpha1.BudgetStatus) error {
-	if status == nil {
-		return patchStatusField(ctx, host, cluster, op, "budget", nil)
-	}
-	return patchStatusField(ctx, host, cluster, op, "budget", status)
+	return patchStatusField(ctx, host, cluster, "remove", "budget", nil)
 }
 
 // patchStatusField sets (op "add") or removes (op "remove", value nil) one
