@@ -15,11 +15,15 @@ import (
 )
 
 // newNotifyingCache is the NewCache of every cluster's manager: it builds
-// controller-runtime's cache and wraps it in a notifyingCache. A cache
+// controller-runtime's cache, with directInformers unless opts name their
+// own NewInformer, and wraps it in a notifyingCache. A cache
 // restricted to some namespaces is returned as it is: it hands out a new
 // informer value at each call, which a notifyingCache could not tell
 // apart (a cluster's manager watches every namespace).
 func newNotifyingCache(config *rest.Config, opts cache.Options) (cache.Cache, error) {
+	if opts.NewInformer == nil {
+		opts.NewInformer = newDirectInformer
+	}
 	c, err := cache.New(config, opts)
 	if err != nil || len(opts.DefaultNamespaces) > 0 {
 		return c, err

@@ -12,3 +12,6 @@ func SharedMapping(m any) any {
 	}
 	return nil
 }
+
+// NewDirectInformer is newDirectInformer, for the tests of its promises.
+var NewDirectInformer = newDirectInformer

@@ -1,0 +1,242 @@
+package clusterregistry
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/wait"
+	toolscache "k8s.io/client-go/tools/cache"
+)
+
+// newDirectInformer is the NewInformer of every cluster's cache. It builds
+// a directInformer: client-go's informer, with each event handed to every
+// handler on the informer's own goroutine.
+//
+// client-go's shared informer gives each handler a goroutine pair and a
+// buffer of 1,024 notifications (16 KiB) that is never given back. A
+// cluster's manager adds a handler per controller and watched type: at
+// 1,000 clusters those buffers alone were a fifth of the manager's heap.
+// The handlers here are controller-runtime's, which only put requests on a
+// queue, so they need neither.
+func newDirectInformer(lw toolscache.ListerWatcher, obj runtime.Object, resync time.Duration, indexers toolscache.Indexers) toolscache.SharedIndexInformer {
+	if indexers == nil {
+		indexers = toolscache.Indexers{} // an Indexer, not a bare Store
+	}
+	i := &directInformer{}
+	store, controller := toolscache.NewInformerWithOptions(toolscache.InformerOptions{
+		ListerWatcher: lw,
+		ObjectType:    obj,
+		Handler:       (*directHandlers)(i),
+		ResyncPeriod:  resync,
+		Indexers:      indexers,
+		// Set (SetTransform) before Run, which starts the only callers.
+		Transform: func(o any) (any, error) {
+			if i.transform == nil {
+				return o, nil
+			}
+			return i.transform(o)
+		},
+	})
+	i.indexer, i.controller = store.(toolscache.Indexer), controller
+	return i
+}
+
+// directInformer is a SharedIndexInformer that calls its event handlers
+// itself, one after the other, as it takes each change off its queue,
+// instead of through a buffer and a goroutine per handler.
+//
+// What changes for a handler:
+//   - it must return quickly, and never wait for the informer: a slow
+//     handler holds back every other handler of the informer, and one that
+//     adds or removes a handler of the same informer deadlocks it;
+//   - a handler added while events flow may see an object twice, once in
+//     the replay of the informer's store that every new handler gets and
+//     once as the event that put it there arrives; a level-driven handler,
+//     as controller-runtime's are, does not tell the difference;
+//   - a handler's own resync period is not honoured: every handler gets
+//     the informer's resyncs.
+type directInformer struct {
+	indexer    toolscache.Indexer
+	controller toolscache.Controller
+	transform  toolscache.TransformFunc
+
+	// mu is held while events are handed out, and while the handlers
+	// change, so that a new handler's replay and the events that follow it
+	// do not interleave.
+	mu       sync.Mutex
+	handlers []*directRegistration
+	started  bool
+
+	stopped atomic.Bool
+}
+
+var _ toolscache.SharedIndexInformer = &directInformer{}
+
+// directRegistration is a handler added to a directInformer.
+type directRegistration struct {
+	informer *directInformer
+	handler  toolscache.ResourceEventHandler
+}
+
+// HasSynced implements toolscache.ResourceEventHandlerRegistration. A
+// handler has seen everything in the initial list once the informer has
+// synced: the informer's queue counts an object as handled only when every
+// handler has had it, and a handler added later has the store replayed to
+// it before AddEventHandler returns.
+func (r *directRegistration) HasSynced() bool { return r.informer.HasSynced() }
+
+// HasSyncedChecker implements toolscache.ResourceEventHandlerRegistration.
+func (r *directRegistration) HasSyncedChecker() toolscache.DoneChecker {
+	return r.informer.HasSyncedChecker()
+}
+
+// directHandlers hands the informer's events to its handlers.
+type directHandlers directInformer
+
+func (h *directHandlers) OnAdd(obj any, isInInitialList bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, r := range h.handlers {
+		r.handler.OnAdd(obj, isInInitialList)
+	}
+}
+
+func (h *directHandlers) OnUpdate(oldObj, newObj any) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, r := range h.handlers {
+		r.handler.OnUpdate(oldObj, newObj)
+	}
+}
+
+func (h *directHandlers) OnDelete(obj any) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, r := range h.handlers {
+		r.handler.OnDelete(obj)
+	}
+}
+
+// AddEventHandler implements toolscache.SharedInformer: handler is told
+// of every object in the store (as an Add in the initial list) before it
+// is told of any change.
+func (i *directInformer) AddEventHandler(handler toolscache.ResourceEventHandler) (toolscache.ResourceEventHandlerRegistration, error) {
+	if i.stopped.Load() {
+		return nil, fmt.Errorf("handler %v was not added to the informer, which has stopped", handler)
+	}
+	r := &directRegistration{informer: i, handler: handler}
+	i.mu.Lock()
+	defer i.mu.Unlock()
+	for _, obj := range i.indexer.List() {
+		handler.OnAdd(obj, true)
+	}
+	i.handlers = append(i.handlers, r)
+	return r, nil
+}
+
+// AddEventHandlerWithResyncPeriod implements toolscache.SharedInformer;
+// the handler gets the informer's resyncs, whatever its own period.
+func (i *directInformer) AddEventHandlerWithResyncPeriod(handler toolscache.ResourceEventHandler, _ time.Duration) (toolscache.ResourceEventHandlerRegistration, error) {
+	return i.AddEventHandler(handler)
+}
+
+// AddEventHandlerWithOptions implements toolscache.SharedInformer; the
+// handler gets the informer's resyncs, whatever its options ask, and logs
+// nothing of its own.
+func (i *directInformer) AddEventHandlerWithOptions(handler toolscache.ResourceEventHandler, _ toolscache.HandlerOptions) (toolscache.ResourceEventHandlerRegistration, error) {
+	return i.AddEventHandler(handler)
+}
+
+// RemoveEventHandler implements toolscache.SharedInformer. Unlike
+// client-go's, once it returns the handler is called no more.
+func (i *directInformer) RemoveEventHandler(handle toolscache.ResourceEventHandlerRegistration) error {
+	r, ok := handle.(*directRegistration)
+	if !ok || r.informer != i {
+		return fmt.Errorf("registration %v does not belong to this informer", handle)
+	}
+	i.mu.Lock()
+	defer i.mu.Unlock()
+	i.handlers = slices.DeleteFunc(i.handlers, func(h *directRegistration) bool { return h == r })
+	return nil
+}
+
+// GetStore implements toolscache.SharedInformer.
+func (i *directInformer) GetStore() toolscache.Store { return i.indexer }
+
+// GetIndexer implements toolscache.SharedIndexInformer.
+func (i *directInformer) GetIndexer() toolscache.Indexer { return i.indexer }
+
+// AddIndexers implements toolscache.SharedIndexInformer.
+func (i *directInformer) AddIndexers(indexers toolscache.Indexers) error {
+	return i.indexer.AddIndexers(indexers)
+}
+
+// GetController implements toolscache.SharedInformer.
+func (i *directInformer) GetController() toolscache.Controller { return i.controller }
+
+// Run implements toolscache.SharedInformer.
+func (i *directInformer) Run(stopCh <-chan struct{}) {
+	i.RunWithContext(wait.ContextForChannel(stopCh))
+}
+
+// RunWithContext implements toolscache.SharedInformer: it lists and
+// watches until ctx ends. A second call returns at once.
+func (i *directInformer) RunWithContext(ctx context.Context) {
+	i.mu.Lock()
+	if i.started || i.stopped.Load() {
+		i.mu.Unlock()
+		return
+	}
+	i.started = true
+	i.mu.Unlock()
+	defer i.stopped.Store(true)
+	i.controller.RunWithContext(ctx)
+}
+
+// HasSynced implements toolscache.SharedInformer.
+func (i *directInformer) HasSynced() bool { return i.controller.HasSynced() }
+
+// HasSyncedChecker implements toolscache.SharedInformer.
+func (i *directInformer) HasSyncedChecker() toolscache.DoneChecker {
+	return i.controller.HasSyncedChecker()
+}
+
+// LastSyncResourceVersion implements toolscache.SharedInformer.
+func (i *directInformer) LastSyncResourceVersion() string {
+	return i.controller.LastSyncResourceVersion()
+}
+
+// errWatchErrorHandler says that a directInformer takes no watch error
+// handler: client-go's default one logs its watch errors.
+var errWatchErrorHandler = errors.New("the informers of a cluster's cache take no watch error handler")
+
+// SetWatchErrorHandler implements toolscache.SharedInformer; it is refused.
+func (i *directInformer) SetWatchErrorHandler(toolscache.WatchErrorHandler) error {
+	return errWatchErrorHandler
+}
+
+// SetWatchErrorHandlerWithContext implements toolscache.SharedInformer; it
+// is refused.
+func (i *directInformer) SetWatchErrorHandlerWithContext(toolscache.WatchErrorHandlerWithContext) error {
+	return errWatchErrorHandler
+}
+
+// SetTransform implements toolscache.SharedInformer: before Run only.
+func (i *directInformer) SetTransform(transform toolscache.TransformFunc) error {
+	i.mu.Lock()
+	defer i.mu.Unlock()
+	if i.started {
+		return errors.New("the informer has started: its transform can no longer change")
+	}
+	i.transform = transform
+	return nil
+}
+
+// IsStopped implements toolscache.SharedInformer.
+func (i *directInformer) IsStopped() bool { return i.stopped.Load() }
