@@ -9,16 +9,15 @@ import (
 	"go.uber.org/fx"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/client-go/util/workqueue"
-	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	"github.com/tenantry/tenantry/pkg/clusterregistry"
+	"github.com/tenantry/tenantry/pkg/syncer/internal/ondemand"
 )
 
 // Options tune how syncers run in each tenant.
@@ -223,32 +222,29 @@ func setup(mgr manager.Manager, cluster string, log logr.Logger, hub *Hub, opts 
 		if s.Up == nil {
 			r.echoes = &echoes{}
 		}
-		b := tenantController(mgr, s.Name+"-syncer", controller.Options{
-			MaxConcurrentReconciles: opts.Workers,
-			// The tenant's lag: each change timed from its event. The
-			// controller builds its queue before it starts the workers,
-			// the only readers of r.queue.
-			NewQueue: func(_ string, limiter workqueue.TypedRateLimiter[reconcile.Request]) workqueue.TypedRateLimitingInterface[reconcile.Request] {
-				r.queue = newLagQueue(newTenantQueue(limiter))
-				return r.queue
+		c := ondemand.New(ondemand.Options{
+			Name:             s.Name + "-syncer",
+			Workers:          opts.Workers,
+			CacheSyncTimeout: mgr.GetControllerOptions().CacheSyncTimeout,
+			Logger: func(req reconcile.Request) logr.Logger {
+				return log.WithValues("controller", s.Name+"-syncer", "object", req.NamespacedName)
 			},
-		}).
-			For(s.Object(), builder.WithPredicates(predicate.NewPredicateFuncs(func(o client.Object) bool {
-				return !excluded[namespaceOf(s, o)]
-			}))).
-			WatchesRawSource(hostEvents(hub, s, tr, r.echoes)).
-			WithLogConstructor(func(req *reconcile.Request) logr.Logger {
-				l := log.WithValues("controller", s.Name+"-syncer")
-				if req != nil {
-					l = l.WithValues("object", req.NamespacedName)
-				}
-				return l
-			})
+		}, r)
+		sources := []source.TypedSource[reconcile.Request]{
+			source.Kind(mgr.GetCache(), s.Object(), &handler.TypedEnqueueRequestForObject[client.Object]{},
+				predicate.NewPredicateFuncs(func(o client.Object) bool { return !excluded[namespaceOf(s, o)] })),
+			hostEvents(hub, s, tr, r.echoes),
+		}
 		if opts.PatrolPeriod > 0 {
 			p := &patroller{r: r, period: opts.PatrolPeriod, gvk: gvk, scheme: mgr.GetScheme()}
-			b = b.WatchesRawSource(source.TypedFunc[reconcile.Request](p.start))
+			sources = append(sources, source.TypedFunc[reconcile.Request](p.start))
 		}
-		if err := b.Complete(r); err != nil {
+		for _, src := range sources {
+			if err := c.Watch(src); err != nil {
+				return fmt.Errorf("syncer %s: %w", s.Name, err)
+			}
+		}
+		if err := mgr.Add(c); err != nil {
 			return fmt.Errorf("syncer %s: %w", s.Name, err)
 		}
 		for _, e := range s.Extensions {

@@ -17,6 +17,8 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	"github.com/tenantry/tenantry/pkg/syncer/internal/ondemand"
 )
 
 const (
@@ -64,21 +66,16 @@ type reconciler struct {
 	// echoes are this reconciler's writes whose host events need no sync;
 	// nil when every event needs one (a syncer with Up).
 	echoes *echoes
-	// activity records, for the tenant's SyncReport, what this did; queue
-	// says when the change that a sync answers arrived.
+	// activity records, for the tenant's SyncReport, what this did.
 	activity *activity
-	queue    *lagQueue
 }
 
 func (r *reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
-	if r.queue != nil {
-		// Deferred: a reconcile that panics (controller-runtime recovers)
-		// ends its change's timing too.
-		defer func() {
-			if at, ok := r.queue.arrived(req); ok {
-				r.activity.synced(at)
-			}
-		}()
+	// The tenant's lag: each change timed from its event until its sync
+	// ends. Deferred: a reconcile that panics (the controller recovers)
+	// ends its change's timing too.
+	if at, ok := ondemand.Arrived(ctx); ok {
+		defer r.activity.synced(at)
 	}
 	result, err := r.reconcile(ctx, req)
 	if err != nil {

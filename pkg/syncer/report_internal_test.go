@@ -6,8 +6,6 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/util/workqueue"
-	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 )
 
 // The report counts the refusals of the last hour only, and keeps the last
@@ -48,33 +46,6 @@ func TestActivityReport(t *testing.T) {
 	none.wrote()
 	none.failed("pods", types.NamespacedName{}, errors.New("x"))
 	none.synced(now)
-}
-
-// A change is timed from its first Add until its sync ends; a delayed
-// retry is not a change waiting.
-func TestLagQueue(t *testing.T) {
-	q := newLagQueue(newTenantQueue(workqueue.DefaultTypedControllerRateLimiter[reconcile.Request]()))
-	defer q.ShutDown()
-	item := reconcile.Request{NamespacedName: types.NamespacedName{Namespace: "app", Name: "web"}}
-	before := time.Now()
-	q.Add(item)
-	q.Add(item) // a second event while the first waits: timed from the first
-	got, _ := q.Get()
-	at, ok := q.arrived(got)
-	if !ok || at.Before(before) || time.Since(at) > time.Minute {
-		t.Errorf("arrived = %s, %t; want the first Add's time, just after %s", at, ok, before)
-	}
-	if _, ok := q.arrived(got); ok {
-		t.Error("arrived twice for one sync")
-	}
-	q.Done(got)
-
-	q.AddAfter(item, time.Millisecond)
-	got, _ = q.Get()
-	if at, ok := q.arrived(got); ok {
-		t.Errorf("a delayed retry timed from %s, want it not timed", at)
-	}
-	q.Done(got)
 }
 
 // A report is news when what it says changed, or its last write moved by a

@@ -1,0 +1,193 @@
+package ondemand
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/go-logr/logr"
+	"k8s.io/client-go/util/workqueue"
+	logf "sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	"sigs.k8s.io/controller-runtime/pkg/source"
+)
+
+// Options configure a Controller.
+type Options struct {
+	// Name names the controller in its metrics: controller-runtime's
+	// controller_runtime_reconcile_* series, under the label controller.
+	Name string
+	// Workers is the most reconciles that run at once. Defaults to 1.
+	Workers int
+	// RateLimiter spaces the retries of a failed reconcile. Defaults to
+	// controller-runtime's default.
+	RateLimiter workqueue.TypedRateLimiter[reconcile.Request]
+	// Logger is put in each reconcile's context. Defaults to the
+	// context's logger.
+	Logger func(req reconcile.Request) logr.Logger
+	// CacheSyncTimeout bounds the wait for a source to sync. Defaults to
+	// two minutes.
+	CacheSyncTimeout time.Duration
+}
+
+// Controller runs a reconciler for the requests its sources queue, as a
+// controller-runtime controller does (the same handling of results,
+// errors and panics, the same metrics), with workers on demand. Add it to
+// a manager: its sources start when the manager warms it up, or when it
+// starts, and its workers once it starts.
+type Controller struct {
+	opts       Options
+	reconciler reconcile.Reconciler
+	queue      *queue
+	metrics    *controllerMetrics
+
+	// ctx is Start's: each reconcile's context derives from it.
+	ctx context.Context
+
+	mu      sync.Mutex
+	sources []source.TypedSource[reconcile.Request]
+	started bool // the sources
+	err     error
+}
+
+// New makes a Controller of r. Give it its sources with Watch.
+func New(opts Options, r reconcile.Reconciler) *Controller {
+	if opts.Workers <= 0 {
+		opts.Workers = 1
+	}
+	if opts.RateLimiter == nil {
+		opts.RateLimiter = workqueue.DefaultTypedControllerRateLimiter[reconcile.Request]()
+	}
+	if opts.CacheSyncTimeout <= 0 {
+		opts.CacheSyncTimeout = 2 * time.Minute
+	}
+	c := &Controller{opts: opts, reconciler: r, metrics: metricsFor(opts.Name)}
+	c.queue = newQueue(opts.RateLimiter, opts.Workers, c.reconcile)
+	return c
+}
+
+// Watch adds a source of requests. It must be called before the
+// controller starts.
+func (c *Controller) Watch(src source.TypedSource[reconcile.Request]) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.started {
+		return fmt.Errorf("controller %s: a source added after it started", c.opts.Name)
+	}
+	c.sources = append(c.sources, src)
+	return nil
+}
+
+// Warmup implements the manager's warm-up: it starts the sources and
+// waits for them to sync, so that the requests of everything that exists
+// wait in the queue when the workers start.
+func (c *Controller) Warmup(ctx context.Context) error { return c.startSources(ctx) }
+
+// Start implements manager.Runnable: it starts the sources if warm-up did
+// not, then works the queue until ctx ends, and waits for the reconciles
+// under way.
+func (c *Controller) Start(ctx context.Context) error {
+	if err := c.startSources(ctx); err != nil {
+		return err
+	}
+	c.metrics.workers.Set(float64(c.opts.Workers))
+	c.ctx = ctx // before the workers, its only readers, start
+	c.queue.start()
+	<-ctx.Done()
+	c.queue.ShutDown()
+	c.queue.wait()
+	return nil
+}
+
+// startSources starts every source, once, and waits for those that sync.
+func (c *Controller) startSources(ctx context.Context) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.started {
+		return c.err
+	}
+	c.started = true
+	for _, src := range c.sources {
+		if err := src.Start(ctx, c.queue); err != nil {
+			c.err = fmt.Errorf("controller %s: starting source %v: %w", c.opts.Name, src, err)
+			return c.err
+		}
+	}
+	for _, src := range c.sources {
+		syncing, ok := src.(source.TypedSyncingSource[reconcile.Request])
+		if !ok {
+			continue
+		}
+		syncCtx, cancel := context.WithTimeout(ctx, c.opts.CacheSyncTimeout)
+		err := syncing.WaitForSync(syncCtx)
+		cancel()
+		if err != nil {
+			c.err = fmt.Errorf("controller %s: waiting for source %v to sync: %w", c.opts.Name, src, err)
+			return c.err
+		}
+	}
+	c.sources = nil // each may hold a cache: not kept longer than needed
+	return nil
+}
+
+// reconcile runs one reconcile of req, as a worker, and queues it again as
+// its result or error asks.
+func (c *Controller) reconcile(req reconcile.Request, arrived time.Time) {
+	start := time.Now()
+	ctx := c.ctx
+	if c.opts.Logger != nil {
+		ctx = logf.IntoContext(ctx, c.opts.Logger(req))
+	}
+	if !arrived.IsZero() {
+		ctx = context.WithValue(ctx, arrivedKey{}, arrived)
+	}
+	m := c.metrics
+	m.active.Inc()
+	result, err := c.call(ctx, req, m)
+	m.active.Dec()
+	m.time.Observe(time.Since(start).Seconds())
+	switch {
+	case err != nil:
+		if errors.Is(err, reconcile.TerminalError(nil)) {
+			m.terminal.Inc()
+		} else {
+			c.queue.AddRateLimited(req)
+		}
+		m.errors.Inc()
+		m.total(labelError).Inc()
+		logf.FromContext(ctx).Error(err, "Reconciler error")
+	case result.RequeueAfter > 0:
+		c.queue.Forget(req)
+		c.queue.AddAfter(req, result.RequeueAfter)
+		m.total(labelRequeueAfter).Inc()
+	case result.Requeue: //nolint:staticcheck // honoured until it is removed
+		c.queue.AddRateLimited(req)
+		m.total(labelRequeue).Inc()
+	default:
+		c.queue.Forget(req)
+		m.total(labelSuccess).Inc()
+	}
+}
+
+// call runs the reconciler, turning a panic into an error.
+func (c *Controller) call(ctx context.Context, req reconcile.Request, m *controllerMetrics) (result reconcile.Result, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			m.panics.Inc()
+			err = fmt.Errorf("panic: %v [recovered]", p)
+		}
+	}()
+	return c.reconciler.Reconcile(ctx, req)
+}
+
+type arrivedKey struct{}
+
+// Arrived says, inside a reconcile of a Controller, when the change that
+// it answers arrived (the first Add of the request that no worker had
+// taken yet); ok is false for a retry or a delayed request.
+func Arrived(ctx context.Context) (at time.Time, ok bool) {
+	at, ok = ctx.Value(arrivedKey{}).(time.Time)
+	return at, ok
+}
