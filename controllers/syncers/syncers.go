@@ -372,7 +372,7 @@ func newTenants(p tenantParams) (*Tenants, error) {
 		if len(opts.Budget) > 0 {
 			opts.BudgetReporter = budgetReporter(p.Manager.GetClient(), cluster, opts.Budget)
 		} else if vc.Status.Budget != nil {
-			if err := clearBudgetStatus(ctx, p.Manager.GetClient(), cluster); err != nil {
+			if err := clearBudgetStatus(ctx, p.Manager.GetClient(), &vc); err != nil {
 				return syncer.Options{}, nil, err
 			}
 		}

@@ -39,7 +39,7 @@ func syncStatusReporter(host client.Client, cluster string) syncer.StatusReporte
 				return nil
 			}
 		}
-		return patchStatusField(ctx, host, cluster, "add", "sync", status)
+		return patchStatusField(ctx, host, &vc, "add", "sync", status)
 	}
 }
 
