@@ -90,8 +90,9 @@
 //     the syncer starts there, with a TenantScope: the tenant's manager,
 //     logger and host client, the hub's host reader and its sources of
 //     host events and host node names, the framework's names (HostKey,
-//     TenantKey, Owns, Excluded), controllers named as the syncers' own,
-//     the writes metric, and the quiet retry of transient states.
+//     TenantKey, Owns, Excluded), controllers that run as the syncers' own
+//     (RunController), the writes metric, and the quiet retry of transient
+//     states.
 //
 // # Running
 //
@@ -101,6 +102,12 @@
 // is the fx module to spawn every tenant with (see package clusterregistry):
 // it runs, in the tenant's manager, one controller per syncer fed by the
 // tenant's own watch, the hub and the patroller.
+//
+// A tenant's controllers keep no goroutine while idle: each starts its
+// workers (Options.Workers at most) as work arrives and ends them when
+// none is left, waits out its delays and retries on timers, and one
+// runnable of the tenant's manager runs them all. A thousand idle tenants
+// so cost their informers and little else.
 //
 // # Testing a syncer
 //
@@ -121,5 +128,6 @@
 // configmaps-syncer, the same in every tenant, and so add up over the
 // tenants (but its worker gauges, which each controller sets as it
 // starts): per-tenant series there would grow with the number of tenants
-// and could not be deleted. Tenants' work queues report no metrics.
+// and could not be deleted. Tenants' work queues report no metrics; the
+// tenant's lag (SyncReport.Lag) times each change from its event.
 package syncer

@@ -11,6 +11,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	"sigs.k8s.io/controller-runtime/pkg/source"
 )
@@ -81,6 +82,9 @@ type TenantScope struct {
 	host       client.Client
 	translator translator
 	excluded   map[string]bool
+	// controllers runs the tenant's controllers, the extensions' among
+	// them.
+	controllers *tenantControllers
 }
 
 // Cluster is the tenant's name: its VirtualCluster's, the value of
@@ -125,10 +129,29 @@ func (s *TenantScope) TenantKey(host client.Object) (key types.NamespacedName, o
 // host objects are ever changed or deleted.
 func (s *TenantScope) Owns(host client.Object) bool { return s.translator.owns(host) }
 
-// Controller starts building a controller of the tenant's manager, named
-// after what it does, as the syncers' own are: the same name in every
-// tenant, so that controller-runtime's series add up over the tenants
-// rather than grow with them.
+// RunController adds to the tenant's manager a controller that runs r for
+// the requests of sources, at most workers at once, as the syncers' own
+// run: its workers exist only while it has work, so an idle tenant's
+// controller holds no goroutine, and it is named after what it does, the
+// same in every tenant, so that controller-runtime's reconcile series add
+// up over the tenants rather than grow with them. Its sources start, and
+// sync, before the tenant counts as started; TenantObjects, HostEvents
+// and HostNodes give sources, as does controller-runtime's source.Kind
+// over the manager's cache.
+func (s *TenantScope) RunController(name string, workers int, r reconcile.Reconciler, sources ...source.TypedSource[reconcile.Request]) error {
+	return s.controllers.run(s.log, name, workers, r, sources...)
+}
+
+// TenantObjects is a source of requests for the tenant's objects of obj's
+// type, from the manager's cache, that every predicate lets through.
+func (s *TenantScope) TenantObjects(obj client.Object, predicates ...predicate.Predicate) source.TypedSource[reconcile.Request] {
+	return s.controllers.objects(obj, predicates...)
+}
+
+// Controller starts building a controller-runtime controller of the
+// tenant's manager, for what RunController cannot express. It is named
+// after what it does, as RunController's are, and keeps its workers for
+// as long as the tenant runs.
 func (s *TenantScope) Controller(name string, opts controller.Options) *builder.Builder {
 	return tenantController(s.mgr, name, opts)
 }

@@ -10,14 +10,12 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	"github.com/tenantry/tenantry/pkg/clusterregistry"
-	"github.com/tenantry/tenantry/pkg/syncer/internal/ondemand"
 )
 
 // Options tune how syncers run in each tenant.
@@ -174,7 +172,11 @@ func setup(mgr manager.Manager, cluster string, log logr.Logger, hub *Hub, opts 
 		tenant: mgr.GetClient(), hostRead: hub.Reader(), host: host, policies: policies,
 	}
 	recorder := mgr.GetEventRecorder("tenantry-syncer")
-	scope := &TenantScope{cluster: cluster, mgr: mgr, log: log, hub: hub, host: host, translator: tr, excluded: excluded}
+	controllers, err := newTenantControllers(mgr)
+	if err != nil {
+		return err
+	}
+	scope := &TenantScope{cluster: cluster, mgr: mgr, log: log, hub: hub, host: host, translator: tr, excluded: excluded, controllers: controllers}
 	var budget *resourceBudget
 	if len(opts.Budget) > 0 {
 		if err := ValidateBudget(opts.Budget); err != nil {
@@ -222,29 +224,15 @@ func setup(mgr manager.Manager, cluster string, log logr.Logger, hub *Hub, opts 
 		if s.Up == nil {
 			r.echoes = &echoes{}
 		}
-		c := ondemand.New(ondemand.Options{
-			Name:             s.Name + "-syncer",
-			Workers:          opts.Workers,
-			CacheSyncTimeout: mgr.GetControllerOptions().CacheSyncTimeout,
-			Logger: func(req reconcile.Request) logr.Logger {
-				return log.WithValues("controller", s.Name+"-syncer", "object", req.NamespacedName)
-			},
-		}, r)
 		sources := []source.TypedSource[reconcile.Request]{
-			source.Kind(mgr.GetCache(), s.Object(), &handler.TypedEnqueueRequestForObject[client.Object]{},
-				predicate.NewPredicateFuncs(func(o client.Object) bool { return !excluded[namespaceOf(s, o)] })),
+			controllers.objects(s.Object(), predicate.NewPredicateFuncs(func(o client.Object) bool { return !excluded[namespaceOf(s, o)] })),
 			hostEvents(hub, s, tr, r.echoes),
 		}
 		if opts.PatrolPeriod > 0 {
 			p := &patroller{r: r, period: opts.PatrolPeriod, gvk: gvk, scheme: mgr.GetScheme()}
 			sources = append(sources, source.TypedFunc[reconcile.Request](p.start))
 		}
-		for _, src := range sources {
-			if err := c.Watch(src); err != nil {
-				return fmt.Errorf("syncer %s: %w", s.Name, err)
-			}
-		}
-		if err := mgr.Add(c); err != nil {
+		if err := controllers.run(log, s.Name+"-syncer", opts.Workers, r, sources...); err != nil {
 			return fmt.Errorf("syncer %s: %w", s.Name, err)
 		}
 		for _, e := range s.Extensions {
@@ -255,14 +243,14 @@ func setup(mgr manager.Manager, cluster string, log logr.Logger, hub *Hub, opts 
 		return nil
 	}
 
-	if err := policies.setup(mgr, hub); err != nil {
+	if err := policies.setup(controllers, hub); err != nil {
 		return err
 	}
-	if err := setupNetworkPolicyNotice(mgr, recorder, excluded); err != nil {
+	if err := setupNetworkPolicyNotice(controllers, recorder, excluded); err != nil {
 		return err
 	}
 	if !opts.DisablePublicCRDs {
-		if err := setupPublicCRDs(mgr, cluster, hub); err != nil {
+		if err := setupPublicCRDs(controllers, cluster, hub); err != nil {
 			return err
 		}
 	}
@@ -293,5 +281,5 @@ func setup(mgr manager.Manager, cluster string, log logr.Logger, hub *Hub, opts 
 			return err
 		}
 	}
-	return pending.setup(mgr)
+	return pending.setup(controllers)
 }

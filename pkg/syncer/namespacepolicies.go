@@ -16,9 +16,8 @@ import (
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/controller"
-	"sigs.k8s.io/controller-runtime/pkg/manager"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	"sigs.k8s.io/controller-runtime/pkg/source"
 )
 
 // IsolationPolicyName is the NetworkPolicy that Tenantry puts in every host
@@ -116,23 +115,24 @@ func newNamespacePolicies(tr translator, hostRead client.Reader, host client.Cli
 
 // setup runs the controller that restores the policy objects: a request
 // names a tenant namespace.
-func (p *namespacePolicies) setup(mgr manager.Manager, hub *Hub) error {
+func (p *namespacePolicies) setup(controllers *tenantControllers, hub *Hub) error {
 	cluster := p.translator.Cluster
 	byHostNamespace := func(o client.Object) (types.NamespacedName, bool) {
 		key, ok := p.translator.tenantKey(o)
 		return types.NamespacedName{Name: key.Name}, ok
 	}
-	b := tenantController(mgr, "namespace-policies", controller.Options{}).
-		For(&corev1.Namespace{}).
-		WatchesRawSource(routed(hub, &corev1.Namespace{}, cluster, byHostNamespace))
+	sources := []source.TypedSource[reconcile.Request]{
+		controllers.objects(&corev1.Namespace{}),
+		routed(hub, &corev1.Namespace{}, cluster, byHostNamespace),
+	}
 	for _, policy := range p.policies {
 		byPolicy := func(o client.Object) (types.NamespacedName, bool) {
 			ns, ok := o.GetAnnotations()[AnnotationTenantNamespace]
 			return types.NamespacedName{Name: ns}, ok && p.translator.owns(o) && o.GetName() == policy.name
 		}
-		b = b.WatchesRawSource(routed(hub, policy.newObject(), cluster, byPolicy))
+		sources = append(sources, routed(hub, policy.newObject(), cluster, byPolicy))
 	}
-	return b.Complete(p)
+	return controllers.run(controllers.mgr.GetLogger(), "namespace-policies", 1, p, sources...)
 }
 
 func (p *namespacePolicies) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {

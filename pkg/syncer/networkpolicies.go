@@ -7,10 +7,7 @@ import (
 	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/events"
-	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/controller"
-	"sigs.k8s.io/controller-runtime/pkg/manager"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 )
@@ -24,7 +21,8 @@ const ReasonNotEnforced = "NotEnforced"
 // is made or its spec changes (and once more when the tenant's app starts),
 // that it is not enforced: a policy that seems to hold and does not is
 // worse than none. It watches their metadata only.
-func setupNetworkPolicyNotice(mgr manager.Manager, recorder events.EventRecorder, excluded map[string]bool) error {
+func setupNetworkPolicyNotice(controllers *tenantControllers, recorder events.EventRecorder, excluded map[string]bool) error {
+	mgr := controllers.mgr
 	notice := reconcile.Func(func(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
 		if excluded[req.Namespace] {
 			return reconcile.Result{}, nil
@@ -39,7 +37,8 @@ func setupNetworkPolicyNotice(mgr manager.Manager, recorder events.EventRecorder
 				"Every Pod of this cluster takes traffic from every other Pod of this cluster, and from no other cluster's (the host's isolation policy)")
 		return reconcile.Result{}, nil
 	})
-	return tenantController(mgr, "networkpolicy-notice", controller.Options{}).
-		For(&networkingv1.NetworkPolicy{}, builder.OnlyMetadata, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
-		Complete(notice)
+	policies := &metav1.PartialObjectMetadata{}
+	policies.SetGroupVersionKind(networkingv1.SchemeGroupVersion.WithKind("NetworkPolicy"))
+	return controllers.run(mgr.GetLogger(), "networkpolicy-notice", 1, notice,
+		controllers.objects(policies, predicate.GenerationChangedPredicate{}))
 }

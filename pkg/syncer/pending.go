@@ -11,8 +11,6 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/controller"
-	"sigs.k8s.io/controller-runtime/pkg/manager"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 )
 
@@ -75,25 +73,26 @@ func (p *pendingSyncers) ready(gvk schema.GroupVersionKind) (bool, error) {
 }
 
 // setup watches the tenant's CRDs for the pending syncers' types.
-func (p *pendingSyncers) setup(mgr manager.Manager) error {
+func (p *pendingSyncers) setup(controllers *tenantControllers) error {
+	mgr := controllers.mgr
 	p.mu.Lock()
 	none := len(p.waiting) == 0
 	p.mu.Unlock()
 	if none {
 		return nil
 	}
-	return tenantController(mgr, "pending-syncers", controller.Options{}).
-		For(&apiextensionsv1.CustomResourceDefinition{}).
+	changed := reconcile.Func(func(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
+		var crd apiextensionsv1.CustomResourceDefinition
+		if err := mgr.GetClient().Get(ctx, req.NamespacedName, &crd); err != nil {
+			return reconcile.Result{}, client.IgnoreNotFound(err)
+		}
+		return p.crdChanged(&crd)
+	})
+	return controllers.run(mgr.GetLogger(), "pending-syncers", 1, changed,
+		controllers.objects(&apiextensionsv1.CustomResourceDefinition{}),
 		// A public host CRD, of the same name as the tenant's copy of it,
 		// may be what the host now serves.
-		WatchesRawSource(named(p.hub.watchPublicCRDs, nil)).
-		Complete(reconcile.Func(func(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
-			var crd apiextensionsv1.CustomResourceDefinition
-			if err := mgr.GetClient().Get(ctx, req.NamespacedName, &crd); err != nil {
-				return reconcile.Result{}, client.IgnoreNotFound(err)
-			}
-			return p.crdChanged(&crd)
-		}))
+		named(p.hub.watchPublicCRDs, nil))
 }
 
 // crdChanged starts the pending syncer of crd's kind once the type is

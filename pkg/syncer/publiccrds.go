@@ -10,10 +10,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/client-go/tools/events"
 	ctrl "sigs.k8s.io/controller-runtime"
-	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/controller"
-	"sigs.k8s.io/controller-runtime/pkg/manager"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 )
@@ -39,14 +36,14 @@ type publicCRDs struct {
 	recorder events.EventRecorder
 }
 
-func setupPublicCRDs(mgr manager.Manager, cluster string, hub *Hub) error {
+func setupPublicCRDs(controllers *tenantControllers, cluster string, hub *Hub) error {
+	mgr := controllers.mgr
 	r := &publicCRDs{cluster: cluster, tenant: mgr.GetClient(), hostRead: hub.Reader(), recorder: mgr.GetEventRecorder("tenantry-syncer")}
-	return tenantController(mgr, "public-crds", controller.Options{}).
-		For(&apiextensionsv1.CustomResourceDefinition{}, builder.WithPredicates(predicate.NewPredicateFuncs(func(o client.Object) bool {
+	return controllers.run(mgr.GetLogger(), "public-crds", 1, r,
+		controllers.objects(&apiextensionsv1.CustomResourceDefinition{}, predicate.NewPredicateFuncs(func(o client.Object) bool {
 			return o.GetLabels()[LabelManagedBy] == ManagedByValue
-		}))).
-		WatchesRawSource(named(hub.watchPublicCRDs, nil)).
-		Complete(r)
+		})),
+		named(hub.watchPublicCRDs, nil))
 }
 
 func (r *publicCRDs) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {

@@ -22,9 +22,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
-	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
@@ -374,13 +372,12 @@ func (e *apiAccessExtension) Setup(scope *syncer.TenantScope) error {
 		key, ok := scope.TenantKey(o)
 		return key, ok && o.GetName() == apiAccessSecretName(key.Name)
 	}
-	return scope.Controller("pod-api-access", controller.Options{}).
-		For(&corev1.Pod{}, builder.WithPredicates(predicate.Funcs{
+	return scope.RunController("pod-api-access", 1, r,
+		scope.TenantObjects(&corev1.Pod{}, predicate.Funcs{
 			UpdateFunc: func(event.UpdateEvent) bool { return false }, // the host Pod's events tell
-		})).
-		WatchesRawSource(scope.HostEvents(&corev1.Pod{}, hostPod)).
-		WatchesRawSource(scope.HostEvents(&corev1.Secret{}, accessSecret)).
-		Complete(r)
+		}),
+		scope.HostEvents(&corev1.Pod{}, hostPod),
+		scope.HostEvents(&corev1.Secret{}, accessSecret))
 }
 
 // apiAccess keeps, for one tenant, the API access Secret of each of its

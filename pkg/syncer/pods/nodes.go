@@ -18,13 +18,12 @@ import (
 	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
-	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	"github.com/tenantry/tenantry/pkg/kubeletapi"
 	"github.com/tenantry/tenantry/pkg/syncer"
@@ -114,19 +113,18 @@ func (e *virtualNodesExtension) Setup(scope *syncer.TenantScope) error {
 		}
 		return nil
 	})
-	return scope.Controller("virtual-nodes", controller.Options{}).
-		For(&corev1.Node{}, builder.WithPredicates(predicate.NewPredicateFuncs(isManaged))).
+	return scope.RunController("virtual-nodes", 1, r,
+		scope.TenantObjects(&corev1.Node{}, predicate.NewPredicateFuncs(isManaged)),
 		// A Pod counts once bound, and until deleted.
-		Watches(&corev1.Pod{}, byNode, builder.WithPredicates(predicate.Funcs{
+		source.Kind[client.Object](mgr.GetCache(), &corev1.Pod{}, byNode, predicate.Funcs{
 			UpdateFunc: func(e event.UpdateEvent) bool {
 				return e.ObjectOld.(*corev1.Pod).Spec.NodeName != e.ObjectNew.(*corev1.Pod).Spec.NodeName
 			},
-		})).
-		WatchesRawSource(scope.HostNodes(func(name string) bool {
+		}),
+		scope.HostNodes(func(name string) bool {
 			_, ok := r.live.Load(name)
 			return ok || r.allNodes
-		})).
-		Complete(r)
+		}))
 }
 
 func isManaged(o client.Object) bool {

@@ -89,16 +89,30 @@ func (c *Controller) Warmup(ctx context.Context) error { return c.startSources(c
 // not, then works the queue until ctx ends, and waits for the reconciles
 // under way.
 func (c *Controller) Start(ctx context.Context) error {
+	if err := c.run(ctx); err != nil {
+		return err
+	}
+	<-ctx.Done()
+	c.stop()
+	return nil
+}
+
+// run starts the sources if warm-up did not, and lets workers start,
+// with reconciles under ctx; it does not wait for ctx to end.
+func (c *Controller) run(ctx context.Context) error {
 	if err := c.startSources(ctx); err != nil {
 		return err
 	}
 	c.metrics.workers.Set(float64(c.opts.Workers))
 	c.ctx = ctx // before the workers, its only readers, start
 	c.queue.start()
-	<-ctx.Done()
+	return nil
+}
+
+// stop shuts the queue down and waits for the reconciles under way.
+func (c *Controller) stop() {
 	c.queue.ShutDown()
 	c.queue.wait()
-	return nil
 }
 
 // startSources starts every source, once, and waits for those that sync.

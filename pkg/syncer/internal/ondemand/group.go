@@ -1,0 +1,99 @@
+package ondemand
+
+import (
+	"context"
+	"sync"
+)
+
+// Group runs Controllers as one runnable: one goroutine waits for the end
+// of them all, where a runnable each would need one each. A tenant's
+// controllers share one.
+type Group struct {
+	mu          sync.Mutex
+	controllers []*Controller
+	// ctx is Start's, set once the group runs: a Controller added then
+	// starts at once.
+	ctx context.Context
+	// late counts the Controllers added after the start whose sources are
+	// still starting; failed hears the first that fails.
+	late   sync.WaitGroup
+	failed chan error
+}
+
+// NewGroup makes an empty Group; add it to a manager.
+func NewGroup() *Group { return &Group{failed: make(chan error, 1)} }
+
+// Add adds c to the group. Added before the group starts, c starts with it
+// (its sources at the group's warm-up); added later, it starts at once,
+// its sources in the background: if they fail to start or sync, the group
+// stops every Controller and returns the error, as the manager's own
+// controllers do.
+func (g *Group) Add(c *Controller) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.controllers = append(g.controllers, c)
+	if g.ctx == nil {
+		return
+	}
+	ctx := g.ctx
+	g.late.Add(1)
+	go func() {
+		defer g.late.Done()
+		if err := c.run(ctx); err != nil {
+			select {
+			case g.failed <- err:
+			default: // one failure is enough to stop
+			}
+		}
+	}()
+}
+
+// Warmup implements the manager's warm-up: every Controller's sources
+// start and sync, so that a tenant counts as started once they have.
+func (g *Group) Warmup(ctx context.Context) error {
+	for _, c := range g.added() {
+		if err := c.startSources(ctx); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Start implements manager.Runnable: it starts every Controller, and each
+// one added later; once ctx ends, or a late one fails, it shuts them all
+// down and waits for their reconciles under way.
+func (g *Group) Start(ctx context.Context) error {
+	g.mu.Lock()
+	g.ctx = ctx
+	controllers := g.controllers[:len(g.controllers):len(g.controllers)]
+	g.mu.Unlock()
+	var err error
+	for _, c := range controllers {
+		if err = c.run(ctx); err != nil {
+			break
+		}
+	}
+	if err == nil {
+		select {
+		case <-ctx.Done():
+		case err = <-g.failed:
+		}
+	}
+	g.mu.Lock()
+	g.ctx = nil // no more starts
+	g.mu.Unlock()
+	g.late.Wait()
+	for _, c := range g.added() {
+		c.queue.ShutDown()
+	}
+	for _, c := range g.added() {
+		c.queue.wait()
+	}
+	return err
+}
+
+func (g *Group) added() []*Controller {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.controllers[:len(g.controllers):len(g.controllers)]
+}
