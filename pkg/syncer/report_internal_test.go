@@ -85,7 +85,7 @@ func TestSyncReportChanged(t *testing.T) {
 		{"the error goes", base, failing, true},
 		{"a first refusal", SyncReport{Refusals: 1}, SyncReport{}, true},
 		{"a second refusal", SyncReport{Refusals: 2}, SyncReport{Refusals: 1}, false},
-		{"a lag starts", SyncReport{Lag: time.Second}, SyncReport{}, true},
+		{"a lag starts", SyncReport{Lag: time.Second}, SyncReport{}, false},
 		{"a longer lag", SyncReport{Lag: 5 * time.Second}, SyncReport{Lag: time.Second}, false},
 		{"another count", SyncReport{Objects: map[string]int{"configmaps": 2}}, SyncReport{Objects: map[string]int{"configmaps": 1}}, false},
 	} {

@@ -318,7 +318,7 @@ type VirtualClusterStatus struct {
 	// Sync is what the tenant cluster's syncers have in the host and did
 	// lately, as the replica that runs them last saw it: looked at every
 	// 10 seconds, written when it changed, at most once a minute unless
-	// an error, a refusal or a lag starts or ends. It stays as it was
+	// an error or a refusal starts or ends. It stays as it was
 	// while the cluster is paused or not running.
 	// +optional
 	Sync *SyncStatus `json:"sync,omitempty"`

@@ -49,6 +49,7 @@ type Controller struct {
 	mu      sync.Mutex
 	sources []source.TypedSource[reconcile.Request]
 	started bool // the sources
+	synced  bool // the sources that sync
 	err     error
 }
 
@@ -117,6 +118,14 @@ func (c *Controller) stop() {
 
 // startSources starts every source, once, and waits for those that sync.
 func (c *Controller) startSources(ctx context.Context) error {
+	if err := c.startWatches(ctx); err != nil {
+		return err
+	}
+	return c.waitForSync(ctx)
+}
+
+// startWatches starts every source, once, without waiting for any.
+func (c *Controller) startWatches(ctx context.Context) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.started {
@@ -128,6 +137,16 @@ func (c *Controller) startSources(ctx context.Context) error {
 			c.err = fmt.Errorf("controller %s: starting source %v: %w", c.opts.Name, src, err)
 			return c.err
 		}
+	}
+	return nil
+}
+
+// waitForSync waits, once the sources started, for those that sync.
+func (c *Controller) waitForSync(ctx context.Context) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.synced || c.err != nil {
+		return c.err
 	}
 	for _, src := range c.sources {
 		syncing, ok := src.(source.TypedSyncingSource[reconcile.Request])
@@ -142,6 +161,7 @@ func (c *Controller) startSources(ctx context.Context) error {
 			return c.err
 		}
 	}
+	c.synced = true
 	c.sources = nil // each may hold a cache: not kept longer than needed
 	return nil
 }

@@ -51,8 +51,15 @@ func (g *Group) Add(c *Controller) {
 // Warmup implements the manager's warm-up: every Controller's sources
 // start and sync, so that a tenant counts as started once they have.
 func (g *Group) Warmup(ctx context.Context) error {
-	for _, c := range g.added() {
-		if err := c.startSources(ctx); err != nil {
+	controllers := g.added()
+	// Every source starts before any is waited for: the waits overlap.
+	for _, c := range controllers {
+		if err := c.startWatches(ctx); err != nil {
+			return err
+		}
+	}
+	for _, c := range controllers {
+		if err := c.waitForSync(ctx); err != nil {
 			return err
 		}
 	}
