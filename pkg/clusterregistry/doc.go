@@ -68,8 +68,10 @@
 // the other, as each change comes off the watch: there is no buffer and
 // no goroutine per handler, which at a thousand clusters were a fifth of
 // the process's memory. A handler must therefore return quickly, as
-// controller-runtime's do (they put a request on a queue), and must not
-// add or remove a handler of the same informer. A handler added late is
+// controller-runtime's do (they put a request on a queue): it must not
+// block, read the cluster's cache (a read waits for an informer to sync,
+// which cannot while its handler waits), or add or remove a handler of
+// the same informer. A handler added late is
 // told of every object in the store before AddEventHandler returns, and
 // may see an object's event twice when one arrives meanwhile; each
 // handler gets the informer's resyncs, whatever period it asks for.

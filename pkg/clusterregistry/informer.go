@@ -54,7 +54,8 @@ func newDirectInformer(lw toolscache.ListerWatcher, obj runtime.Object, resync t
 // What changes for a handler:
 //   - it must return quickly, and never wait for the informer: a slow
 //     handler holds back every other handler of the informer, and one that
-//     adds or removes a handler of the same informer deadlocks it;
+//     reads the cache (which waits for informers to sync) or adds or
+//     removes a handler of the same informer can deadlock it;
 //   - a handler added while events flow may see an object twice, once in
 //     the replay of the informer's store that every new handler gets and
 //     once as the event that put it there arrives; a level-driven handler,
@@ -196,81 +197,7 @@ func (i *directInformer) RunWithContext(ctx context.Context) {
 	i.started = true
 	i.mu.Unlock()
 	defer i.stopped.Store(true)
-	ctx, done := stops.cancelable(ctx)
-	defer done()
 	i.controller.RunWithContext(ctx)
-}
-
-// stops hands out, for the contexts that end when a channel closes, one
-// cancelable context per channel.
-//
-// controller-runtime runs every informer of a cache with a context that
-// ends when the cache's stop channel closes; Go watches such a context,
-// not one of its own, with a goroutine for each context derived from it.
-// An informer derives one: at 11 watched types per cluster, that was 11
-// goroutines per cluster waiting on the same channel.
-var stops = &stopContexts{byChannel: map[<-chan struct{}]*sharedStop{}}
-
-type stopContexts struct {
-	mu        sync.Mutex
-	byChannel map[<-chan struct{}]*sharedStop
-}
-
-type sharedStop struct {
-	ctx    context.Context
-	cancel context.CancelFunc
-	users  int
-}
-
-// cancelable returns a context that carries ctx's values and ends with it,
-// derived from the one cancelable context of the channel that ctx's Done
-// gives, which one goroutine cancels when the channel closes; done says
-// the caller is finished with it.
-func (s *stopContexts) cancelable(ctx context.Context) (context.Context, func()) {
-	ch := ctx.Done()
-	if ch == nil {
-		return ctx, func() {}
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	shared, ok := s.byChannel[ch]
-	if !ok {
-		shared = &sharedStop{}
-		shared.ctx, shared.cancel = context.WithCancel(context.Background())
-		s.byChannel[ch] = shared
-		go func() {
-			select {
-			case <-ch:
-				shared.cancel()
-			case <-shared.ctx.Done(): // its last user is done
-			}
-		}()
-	}
-	shared.users++
-	return withValuesOf{Context: shared.ctx, values: ctx}, func() {
-		s.mu.Lock()
-		defer s.mu.Unlock()
-		if shared.users--; shared.users == 0 {
-			delete(s.byChannel, ch)
-			shared.cancel()
-		}
-	}
-}
-
-// withValuesOf is a context that ends as its Context does and carries the
-// values of values besides: Go's own keys (its Context's cancelation
-// among them, so that contexts derived from it need no goroutine) come
-// from its Context.
-type withValuesOf struct {
-	context.Context
-	values context.Context
-}
-
-func (c withValuesOf) Value(key any) any {
-	if v := c.Context.Value(key); v != nil {
-		return v
-	}
-	return c.values.Value(key)
 }
 
 // HasSynced implements toolscache.SharedInformer.
