@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	"k8s.io/client-go/util/workqueue"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
@@ -184,6 +185,9 @@ func (c *Controller) reconcile(req reconcile.Request, arrived time.Time) {
 	m.time.Observe(time.Since(start).Seconds())
 	switch {
 	case err != nil:
+		if result.RequeueAfter > 0 || result.Requeue { //nolint:staticcheck // honoured until it is removed
+			logf.FromContext(ctx).Info("Warning: Reconciler returned both a result with either RequeueAfter or Requeue set and a non-nil error. RequeueAfter and Requeue will always be ignored if the error is non-nil.")
+		}
 		if errors.Is(err, reconcile.TerminalError(nil)) {
 			m.terminal.Inc()
 		} else {
@@ -205,11 +209,15 @@ func (c *Controller) reconcile(req reconcile.Request, arrived time.Time) {
 	}
 }
 
-// call runs the reconciler, turning a panic into an error.
+// call runs the reconciler, turning a panic into an error, after
+// client-go's panic handlers have logged it with its stack.
 func (c *Controller) call(ctx context.Context, req reconcile.Request, m *controllerMetrics) (result reconcile.Result, err error) {
 	defer func() {
 		if p := recover(); p != nil {
 			m.panics.Inc()
+			for _, handle := range utilruntime.PanicHandlers {
+				handle(ctx, p)
+			}
 			err = fmt.Errorf("panic: %v [recovered]", p)
 		}
 	}()

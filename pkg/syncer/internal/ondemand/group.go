@@ -39,7 +39,8 @@ func (g *Group) Add(c *Controller) {
 	g.late.Add(1)
 	go func() {
 		defer g.late.Done()
-		if err := c.run(ctx); err != nil {
+		// A start cut short by the group's own end is no failure.
+		if err := c.run(ctx); err != nil && ctx.Err() == nil {
 			select {
 			case g.failed <- err:
 			default: // one failure is enough to stop

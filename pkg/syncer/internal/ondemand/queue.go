@@ -48,6 +48,11 @@ type queue struct {
 	// fires: a second delay keeps the earlier.
 	delayed map[reconcile.Request]delay
 
+	// peak is the most items held since the maps were last made anew:
+	// maps keep their largest size, so a queue that held many is given
+	// new ones once it is empty.
+	peak int
+
 	maxWorkers, workers int
 	// running is set once workers may start: items queued before wait.
 	running                bool
@@ -91,6 +96,7 @@ func (q *queue) add(item reconcile.Request, arrived time.Time) {
 		return
 	}
 	q.dirty[item] = arrived
+	q.peak = max(q.peak, len(q.dirty)+len(q.processing))
 	if _, busy := q.processing[item]; busy {
 		return // its worker queues it again when done
 	}
@@ -128,6 +134,7 @@ func (q *queue) next() (reconcile.Request, time.Time, bool) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if len(q.ready) == 0 || (q.shuttingDown && !q.draining) {
+		q.shrinkLocked()
 		q.workers--
 		if q.workers == 0 {
 			q.idle.Broadcast()
@@ -136,6 +143,19 @@ func (q *queue) next() (reconcile.Request, time.Time, bool) {
 	}
 	return q.takeLocked()
 }
+
+// shrinkLocked gives back the room of a burst once nothing is held.
+func (q *queue) shrinkLocked() {
+	if len(q.ready) == 0 {
+		q.ready = nil
+	}
+	if q.peak > shrinkAbove && len(q.dirty) == 0 && len(q.processing) == 0 {
+		q.dirty, q.processing, q.peak = map[reconcile.Request]time.Time{}, map[reconcile.Request]struct{}{}, 0
+	}
+}
+
+// shrinkAbove is the most items whose room a queue keeps once empty.
+const shrinkAbove = 64
 
 func (q *queue) takeLocked() (reconcile.Request, time.Time, bool) {
 	item := q.ready[0]
