@@ -67,22 +67,34 @@ func (c *notifyingCache) Start(ctx context.Context) error {
 	return c.Cache.Start(ctx)
 }
 
-// WaitForCacheSync implements cache.Cache.
+// WaitForCacheSync implements cache.Cache. It waits for every informer
+// and handler handed out, those handed out while it waits included: one
+// that controller-runtime's own check found unsynced would cost a poll of
+// 100 ms.
 func (c *notifyingCache) WaitForCacheSync(ctx context.Context) bool {
-	c.mu.Lock()
-	checkers := make([]toolscache.DoneChecker, 0, len(c.synced))
-	for _, n := range c.synced {
-		if !n.informer.IsStopped() { // removed: it will never sync
-			checkers = append(checkers, n.done)
-		}
-	}
-	c.mu.Unlock()
 	select {
 	case <-c.started:
 	case <-ctx.Done():
 		return false
 	}
-	return toolscache.WaitFor(ctx, "", checkers...) && c.Cache.WaitForCacheSync(ctx)
+	waited := map[any]bool{}
+	for {
+		c.mu.Lock()
+		var checkers []toolscache.DoneChecker
+		for key, n := range c.synced {
+			if !waited[key] && !n.informer.IsStopped() { // removed: it will never sync
+				waited[key] = true
+				checkers = append(checkers, n.done)
+			}
+		}
+		c.mu.Unlock()
+		if len(checkers) == 0 {
+			return c.Cache.WaitForCacheSync(ctx)
+		}
+		if !toolscache.WaitFor(ctx, "", checkers...) {
+			return false
+		}
+	}
 }
 
 // GetInformer implements cache.Cache.

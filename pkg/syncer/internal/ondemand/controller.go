@@ -105,10 +105,16 @@ func (c *Controller) run(ctx context.Context) error {
 	if err := c.startSources(ctx); err != nil {
 		return err
 	}
+	c.work(ctx)
+	return nil
+}
+
+// work lets workers start, once the sources have synced, with reconciles
+// under ctx.
+func (c *Controller) work(ctx context.Context) {
 	c.metrics.workers.Set(float64(c.opts.Workers))
 	c.ctx = ctx // before the workers, its only readers, start
 	c.queue.start()
-	return nil
 }
 
 // stop shuts the queue down and waits for the reconciles under way.

@@ -51,9 +51,12 @@ func (g *Group) Add(c *Controller) {
 
 // Warmup implements the manager's warm-up: every Controller's sources
 // start and sync, so that a tenant counts as started once they have.
-func (g *Group) Warmup(ctx context.Context) error {
-	controllers := g.added()
-	// Every source starts before any is waited for: the waits overlap.
+func (g *Group) Warmup(ctx context.Context) error { return startSources(ctx, g.added()) }
+
+// startSources starts the sources of every one of controllers before it
+// waits for any to sync, so that the waits overlap: the manager runs the
+// warm-up and the start side by side, and either may come first.
+func startSources(ctx context.Context, controllers []*Controller) error {
 	for _, c := range controllers {
 		if err := c.startWatches(ctx); err != nil {
 			return err
@@ -75,13 +78,11 @@ func (g *Group) Start(ctx context.Context) error {
 	g.ctx = ctx
 	controllers := g.controllers[:len(g.controllers):len(g.controllers)]
 	g.mu.Unlock()
-	var err error
-	for _, c := range controllers {
-		if err = c.run(ctx); err != nil {
-			break
-		}
-	}
+	err := startSources(ctx, controllers)
 	if err == nil {
+		for _, c := range controllers {
+			c.work(ctx)
+		}
 		select {
 		case <-ctx.Done():
 		case err = <-g.failed:
