@@ -35,16 +35,17 @@ type Options struct {
 
 // Controller runs a reconciler for the requests its sources queue, as a
 // controller-runtime controller does (the same handling of results,
-// errors and panics, the same metrics), with workers on demand. Add it to
-// a manager: its sources start when the manager warms it up, or when it
-// starts, and its workers once it starts.
+// errors and panics, the same metrics), with workers on demand. A Group
+// runs it: its sources start when the group warms up, or starts, and its
+// workers once the group starts.
 type Controller struct {
 	opts       Options
 	reconciler reconcile.Reconciler
 	queue      *queue
 	metrics    *controllerMetrics
 
-	// ctx is Start's: each reconcile's context derives from it.
+	// ctx is the running group's: each reconcile's context derives from
+	// it.
 	ctx context.Context
 
 	mu      sync.Mutex
@@ -82,23 +83,6 @@ func (c *Controller) Watch(src source.TypedSource[reconcile.Request]) error {
 	return nil
 }
 
-// Warmup implements the manager's warm-up: it starts the sources and
-// waits for them to sync, so that the requests of everything that exists
-// wait in the queue when the workers start.
-func (c *Controller) Warmup(ctx context.Context) error { return c.startSources(ctx) }
-
-// Start implements manager.Runnable: it starts the sources if warm-up did
-// not, then works the queue until ctx ends, and waits for the reconciles
-// under way.
-func (c *Controller) Start(ctx context.Context) error {
-	if err := c.run(ctx); err != nil {
-		return err
-	}
-	<-ctx.Done()
-	c.stop()
-	return nil
-}
-
 // run starts the sources if warm-up did not, and lets workers start,
 // with reconciles under ctx; it does not wait for ctx to end.
 func (c *Controller) run(ctx context.Context) error {
@@ -115,12 +99,6 @@ func (c *Controller) work(ctx context.Context) {
 	c.metrics.workers.Set(float64(c.opts.Workers))
 	c.ctx = ctx // before the workers, its only readers, start
 	c.queue.start()
-}
-
-// stop shuts the queue down and waits for the reconciles under way.
-func (c *Controller) stop() {
-	c.queue.ShutDown()
-	c.queue.wait()
 }
 
 // startSources starts every source, once, and waits for those that sync.

@@ -141,8 +141,8 @@ func (f reconcileFunc) Reconcile(ctx context.Context, req reconcile.Request) (re
 
 // The controller handles results as controller-runtime does: an error or
 // a panic is retried with backoff, RequeueAfter comes back after its
-// delay, success is forgotten; reconciles get Start's context, and Start
-// returns once they are done.
+// delay, success is forgotten; reconciles get the group's context, and
+// the group's Start returns once they are done.
 func TestControllerResults(t *testing.T) {
 	defer goleak.VerifyNone(t)
 	var calls sync.Map // name -> *atomic.Int32
@@ -176,8 +176,10 @@ func TestControllerResults(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(t.Context())
+	g := NewGroup()
+	g.Add(c)
 	done := make(chan error)
-	go func() { done <- c.Start(ctx) }()
+	go func() { done <- g.Start(ctx) }()
 	eventually(t, "fails reconciled three times", func() bool { return count("fails") == 3 })
 	eventually(t, "panics reconciled twice", func() bool { return count("panics") == 2 })
 	eventually(t, "later reconciled twice", func() bool { return count("later") == 2 })
