@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"time"
@@ -34,6 +35,11 @@ type scalePoint struct {
 	// StartCPUSeconds is the manager's CPU time from its start until
 	// every VirtualCluster was Ready.
 	StartCPUSeconds float64 `json:"startCPUSeconds"`
+	// StartControlPlaneCPU is what the control planes spent over the
+	// same time, on the same machine, and IdleControlPlaneCPU what they
+	// spend per second before the manager starts, with nothing to serve.
+	StartControlPlaneCPU controlPlaneCPU `json:"startControlPlaneCPU"`
+	IdleControlPlaneCPU  controlPlaneCPU `json:"idleControlPlaneCPUPerSecond"`
 }
 
 // scaleRun is the scale step: bin/manager, run as users run it (default
@@ -69,16 +75,31 @@ func runScale(ctx context.Context, o Options, out io.Writer) (_ []result, _ []sc
 		if err := s.ensureVirtualClusters(ctx, n, scaleName); err != nil {
 			return nil, nil, err
 		}
+		idle, err := s.idleControlPlaneCPU(ctx)
+		if err != nil {
+			return nil, nil, err
+		}
+		planesBefore, err := s.controlPlaneCPU()
+		if err != nil {
+			return nil, nil, err
+		}
 		if err := s.startManager(ctx, fmt.Sprintf("manager-%d.log", i)); err != nil {
 			return nil, nil, err
 		}
-		profiled := s.profileCPU(ctx, fmt.Sprintf("start-%d.cpu", n), 20*time.Second)
-		p, err := s.measure(ctx, n)
+		profiled := []func() error{
+			s.profileCPU(ctx, fmt.Sprintf("start-%d.cpu", n), startProfileWindow),
+			s.profileServerCPU(ctx, s.hostREST, fmt.Sprintf("start-%d-host-apiserver.cpu", n), startProfileWindow),
+			s.profileServerCPU(ctx, s.tenantREST[0], fmt.Sprintf("start-%d-tenant-apiserver.cpu", n), startProfileWindow),
+		}
+		p, err := s.measure(ctx, n, planesBefore)
 		if err != nil {
 			return nil, nil, fmt.Errorf("%d VirtualClusters: %w", n, err)
 		}
-		if err := profiled(); err != nil {
-			return nil, nil, err
+		p.IdleControlPlaneCPU = idle
+		for _, wait := range profiled {
+			if err := wait(); err != nil {
+				return nil, nil, err
+			}
 		}
 		fmt.Fprintf(out, "    %d VirtualClusters: Ready in %.1f s, heap %.0f MiB, RSS %.0f MiB, %d goroutines, %d connections, %.2f host requests/s idle\n",
 			n, p.ReadySeconds, p.HeapMiB, p.RSSMiB, p.Goroutines, p.Connections, p.HostRequestsIdle)
@@ -121,11 +142,15 @@ func createConfigMaps(ctx context.Context, c client.Client, from, to int) error 
 	return nil
 }
 
+// startProfileWindow is how much of a manager start the profiles of the
+// scale run cover, from the start.
+const startProfileWindow = 30 * time.Second
+
 func scaleName(i int) string { return fmt.Sprintf("scale-%04d", i) }
 
 // measure waits until the n VirtualClusters are Ready and have synced
 // their objects, then measures the idle manager.
-func (s *scaleRun) measure(ctx context.Context, n int) (scalePoint, error) {
+func (s *scaleRun) measure(ctx context.Context, n int, planesBefore controlPlaneCPU) (scalePoint, error) {
 	p := scalePoint{Tenants: n}
 	began := s.manager.started
 	if err := s.waitReady(ctx, n, 5*time.Minute); err != nil {
@@ -137,6 +162,11 @@ func (s *scaleRun) measure(ctx context.Context, n int) (scalePoint, error) {
 		return p, err
 	}
 	p.StartCPUSeconds = round(startCPU.Seconds(), 2)
+	planesAfter, err := s.controlPlaneCPU()
+	if err != nil {
+		return p, err
+	}
+	p.StartControlPlaneCPU = planesAfter.minus(planesBefore)
 	if err := s.waitCopies(ctx, n*s.o.ScaleObjects); err != nil {
 		return p, err
 	}
@@ -172,6 +202,26 @@ func (s *scaleRun) measure(ctx context.Context, n int) (scalePoint, error) {
 	}
 	return p, nil
 }
+
+// idleControlPlaneCPU is what the control planes spend per second with no
+// manager running: their own upkeep, which the start's figures include.
+func (s *scaleRun) idleControlPlaneCPU(ctx context.Context) (controlPlaneCPU, error) {
+	before, err := s.controlPlaneCPU()
+	if err != nil {
+		return before, err
+	}
+	// A window to measure rates over, not a wait for a state.
+	select {
+	case <-time.After(controlPlaneIdleWindow):
+	case <-ctx.Done():
+		return before, ctx.Err()
+	}
+	after, err := s.controlPlaneCPU()
+	return after.minus(before).per(controlPlaneIdleWindow), err
+}
+
+// controlPlaneIdleWindow is how long idleControlPlaneCPU measures.
+const controlPlaneIdleWindow = 5 * time.Second
 
 // waitCopies waits until the host holds want copies of the tenants'
 // bench-scale ConfigMaps.
@@ -229,7 +279,8 @@ func scaleResults(o Options, flags string, points []scalePoint, perObjectKiB flo
 	for _, p := range points {
 		rs = append(rs, result{
 			Name: fmt.Sprintf("scale: %d VirtualClusters Ready after a manager start", p.Tenants), Value: p.ReadySeconds, Unit: "s",
-			Note: fmt.Sprintf("process start -> every VirtualCluster Ready=True; manager CPU %.1f s", p.StartCPUSeconds),
+			Note: fmt.Sprintf("process start -> every VirtualCluster Ready=True; CPU over it: manager %.1f s, %s, of %d cores x %.1f s (the control planes alone, before the start: %s per s)",
+				p.StartCPUSeconds, p.StartControlPlaneCPU, runtime.NumCPU(), p.ReadySeconds, p.IdleControlPlaneCPU),
 		})
 		starts = append(starts, fmt.Sprintf("%d: %.1f ms", p.Tenants, 1000*p.StartCPUSeconds/float64(p.Tenants)))
 	}

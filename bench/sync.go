@@ -146,7 +146,7 @@ func (s *syncStep) throughput(ctx context.Context) ([]result, error) {
 	if err != nil {
 		return nil, err
 	}
-	profiled := []func() error{s.profileCPU(ctx, "throughput-manager.cpu", profileWindow), s.profileHostCPU(ctx, "throughput-apiserver.cpu", profileWindow)}
+	profiled := []func() error{s.profileCPU(ctx, "throughput-manager.cpu", profileWindow), s.profileServerCPU(ctx, s.hostREST, "throughput-apiserver.cpu", profileWindow)}
 	syncedRun, err := s.timedRun(ctx, synced, func(i int) error {
 		return s.tenants[target(i)].Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: throughputNamespace, Name: name(i)}})
 	}, name)
@@ -258,7 +258,7 @@ func (s *syncStep) cost(ctx context.Context) (runCost, error) {
 // host API server's CPU profile saved as profile.
 func (s *syncStep) rawRun(ctx context.Context, namespaces []string, name func(int) string,
 	create func(i int, name func(int) string) error, pace *rate.Limiter, profile string) (timedRun, error) {
-	profiled := s.profileHostCPU(ctx, profile, profileWindow)
+	profiled := s.profileServerCPU(ctx, s.hostREST, profile, profileWindow)
 	run, err := s.timedRun(ctx, namespaces, func(i int) error {
 		if pace != nil {
 			if err := pace.Wait(ctx); err != nil {

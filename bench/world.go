@@ -214,15 +214,72 @@ func (w *managerWorld) profileCPU(ctx context.Context, name string, window time.
 	})
 }
 
-// profileHostCPU is profileCPU of the host API server.
-func (w *managerWorld) profileHostCPU(ctx context.Context, name string, window time.Duration) (wait func() error) {
+// profileServerCPU is profileCPU of the API server that server talks to.
+func (w *managerWorld) profileServerCPU(ctx context.Context, server rest.Interface, name string, window time.Duration) (wait func() error) {
 	return w.profileInBackground(name, func(path string) error {
-		body, err := w.hostREST.Get().AbsPath("/debug/pprof/profile").Param("seconds", fmt.Sprint(int(window.Seconds()))).DoRaw(ctx)
+		body, err := server.Get().AbsPath("/debug/pprof/profile").Param("seconds", fmt.Sprint(int(window.Seconds()))).DoRaw(ctx)
 		if err != nil {
-			return fmt.Errorf("reading the host API server's CPU profile: %w", err)
+			return fmt.Errorf("reading an API server's CPU profile for %s: %w", name, err)
 		}
 		return os.WriteFile(path, body, 0o644)
 	})
+}
+
+// controlPlaneCPU is the CPU time the world's control planes have spent.
+type controlPlaneCPU struct {
+	HostAPIServer    float64 `json:"hostAPIServerSeconds"`
+	TenantAPIServers float64 `json:"tenantAPIServersSeconds"` // all of them
+	Etcd             float64 `json:"etcdSeconds"`             // the host's and the tenants'
+}
+
+func (c controlPlaneCPU) minus(before controlPlaneCPU) controlPlaneCPU {
+	return controlPlaneCPU{
+		HostAPIServer:    round(c.HostAPIServer-before.HostAPIServer, 2),
+		TenantAPIServers: round(c.TenantAPIServers-before.TenantAPIServers, 2),
+		Etcd:             round(c.Etcd-before.Etcd, 2),
+	}
+}
+
+// per is c spent over d, per second.
+func (c controlPlaneCPU) per(d time.Duration) controlPlaneCPU {
+	return controlPlaneCPU{
+		HostAPIServer:    round(c.HostAPIServer/d.Seconds(), 2),
+		TenantAPIServers: round(c.TenantAPIServers/d.Seconds(), 2),
+		Etcd:             round(c.Etcd/d.Seconds(), 2),
+	}
+}
+
+func (c controlPlaneCPU) String() string {
+	return fmt.Sprintf("host API server %.2f s, tenant API servers %.2f s, etcd %.2f s", c.HostAPIServer, c.TenantAPIServers, c.Etcd)
+}
+
+// controlPlaneCPU reads the control planes' CPU time from /proc.
+func (w *managerWorld) controlPlaneCPU() (controlPlaneCPU, error) {
+	var c controlPlaneCPU
+	read := func(find func() (int, error), into *float64) error {
+		pid, err := find()
+		if err != nil {
+			return err
+		}
+		cpu, err := tenantrytest.ProcessCPU(pid)
+		*into += cpu.Seconds()
+		return err
+	}
+	if err := read(w.env.Host.APIServerPID, &c.HostAPIServer); err != nil {
+		return c, err
+	}
+	if err := read(w.env.Host.EtcdPID, &c.Etcd); err != nil {
+		return c, err
+	}
+	for _, cp := range w.env.Tenants {
+		if err := read(cp.APIServerPID, &c.TenantAPIServers); err != nil {
+			return c, err
+		}
+		if err := read(cp.EtcdPID, &c.Etcd); err != nil {
+			return c, err
+		}
+	}
+	return c, nil
 }
 
 // profileInBackground runs save, with file name of the Profiles directory,
@@ -285,8 +342,9 @@ type managerWorld struct {
 	tenants    []client.Client // one per tenant API server
 	secrets    []string        // a kubeconfig Secret per tenant API server
 	hostURL    string          // host of the host API server, as client-go's metrics label it
-	hostREST   rest.Interface  // for the host API server's own metrics
-	dir        string          // logs and the host kubeconfig
+	hostREST   rest.Interface  // for the host API server's own metrics and profiles
+	tenantREST []rest.Interface
+	dir        string // logs and the host kubeconfig
 	kubeconfig string
 	binary     string
 	manager    *managerProcess
@@ -382,6 +440,11 @@ func startManagerWorld(ctx context.Context, o Options, step string, servers int,
 			return nil, err
 		}
 		w.tenants = append(w.tenants, tenant)
+		tenantSet, err := kubernetes.NewForConfig(unthrottled(cp.Config()))
+		if err != nil {
+			return nil, err
+		}
+		w.tenantREST = append(w.tenantREST, tenantSet.CoreV1().RESTClient())
 	}
 	return w, nil
 }

@@ -47,7 +47,21 @@ func ProcessCPU(pid int) (time.Duration, error) {
 // APIServerPID is the process ID of the control plane's kube-apiserver,
 // found by the port it serves on (Linux only).
 func (c *ControlPlane) APIServerPID() (int, error) {
-	want := "--secure-port=" + c.env.ControlPlane.APIServer.SecureServing.ListenAddr.Port
+	return c.findProcess("kube-apiserver", "--secure-port="+c.env.ControlPlane.APIServer.SecureServing.ListenAddr.Port)
+}
+
+// EtcdPID is the process ID of the control plane's etcd, found by the URL
+// it serves clients on (Linux only).
+func (c *ControlPlane) EtcdPID() (int, error) {
+	if c.env.ControlPlane.Etcd == nil || c.env.ControlPlane.Etcd.URL == nil {
+		return 0, fmt.Errorf("control plane %s: etcd has not started", c.name)
+	}
+	return c.findProcess("etcd", "--listen-client-urls="+c.env.ControlPlane.Etcd.URL.String())
+}
+
+// findProcess is the process ID of the running binary that was given the
+// argument want.
+func (c *ControlPlane) findProcess(binary, want string) (int, error) {
 	dirs, err := filepath.Glob("/proc/[0-9]*")
 	if err != nil {
 		return 0, err
@@ -58,7 +72,7 @@ func (c *ControlPlane) APIServerPID() (int, error) {
 			continue // gone meanwhile, or not ours to read
 		}
 		args := strings.Split(string(cmdline), "\x00")
-		if filepath.Base(args[0]) != "kube-apiserver" {
+		if filepath.Base(args[0]) != binary {
 			continue
 		}
 		for _, a := range args[1:] {
@@ -67,5 +81,5 @@ func (c *ControlPlane) APIServerPID() (int, error) {
 			}
 		}
 	}
-	return 0, fmt.Errorf("no kube-apiserver process serving %s of control plane %s", want, c.name)
+	return 0, fmt.Errorf("no %s process with %s in control plane %s", binary, want, c.name)
 }

@@ -48,24 +48,26 @@ func TestEnvironment(t *testing.T) {
 		writeAndRead(ctx, t, c, cp.Name(), "before")
 	}
 
-	t.Run("each API server's process and CPU time", func(t *testing.T) {
+	t.Run("each API server's and etcd's process and CPU time", func(t *testing.T) {
 		pids := map[int]string{}
 		for _, cp := range planes {
-			pid, err := cp.APIServerPID()
-			if err != nil {
-				t.Fatal(err)
-			}
-			if other, dup := pids[pid]; dup {
-				t.Fatalf("%s and %s name one process, %d", cp.Name(), other, pid)
-			}
-			pids[pid] = cp.Name()
-			cpu, err := tenantrytest.ProcessCPU(pid)
-			if err != nil {
-				t.Fatal(err)
-			}
-			// A started API server has spent well over a tick.
-			if cpu < 100*time.Millisecond {
-				t.Errorf("%s: kube-apiserver %d spent %s of CPU", cp.Name(), pid, cpu)
+			for binary, find := range map[string]func() (int, error){"kube-apiserver": cp.APIServerPID, "etcd": cp.EtcdPID} {
+				pid, err := find()
+				if err != nil {
+					t.Fatal(err)
+				}
+				if other, dup := pids[pid]; dup {
+					t.Fatalf("%s's %s and %s name one process, %d", cp.Name(), binary, other, pid)
+				}
+				pids[pid] = cp.Name() + "'s " + binary
+				cpu, err := tenantrytest.ProcessCPU(pid)
+				if err != nil {
+					t.Fatal(err)
+				}
+				// A started API server or etcd has spent well over a tick.
+				if cpu < 100*time.Millisecond {
+					t.Errorf("%s: %s %d spent %s of CPU", cp.Name(), binary, pid, cpu)
+				}
 			}
 		}
 	})
