@@ -221,10 +221,18 @@ func startHub(mgr manager.Manager, hub *syncer.Hub, _ *clusterregistry.RemoteClu
 }
 
 // newNodeHeartbeat renews the virtual nodes' Leases of the tenants whose
-// apps do not run (paused, or not started yet): the VirtualCluster
-// controller tells it which.
-func newNodeHeartbeat(p dnsParams) *pods.NodeHeartbeat {
-	return pods.NewNodeHeartbeat(p.Hub.Reader(), p.Logger.WithName("node-heartbeat"))
+// apps do not run (paused, not started yet, or failed): the VirtualCluster
+// controller tells it which tenants to keep, and the registry whether
+// their apps run.
+func newNodeHeartbeat(p dnsParams, registry *clusterregistry.RemoteClusterRegistry) *pods.NodeHeartbeat {
+	return pods.NewNodeHeartbeat(pods.NodeHeartbeatOptions{
+		HostNodes: p.Hub.Reader(),
+		Log:       p.Logger.WithName("node-heartbeat"),
+		AppRuns: func(cluster string) bool {
+			status, err := registry.Status(cluster)
+			return err == nil && status.State == clusterregistry.StateRunning
+		},
+	})
 }
 
 // syncersGroup is the fx value group of the syncers that Provide adds.

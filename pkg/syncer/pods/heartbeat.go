@@ -31,12 +31,15 @@ import (
 // It renews, every nodeLeaseRenewInterval, each Lease of a virtual node
 // (Tenantry's label) whose host node exists, and creates none: a tenant's
 // app makes them with its virtual nodes. A Lease renewed less than half an
-// interval ago, by the app, say, is left as is. It is a
+// interval ago, by the app, say, is left as is. While a tenant's app
+// runs, the app renews its Leases itself, and the heartbeat sends that
+// tenant no request at all (see NodeHeartbeatOptions.AppRuns). It is a
 // manager.Runnable; Keep and Forget are safe for concurrent use.
 type NodeHeartbeat struct {
 	// hostNodes reads host nodes (the Hub's cache).
 	hostNodes client.Reader
 	log       logr.Logger
+	appRuns   func(cluster string) bool
 
 	mu      sync.Mutex
 	root    context.Context // ends when Start's context does
@@ -50,11 +53,26 @@ type heartbeatTenant struct {
 	cancel   context.CancelFunc
 }
 
-// NewNodeHeartbeat builds a NodeHeartbeat that reads host nodes through
-// hostNodes (see syncer.Hub.Reader).
-func NewNodeHeartbeat(hostNodes client.Reader, log logr.Logger) *NodeHeartbeat {
+// NodeHeartbeatOptions are what a NodeHeartbeat needs.
+type NodeHeartbeatOptions struct {
+	// HostNodes reads host nodes (see syncer.Hub.Reader).
+	HostNodes client.Reader
+	Log       logr.Logger
+	// AppRuns says whether the app of tenant cluster is running, its
+	// virtual nodes' controller renewing their Leases: while it does, the
+	// heartbeat leaves the tenant alone. Asked before every renewal; nil
+	// means never, so that every kept tenant is renewed.
+	AppRuns func(cluster string) bool
+}
+
+// NewNodeHeartbeat builds a NodeHeartbeat.
+func NewNodeHeartbeat(o NodeHeartbeatOptions) *NodeHeartbeat {
 	root, stop := context.WithCancel(context.Background())
-	return &NodeHeartbeat{hostNodes: hostNodes, log: log, root: root, stop: stop, tenants: map[string]*heartbeatTenant{}}
+	appRuns := o.AppRuns
+	if appRuns == nil {
+		appRuns = func(string) bool { return false }
+	}
+	return &NodeHeartbeat{hostNodes: o.HostNodes, log: o.Log, appRuns: appRuns, root: root, stop: stop, tenants: map[string]*heartbeatTenant{}}
 }
 
 // Keep renews the virtual nodes' Leases of tenant cluster name, reached
@@ -123,8 +141,12 @@ func (h *NodeHeartbeat) run(ctx context.Context, name string, leases coordinatio
 	tick := time.NewTicker(nodeLeaseRenewInterval)
 	defer tick.Stop()
 	for {
-		if err := h.renew(ctx, leases); err != nil && ctx.Err() == nil {
-			log.V(1).Info("cannot renew the virtual nodes' Leases yet", "error", err.Error())
+		// While the app runs, it renews them: listing them too would cost
+		// the tenant API server a request every interval for nothing.
+		if !h.appRuns(name) {
+			if err := h.renew(ctx, leases); err != nil && ctx.Err() == nil {
+				log.V(1).Info("cannot renew the virtual nodes' Leases yet", "error", err.Error())
+			}
 		}
 		select {
 		case <-ctx.Done():
