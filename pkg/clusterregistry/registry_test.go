@@ -8,6 +8,7 @@ import (
 	"reflect"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -190,6 +191,34 @@ func TestSpawnStopCyclesLeakNoGoroutine(t *testing.T) {
 		goleak.IgnoreAnyFunction("golang.org/x/net/http2.(*ClientConn).readLoop"),
 		goleak.IgnoreAnyFunction("github.com/tenantry/tenantry/pkg/testing.(*tcpProxy).forward"),
 		goleak.IgnoreAnyFunction("github.com/tenantry/tenantry/pkg/testing.pipe"))
+}
+
+// A cluster talks to its API server over one connection: the first check,
+// the REST mapper's discovery, the cache's watches and the client's
+// requests share it.
+func TestAClusterOpensOneConnection(t *testing.T) {
+	var dials atomic.Int64
+	cfg := rest.CopyConfig(shared.Tenants[0].Config())
+	var d net.Dialer
+	cfg.Dial = func(ctx context.Context, network, address string) (net.Conn, error) {
+		dials.Add(1)
+		return d.DialContext(ctx, network, address)
+	}
+	r := newRegistry(t, clusterregistry.Options{}, copyModule)
+	if err := r.Spawn("one-connection", cfg); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.WithClient("one-connection", func(c client.Client) error {
+		return c.List(t.Context(), &corev1.ConfigMapList{})
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if n := dials.Load(); n != 1 {
+		t.Errorf("the cluster dialled its API server %d times; want once", n)
+	}
+	if err := r.Stop(t.Context(), "one-connection"); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // The module gets every value the package promises, built for its cluster.

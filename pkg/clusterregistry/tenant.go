@@ -9,7 +9,7 @@ import (
 
 	"github.com/go-logr/logr"
 	"go.uber.org/fx"
-	utilnet "k8s.io/apimachinery/pkg/util/net"
+	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/util/flowcontrol"
@@ -70,10 +70,11 @@ const (
 
 // tenant is one cluster's running app.
 type tenant struct {
-	app    *fx.App
-	client client.Client
-	probe  func(context.Context) error
-	dialer *dialer
+	app        *fx.App
+	client     client.Client
+	httpClient *http.Client // every request to the cluster, through dialer
+	probe      func(context.Context) error
+	dialer     *dialer
 
 	// run is the manager's context; exited is closed, with exitErr set,
 	// once its Start returned.
@@ -119,20 +120,18 @@ func (r *RemoteClusterRegistry) startTenant(c *cluster, config *rest.Config) (_ 
 		}
 	}()
 
-	// A first check, on a client of its own whose connection is closed
-	// after it; the health checks that follow go through the manager's
-	// client (newManager), so that a cluster holds one connection.
-	first, err := rest.HTTPClientFor(cfg)
-	if err != nil {
+	// One HTTP client, so one connection (and one TLS handshake) per
+	// cluster: a first check through it, before anything is built, then
+	// the manager's cache, client and REST mapper, and the health checks
+	// (newManager).
+	var err error
+	if t.httpClient, err = rest.HTTPClientFor(cfg); err != nil {
 		return nil, fmt.Errorf("cluster %q: building HTTP client: %w", c.name, err)
 	}
-	probe, err := newProbe(cfg, first)
-	if err != nil {
+	if t.probe, err = newProbe(cfg, t.httpClient); err != nil {
 		return nil, fmt.Errorf("cluster %q: %w", c.name, err)
 	}
-	err = probe(ctx)
-	utilnet.CloseIdleConnectionsFor(first.Transport)
-	if err != nil {
+	if err := t.probe(ctx); err != nil {
 		return nil, fmt.Errorf("cluster %q: %w", c.name, err)
 	}
 
@@ -180,9 +179,20 @@ func (r *RemoteClusterRegistry) newManager(lc fx.Lifecycle, t *tenant, cfg *rest
 		LeaderElection:         false,
 		WebhookServer:          noWebhookServer{},
 		// Waits for sync are notified, not polled: see notifyingCache.
-		NewCache: newNotifyingCache,
+		// The cache, the client and the REST mapper share the cluster's
+		// one HTTP client (manager.Options has no field for it).
+		NewCache: func(cfg *rest.Config, opts cache.Options) (cache.Cache, error) {
+			opts.HTTPClient = t.httpClient
+			return newNotifyingCache(cfg, opts)
+		},
+		NewClient: func(cfg *rest.Config, opts client.Options) (client.Client, error) {
+			opts.HTTPClient = t.httpClient
+			return client.New(cfg, opts)
+		},
 		// Built-in groups are discovered once per API server version.
-		MapperProvider:          r.mappers.mapperFor(r.opts.SpawnTimeout),
+		MapperProvider: func(cfg *rest.Config, _ *http.Client) (meta.RESTMapper, error) {
+			return r.mappers.mapperFor(r.opts.SpawnTimeout)(cfg, t.httpClient)
+		},
 		Cache:                   cacheOpts,
 		GracefulShutdownTimeout: ptr.To(r.opts.GracefulShutdownTimeout),
 		Controller: ctrlconfig.Controller{
@@ -198,9 +208,6 @@ func (r *RemoteClusterRegistry) newManager(lc fx.Lifecycle, t *tenant, cfg *rest
 	})
 	if err != nil {
 		return nil, fmt.Errorf("building manager: %w", err)
-	}
-	if t.probe, err = newProbe(cfg, mgr.GetHTTPClient()); err != nil {
-		return nil, err
 	}
 	tracked := &readinessTracker{Manager: mgr}
 	lc.Append(fx.Hook{
