@@ -8,20 +8,31 @@ import (
 	"slices"
 	"sync"
 
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 )
 
-// readinessTracker is the manager.Manager that modules get. It behaves as
+// tenantManager is the manager.Manager that modules get. It behaves as
 // the manager it wraps, but remembers every runnable that warms up (each
 // controller, with warm-up on), so that Spawn can wait until their sources
-// have synced.
-type readinessTracker struct {
+// have synced, and it reaches the cluster through the cluster's one HTTP
+// client (GetHTTPClient, GetAPIReader), as its cache and client do.
+type tenantManager struct {
 	manager.Manager
+	httpClient *http.Client
+	apiReader  client.Reader
 
 	mu      sync.Mutex
 	warmups []<-chan struct{}
 }
+
+// GetHTTPClient is the cluster's one HTTP client.
+func (m *tenantManager) GetHTTPClient() *http.Client { return m.httpClient }
+
+// GetAPIReader reads straight from the API server, through the cluster's
+// one HTTP client.
+func (m *tenantManager) GetAPIReader() client.Reader { return m.apiReader }
 
 // warmupRunnable is what controller-runtime's manager calls Warmup on before
 // it starts a runnable.
@@ -30,7 +41,7 @@ type warmupRunnable interface {
 }
 
 // Add implements manager.Manager.
-func (m *readinessTracker) Add(r manager.Runnable) error {
+func (m *tenantManager) Add(r manager.Runnable) error {
 	if w, ok := r.(warmupRunnable); ok {
 		done := make(chan struct{})
 		m.mu.Lock()
@@ -43,7 +54,7 @@ func (m *readinessTracker) Add(r manager.Runnable) error {
 
 // waitReady returns once every runnable added so far has warmed up and the
 // cache has synced, or with an error when ctx ends first.
-func (m *readinessTracker) waitReady(ctx context.Context) error {
+func (m *tenantManager) waitReady(ctx context.Context) error {
 	m.mu.Lock()
 	warmups := slices.Clone(m.warmups)
 	m.mu.Unlock()

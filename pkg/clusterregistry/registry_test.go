@@ -194,8 +194,8 @@ func TestSpawnStopCyclesLeakNoGoroutine(t *testing.T) {
 }
 
 // A cluster talks to its API server over one connection: the first check,
-// the REST mapper's discovery, the cache's watches and the client's
-// requests share it.
+// the REST mapper's discovery, the cache's watches, the client's requests
+// and the manager's API reader share it.
 func TestAClusterOpensOneConnection(t *testing.T) {
 	var dials atomic.Int64
 	cfg := rest.CopyConfig(shared.Tenants[0].Config())
@@ -204,7 +204,8 @@ func TestAClusterOpensOneConnection(t *testing.T) {
 		dials.Add(1)
 		return d.DialContext(ctx, network, address)
 	}
-	r := newRegistry(t, clusterregistry.Options{}, copyModule)
+	managers := make(chan manager.Manager, 1)
+	r := newRegistry(t, clusterregistry.Options{}, copyModule, fx.Invoke(func(m manager.Manager) { managers <- m }))
 	if err := r.Spawn("one-connection", cfg); err != nil {
 		t.Fatal(err)
 	}
@@ -213,6 +214,15 @@ func TestAClusterOpensOneConnection(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
+	mgr := <-managers
+	if err := mgr.GetAPIReader().List(t.Context(), &corev1.SecretList{}); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := mgr.GetHTTPClient().Get(mgr.GetConfig().Host + "/version")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = resp.Body.Close()
 	if n := dials.Load(); n != 1 {
 		t.Errorf("the cluster dialled its API server %d times; want once", n)
 	}

@@ -209,7 +209,12 @@ func (r *RemoteClusterRegistry) newManager(lc fx.Lifecycle, t *tenant, cfg *rest
 	if err != nil {
 		return nil, fmt.Errorf("building manager: %w", err)
 	}
-	tracked := &readinessTracker{Manager: mgr}
+	// controller-runtime builds its API reader on an HTTP client of its own.
+	apiReader, err := client.New(cfg, client.Options{HTTPClient: t.httpClient, Scheme: mgr.GetScheme(), Mapper: mgr.GetRESTMapper()})
+	if err != nil {
+		return nil, fmt.Errorf("building the API reader: %w", err)
+	}
+	tracked := &tenantManager{Manager: mgr, httpClient: t.httpClient, apiReader: apiReader}
 	lc.Append(fx.Hook{
 		OnStart: func(ctx context.Context) error { return t.startManager(ctx, tracked) },
 		OnStop:  func(ctx context.Context) error { return t.stopManager(ctx) },
@@ -218,7 +223,7 @@ func (r *RemoteClusterRegistry) newManager(lc fx.Lifecycle, t *tenant, cfg *rest
 }
 
 // startManager starts mgr and waits until it is ready, it fails, or ctx ends.
-func (t *tenant) startManager(ctx context.Context, mgr *readinessTracker) error {
+func (t *tenant) startManager(ctx context.Context, mgr *tenantManager) error {
 	runCtx, cancel := context.WithCancel(context.Background())
 	t.cancelRun = cancel
 	go func() {
