@@ -59,8 +59,11 @@
 // reconciler, sees the failure and re-spawns. A cluster's failure never
 // touches another's, and never ends the process.
 //
-// A cluster holds one connection to its API server: its health checks go
-// through its manager's HTTP client. Its cache holds objects without their
+// A cluster holds one connection to its API server: the first check of a
+// spawn, the health checks, and the manager's cache, client, API reader,
+// REST mapper and GetHTTPClient all go through one HTTP client. (Events go
+// through controller-runtime's recorder, which opens a connection of its
+// own with the first event.) Its cache holds objects without their
 // managed fields (Options.KeepManagedFields keeps them); an update of an
 // object read from it leaves the API server's managed fields as they are.
 //
