@@ -4,6 +4,9 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"os"
+	"path/filepath"
+	"runtime/pprof"
 	"slices"
 	"time"
 
@@ -113,6 +116,9 @@ func (b *bench) spawn(ctx context.Context) ([]result, error) {
 		return nil, err
 	}
 	before := settledGoroutines(0)
+	if err := b.saveGoroutines("goroutines-before-spawns.txt"); err != nil {
+		return nil, err
+	}
 	var spawns, stops []time.Duration
 	for i := range b.o.SpawnClusters {
 		name := fmt.Sprintf("spawn-%d", i)
@@ -128,6 +134,9 @@ func (b *bench) spawn(ctx context.Context) ([]result, error) {
 		stops = append(stops, time.Since(began))
 	}
 	left := max(settledGoroutines(before)-before, 0)
+	if err := b.saveGoroutines("goroutines-after-stops.txt"); err != nil {
+		return nil, err
+	}
 	n := fmt.Sprintf("%d clusters, every built-in syncer", b.o.SpawnClusters)
 	return []result{
 		ms("spawn p50 (to caches synced)", percentile(spawns, 50), "<= 100 ms", n),
@@ -136,6 +145,23 @@ func (b *bench) spawn(ctx context.Context) ([]result, error) {
 		ms("stop p99", percentile(stops, 99), "", n),
 		{Name: "goroutines left after stops", Value: float64(left), Unit: "goroutines", Target: "0", Met: ptrBool(left <= 0)},
 	}, nil
+}
+
+// saveGoroutines saves this process's goroutines, with their stacks, as
+// file name of the Profiles directory, if one is set.
+func (b *bench) saveGoroutines(name string) error {
+	if b.o.Profiles == "" {
+		return nil
+	}
+	f, err := os.Create(filepath.Join(b.o.Profiles, name))
+	if err != nil {
+		return err
+	}
+	if err := pprof.Lookup("goroutine").WriteTo(f, 1); err != nil {
+		_ = f.Close()
+		return fmt.Errorf("saving the goroutines: %w", err)
+	}
+	return f.Close()
 }
 
 // memory measures the heap that idle spawned tenants hold.
