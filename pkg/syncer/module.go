@@ -197,7 +197,7 @@ func setup(mgr manager.Manager, cluster string, log logr.Logger, hub *Hub, opts 
 	rep := &reporter{cluster: cluster, read: hub.Reader(), scheme: mgr.GetScheme(), activity: act, types: map[string]syncedType{}}
 	if opts.StatusReporter != nil {
 		if err := mgr.Add(manager.RunnableFunc(func(ctx context.Context) error {
-			rep.run(ctx, log.WithName("report"), opts.ReportPeriod, opts.StatusReporter)
+			rep.run(ctx, log.WithName("report"), opts.ReportPeriod, opts.StatusReporter, controllers.group.Settled)
 			return nil
 		})); err != nil {
 			return err

@@ -59,7 +59,7 @@ func (r SyncReport) changed(last *SyncReport) bool {
 }
 
 // urgent says whether the report tells news that should not wait for
-// MinReportInterval: the first report, an error that appears or goes, the
+// MinReportInterval: the first report (see reporter.run), an error that appears or goes, the
 // first refusal or the last one gone. A lag waits: every tenant of a
 // manager that starts 1,000 has one, for seconds, and two status writes
 // each in the minute after, while the host still serves the start, made
@@ -77,6 +77,20 @@ func withoutTime(e *SyncError) *SyncError {
 	c := *e
 	c.Time = time.Time{}
 	return &c
+}
+
+// due says whether report now is to be told, last having been told at
+// toldAt (nil: none was yet); settled says whether the first report may
+// be told.
+func due(now SyncReport, last *SyncReport, toldAt time.Time, settled bool) bool {
+	switch {
+	case last == nil:
+		return settled
+	case !now.changed(last):
+		return false
+	default:
+		return now.urgent(last) || time.Since(toldAt) >= MinReportInterval
+	}
 }
 
 // MinReportInterval is the least time between two reports a tenant's
@@ -240,15 +254,19 @@ func (r *reporter) report(ctx context.Context) (SyncReport, error) {
 
 // run tells to the report, looked at every period, when it changed: at
 // once when the change is urgent, else at most once per
-// MinReportInterval; until ctx ends. The longest lag since the report last
-// told is told, not only the last period's.
-func (r *reporter) run(ctx context.Context, log logr.Logger, period time.Duration, to StatusReporter) {
+// MinReportInterval; until ctx ends. The first report waits until settled
+// says the work of the start is done, for up to MinReportInterval, so
+// that it tells what the first sync made rather than a part of it (and
+// a second write does not follow it within the minute). The longest lag
+// since the report last told is told, not only the last period's.
+func (r *reporter) run(ctx context.Context, log logr.Logger, period time.Duration, to StatusReporter, settled func() bool) {
 	var (
 		last    *SyncReport
 		toldAt  time.Time
 		lag     time.Duration // the longest since the last report told
 		failing bool          // the last write failed: the next failure logs quietly
 	)
+	began := time.Now()
 	tick := time.NewTicker(period)
 	defer tick.Stop()
 	for {
@@ -260,7 +278,7 @@ func (r *reporter) run(ctx context.Context, log logr.Logger, period time.Duratio
 		switch {
 		case err != nil:
 			log.V(1).Info("cannot make the sync report yet", "error", err.Error())
-		case !now.changed(last), !now.urgent(last) && time.Since(toldAt) < MinReportInterval:
+		case !due(now, last, toldAt, time.Since(began) >= MinReportInterval || settled()):
 		default:
 			if err := to(ctx, now); err != nil {
 				if !failing {

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
 )
 
 // The report counts the refusals of the last hour only, and keeps the last
@@ -98,5 +99,32 @@ func TestSyncReportChanged(t *testing.T) {
 	}
 	if !base.changed(&SyncReport{Objects: map[string]int{"configmaps": 1}}) {
 		t.Error("a first write is not news")
+	}
+}
+
+// The first report waits until the start's work is settled; later ones
+// are told when they change: at once when urgent, else after
+// MinReportInterval.
+func TestReportDue(t *testing.T) {
+	counts := func(n int) SyncReport { return SyncReport{Objects: map[string]int{"configmaps": n}} }
+	justNow, longAgo := time.Now(), time.Now().Add(-2*MinReportInterval)
+	for _, tc := range []struct {
+		name    string
+		now     SyncReport
+		last    *SyncReport
+		toldAt  time.Time
+		settled bool
+		want    bool
+	}{
+		{"the first, while the start's work goes on", counts(1), nil, time.Time{}, false, false},
+		{"the first, once settled", counts(3), nil, time.Time{}, true, true},
+		{"no change", counts(3), ptr.To(counts(3)), longAgo, true, false},
+		{"a new count, just after the last", counts(4), ptr.To(counts(3)), justNow, true, false},
+		{"a new count, a while after the last", counts(4), ptr.To(counts(3)), longAgo, true, true},
+		{"a first refusal, just after the last", SyncReport{Refusals: 1}, &SyncReport{}, justNow, true, true},
+	} {
+		if got := due(tc.now, tc.last, tc.toldAt, tc.settled); got != tc.want {
+			t.Errorf("%s: due = %t, want %t", tc.name, got, tc.want)
+		}
 	}
 }

@@ -14,6 +14,8 @@ type Group struct {
 	// ctx is Start's, set once the group runs: a Controller added then
 	// starts at once.
 	ctx context.Context
+	// started is set once Start's Controllers have synced and work.
+	started bool
 	// late counts the Controllers added after the start whose sources are
 	// still starting; failed hears the first that fails.
 	late   sync.WaitGroup
@@ -83,6 +85,9 @@ func (g *Group) Start(ctx context.Context) error {
 		for _, c := range controllers {
 			c.work(ctx)
 		}
+		g.mu.Lock()
+		g.started = true
+		g.mu.Unlock()
 		select {
 		case <-ctx.Done():
 		case err = <-g.failed:
@@ -99,6 +104,25 @@ func (g *Group) Start(ctx context.Context) error {
 		c.queue.wait()
 	}
 	return err
+}
+
+// Settled says whether the group has started, its Controllers synced,
+// and none of them has an item queued or in hand: the work that the
+// start brought is done. Items waiting out a delay (a retry, a requeue
+// after some time) do not count.
+func (g *Group) Settled() bool {
+	g.mu.Lock()
+	started := g.started
+	g.mu.Unlock()
+	if !started {
+		return false
+	}
+	for _, c := range g.added() {
+		if c.queue.busy() {
+			return false
+		}
+	}
+	return true
 }
 
 func (g *Group) added() []*Controller {

@@ -70,3 +70,51 @@ func TestGroup(t *testing.T) {
 		t.Fatal("a late controller that cannot start did not stop the group")
 	}
 }
+
+// A Group is settled once it has started and no Controller has an item
+// queued or in hand; an item waiting out a delay does not count.
+func TestGroupSettled(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	release := make(chan struct{})
+	var reconciles atomic.Int32
+	c := New(Options{Name: "held"}, reconcileFunc(func(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
+		if reconciles.Add(1) == 1 {
+			select {
+			case <-release:
+			case <-ctx.Done():
+			}
+		}
+		return reconcile.Result{}, nil
+	}))
+	if err := c.Watch(source.Func(func(_ context.Context, q workqueue.TypedRateLimitingInterface[reconcile.Request]) error {
+		q.Add(request("first"))
+		return nil
+	})); err != nil {
+		t.Fatal(err)
+	}
+	g := NewGroup()
+	g.Add(c)
+	if g.Settled() {
+		t.Fatal("settled before it started")
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() { done <- g.Start(ctx) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Start: %v", err)
+		}
+	}()
+	eventually(t, "the first item in hand", func() bool { return reconciles.Load() == 1 })
+	if g.Settled() {
+		t.Error("settled with an item in a worker's hands")
+	}
+	c.queue.Add(request("second"))
+	close(release)
+	eventually(t, "settled once both items are done", func() bool { return g.Settled() && reconciles.Load() == 2 })
+	c.queue.AddAfter(request("later"), time.Hour)
+	if !g.Settled() {
+		t.Error("an item waiting out a delay of an hour counts as work in hand")
+	}
+}

@@ -213,6 +213,14 @@ func (q *queue) Len() int {
 	return len(q.ready)
 }
 
+// busy says whether an item is queued or in a worker's hands; items
+// waiting out a delay are not.
+func (q *queue) busy() bool {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return len(q.dirty) > 0 || len(q.processing) > 0
+}
+
 // AddAfter implements workqueue.TypedDelayingInterface, with a timer that
 // exists only while the item waits.
 func (q *queue) AddAfter(item reconcile.Request, d time.Duration) {
