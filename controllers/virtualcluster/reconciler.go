@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -71,6 +72,11 @@ type Reconciler struct {
 	// spawnedFrom is the digest of the kubeconfig each running cluster was
 	// spawned from, to tell a rotated Secret from an unchanged one.
 	spawnedFrom map[string][sha256.Size]byte
+	// superseded holds, per VirtualCluster, the resourceVersions that the
+	// reconciler's own writes of it replaced since the cache last caught
+	// up: a VirtualCluster read at one of them comes from a cache that has
+	// not seen those writes yet.
+	superseded map[string][]string
 	// hostUID is the host's kube-system namespace UID, once read.
 	hostUIDMu sync.Mutex
 	hostUID   types.UID
@@ -125,6 +131,11 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		}
 		return ctrl.Result{}, fmt.Errorf("reading VirtualCluster %s: %w", name, err)
 	}
+	if r.behindOwnWrites(&vc) {
+		// Acting on it would write again what was written (and tell its
+		// Event twice); the watch event of those writes brings it back.
+		return ctrl.Result{RequeueAfter: ownWritesRecheck}, nil
+	}
 	if r.Shards != nil {
 		if res, runsHere, err := r.claim(ctx, &vc); !runsHere {
 			r.forget(name)
@@ -153,9 +164,11 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		}
 		patch := client.MergeFrom(vc.DeepCopy())
 		controllerutil.AddFinalizer(&vc, tenantryv1alpha1.Finalizer)
+		read := vc.ResourceVersion
 		if err := r.Client.Patch(ctx, &vc, patch); err != nil {
 			return ctrl.Result{}, fmt.Errorf("adding finalizer to %s: %w", name, err)
 		}
+		r.wrote(name, read)
 	}
 
 	outcome := r.reconcileCluster(ctx, &vc, kc)
@@ -584,6 +597,9 @@ func (r *Reconciler) keepNodes(ctx context.Context, vc *tenantryv1alpha1.Virtual
 // or another replica runs it.
 func (r *Reconciler) forget(name string) {
 	forgetReady(name)
+	r.mu.Lock()
+	delete(r.superseded, name)
+	r.mu.Unlock()
 	if r.Nodes != nil {
 		r.Nodes.Forget(name)
 	}
@@ -632,9 +648,11 @@ func (r *Reconciler) updateStatus(ctx context.Context, vc *tenantryv1alpha1.Virt
 		if err := r.fenced(vc.Name); err != nil {
 			return err
 		}
+		read := vc.ResourceVersion
 		if err := r.Client.Status().Patch(ctx, vc, patch); err != nil {
 			return fmt.Errorf("updating status of %s: %w", vc.Name, err)
 		}
+		r.wrote(vc.Name, read)
 	}
 
 	switch {
@@ -648,6 +666,35 @@ func (r *Reconciler) updateStatus(ctx context.Context, vc *tenantryv1alpha1.Virt
 		r.Recorder.Eventf(vc, nil, eventType, out.reason, "Reconcile", "%s", out.message)
 	}
 	return nil
+}
+
+// ownWritesRecheck is when a VirtualCluster read from behind the
+// reconciler's own writes is looked at again, should the watch event of
+// those writes not come first.
+const ownWritesRecheck = time.Second
+
+// wrote records that a write of VirtualCluster name replaced it at
+// resourceVersion read.
+func (r *Reconciler) wrote(name, read string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.superseded == nil {
+		r.superseded = map[string][]string{}
+	}
+	r.superseded[name] = append(r.superseded[name], read)
+}
+
+// behindOwnWrites says whether vc was read at a resourceVersion that the
+// reconciler's own writes replaced. A read past them (the writes seen, or
+// someone else's later write) forgets them.
+func (r *Reconciler) behindOwnWrites(vc *tenantryv1alpha1.VirtualCluster) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if slices.Contains(r.superseded[vc.Name], vc.ResourceVersion) {
+		return true
+	}
+	delete(r.superseded, vc.Name)
+	return false
 }
 
 func (r *Reconciler) digest(name string) [sha256.Size]byte {

@@ -206,3 +206,128 @@ func TestKubeconfigOfTheHostIsRefused(t *testing.T) {
 	}
 	t.Logf("Ready=False %s: %s", c.Reason, c.Message)
 }
+
+// staleClient reads, while stale is set, that VirtualCluster in place of
+// the one in the host: a cache that has not caught up. It counts the
+// writes of VirtualClusters, and keeps each as the write left it.
+type staleClient struct {
+	client.Client
+	stale   atomic.Pointer[tenantryv1alpha1.VirtualCluster]
+	writes  atomic.Int32
+	written []*tenantryv1alpha1.VirtualCluster
+}
+
+func (c *staleClient) Get(ctx context.Context, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+	if vc, ok := obj.(*tenantryv1alpha1.VirtualCluster); ok {
+		if stale := c.stale.Load(); stale != nil && stale.Name == key.Name {
+			stale.DeepCopyInto(vc)
+			return nil
+		}
+	}
+	return c.Client.Get(ctx, key, obj, opts...)
+}
+
+func (c *staleClient) Patch(ctx context.Context, obj client.Object, patch client.Patch, opts ...client.PatchOption) error {
+	err := c.Client.Patch(ctx, obj, patch, opts...)
+	c.count(obj, err)
+	return err
+}
+
+func (c *staleClient) Status() client.SubResourceWriter { return staleStatus{c} }
+
+func (c *staleClient) count(obj client.Object, err error) {
+	if vc, ok := obj.(*tenantryv1alpha1.VirtualCluster); ok && err == nil {
+		c.writes.Add(1)
+		c.written = append(c.written, vc.DeepCopy())
+	}
+}
+
+type staleStatus struct{ c *staleClient }
+
+func (s staleStatus) Create(ctx context.Context, obj, sub client.Object, opts ...client.SubResourceCreateOption) error {
+	return s.c.Client.Status().Create(ctx, obj, sub, opts...)
+}
+
+func (s staleStatus) Update(ctx context.Context, obj client.Object, opts ...client.SubResourceUpdateOption) error {
+	err := s.c.Client.Status().Update(ctx, obj, opts...)
+	s.c.count(obj, err)
+	return err
+}
+
+func (s staleStatus) Patch(ctx context.Context, obj client.Object, patch client.Patch, opts ...client.SubResourcePatchOption) error {
+	err := s.c.Client.Status().Patch(ctx, obj, patch, opts...)
+	s.c.count(obj, err)
+	return err
+}
+
+func (s staleStatus) Apply(ctx context.Context, obj runtime.ApplyConfiguration, opts ...client.SubResourceApplyOption) error {
+	return s.c.Client.Status().Apply(ctx, obj, opts...)
+}
+
+// A reconcile that reads the VirtualCluster as it was before the last
+// reconcile's own writes, from a cache behind them, writes nothing and
+// tells no Event again: it waits for the cache.
+func TestReadBehindOwnWritesWritesNothing(t *testing.T) {
+	env, host := startHost(t, 1)
+	kubeconfig, err := env.Tenants[0].Kubeconfig()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := t.Context()
+	_, created := createVirtualCluster(t, host, "behind", kubeconfig)
+	c := &staleClient{Client: host}
+	r, _ := newReconciler(t, host, host)
+	r.Client = c
+	recorder := r.Recorder.(*events.FakeRecorder)
+	reconcile := func() (ctrl.Result, error) {
+		return r.Reconcile(ctx, ctrl.Request{NamespacedName: client.ObjectKeyFromObject(created)})
+	}
+	eventsTold := func() []string {
+		var told []string
+		for {
+			select {
+			case e := <-recorder.Events:
+				told = append(told, e)
+			default:
+				return told
+			}
+		}
+	}
+
+	if _, err := reconcile(); err != nil {
+		t.Fatal(err)
+	}
+	// The finalizer, then the status.
+	if len(c.written) != 2 {
+		t.Fatalf("the first reconcile wrote the VirtualCluster %d times; want 2", len(c.written))
+	}
+	finalized, ready := c.written[0], c.written[1]
+	if cond := meta.FindStatusCondition(ready.Status.Conditions, tenantryv1alpha1.ConditionReady); cond == nil || cond.Status != metav1.ConditionTrue {
+		t.Fatalf("after the first reconcile, Ready = %+v", cond)
+	}
+	if told := eventsTold(); len(told) != 1 {
+		t.Fatalf("the first reconcile told %q; want one Event", told)
+	}
+
+	// Read before the writes, between them (the cache has the finalizer,
+	// not the status: the reconcile that the finalizer's watch event
+	// brings), and after them.
+	for _, read := range []*tenantryv1alpha1.VirtualCluster{created, finalized, ready} {
+		behind := read != ready
+		c.stale.Store(read)
+		before := c.writes.Load()
+		res, err := reconcile()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n := c.writes.Load() - before; n != 0 {
+			t.Errorf("read at resourceVersion %s: the VirtualCluster was written %d times again", read.ResourceVersion, n)
+		}
+		if told := eventsTold(); len(told) != 0 {
+			t.Errorf("read at resourceVersion %s: told %q again", read.ResourceVersion, told)
+		}
+		if behind != (res.RequeueAfter > 0) {
+			t.Errorf("read at resourceVersion %s: result %+v", read.ResourceVersion, res)
+		}
+	}
+}
