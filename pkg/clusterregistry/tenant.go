@@ -122,8 +122,8 @@ func (r *RemoteClusterRegistry) startTenant(c *cluster, config *rest.Config) (_ 
 
 	// One HTTP client, so one connection (and one TLS handshake) per
 	// cluster: a first check through it, before anything is built, then
-	// the manager's cache, client and REST mapper, and the health checks
-	// (newManager).
+	// the health checks, and the manager's cache, client, API reader and
+	// REST mapper (newManager).
 	var err error
 	if t.httpClient, err = rest.HTTPClientFor(cfg); err != nil {
 		return nil, fmt.Errorf("cluster %q: building HTTP client: %w", c.name, err)

@@ -59,11 +59,11 @@ func (r SyncReport) changed(last *SyncReport) bool {
 }
 
 // urgent says whether the report tells news that should not wait for
-// MinReportInterval: the first report (see reporter.run), an error that appears or goes, the
-// first refusal or the last one gone. A lag waits: every tenant of a
-// manager that starts 1,000 has one, for seconds, and two status writes
-// each in the minute after, while the host still serves the start, made
-// that start slower.
+// MinReportInterval: the first report (once the start's work is done, see
+// reporter.run), an error that appears or goes, the first refusal or the
+// last one gone. A lag waits: every tenant of a manager that starts 1,000
+// has one, for seconds, and two status writes each in the minute after,
+// while the host still serves the start, made that start slower.
 func (r SyncReport) urgent(last *SyncReport) bool {
 	return last == nil ||
 		(r.LastError == nil) != (last.LastError == nil) ||
