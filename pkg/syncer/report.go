@@ -80,12 +80,11 @@ func withoutTime(e *SyncError) *SyncError {
 }
 
 // due says whether report now is to be told, last having been told at
-// toldAt (nil: none was yet); settled says whether the first report may
-// be told.
-func due(now SyncReport, last *SyncReport, toldAt time.Time, settled bool) bool {
+// toldAt (nil: none was yet, and the first is due).
+func due(now SyncReport, last *SyncReport, toldAt time.Time) bool {
 	switch {
 	case last == nil:
-		return settled
+		return true
 	case !now.changed(last):
 		return false
 	default:
@@ -269,32 +268,49 @@ func (r *reporter) run(ctx context.Context, log logr.Logger, period time.Duratio
 	began := time.Now()
 	tick := time.NewTicker(period)
 	defer tick.Stop()
+	// Until the first report is made, the end of the start's work is
+	// looked for every firstReportPoll, so that the report follows it
+	// closely rather than up to a period later.
+	poll := time.NewTicker(firstReportPoll)
+	defer poll.Stop()
 	for {
-		now, err := r.report(ctx)
-		if err == nil {
-			lag = max(lag, now.Lag)
-			now.Lag = lag
-		}
-		switch {
-		case err != nil:
-			log.V(1).Info("cannot make the sync report yet", "error", err.Error())
-		case !due(now, last, toldAt, time.Since(began) >= MinReportInterval || settled()):
-		default:
-			if err := to(ctx, now); err != nil {
-				if !failing {
-					log.Info("cannot write the sync report; retrying", "error", err.Error())
-				} else {
-					log.V(1).Info("cannot write the sync report yet", "error", err.Error())
-				}
-				failing = true
-				break
+		first := last == nil
+		mayTell := !first || settled() || time.Since(began) >= MinReportInterval
+		if mayTell {
+			if first {
+				poll.Stop() // made once: a failed write is retried each period
 			}
-			last, toldAt, lag, failing = &now, time.Now(), 0, false
+			now, err := r.report(ctx)
+			if err == nil {
+				lag = max(lag, now.Lag)
+				now.Lag = lag
+			}
+			switch {
+			case err != nil:
+				log.V(1).Info("cannot make the sync report yet", "error", err.Error())
+			case !due(now, last, toldAt):
+			default:
+				if err := to(ctx, now); err != nil {
+					if !failing {
+						log.Info("cannot write the sync report; retrying", "error", err.Error())
+					} else {
+						log.V(1).Info("cannot write the sync report yet", "error", err.Error())
+					}
+					failing = true
+					break
+				}
+				last, toldAt, lag, failing = &now, time.Now(), 0, false
+			}
 		}
 		select {
 		case <-ctx.Done():
 			return
 		case <-tick.C:
+		case <-poll.C:
 		}
 	}
 }
+
+// firstReportPoll is how often a tenant's reporter looks whether the work
+// of the start is done, until it has made its first report.
+const firstReportPoll = time.Second

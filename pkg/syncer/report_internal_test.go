@@ -1,9 +1,13 @@
 package syncer
 
 import (
+	"context"
 	"errors"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/go-logr/logr"
 
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
@@ -102,29 +106,58 @@ func TestSyncReportChanged(t *testing.T) {
 	}
 }
 
-// The first report waits until the start's work is settled; later ones
-// are told when they change: at once when urgent, else after
+// A report is told when it changed: the first at once (run waits for the
+// start's work to be done), later ones at once when urgent, else after
 // MinReportInterval.
 func TestReportDue(t *testing.T) {
 	counts := func(n int) SyncReport { return SyncReport{Objects: map[string]int{"configmaps": n}} }
 	justNow, longAgo := time.Now(), time.Now().Add(-2*MinReportInterval)
 	for _, tc := range []struct {
-		name    string
-		now     SyncReport
-		last    *SyncReport
-		toldAt  time.Time
-		settled bool
-		want    bool
+		name   string
+		now    SyncReport
+		last   *SyncReport
+		toldAt time.Time
+		want   bool
 	}{
-		{"the first, while the start's work goes on", counts(1), nil, time.Time{}, false, false},
-		{"the first, once settled", counts(3), nil, time.Time{}, true, true},
-		{"no change", counts(3), ptr.To(counts(3)), longAgo, true, false},
-		{"a new count, just after the last", counts(4), ptr.To(counts(3)), justNow, true, false},
-		{"a new count, a while after the last", counts(4), ptr.To(counts(3)), longAgo, true, true},
-		{"a first refusal, just after the last", SyncReport{Refusals: 1}, &SyncReport{}, justNow, true, true},
+		{"the first", counts(3), nil, time.Time{}, true},
+		{"no change", counts(3), ptr.To(counts(3)), longAgo, false},
+		{"a new count, just after the last", counts(4), ptr.To(counts(3)), justNow, false},
+		{"a new count, a while after the last", counts(4), ptr.To(counts(3)), longAgo, true},
+		{"a first refusal, just after the last", SyncReport{Refusals: 1}, &SyncReport{}, justNow, true},
 	} {
-		if got := due(tc.now, tc.last, tc.toldAt, tc.settled); got != tc.want {
+		if got := due(tc.now, tc.last, tc.toldAt); got != tc.want {
 			t.Errorf("%s: due = %t, want %t", tc.name, got, tc.want)
 		}
+	}
+}
+
+// The first report waits until the start's work is done, and follows it
+// within a poll, not a period; a period is long here, so that only the
+// poll can bring it.
+func TestFirstReportWaitsForTheStartsWork(t *testing.T) {
+	r := &reporter{cluster: "c", activity: &activity{}, types: map[string]syncedType{}}
+	var settled atomic.Bool
+	told := make(chan SyncReport, 10)
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		r.run(ctx, logr.Discard(), time.Hour, func(_ context.Context, report SyncReport) error {
+			told <- report
+			return nil
+		}, settled.Load)
+	}()
+	defer func() { cancel(); <-done }()
+
+	select {
+	case <-told:
+		t.Fatal("the first report was told while the start's work went on")
+	case <-time.After(3 * firstReportPoll): // a window for nothing to happen, not a wait for a state
+	}
+	settled.Store(true)
+	select {
+	case <-told:
+	case <-time.After(10 * firstReportPoll):
+		t.Fatal("the first report was not told once the start's work was done")
 	}
 }
