@@ -102,9 +102,12 @@ type Options struct {
 	// bin/manager's (throughput-manager.cpu) and the host API server's
 	// (throughput-apiserver.cpu), and of its raw runs, the host API
 	// server's (raw-apiserver.cpu, paced-apiserver.cpu); at each scale
-	// count N, bin/manager's
-	// start-N.cpu, its first 20 s, and heap-N, goroutines-N.txt and
-	// metrics-N.txt, once Ready.
+	// count N, of the start's first 30 s, bin/manager's (start-N.cpu), the
+	// host API server's (start-N-host-apiserver.cpu) and one tenant API
+	// server's (start-N-tenant-apiserver.cpu), and bin/manager's heap-N,
+	// goroutines-N.txt and metrics-N.txt once Ready; and the bench's own
+	// goroutines around the spawn step's stops
+	// (goroutines-before-spawns.txt, goroutines-after-stops.txt).
 	Profiles string
 	// Args are the command-line flags the run was given, for the command
 	// the report records: make bench (bin/tenantry bench Args...).

@@ -51,8 +51,9 @@ var benchCommand = command{
 		fs.IntVar(&o.PodSamples, "pod-samples", o.PodSamples, "Pods created, at --latency-rate, for the Pod start figures.")
 		fs.IntVar(&o.ThroughputObjects, "throughput-objects", o.ThroughputObjects, "ConfigMaps created, in all, for the throughput figure.")
 		fs.IntVar(&o.ThroughputWriters, "throughput-writers", o.ThroughputWriters, "Writers creating them, spread over the tenants.")
-		fs.StringVar(&o.Profiles, "profiles", o.Profiles, "Write bin/manager's profiles to this directory: a CPU profile of the throughput run, "+
-			"and at each scale count of the start, with the heap and goroutines once Ready (read them with go tool pprof).")
+		fs.StringVar(&o.Profiles, "profiles", o.Profiles, "Write profiles to this directory: CPU profiles of bin/manager and the host API server over the throughput runs, "+
+			"and at each scale count of bin/manager, the host and a tenant API server over the start, with bin/manager's heap and goroutines once Ready; "+
+			"and the goroutines around the spawn step's stops (read them with go tool pprof).")
 		return func(ctx context.Context, in invocation) error {
 			if o.Assets == "" {
 				o.Assets = defaultAssets()
