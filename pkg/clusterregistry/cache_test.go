@@ -2,13 +2,11 @@ package clusterregistry_test
 
 import (
 	"context"
-	"fmt"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes/scheme"
 	toolscache "k8s.io/client-go/tools/cache"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
@@ -25,15 +23,8 @@ func TestNotifyingCacheWaitsForHandlers(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()
 	tenant := newClient(t, shared.Tenants[0])
-	ns := unique("notify")
-	ensureNamespace(t, tenant, ns)
 	const existing = 40
-	for i := range existing {
-		cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: fmt.Sprintf("cm-%d", i)}}
-		if err := tenant.Create(ctx, cm); err != nil {
-			t.Fatalf("creating ConfigMap: %v", err)
-		}
-	}
+	ns := namespaceWithConfigMaps(t, tenant, "notify", existing)
 
 	c, err := clusterregistry.NewNotifyingCache(shared.Tenants[0].Config(), cache.Options{Scheme: scheme.Scheme})
 	if err != nil {

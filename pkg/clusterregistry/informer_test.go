@@ -77,15 +77,8 @@ func TestDirectInformerKeepsTheInformerPromises(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()
 	tenant := newClient(t, shared.Tenants[0])
-	ns := unique("direct")
-	ensureNamespace(t, tenant, ns)
 	const existing = 5
-	for i := range existing {
-		cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: fmt.Sprintf("cm-%d", i)}}
-		if err := tenant.Create(ctx, cm); err != nil {
-			t.Fatalf("creating ConfigMap: %v", err)
-		}
-	}
+	ns := namespaceWithConfigMaps(t, tenant, "direct", existing)
 	clientset := kubernetes.NewForConfigOrDie(shared.Tenants[0].Config())
 	lw := toolscache.NewListWatchFromClient(clientset.CoreV1().RESTClient(), "configmaps", ns, fields.Everything())
 	informer := clusterregistry.NewDirectInformer(lw, &corev1.ConfigMap{}, 0, toolscache.Indexers{})

@@ -106,6 +106,21 @@ func ensureNamespace(t testing.TB, c client.Client, name string) {
 	}
 }
 
+// namespaceWithConfigMaps creates a namespace named after prefix, holding
+// n ConfigMaps cm-0 ... cm-<n-1>, and returns its name.
+func namespaceWithConfigMaps(t testing.TB, c client.Client, prefix string, n int) string {
+	t.Helper()
+	ns := unique(prefix)
+	ensureNamespace(t, c, ns)
+	for i := range n {
+		cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: fmt.Sprintf("cm-%d", i)}}
+		if err := c.Create(t.Context(), cm); err != nil {
+			t.Fatalf("creating ConfigMap: %v", err)
+		}
+	}
+	return ns
+}
+
 // createLabelled creates a ConfigMap that copyModule copies.
 func createLabelled(t testing.TB, c client.Client, name, value string) {
 	t.Helper()
