@@ -2,12 +2,17 @@ package bench
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
+	"flag"
+	"fmt"
 	"os"
 	"os/exec"
+	"os/signal"
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -111,7 +116,8 @@ func TestBenchSmall(t *testing.T) {
 	for _, want := range []string{"spawn p50 (to caches synced)", "heap per idle tenant", "added latency p99", "throughput ratio synced/raw",
 		"scale: 4 VirtualClusters Ready after a manager start", "scale: goroutines per idle tenant",
 		"scale: manager CPU per tenant start", "scale: manager RSS at 4 idle tenants",
-		"host requests per synced object", "manager CPU per synced object", "host API server CPU per synced object", "host API server CPU per raw create",
+		"host requests per synced object", "manager CPU per synced object", "floor pipeline CPU per copied object",
+		"manager CPU per synced object over the floor pipeline's", "host API server CPU per object copied by the floor pipeline", "host API server CPU per synced object", "host API server CPU per raw create",
 		"manager CPU per synced object, against the host API server's CPU per raw create", "host API server CPU per synced object, against per raw create", "scale: memory per synced object",
 		"Pod start p50 (tenant create -> Running in the tenant)", "up-sync p99",
 		"memory (RSS) of kube-controller-manager", "memory (RSS) of kwok",
@@ -136,5 +142,21 @@ func TestBenchSmall(t *testing.T) {
 func TestMain(m *testing.M) {
 	// As bin/tenantry does: the library's own loggers are quiet.
 	providers.SetProcessLoggers(logr.Discard())
+	// The sync step starts the floor pipeline from this binary, as it
+	// does from bin/tenantry.
+	if len(os.Args) > 1 && os.Args[1] == FloorCommand {
+		var o FloorOptions
+		fs := flag.NewFlagSet(FloorCommand, flag.ExitOnError)
+		o.BindFlags(fs)
+		_ = fs.Parse(os.Args[2:])
+		ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM)
+		err := RunFloorPipeline(ctx, o, os.Stdout)
+		stop()
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
 	os.Exit(m.Run())
 }

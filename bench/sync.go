@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"os"
+	"path/filepath"
 	"slices"
 	"time"
 
@@ -20,6 +22,7 @@ import (
 const (
 	latencyNamespace    = "bench-latency"
 	throughputNamespace = "bench-throughput"
+	floorNamespace      = "bench-floor"
 )
 
 // syncStep measures what a user of bin/manager sees, with its default
@@ -29,6 +32,9 @@ const (
 type syncStep struct {
 	*managerWorld
 	out io.Writer
+	// floor is the floor pipeline's process while it runs, when it, and
+	// not bin/manager, copies the objects.
+	floor *floorProcess
 }
 
 func syncName(i int) string { return fmt.Sprintf("sync-%d", i+1) }
@@ -178,20 +184,35 @@ func (s *syncStep) throughput(ctx context.Context) ([]result, error) {
 		return nil, fmt.Errorf("raw run, flat out: %w", err)
 	}
 
+	// The same objects once more, copied by the floor pipeline in
+	// bin/manager's place: what the stack itself costs per object.
+	floorRun, floorIdle, err := s.floorRun(ctx, func(i int) error {
+		return s.tenants[target(i)].Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: floorNamespace, Name: name(i)}})
+	}, name)
+	if err != nil {
+		return nil, fmt.Errorf("floor pipeline run: %w", err)
+	}
+
 	perObject := func(v float64) float64 { return v / float64(n) }
 	net := func(spent, perSecond float64, run timedRun) float64 {
 		return perObject(spent-perSecond*run.lastArrival.Seconds()) * 1000
 	}
-	managerCPU := net(syncedRun.cost.managerCPU, idle.managerCPU, syncedRun)
+	managerCPU := net(syncedRun.cost.pipelineCPU, idle.pipelineCPU, syncedRun)
+	floorCPU := net(floorRun.cost.pipelineCPU, floorIdle, floorRun)
 	hostSynced := net(syncedRun.cost.hostCPU, idle.hostCPU, syncedRun)
+	hostFloor := net(floorRun.cost.hostCPU, idle.hostCPU, floorRun)
 	hostPaced := net(pacedRun.cost.hostCPU, idle.hostCPU, pacedRun)
 	hostRaw := net(fastRun.cost.hostCPU, idle.hostCPU, fastRun)
 	requests := perObject(syncedRun.cost.hostRequests)
 	rawRate := float64(n) / fastRun.created.Seconds()
+	floorRate := float64(n) / floorRun.lastArrival.Seconds()
 	setup := fmt.Sprintf("bin/manager, %s; %d ConfigMaps by %d writers over %d tenants", s.managerFlags(), n, writers, len(s.tenants))
 	cpuNote := fmt.Sprintf("the process's CPU time over the run less its idle rate (manager %.1f ms/s, host API server %.1f ms/s over %s), per object; %s",
-		1000*idle.managerCPU, 1000*idle.hostCPU, idleWindow, setup)
+		1000*idle.pipelineCPU, 1000*idle.hostCPU, idleWindow, setup)
 	paced := fmt.Sprintf(", created in the host directly at the synced run's pace (%.0f/s, one at a time)", syncedRate)
+	floorNote := fmt.Sprintf("the floor pipeline (bench/floor.go: controller-runtime watches the tenants' objects and the copies, %d workers per tenant, "+
+		"one create per object, nothing else, no client rate limit) in bin/manager's place, the same writers; its CPU time less its idle rate (%.1f ms/s), per object (%.0f objects/s)",
+		floorWorkers, 1000*floorIdle, floorRate)
 	return []result{
 		{Name: "host requests per synced object", Value: round(requests, 3), Unit: "", Target: "<= 1.05", Met: ptrBool(requests <= 1.05),
 			Note: "bin/manager's rest_client_requests_total to the host over the synced run, per object"},
@@ -202,6 +223,12 @@ func (s *syncStep) throughput(ctx context.Context) ([]result, error) {
 		{Name: "host API server CPU per raw create, at the synced run's pace", Value: round(hostPaced, 3), Unit: "ms", Note: cpuNote + paced},
 		ratio("manager CPU per synced object, against the host API server's CPU per raw create", managerCPU, hostRaw, 0.3),
 		ratio("host API server CPU per synced object, against per raw create", hostSynced, hostRaw, 1.2),
+		{Name: "floor pipeline CPU per copied object", Value: round(floorCPU, 3), Unit: "ms", Note: floorNote},
+		{Name: "floor pipeline CPU per copied object, against the host API server's CPU per raw create", Value: round(floorCPU/hostRaw, 2), Unit: "x",
+			Note: "what the least pipeline on the same stack is to the same target"},
+		{Name: "manager CPU per synced object over the floor pipeline's", Value: round(managerCPU-floorCPU, 3), Unit: "ms",
+			Note: "what Tenantry's own work costs per object: translation, policy, digest, patrol, metrics, budget"},
+		{Name: "host API server CPU per object copied by the floor pipeline", Value: round(hostFloor, 3), Unit: "ms", Note: floorNote},
 		{Name: "throughput synced down", Value: round(syncedRate, 0), Unit: "objects/s", Note: setup + ", until the last copy is in the host"},
 		{Name: "raw host create rate (same writers)", Value: round(rawRate, 0), Unit: "objects/s", Note: setup + ", created in the host directly, flat out"},
 		{Name: "throughput ratio synced/raw", Value: round(syncedRate/rawRate, 2), Unit: "",
@@ -210,6 +237,53 @@ func (s *syncStep) throughput(ctx context.Context) ([]result, error) {
 			Note: setup + ", what the tenant API servers took while Tenantry synced"},
 		ms("last copy after the last tenant create", syncedRun.lastArrival-syncedRun.created, "", "how far the copies trail what the tenants take"),
 	}, nil
+}
+
+// floorRun stops bin/manager, starts the floor pipeline in its place to
+// copy floorNamespace of every tenant, measures its idle rate, and times
+// the creates of create as the synced run's. It stops the pipeline after.
+func (s *syncStep) floorRun(ctx context.Context, create func(i int) error, name func(i int) string) (_ timedRun, idleCPU float64, retErr error) {
+	if err := s.stopManager(); err != nil {
+		return timedRun{}, 0, err
+	}
+	o := FloorOptions{HostKubeconfig: s.kubeconfig, Tenants: map[string]string{}, Namespace: floorNamespace}
+	var hostNamespaces []string
+	for i, tenant := range s.tenants {
+		if err := tenant.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: floorNamespace}}); err != nil {
+			return timedRun{}, 0, err
+		}
+		hostNS := syncer.HostNamespace(syncName(i), floorNamespace)
+		if err := s.host.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: hostNS}}); err != nil {
+			return timedRun{}, 0, err
+		}
+		hostNamespaces = append(hostNamespaces, hostNS)
+		kubeconfig, err := s.env.Tenants[i].Kubeconfig()
+		if err != nil {
+			return timedRun{}, 0, err
+		}
+		path := filepath.Join(s.dir, syncName(i)+".kubeconfig")
+		if err := os.WriteFile(path, kubeconfig, 0o600); err != nil {
+			return timedRun{}, 0, err
+		}
+		o.Tenants[syncName(i)] = path
+	}
+	p, err := startFloorProcess(ctx, o, filepath.Join(s.dir, "floor.log"))
+	if err != nil {
+		return timedRun{}, 0, err
+	}
+	s.floor = p
+	defer func() {
+		s.floor = nil
+		if err := p.stop(); err != nil && retErr == nil {
+			retErr = err
+		}
+	}()
+	idle, err := s.idleRates(ctx, idleWindow)
+	if err != nil {
+		return timedRun{}, 0, err
+	}
+	run, err := s.timedRun(ctx, hostNamespaces, create, name)
+	return run, idle.pipelineCPU, err
 }
 
 // ratio is a result of a over b, met when at most limit.
@@ -221,36 +295,42 @@ func ratio(name string, a, b, limit float64) result {
 	return result{Name: name, Value: round(v, 2), Unit: "x", Target: fmt.Sprintf("<= %g", limit), Met: ptrBool(b > 0 && v <= limit)}
 }
 
-// runCost is what the manager and the host API server spent over a run.
+// runCost is what the pipeline that copies the objects (bin/manager, or
+// the floor pipeline) and the host API server spent over a run.
 type runCost struct {
-	managerCPU, hostCPU float64 // seconds
-	hostRequests        float64 // the manager's, to the host
+	pipelineCPU, hostCPU float64 // seconds
+	hostRequests         float64 // bin/manager's, to the host
 }
 
-// cost reads the manager's and the host API server's CPU time from /proc,
-// which costs them nothing, and the manager's requests to the host.
+// cost reads the pipeline's and the host API server's CPU time from /proc,
+// which costs them nothing, and bin/manager's requests to the host.
 func (s *syncStep) cost(ctx context.Context) (runCost, error) {
-	m, err := s.manager.metrics(ctx)
+	var c runCost
+	pipeline := 0
+	if s.floor != nil {
+		pipeline = s.floor.cmd.Process.Pid
+	} else {
+		pipeline = s.manager.cmd.Process.Pid
+		m, err := s.manager.metrics(ctx)
+		if err != nil {
+			return runCost{}, err
+		}
+		c.hostRequests = m.requests(func(h string) bool { return h == s.hostURL })
+	}
+	pipelineCPU, err := tenantrytest.ProcessCPU(pipeline)
 	if err != nil {
 		return runCost{}, err
 	}
-	managerCPU, err := tenantrytest.ProcessCPU(s.manager.cmd.Process.Pid)
+	host, err := s.env.Host.APIServerPID()
 	if err != nil {
 		return runCost{}, err
 	}
-	pid, err := s.env.Host.APIServerPID()
+	hostCPU, err := tenantrytest.ProcessCPU(host)
 	if err != nil {
 		return runCost{}, err
 	}
-	hostCPU, err := tenantrytest.ProcessCPU(pid)
-	if err != nil {
-		return runCost{}, err
-	}
-	return runCost{
-		managerCPU:   managerCPU.Seconds(),
-		hostCPU:      hostCPU.Seconds(),
-		hostRequests: m.requests(func(h string) bool { return h == s.hostURL }),
-	}, nil
+	c.pipelineCPU, c.hostCPU = pipelineCPU.Seconds(), hostCPU.Seconds()
+	return c, nil
 }
 
 // rawRun is a timedRun of creates straight into the host namespaces, of
@@ -280,7 +360,7 @@ const profileWindow = 10 * time.Second
 // idleWindow is how long the idle CPU rates are measured over.
 const idleWindow = 10 * time.Second
 
-// idleRates is what the manager and the host API server spend per second
+// idleRates is what the pipeline and the host API server spend per second
 // while no object is written: CPU seconds per second.
 func (s *syncStep) idleRates(ctx context.Context, window time.Duration) (runCost, error) {
 	before, err := s.cost(ctx)
@@ -298,8 +378,8 @@ func (s *syncStep) idleRates(ctx context.Context, window time.Duration) (runCost
 		return runCost{}, err
 	}
 	return runCost{
-		managerCPU: (after.managerCPU - before.managerCPU) / window.Seconds(),
-		hostCPU:    (after.hostCPU - before.hostCPU) / window.Seconds(),
+		pipelineCPU: (after.pipelineCPU - before.pipelineCPU) / window.Seconds(),
+		hostCPU:     (after.hostCPU - before.hostCPU) / window.Seconds(),
 	}, nil
 }
 
@@ -343,7 +423,7 @@ func (s *syncStep) timedRun(ctx context.Context, namespaces []string, create fun
 		return timedRun{}, err
 	}
 	run.cost = runCost{
-		managerCPU:   after.managerCPU - before.managerCPU,
+		pipelineCPU:  after.pipelineCPU - before.pipelineCPU,
 		hostCPU:      after.hostCPU - before.hostCPU,
 		hostRequests: after.hostRequests - before.hostRequests,
 	}

@@ -63,3 +63,17 @@ var benchCommand = command{
 		}
 	},
 }
+
+// benchFloorCommand runs the floor pipeline that the bench's sync step
+// measures beside bin/manager (bench.RunFloorPipeline).
+var benchFloorCommand = command{
+	name:    bench.FloorCommand,
+	summary: "Run the bench's floor pipeline: copy a namespace's ConfigMaps from tenants into the host and nothing more.",
+	flags: func(fs *flag.FlagSet) func(context.Context, invocation) error {
+		var o bench.FloorOptions
+		o.BindFlags(fs)
+		return func(ctx context.Context, in invocation) error {
+			return bench.RunFloorPipeline(ctx, o, in.out)
+		}
+	},
+}

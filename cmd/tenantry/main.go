@@ -16,6 +16,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"slices"
 	"strings"
 	"syscall"
 
@@ -45,6 +46,10 @@ type invocation struct {
 
 var commands = []command{registerCommand, listCommand, devCommand, demoCommand, benchCommand, conformanceCommand}
 
+// internalCommands run, but are not listed: processes that a command
+// starts from this binary.
+var internalCommands = []command{benchFloorCommand}
+
 func main() {
 	// Until a command routes them somewhere (dev and demo: into the
 	// manager's log), client-go's and controller-runtime's logs go nowhere.
@@ -60,7 +65,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		}
 		return 0
 	}
-	for _, c := range commands {
+	for _, c := range slices.Concat(commands, internalCommands) {
 		if c.name != args[0] {
 			continue
 		}
