@@ -10,6 +10,7 @@ import (
 	"maps"
 	"os"
 	"os/exec"
+	"runtime/pprof"
 	"slices"
 	"strings"
 	"syscall"
@@ -65,6 +66,9 @@ type FloorOptions struct {
 	// Workers is how many of a tenant's objects are copied at once;
 	// bin/manager's default per tenant and syncer when 0.
 	Workers int
+	// CPUProfile, if set, is a file for the pipeline's CPU profile, from
+	// when it watches everything until it ends.
+	CPUProfile string
 }
 
 // FloorCommand is the command of this binary that runs the floor pipeline
@@ -80,6 +84,7 @@ func (o *FloorOptions) BindFlags(fs *flag.FlagSet) {
 	fs.StringVar(&o.HostKubeconfig, "host-kubeconfig", o.HostKubeconfig, "The host's kubeconfig file.")
 	fs.StringVar(&o.Namespace, "namespace", o.Namespace, "The tenant namespace whose ConfigMaps are copied.")
 	fs.IntVar(&o.Workers, "workers", o.Workers, "Objects of a tenant copied at once (default: bin/manager's per tenant and syncer).")
+	fs.StringVar(&o.CPUProfile, "cpu-profile", o.CPUProfile, "A file for the CPU profile, from when the pipeline watches everything until it ends.")
 	fs.Func("tenant", "NAME=KUBECONFIG: a tenant, by the name of its host namespaces and its kubeconfig file; repeated.", func(v string) error {
 		name, path, ok := strings.Cut(v, "=")
 		if !ok || name == "" || path == "" {
@@ -167,6 +172,17 @@ func RunFloorPipeline(ctx context.Context, o FloorOptions, out io.Writer) error 
 			return fmt.Errorf("the floor pipeline's caches did not sync: %w", <-started)
 		}
 	}
+	if o.CPUProfile != "" {
+		f, err := os.Create(o.CPUProfile)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return fmt.Errorf("profiling the floor pipeline: %w", err)
+		}
+		defer pprof.StopCPUProfile()
+	}
 	fmt.Fprintln(out, FloorReady)
 	return <-started
 }
@@ -240,6 +256,9 @@ func startFloorProcess(ctx context.Context, o FloorOptions, logPath string) (*fl
 		return nil, err
 	}
 	args := []string{FloorCommand, "--host-kubeconfig", o.HostKubeconfig, "--namespace", o.Namespace}
+	if o.CPUProfile != "" {
+		args = append(args, "--cpu-profile", o.CPUProfile)
+	}
 	for _, name := range slices.Sorted(maps.Keys(o.Tenants)) {
 		args = append(args, "--tenant", name+"="+o.Tenants[name])
 	}

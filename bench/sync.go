@@ -247,6 +247,9 @@ func (s *syncStep) floorRun(ctx context.Context, create func(i int) error, name 
 		return timedRun{}, 0, err
 	}
 	o := FloorOptions{HostKubeconfig: s.kubeconfig, Tenants: map[string]string{}, Namespace: floorNamespace}
+	if s.o.Profiles != "" {
+		o.CPUProfile = filepath.Join(s.o.Profiles, "throughput-floor.cpu")
+	}
 	var hostNamespaces []string
 	for i, tenant := range s.tenants {
 		if err := tenant.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: floorNamespace}}); err != nil {
