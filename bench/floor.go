@@ -111,6 +111,8 @@ func RunFloorPipeline(ctx context.Context, o FloorOptions, out io.Writer) error 
 	if o.Workers <= 0 {
 		o.Workers = floorWorkers
 	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
 	scheme := runtime.NewScheme()
 	if err := clientgoscheme.AddToScheme(scheme); err != nil {
 		return err
@@ -165,21 +167,28 @@ func RunFloorPipeline(ctx context.Context, o FloorOptions, out io.Writer) error 
 			return err
 		}
 	}
+	var profile *os.File
+	if o.CPUProfile != "" {
+		if profile, err = os.Create(o.CPUProfile); err != nil {
+			return fmt.Errorf("the floor pipeline's CPU profile: %w", err)
+		}
+		defer profile.Close()
+	}
 	started := make(chan error, 1)
 	go func() { started <- mgr.Start(ctx) }()
+	// fail stops the manager and waits for it, for an error after its start.
+	fail := func(err error) error {
+		cancel()
+		return errors.Join(err, <-started)
+	}
 	for _, c := range append([]ctrlcache.Cache{mgr.GetCache()}, cachesOf(tenants)...) {
 		if !c.WaitForCacheSync(ctx) {
-			return fmt.Errorf("the floor pipeline's caches did not sync: %w", <-started)
+			return fail(errors.New("the floor pipeline's caches did not sync"))
 		}
 	}
-	if o.CPUProfile != "" {
-		f, err := os.Create(o.CPUProfile)
-		if err != nil {
-			return err
-		}
-		defer f.Close()
-		if err := pprof.StartCPUProfile(f); err != nil {
-			return fmt.Errorf("profiling the floor pipeline: %w", err)
+	if profile != nil {
+		if err := pprof.StartCPUProfile(profile); err != nil {
+			return fail(fmt.Errorf("profiling the floor pipeline: %w", err))
 		}
 		defer pprof.StopCPUProfile()
 	}

@@ -51,7 +51,7 @@ var benchCommand = command{
 		fs.IntVar(&o.PodSamples, "pod-samples", o.PodSamples, "Pods created, at --latency-rate, for the Pod start figures.")
 		fs.IntVar(&o.ThroughputObjects, "throughput-objects", o.ThroughputObjects, "ConfigMaps created, in all, for the throughput figure.")
 		fs.IntVar(&o.ThroughputWriters, "throughput-writers", o.ThroughputWriters, "Writers creating them, spread over the tenants.")
-		fs.StringVar(&o.Profiles, "profiles", o.Profiles, "Write profiles to this directory: CPU profiles of bin/manager and the host API server over the throughput runs, "+
+		fs.StringVar(&o.Profiles, "profiles", o.Profiles, "Write profiles to this directory: CPU profiles of bin/manager, the floor pipeline and the host API server over the throughput runs, "+
 			"and at each scale count of bin/manager, the host and a tenant API server over the start, with bin/manager's heap and goroutines once Ready; "+
 			"and the goroutines around the spawn step's stops (read them with go tool pprof).")
 		return func(ctx context.Context, in invocation) error {
