@@ -123,7 +123,10 @@ func (s *syncStep) latency(ctx context.Context) ([]result, error) {
 // arrive in the host, so that the host API server serves one watcher of
 // each raw object and, of each synced one, that watcher and the manager's.
 //
-// Over each run it reads what the manager and the host API server spent
+// Last, the floor pipeline (floor.go) copies as many in bin/manager's
+// place: what the stack alone costs per object.
+//
+// Over each run it reads what the pipeline and the host API server spent
 // (their CPU time) and the requests the manager sent the host: Tenantry's
 // cost per object, which on one machine says more than the write rates,
 // bounded as they are by the tenant API servers' CPU. Both processes also
@@ -227,7 +230,7 @@ func (s *syncStep) throughput(ctx context.Context) ([]result, error) {
 		{Name: "floor pipeline CPU per copied object, against the host API server's CPU per raw create", Value: round(floorCPU/hostRaw, 2), Unit: "x",
 			Note: "what the least pipeline on the same stack is to the same target"},
 		{Name: "manager CPU per synced object over the floor pipeline's", Value: round(managerCPU-floorCPU, 3), Unit: "ms",
-			Note: "what Tenantry's own work costs per object: translation, policy, digest, patrol, metrics, budget"},
+			Note: "Tenantry's own work per object (translation, policy, digest, patrol, metrics, budget), with what its slower pace costs: each pipeline runs as fast as it goes"},
 		{Name: "host API server CPU per object copied by the floor pipeline", Value: round(hostFloor, 3), Unit: "ms", Note: floorNote},
 		{Name: "throughput synced down", Value: round(syncedRate, 0), Unit: "objects/s", Note: setup + ", until the last copy is in the host"},
 		{Name: "raw host create rate (same writers)", Value: round(rawRate, 0), Unit: "objects/s", Note: setup + ", created in the host directly, flat out"},
