@@ -13,7 +13,6 @@ import (
 	"runtime/pprof"
 	"slices"
 	"strings"
-	"syscall"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -244,18 +243,9 @@ func (r *floorReconciler) Reconcile(ctx context.Context, req reconcile.Request) 
 	return reconcile.Result{}, nil
 }
 
-// floorProcess is the floor pipeline run by the bench: this binary's
-// bench-floor command.
-type floorProcess struct {
-	cmd    *exec.Cmd
-	exited chan struct{}
-	err    error // once exited is closed
-	log    *os.File
-}
-
 // startFloorProcess starts the floor pipeline with o, logging to logPath,
 // and waits until it watches everything.
-func startFloorProcess(ctx context.Context, o FloorOptions, logPath string) (*floorProcess, error) {
+func startFloorProcess(ctx context.Context, o FloorOptions, logPath string) (*childProcess, error) {
 	self, err := os.Executable()
 	if err != nil {
 		return nil, fmt.Errorf("finding this binary for the floor pipeline: %w", err)
@@ -271,19 +261,14 @@ func startFloorProcess(ctx context.Context, o FloorOptions, logPath string) (*fl
 	for _, name := range slices.Sorted(maps.Keys(o.Tenants)) {
 		args = append(args, "--tenant", name+"="+o.Tenants[name])
 	}
-	p := &floorProcess{cmd: exec.Command(self, args...), exited: make(chan struct{}), log: log}
-	p.cmd.Stderr = log
-	stdout, err := p.cmd.StdoutPipe()
+	cmd := exec.Command(self, args...)
+	stdout, err := cmd.StdoutPipe()
 	if err != nil {
 		_ = log.Close()
 		return nil, err
 	}
-	if err := p.cmd.Start(); err != nil {
-		_ = log.Close()
-		return nil, fmt.Errorf("starting the floor pipeline: %w", err)
-	}
 	ready := make(chan struct{})
-	go func() {
+	p, err := startChild("the floor pipeline", cmd, log, func() {
 		lines := bufio.NewScanner(stdout)
 		for lines.Scan() {
 			if lines.Text() == FloorReady {
@@ -292,10 +277,10 @@ func startFloorProcess(ctx context.Context, o FloorOptions, logPath string) (*fl
 			}
 		}
 		_, _ = io.Copy(io.Discard, stdout)
-		p.err = p.cmd.Wait()
-		_ = log.Close()
-		close(p.exited)
-	}()
+	})
+	if err != nil {
+		return nil, err
+	}
 	select {
 	case <-ready:
 		return p, nil
@@ -308,18 +293,4 @@ func startFloorProcess(ctx context.Context, o FloorOptions, logPath string) (*fl
 	}
 	_ = p.stop()
 	return nil, err
-}
-
-// stop ends the floor pipeline with SIGTERM, and kills it if it has not
-// exited in a minute.
-func (p *floorProcess) stop() error {
-	_ = p.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-p.exited:
-		return nil
-	case <-time.After(time.Minute):
-		_ = p.cmd.Process.Kill()
-		<-p.exited
-		return fmt.Errorf("the floor pipeline did not exit within a minute of SIGTERM (log: %s)", p.log.Name())
-	}
 }

@@ -34,7 +34,7 @@ type syncStep struct {
 	out io.Writer
 	// floor is the floor pipeline's process while it runs, when it, and
 	// not bin/manager, copies the objects.
-	floor *floorProcess
+	floor *childProcess
 }
 
 func syncName(i int) string { return fmt.Sprintf("sync-%d", i+1) }

@@ -35,13 +35,60 @@ import (
 // flags, but for its listeners' addresses and a pprof listener from which
 // the bench reads the live heap.
 type managerProcess struct {
-	cmd                 *exec.Cmd
-	exited              chan struct{}
-	err                 error // once exited is closed
+	*childProcess
 	started             time.Time
 	metricsURL, heapURL string
 	pprofURL            string // the pprof listener's /debug/pprof/
-	log                 *os.File
+}
+
+// childProcess is a process the bench started, logging to a file of its
+// own, whose end is awaited in the background.
+type childProcess struct {
+	what   string // for errors: "bin/manager"
+	cmd    *exec.Cmd
+	exited chan struct{}
+	err    error // once exited is closed
+	log    *os.File
+}
+
+// startChild starts cmd, its output to log unless cmd has its own, and
+// awaits its end in the background, after beforeWait (which reads what
+// cmd's pipes give, if any). what names it in errors.
+func startChild(what string, cmd *exec.Cmd, log *os.File, beforeWait func()) (*childProcess, error) {
+	if cmd.Stdout == nil {
+		cmd.Stdout = log
+	}
+	if cmd.Stderr == nil {
+		cmd.Stderr = log
+	}
+	if err := cmd.Start(); err != nil {
+		_ = log.Close()
+		return nil, fmt.Errorf("starting %s: %w", what, err)
+	}
+	c := &childProcess{what: what, cmd: cmd, exited: make(chan struct{}), log: log}
+	go func() {
+		if beforeWait != nil {
+			beforeWait()
+		}
+		c.err = cmd.Wait()
+		_ = log.Close()
+		close(c.exited)
+	}()
+	return c, nil
+}
+
+// stop ends the process with SIGTERM, as a kubelet does, and kills it if
+// it has not exited in a minute.
+func (c *childProcess) stop() error {
+	_ = c.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-c.exited:
+		return nil
+	case <-time.After(time.Minute):
+		_ = c.cmd.Process.Kill()
+		<-c.exited
+		return fmt.Errorf("%s did not exit within a minute of SIGTERM (log: %s)", c.what, c.log.Name())
+	}
 }
 
 func startManagerProcess(ctx context.Context, binary, kubeconfig string, extraArgs []string, logPath string) (*managerProcess, error) {
@@ -57,29 +104,19 @@ func startManagerProcess(ctx context.Context, binary, kubeconfig string, extraAr
 		return nil, err
 	}
 	m := &managerProcess{
-		exited:     make(chan struct{}),
 		metricsURL: "http://" + addrs[0] + "/metrics",
 		heapURL:    "http://" + addrs[2] + "/debug/pprof/heap?gc=1&debug=1",
 		pprofURL:   "http://" + addrs[2] + "/debug/pprof/",
-		log:        log,
 	}
 	args := []string{"--kubeconfig", kubeconfig,
 		"--metrics-bind-address", addrs[0], "--health-probe-bind-address", addrs[1], "--pprof-bind-address", addrs[2],
 		// Replicas share this machine: each its own loopback ports (its
 		// tenants' virtual nodes give its kubelet API's).
 		"--kubelet-bind-address", "127.0.0.1:0", "--dns-bind-address", "127.0.0.1:0"}
-	m.cmd = exec.Command(binary, append(args, extraArgs...)...)
-	m.cmd.Stdout, m.cmd.Stderr = log, log
 	m.started = time.Now()
-	if err := m.cmd.Start(); err != nil {
-		_ = log.Close()
-		return nil, fmt.Errorf("starting %s: %w", binary, err)
+	if m.childProcess, err = startChild("bin/manager", exec.Command(binary, append(args, extraArgs...)...), log, nil); err != nil {
+		return nil, err
 	}
-	go func() {
-		m.err = m.cmd.Wait()
-		_ = log.Close()
-		close(m.exited)
-	}()
 	readyz := "http://" + addrs[1] + "/readyz"
 	if err := tenantrytest.Poll(ctx, 100*time.Millisecond, time.Minute, func(ctx context.Context) (bool, error) {
 		select {
@@ -94,20 +131,6 @@ func startManagerProcess(ctx context.Context, binary, kubeconfig string, extraAr
 		return nil, fmt.Errorf("waiting for bin/manager to be ready: %w", err)
 	}
 	return m, nil
-}
-
-// stop ends the manager with SIGTERM, as a kubelet does, and kills it if it
-// has not exited in a minute.
-func (m *managerProcess) stop() error {
-	_ = m.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-m.exited:
-	case <-time.After(time.Minute):
-		_ = m.cmd.Process.Kill()
-		<-m.exited
-		return fmt.Errorf("bin/manager did not exit within a minute of SIGTERM (log: %s)", m.log.Name())
-	}
-	return nil
 }
 
 func (m *managerProcess) get(ctx context.Context, url string) ([]byte, error) {
