@@ -102,7 +102,8 @@ type Options struct {
 	// bin/manager's (throughput-manager.cpu) and the host API server's
 	// (throughput-apiserver.cpu), and of its raw runs, the host API
 	// server's (raw-apiserver.cpu, paced-apiserver.cpu); the floor
-	// pipeline's over its run (throughput-floor.cpu); at each scale
+	// pipeline's from when it watches until it stops, its idle window
+	// and its run (throughput-floor.cpu); at each scale
 	// count N, of the start's first 30 s, bin/manager's (start-N.cpu), the
 	// host API server's (start-N-host-apiserver.cpu) and one tenant API
 	// server's (start-N-tenant-apiserver.cpu), and bin/manager's heap-N,

@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"runtime/pprof"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -174,7 +175,11 @@ func RunFloorPipeline(ctx context.Context, o FloorOptions, out io.Writer) error 
 		defer profile.Close()
 	}
 	started := make(chan error, 1)
-	go func() { started <- mgr.Start(ctx) }()
+	go func() {
+		err := mgr.Start(ctx)
+		cancel() // a manager that ends on its own ends the waits below
+		started <- err
+	}()
 	// fail stops the manager and waits for it, for an error after its start.
 	fail := func(err error) error {
 		cancel()
@@ -258,6 +263,9 @@ func startFloorProcess(ctx context.Context, o FloorOptions, logPath string) (*ch
 	if o.CPUProfile != "" {
 		args = append(args, "--cpu-profile", o.CPUProfile)
 	}
+	if o.Workers > 0 {
+		args = append(args, "--workers", strconv.Itoa(o.Workers))
+	}
 	for _, name := range slices.Sorted(maps.Keys(o.Tenants)) {
 		args = append(args, "--tenant", name+"="+o.Tenants[name])
 	}
@@ -283,7 +291,12 @@ func startFloorProcess(ctx context.Context, o FloorOptions, logPath string) (*ch
 	}
 	select {
 	case <-ready:
-		return p, nil
+		select {
+		case <-p.exited: // ready, and gone at once
+			return nil, fmt.Errorf("the floor pipeline exited once watching: %v (see %s)", p.err, logPath)
+		default:
+			return p, nil
+		}
 	case <-p.exited:
 		return nil, fmt.Errorf("the floor pipeline exited: %v (see %s)", p.err, logPath)
 	case <-time.After(time.Minute):

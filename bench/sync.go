@@ -201,9 +201,9 @@ func (s *syncStep) throughput(ctx context.Context) ([]result, error) {
 		return perObject(spent-perSecond*run.lastArrival.Seconds()) * 1000
 	}
 	managerCPU := net(syncedRun.cost.pipelineCPU, idle.pipelineCPU, syncedRun)
-	floorCPU := net(floorRun.cost.pipelineCPU, floorIdle, floorRun)
+	floorCPU := net(floorRun.cost.pipelineCPU, floorIdle.pipelineCPU, floorRun)
 	hostSynced := net(syncedRun.cost.hostCPU, idle.hostCPU, syncedRun)
-	hostFloor := net(floorRun.cost.hostCPU, idle.hostCPU, floorRun)
+	hostFloor := net(floorRun.cost.hostCPU, floorIdle.hostCPU, floorRun)
 	hostPaced := net(pacedRun.cost.hostCPU, idle.hostCPU, pacedRun)
 	hostRaw := net(fastRun.cost.hostCPU, idle.hostCPU, fastRun)
 	requests := perObject(syncedRun.cost.hostRequests)
@@ -213,9 +213,10 @@ func (s *syncStep) throughput(ctx context.Context) ([]result, error) {
 	cpuNote := fmt.Sprintf("the process's CPU time over the run less its idle rate (manager %.1f ms/s, host API server %.1f ms/s over %s), per object; %s",
 		1000*idle.pipelineCPU, 1000*idle.hostCPU, idleWindow, setup)
 	paced := fmt.Sprintf(", created in the host directly at the synced run's pace (%.0f/s, one at a time)", syncedRate)
-	floorNote := fmt.Sprintf("the floor pipeline (bench/floor.go: controller-runtime watches the tenants' objects and the copies, %d workers per tenant, "+
-		"one create per object, nothing else, no client rate limit) in bin/manager's place, the same writers; its CPU time less its idle rate (%.1f ms/s), per object (%.0f objects/s)",
-		floorWorkers, 1000*floorIdle, floorRate)
+	floorSetup := fmt.Sprintf("the floor pipeline (bench/floor.go: controller-runtime watches the tenants' objects and the copies, %d workers per tenant, "+
+		"one create per object, nothing else, no client rate limit) in bin/manager's place, the same writers (%.0f objects/s)", floorWorkers, floorRate)
+	floorNote := fmt.Sprintf("%s; its CPU time less its idle rate (%.1f ms/s), per object", floorSetup, 1000*floorIdle.pipelineCPU)
+	hostFloorNote := fmt.Sprintf("%s; the host API server's CPU time less its idle rate beside the floor pipeline (%.1f ms/s), per object", floorSetup, 1000*floorIdle.hostCPU)
 	return []result{
 		{Name: "host requests per synced object", Value: round(requests, 3), Unit: "", Target: "<= 1.05", Met: ptrBool(requests <= 1.05),
 			Note: "bin/manager's rest_client_requests_total to the host over the synced run, per object"},
@@ -227,11 +228,11 @@ func (s *syncStep) throughput(ctx context.Context) ([]result, error) {
 		ratio("manager CPU per synced object, against the host API server's CPU per raw create", managerCPU, hostRaw, 0.3),
 		ratio("host API server CPU per synced object, against per raw create", hostSynced, hostRaw, 1.2),
 		{Name: "floor pipeline CPU per copied object", Value: round(floorCPU, 3), Unit: "ms", Note: floorNote},
-		{Name: "floor pipeline CPU per copied object, against the host API server's CPU per raw create", Value: round(floorCPU/hostRaw, 2), Unit: "x",
+		{Name: "floor pipeline CPU per copied object, against the host API server's CPU per raw create", Value: round(quotient(floorCPU, hostRaw), 2), Unit: "x",
 			Note: "what the least pipeline on the same stack is to the same target"},
 		{Name: "manager CPU per synced object over the floor pipeline's", Value: round(managerCPU-floorCPU, 3), Unit: "ms",
 			Note: "Tenantry's own work per object (translation, policy, digest, patrol, metrics, budget), with what its slower pace costs: each pipeline runs as fast as it goes"},
-		{Name: "host API server CPU per object copied by the floor pipeline", Value: round(hostFloor, 3), Unit: "ms", Note: floorNote},
+		{Name: "host API server CPU per object copied by the floor pipeline", Value: round(hostFloor, 3), Unit: "ms", Note: hostFloorNote},
 		{Name: "throughput synced down", Value: round(syncedRate, 0), Unit: "objects/s", Note: setup + ", until the last copy is in the host"},
 		{Name: "raw host create rate (same writers)", Value: round(rawRate, 0), Unit: "objects/s", Note: setup + ", created in the host directly, flat out"},
 		{Name: "throughput ratio synced/raw", Value: round(syncedRate/rawRate, 2), Unit: "",
@@ -243,11 +244,12 @@ func (s *syncStep) throughput(ctx context.Context) ([]result, error) {
 }
 
 // floorRun stops bin/manager, starts the floor pipeline in its place to
-// copy floorNamespace of every tenant, measures its idle rate, and times
-// the creates of create as the synced run's. It stops the pipeline after.
-func (s *syncStep) floorRun(ctx context.Context, create func(i int) error, name func(i int) string) (_ timedRun, idleCPU float64, retErr error) {
+// copy floorNamespace of every tenant, measures its and the host API
+// server's idle rates beside it, and times the creates of create as the
+// synced run's. It stops the pipeline after.
+func (s *syncStep) floorRun(ctx context.Context, create func(i int) error, name func(i int) string) (_ timedRun, idle runCost, retErr error) {
 	if err := s.stopManager(); err != nil {
-		return timedRun{}, 0, err
+		return timedRun{}, runCost{}, err
 	}
 	o := FloorOptions{HostKubeconfig: s.kubeconfig, Tenants: map[string]string{}, Namespace: floorNamespace}
 	if s.o.Profiles != "" {
@@ -256,26 +258,26 @@ func (s *syncStep) floorRun(ctx context.Context, create func(i int) error, name 
 	var hostNamespaces []string
 	for i, tenant := range s.tenants {
 		if err := tenant.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: floorNamespace}}); err != nil {
-			return timedRun{}, 0, err
+			return timedRun{}, runCost{}, err
 		}
 		hostNS := syncer.HostNamespace(syncName(i), floorNamespace)
 		if err := s.host.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: hostNS}}); err != nil {
-			return timedRun{}, 0, err
+			return timedRun{}, runCost{}, err
 		}
 		hostNamespaces = append(hostNamespaces, hostNS)
 		kubeconfig, err := s.env.Tenants[i].Kubeconfig()
 		if err != nil {
-			return timedRun{}, 0, err
+			return timedRun{}, runCost{}, err
 		}
 		path := filepath.Join(s.dir, syncName(i)+".kubeconfig")
 		if err := os.WriteFile(path, kubeconfig, 0o600); err != nil {
-			return timedRun{}, 0, err
+			return timedRun{}, runCost{}, err
 		}
 		o.Tenants[syncName(i)] = path
 	}
 	p, err := startFloorProcess(ctx, o, filepath.Join(s.dir, "floor.log"))
 	if err != nil {
-		return timedRun{}, 0, err
+		return timedRun{}, runCost{}, err
 	}
 	s.floor = p
 	defer func() {
@@ -284,21 +286,26 @@ func (s *syncStep) floorRun(ctx context.Context, create func(i int) error, name 
 			retErr = err
 		}
 	}()
-	idle, err := s.idleRates(ctx, idleWindow)
-	if err != nil {
-		return timedRun{}, 0, err
+	if idle, err = s.idleRates(ctx, idleWindow); err != nil {
+		return timedRun{}, runCost{}, err
 	}
 	run, err := s.timedRun(ctx, hostNamespaces, create, name)
-	return run, idle.pipelineCPU, err
+	return run, idle, err
 }
 
 // ratio is a result of a over b, met when at most limit.
 func ratio(name string, a, b, limit float64) result {
-	v := 0.0
-	if b > 0 {
-		v = a / b
-	}
+	v := quotient(a, b)
 	return result{Name: name, Value: round(v, 2), Unit: "x", Target: fmt.Sprintf("<= %g", limit), Met: ptrBool(b > 0 && v <= limit)}
+}
+
+// quotient is a over b, or 0 when b is not above 0 (a cost too small to
+// read, less its idle rate, over a handful of objects).
+func quotient(a, b float64) float64 {
+	if b <= 0 {
+		return 0
+	}
+	return a / b
 }
 
 // runCost is what the pipeline that copies the objects (bin/manager, or

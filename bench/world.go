@@ -78,11 +78,15 @@ func startChild(what string, cmd *exec.Cmd, log *os.File, beforeWait func()) (*c
 }
 
 // stop ends the process with SIGTERM, as a kubelet does, and kills it if
-// it has not exited in a minute.
+// it has not exited in a minute. A process that exits with an error, or
+// had before, says so.
 func (c *childProcess) stop() error {
 	_ = c.cmd.Process.Signal(syscall.SIGTERM)
 	select {
 	case <-c.exited:
+		if c.err != nil {
+			return fmt.Errorf("%s: %w (log: %s)", c.what, c.err, c.log.Name())
+		}
 		return nil
 	case <-time.After(time.Minute):
 		_ = c.cmd.Process.Kill()
