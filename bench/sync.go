@@ -231,7 +231,7 @@ func (s *syncStep) throughput(ctx context.Context) ([]result, error) {
 		{Name: "floor pipeline CPU per copied object, against the host API server's CPU per raw create", Value: round(quotient(floorCPU, hostRaw), 2), Unit: "x",
 			Note: "what the least pipeline on the same stack is to the same target"},
 		{Name: "manager CPU per synced object over the floor pipeline's", Value: round(managerCPU-floorCPU, 3), Unit: "ms",
-			Note: "Tenantry's own work per object (translation, policy, digest, patrol, metrics, budget), with what its slower pace costs: each pipeline runs as fast as it goes"},
+			Note: "Tenantry's own work per object (translation, policy, digest, patrol, metrics, budget), and the two runs' noise: each pipeline runs at its own pace"},
 		{Name: "host API server CPU per object copied by the floor pipeline", Value: round(hostFloor, 3), Unit: "ms", Note: hostFloorNote},
 		{Name: "throughput synced down", Value: round(syncedRate, 0), Unit: "objects/s", Note: setup + ", until the last copy is in the host"},
 		{Name: "raw host create rate (same writers)", Value: round(rawRate, 0), Unit: "objects/s", Note: setup + ", created in the host directly, flat out"},
