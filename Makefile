@@ -65,6 +65,23 @@ IMAGE_LABELS = \
   --label org.opencontainers.image.description='The Tenantry controller-manager: Kubernetes multi-tenancy with virtual clusters' \
   --label org.opencontainers.image.licenses='$(IMAGE_LICENSES)'
 
+# What a real kit node runs (pkg/testing's Options.HostKubelets), built by
+# `make node`: the kubelet and kube-proxy of the pinned release (hack/tools),
+# containerd and the CNI plugins (hack/node), runc with seccomp (hack/runc),
+# and the images its Pods run, served by bin/kitregistry. Debian packages
+# it needs: libseccomp-dev and pkg-config (runc), busybox-static (images),
+# iptables, ipset and conntrack (kube-proxy); .ci/run installs them.
+NODE_TOOLS := hack/node
+NODE_DEPS  := $(NODE_TOOLS)/go.mod $(NODE_TOOLS)/go.sum
+RUNC_TOOLS := hack/runc
+RUNC_DEPS  := $(RUNC_TOOLS)/go.mod $(RUNC_TOOLS)/go.sum
+RUNC_VERSION := $(shell awk '$$1 == "github.com/opencontainers/runc" { print $$2 }' $(RUNC_TOOLS)/go.mod)
+CONTAINERD_VERSION := $(shell awk '$$1 == "github.com/containerd/containerd/v2" { print $$2 }' $(NODE_TOOLS)/go.mod)
+CNI_PLUGINS := bridge host-local loopback portmap
+NODE_BINS := $(addprefix $(BIN)/,kubelet kube-proxy containerd containerd-shim-runc-v2 ctr runc kitregistry) \
+             $(addprefix $(BIN)/cni/,$(CNI_PLUGINS)) $(BIN)/kit-images/index.json
+BUSYBOX ?= /bin/busybox
+
 CONTROLLER_GEN := $(BIN)/controller-gen
 # What `make envtest` builds: the test control planes' programs, and the
 # kubectl that tests drive them with.
@@ -142,6 +159,40 @@ envtest: $(ENVTEST_BINS) ## Build kube-apiserver, etcd, kube-controller-manager,
 
 $(BIN)/kube-apiserver $(BIN)/kube-controller-manager $(BIN)/kube-scheduler $(BIN)/kubectl: $(BIN)/%: $(TOOLS_DEPS)
 	cd $(TOOLS) && $(GO) build -ldflags '$(KUBE_LDFLAGS)' -o $@ k8s.io/kubernetes/cmd/$*
+
+.PHONY: node
+node: $(NODE_BINS) ## Build what a real kit node runs (kubelet, kube-proxy, containerd, runc, CNI plugins) and its images into bin/ (once).
+
+$(BIN)/kubelet $(BIN)/kube-proxy: $(BIN)/%: $(TOOLS_DEPS)
+	cd $(TOOLS) && CGO_ENABLED=0 $(GO) build -ldflags '$(KUBE_LDFLAGS)' -o $@ k8s.io/kubernetes/cmd/$*
+
+$(BIN)/agnhost: $(TOOLS_DEPS)
+	cd $(TOOLS) && CGO_ENABLED=0 $(GO) build -ldflags '$(KUBE_LDFLAGS)' -o $@ k8s.io/kubernetes/test/images/agnhost
+
+$(BIN)/containerd $(BIN)/containerd-shim-runc-v2 $(BIN)/ctr: $(BIN)/%: $(NODE_DEPS)
+	cd $(NODE_TOOLS) && CGO_ENABLED=0 $(GO) build -tags no_btrfs \
+	  -ldflags '-X github.com/containerd/containerd/v2/version.Version=$(CONTAINERD_VERSION)' \
+	  -o $@ github.com/containerd/containerd/v2/cmd/$*
+
+$(BIN)/runc: $(RUNC_DEPS)
+	cd $(RUNC_TOOLS) && CGO_ENABLED=1 $(GO) build -tags 'seccomp urfave_cli_no_docs' \
+	  -ldflags '-X main.version=$(patsubst v%,%,$(RUNC_VERSION))' -o $@ github.com/opencontainers/runc
+
+$(addprefix $(BIN)/cni/,$(CNI_PLUGINS)): $(NODE_DEPS)
+	cd $(NODE_TOOLS) && CGO_ENABLED=0 $(GO) build -o $@ \
+	  github.com/containernetworking/plugins/plugins/$(if $(filter host-local,$(@F)),ipam,$(if $(filter portmap,$(@F)),meta,main))/$(@F)
+
+$(BIN)/kitregistry: $(NODE_DEPS) $(wildcard $(NODE_TOOLS)/cmd/kitregistry/*.go)
+	cd $(NODE_TOOLS) && $(GO) build -o $@ ./cmd/kitregistry
+
+# The sandbox image's program, from the pinned release's sources.
+$(BIN)/pause: $(TOOLS_DEPS)
+	src=$$(cd $(TOOLS) && $(GO) list -m -f '{{.Dir}}' k8s.io/kubernetes)/build/pause/linux/pause.c; \
+	gcc -Os -Wall -Werror -static -DVERSION=v3.10.2 -o $@ "$$src"
+
+$(BIN)/kit-images/index.json: $(BIN)/kitregistry $(BIN)/pause $(BIN)/agnhost
+	@test -x $(BUSYBOX) || { echo "no static busybox at $(BUSYBOX): install Debian's busybox-static, or set BUSYBOX"; exit 1; }
+	$(BIN)/kitregistry build --out $(BIN)/kit-images --pause $(BIN)/pause --busybox $(BUSYBOX) --agnhost $(BIN)/agnhost
 
 $(BIN)/kwok: $(KWOK_DEPS)
 	cd $(KWOK_TOOLS) && $(GO) build -ldflags '-X sigs.k8s.io/kwok/pkg/consts.Version=$(KWOK_VERSION)' -o $@ sigs.k8s.io/kwok/cmd/kwok

@@ -55,8 +55,14 @@ var kwokStages []byte
 // componentSpec is one component to run beside a cluster's API server.
 type componentSpec struct {
 	name string
+	// path is the program to run; empty, the binary named name in
+	// Options.BinaryAssetsDirectory.
+	path string
 	args []string
 	env  []string
+	// cleanup, if set, removes what the component leaves behind once its
+	// process has ended.
+	cleanup func() error
 	// ready says why the component is not ready yet, or nil once it is.
 	ready func(context.Context) error
 }
@@ -65,7 +71,7 @@ type componentSpec struct {
 // the host with nodes, kube-controller-manager, kube-scheduler and kwok; for
 // a tenant, kube-controller-manager if asked for.
 func (c *ControlPlane) components(opts *Options) ([]componentSpec, error) {
-	runsNodes := c.isHost() && opts.HostNodes > 0
+	runsNodes := c.isHost() && opts.hostRunsPods()
 	if !runsNodes && !c.runsControllerManager(opts) {
 		return nil, nil // bare API servers pay nothing
 	}
@@ -91,11 +97,28 @@ func (c *ControlPlane) components(opts *Options) ([]componentSpec, error) {
 		if err != nil {
 			return nil, err
 		}
+		specs = append(specs, scheduler)
+	}
+	if c.isHost() && opts.HostNodes > 0 {
 		kwok, err := c.kwok(kubeconfig, clientset, opts.HostNodes, opts.KwokConfig)
 		if err != nil {
 			return nil, err
 		}
-		specs = append(specs, scheduler, kwok)
+		specs = append(specs, kwok)
+	}
+	if c.isHost() && opts.HostKubelets > 0 {
+		registry, addr, err := c.registry(opts)
+		if err != nil {
+			return nil, err
+		}
+		specs = append(specs, registry)
+		for i := 1; i <= opts.HostKubelets; i++ {
+			node, err := c.realNode(opts, i, addr, clientset)
+			if err != nil {
+				return nil, err
+			}
+			specs = append(specs, node)
+		}
 	}
 	return specs, nil
 }
@@ -106,7 +129,7 @@ func (c *ControlPlane) isHost() bool { return c.name == hostName }
 // kube-controller-manager.
 func (c *ControlPlane) runsControllerManager(opts *Options) bool {
 	if c.isHost() {
-		return opts.HostNodes > 0
+		return opts.hostRunsPods()
 	}
 	return opts.TenantControllerManager
 }
@@ -455,10 +478,15 @@ func (c *ControlPlane) startComponents(ctx context.Context, opts *Options, specs
 }
 
 func (c *ControlPlane) startComponent(ctx context.Context, opts *Options, spec componentSpec, log *processLog) (*process, error) {
-	p, err := startProcess(c.name, spec.name, filepath.Join(opts.BinaryAssetsDirectory, spec.name), spec.args, spec.env, log)
+	path := spec.path
+	if path == "" {
+		path = filepath.Join(opts.BinaryAssetsDirectory, spec.name)
+	}
+	p, err := startProcess(c.name, spec.name, path, spec.args, spec.env, log)
 	if err != nil {
 		return nil, err
 	}
+	p.cleanup = spec.cleanup
 	if err := p.waitReady(ctx, opts.startTimeout(), spec.ready); err != nil {
 		return p, err
 	}

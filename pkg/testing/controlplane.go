@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"strconv"
 	"sync"
 	"time"
 
@@ -46,6 +47,10 @@ type ControlPlane struct {
 	kubeletPort int32
 	// paths are the network paths of single clients (NewPath).
 	paths []*tcpProxy
+
+	// kit is the network of the host's real nodes, or nil; with it, every
+	// control plane listens on the kit's address.
+	kit *kitNetwork
 }
 
 // hostName is the host control plane's name.
@@ -54,7 +59,7 @@ const hostName = "host"
 // startControlPlane starts etcd and kube-apiserver behind a new proxy,
 // installs the CRDs found in crdPaths and crds, then starts the components
 // that opts ask this cluster to run and waits until they are ready.
-func startControlPlane(ctx context.Context, name string, opts *Options, crdPaths []string, crds []*apiextensionsv1.CustomResourceDefinition) (_ *ControlPlane, retErr error) {
+func startControlPlane(ctx context.Context, name string, opts *Options, kit *kitNetwork, crdPaths []string, crds []*apiextensionsv1.CustomResourceDefinition) (_ *ControlPlane, retErr error) {
 	// A certificate directory of our own survives an API server restart, so
 	// the serving certificate and the client CA stay the same: clients built
 	// before the restart still trust the server, and the server them.
@@ -62,14 +67,14 @@ func startControlPlane(ctx context.Context, name string, opts *Options, crdPaths
 	if err != nil {
 		return nil, fmt.Errorf("control plane %q: creating its directory: %w", name, err)
 	}
-	cp := &ControlPlane{name: name, dir: dir}
+	cp := &ControlPlane{name: name, dir: dir, kit: kit}
 	defer func() {
 		if retErr != nil {
 			retErr = errors.Join(retErr, cp.stop())
 		}
 	}()
 
-	if cp.proxy, err = newTCPProxy(); err != nil {
+	if cp.proxy, err = newTCPProxy(cp.listenIP()); err != nil {
 		return nil, fmt.Errorf("control plane %q: %w", name, err)
 	}
 	etcdLog, err := cp.openLog(opts, "etcd")
@@ -96,10 +101,26 @@ func startControlPlane(ctx context.Context, name string, opts *Options, crdPaths
 		return nil, fmt.Errorf("control plane %q: %w", name, err)
 	}
 	apiServer.Configure().Set("service-account-issuer", "https://"+cp.proxy.Addr())
-	if cp.isHost() && opts.HostNodes > 0 {
+	if kit != nil {
+		// Pods and nodes reach the API server on the kit network, and
+		// envtest's serving certificate names the address it listens at.
+		if err := cp.listenOnKit(apiServer); err != nil {
+			return nil, err
+		}
+	}
+	if cp.isHost() && opts.hostRunsPods() {
 		// kwok's kubelet API answers at each node's InternalDNS address,
-		// localhost (see registerNode).
+		// localhost (see registerNode); a real kubelet at its InternalIP.
 		apiServer.Configure().Set("kubelet-preferred-address-types", "InternalDNS,InternalIP,Hostname,ExternalDNS,ExternalIP")
+	}
+	if cp.isHost() && kit != nil {
+		// As a real cluster: the host's Pods reach it at the kit address
+		// (the kubernetes Service), kubelets are held to their own Node
+		// and Pods, and Service IPs come from the kit's range.
+		apiServer.Configure().Set("advertise-address", kit.gatewayIP())
+		apiServer.Configure().Set("service-cluster-ip-range", kit.serviceCIDR())
+		apiServer.Configure().Set("authorization-mode", "Node,RBAC")
+		apiServer.Configure().Set("enable-admission-plugins", "NodeRestriction")
 	}
 	if cp.isHost() && opts.HostAuditLog {
 		flags, err := cp.auditFlags()
@@ -242,6 +263,11 @@ func (c *ControlPlane) StartAPIServer() error {
 	s := c.env.ControlPlane.APIServer
 	s.SecureServing.Port = ""
 	s.SecurePort = 0
+	if c.kit != nil {
+		if err := c.listenOnKit(s); err != nil {
+			return err
+		}
+	}
 	if err := s.Start(); err != nil {
 		return fmt.Errorf("control plane %q: restarting kube-apiserver: %w", c.name, err)
 	}
@@ -291,7 +317,7 @@ func (c *ControlPlane) NewPath() (*Path, error) {
 	if c.stopped {
 		return nil, fmt.Errorf("control plane %q: %w", c.name, ErrStopped)
 	}
-	proxy, err := newTCPProxy()
+	proxy, err := newTCPProxy(c.listenIP())
 	if err != nil {
 		return nil, fmt.Errorf("control plane %q: %w", c.name, err)
 	}
@@ -391,6 +417,28 @@ func (c *ControlPlane) stop() error {
 // processStopTimeout bounds how long a component may take to end on
 // SIGTERM before it is killed.
 const processStopTimeout = 10 * time.Second
+
+// listenIP is the address the control plane's proxies listen at: the kit
+// network's where real nodes run, else loopback.
+func (c *ControlPlane) listenIP() net.IP {
+	if c.kit != nil {
+		return c.kit.kitIP()
+	}
+	return net.IPv4(127, 0, 0, 1)
+}
+
+// listenOnKit makes the API server listen at a free port of the kit
+// network's address.
+func (c *ControlPlane) listenOnKit(s *envtest.APIServer) error {
+	port, err := freePortOn(c.kit.kitIP())
+	if err != nil {
+		return fmt.Errorf("control plane %q: %w", c.name, err)
+	}
+	s.SecureServing.Address = c.kit.gatewayIP()
+	s.SecureServing.Port = strconv.Itoa(port)
+	s.SecurePort = port
+	return nil
+}
 
 // apiServerAddr is where the kube-apiserver process itself listens.
 func (c *ControlPlane) apiServerAddr() string {

@@ -44,6 +44,21 @@ type Options struct {
 	// a port-forward to any port echoes what it receives.
 	HostNodes int
 
+	// HostKubelets, when greater than zero, gives the host that many real
+	// nodes, named kit-node-1, ... (KubeletNamePrefix), beside any of
+	// HostNodes: each a kubelet with its own containerd and runc, a
+	// kube-proxy and CNI networking (a bridge and pod CIDR per node), in a
+	// network namespace of its own on a network of the kit's (see
+	// kitnet.go), with the host's kube-scheduler and
+	// kube-controller-manager. Pods on them run real containers, from the
+	// images of the kit's own registry (registry.k8s.io and docker.io
+	// names; nothing is pulled from the internet). The API servers then
+	// listen on the kit network's address, so that Pods reach them, and
+	// Address names it. It needs root and the programs of `make node`:
+	// RealNodesSupported says what is missing, RequireRealNodes skips a
+	// test without them.
+	HostKubelets int
+
 	// KwokConfig are more kwok configuration documents (YAML), given to
 	// kwok with the kit's own: Logs, Exec, Attach or PortForward objects
 	// for particular host Pods, for example, which take precedence over
@@ -115,14 +130,20 @@ func (o *Options) attachOutput() bool {
 // binaries are the programs that opts need.
 func (o *Options) binaries() []string {
 	bins := []string{"kube-apiserver", "etcd"}
-	if o.HostNodes > 0 || o.TenantControllerManager {
+	if o.hostRunsPods() || o.TenantControllerManager {
 		bins = append(bins, binaryControllerManager)
 	}
+	if o.hostRunsPods() {
+		bins = append(bins, binaryScheduler)
+	}
 	if o.HostNodes > 0 {
-		bins = append(bins, binaryScheduler, binaryKwok)
+		bins = append(bins, binaryKwok)
 	}
 	return bins
 }
+
+// hostRunsPods says whether the host has nodes, simulated or real.
+func (o *Options) hostRunsPods() bool { return o.HostNodes > 0 || o.HostKubelets > 0 }
 
 // Environment is a host control plane and any number of tenant control
 // planes, each a real etcd and kube-apiserver on loopback, all run by one
@@ -132,6 +153,9 @@ type Environment struct {
 	Host *ControlPlane
 	// Tenants are the tenant clusters, named tenant-1, tenant-2, ...
 	Tenants []*ControlPlane
+
+	// kit is the network of the real nodes, or nil.
+	kit *kitNetwork
 }
 
 // Start starts the host and opts.Tenants tenant control planes in parallel,
@@ -148,11 +172,24 @@ func Start(ctx context.Context, opts Options) (*Environment, error) {
 	if opts.HostNodes < 0 {
 		return nil, fmt.Errorf("host node count must not be negative, got %d", opts.HostNodes)
 	}
+	if opts.HostKubelets < 0 {
+		return nil, fmt.Errorf("host kubelet count must not be negative, got %d", opts.HostKubelets)
+	}
 	if opts.BinaryAssetsDirectory == "" {
 		opts.BinaryAssetsDirectory = os.Getenv(AssetsEnv)
 	}
 	if err := checkAssets(opts.BinaryAssetsDirectory, opts.binaries()); err != nil {
 		return nil, err
+	}
+	var kit *kitNetwork
+	if opts.HostKubelets > 0 {
+		if err := RealNodesSupported(opts.BinaryAssetsDirectory); err != nil {
+			return nil, err
+		}
+		var err error
+		if kit, err = newKitNetwork(opts.HostKubelets); err != nil {
+			return nil, err
+		}
 	}
 	if opts.LogDirectory != "" {
 		if err := os.MkdirAll(opts.LogDirectory, 0o755); err != nil {
@@ -174,7 +211,7 @@ func Start(ctx context.Context, opts Options) (*Environment, error) {
 			crdPaths, crds = opts.HostCRDDirectoryPaths, opts.HostCRDs
 		}
 		wg.Go(func() {
-			planes[i], errs[i] = startControlPlane(ctx, name, &opts, crdPaths, crds)
+			planes[i], errs[i] = startControlPlane(ctx, name, &opts, kit, crdPaths, crds)
 		})
 	}
 	wg.Wait()
@@ -183,7 +220,7 @@ func Start(ctx context.Context, opts Options) (*Environment, error) {
 		err = fmt.Errorf("starting control planes: %w", context.Cause(ctx))
 	}
 
-	env := &Environment{Host: planes[0], Tenants: planes[1:]}
+	env := &Environment{Host: planes[0], Tenants: planes[1:], kit: kit}
 	if err != nil {
 		return nil, errors.Join(err, env.Stop())
 	}
@@ -225,6 +262,8 @@ func (e *Environment) Stop() error {
 		wg.Go(func() { errs[i] = cp.stop() })
 	}
 	wg.Wait()
+	// The nodes' processes have ended: their network can go.
+	errs = append(errs, e.kit.teardown())
 	return errors.Join(errs...)
 }
 

@@ -37,6 +37,8 @@ type process struct {
 	// reported is set once an error has told of the process's failure, so
 	// that stopping it does not tell again.
 	reported bool
+	// cleanup, if set, runs once the process has ended (componentSpec).
+	cleanup func() error
 }
 
 // startProcess starts binary with args, its output going to log.
@@ -85,10 +87,19 @@ func (p *process) failure(err error) error {
 	return fmt.Errorf("control plane %q: %s: %w\n%s", p.cluster, p.name, err, p.log.tailReport())
 }
 
-// stop ends the process: SIGTERM, then SIGKILL if it has not ended within
+// stop ends the process, then removes what it left behind (its cleanup).
+func (p *process) stop() error {
+	err := p.end()
+	if p.cleanup != nil {
+		err = errors.Join(err, p.cleanup())
+	}
+	return err
+}
+
+// end ends the process: SIGTERM, then SIGKILL if it has not ended within
 // processStopTimeout. A process that was killed, or ended on SIGTERM,
 // stopped as asked.
-func (p *process) stop() error {
+func (p *process) end() error {
 	select {
 	case <-p.exited:
 		if p.reported {

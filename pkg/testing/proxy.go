@@ -29,8 +29,8 @@ const (
 // tcpProxy gives an API server an address that outlives the process behind
 // it: a stopped, restarted (on another port) or cut-off API server is reached
 // at the same host:port throughout. TLS passes through untouched; the API
-// server's serving certificate names 127.0.0.1, which is where the proxy
-// listens.
+// server's serving certificate names the address the proxy listens at
+// (127.0.0.1, or the kit network's address where real nodes run).
 type tcpProxy struct {
 	addr    string
 	reserve *portReservation
@@ -49,10 +49,10 @@ type tcpProxy struct {
 // it stops refusing.
 const relistenTimeout = 10 * time.Second
 
-// newTCPProxy reserves a free loopback port, refusing connections until
-// set names a backend.
-func newTCPProxy() (*tcpProxy, error) {
-	r, err := reservePort()
+// newTCPProxy reserves a free port of ip (loopback, or the kit network's
+// address), refusing connections until set names a backend.
+func newTCPProxy(ip net.IP) (*tcpProxy, error) {
+	r, err := reservePort(ip)
 	if err != nil {
 		return nil, fmt.Errorf("the API server proxy: %w", err)
 	}

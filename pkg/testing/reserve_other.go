@@ -13,8 +13,8 @@ type portReservation struct {
 	addr string
 }
 
-func reservePort() (*portReservation, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+func reservePort(ip net.IP) (*portReservation, error) {
+	l, err := net.Listen("tcp", net.JoinHostPort(ip.String(), "0"))
 	if err != nil {
 		return nil, err
 	}

@@ -6,12 +6,13 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"strconv"
 	"syscall"
 
 	"golang.org/x/sys/unix"
 )
 
-// portReservation holds a loopback port for the life of a proxy: a socket
+// portReservation holds a port for the life of a proxy: a socket
 // bound to it, never listening. Nothing else can bind the port, nor take it
 // for an outgoing connection, yet with no listener a connection attempt is
 // refused, as a stopped server's is. The proxy's listener shares the port
@@ -21,7 +22,13 @@ type portReservation struct {
 	addr string
 }
 
-func reservePort() (*portReservation, error) {
+// reservePort reserves a free port of ip, an IPv4 address of this machine
+// (127.0.0.1, or the kit network's address).
+func reservePort(ip net.IP) (*portReservation, error) {
+	ip4 := ip.To4()
+	if ip4 == nil {
+		return nil, fmt.Errorf("reserving a port: %s is not an IPv4 address", ip)
+	}
 	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
 		return nil, fmt.Errorf("reserving a port: %w", err)
@@ -30,7 +37,7 @@ func reservePort() (*portReservation, error) {
 		_ = unix.Close(fd)
 		return nil, err
 	}
-	if err := unix.Bind(fd, &unix.SockaddrInet4{Addr: [4]byte{127, 0, 0, 1}}); err != nil {
+	if err := unix.Bind(fd, &unix.SockaddrInet4{Addr: [4]byte(ip4)}); err != nil {
 		_ = unix.Close(fd)
 		return nil, fmt.Errorf("reserving a port: %w", err)
 	}
@@ -40,7 +47,7 @@ func reservePort() (*portReservation, error) {
 		return nil, fmt.Errorf("reserving a port: %w", err)
 	}
 	port := sa.(*unix.SockaddrInet4).Port
-	return &portReservation{fd: fd, addr: fmt.Sprintf("127.0.0.1:%d", port)}, nil
+	return &portReservation{fd: fd, addr: net.JoinHostPort(ip4.String(), strconv.Itoa(port))}, nil
 }
 
 func (r *portReservation) release() { _ = unix.Close(r.fd) }

@@ -1,0 +1,322 @@
+// Command kitregistry builds the container images that the test kit's real
+// nodes run, and serves them as the kit's own registry, so that no image is
+// ever pulled from the internet.
+//
+//	kitregistry build --out DIR --pause FILE --busybox FILE --agnhost FILE
+//	kitregistry serve --layout DIR --listen ADDR
+//
+// build writes one OCI image layout holding every image under its upstream
+// name (the annotation org.opencontainers.image.ref.name): the same inputs
+// give the same digests. serve pushes them into an in-memory registry at
+// ADDR, under their repository paths (registry.k8s.io/pause:3.10.2 is
+// ADDR/pause:3.10.2, docker.io/library/busybox:1.37 ADDR/library/busybox:1.37),
+// and answers GET /kit/ready with 200 once all of them are there. A node's
+// containerd uses ADDR as the only host of registry.k8s.io and docker.io.
+package main
+
+import (
+	"archive/tar"
+	"bytes"
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"os/signal"
+	"runtime"
+	"sort"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/google/go-containerregistry/pkg/name"
+	"github.com/google/go-containerregistry/pkg/registry"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/empty"
+	"github.com/google/go-containerregistry/pkg/v1/layout"
+	"github.com/google/go-containerregistry/pkg/v1/mutate"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
+	"github.com/google/go-containerregistry/pkg/v1/tarball"
+	"github.com/google/go-containerregistry/pkg/v1/types"
+)
+
+// refAnnotation names an image of an OCI layout (OCI image spec).
+const refAnnotation = "org.opencontainers.image.ref.name"
+
+// The upstream names of the images, as the pinned Kubernetes release
+// lists them (test/utils/image/manifest.go, and kubeadm's PauseVersion for
+// the sandbox image). Change them with hack/tools' k8s.io/kubernetes.
+var (
+	pauseRefs   = []string{"registry.k8s.io/pause:3.10.2"}
+	busyboxRefs = []string{
+		"registry.k8s.io/e2e-test-images/busybox:1.37.0-2",
+		"docker.io/library/busybox:1.37",
+		"docker.io/library/busybox:latest",
+	}
+	agnhostRefs = []string{"registry.k8s.io/e2e-test-images/agnhost:2.66.1"}
+)
+
+func main() {
+	log.SetFlags(0)
+	log.SetPrefix("kitregistry: ")
+	if len(os.Args) < 2 {
+		log.Fatal("usage: kitregistry build|serve [flags]")
+	}
+	var err error
+	switch os.Args[1] {
+	case "build":
+		err = build(os.Args[2:])
+	case "serve":
+		err = serve(os.Args[2:])
+	default:
+		err = fmt.Errorf("unknown command %q: want build or serve", os.Args[1])
+	}
+	if err != nil {
+		log.Fatal(err)
+	}
+}
+
+// build writes the kit's images into a new OCI layout at --out.
+func build(args []string) error {
+	fs := flag.NewFlagSet("build", flag.ExitOnError)
+	out := fs.String("out", "", "the OCI layout directory to write (replaced)")
+	pause := fs.String("pause", "", "a static pause binary (build/pause/linux/pause.c)")
+	busybox := fs.String("busybox", "", "a static busybox binary")
+	agnhost := fs.String("agnhost", "", "a static agnhost binary")
+	_ = fs.Parse(args)
+	for flagName, v := range map[string]string{"out": *out, "pause": *pause, "busybox": *busybox, "agnhost": *agnhost} {
+		if v == "" {
+			return fmt.Errorf("build: --%s is required", flagName)
+		}
+	}
+
+	base, err := busyboxLayer(*busybox)
+	if err != nil {
+		return err
+	}
+	pauseLayer, err := filesLayer(map[string]string{"pause": *pause})
+	if err != nil {
+		return err
+	}
+	agnhostLayer, err := filesLayer(map[string]string{"agnhost": *agnhost})
+	if err != nil {
+		return err
+	}
+	images := []struct {
+		refs   []string
+		layers []v1.Layer
+		config v1.Config
+	}{
+		{pauseRefs, []v1.Layer{pauseLayer}, v1.Config{Entrypoint: []string{"/pause"}, User: "65535:65535"}},
+		{busyboxRefs, []v1.Layer{base}, v1.Config{Cmd: []string{"sh"}}},
+		{agnhostRefs, []v1.Layer{base, agnhostLayer}, v1.Config{Entrypoint: []string{"/agnhost"}, Cmd: []string{"pause"}}},
+	}
+
+	tmp := *out + ".tmp"
+	if err := os.RemoveAll(tmp); err != nil {
+		return err
+	}
+	lp, err := layout.Write(tmp, empty.Index)
+	if err != nil {
+		return fmt.Errorf("creating the layout: %w", err)
+	}
+	for _, im := range images {
+		img, err := image(im.layers, im.config)
+		if err != nil {
+			return fmt.Errorf("image %s: %w", im.refs[0], err)
+		}
+		for _, ref := range im.refs {
+			if err := lp.AppendImage(img, layout.WithAnnotations(map[string]string{refAnnotation: ref})); err != nil {
+				return fmt.Errorf("image %s: %w", ref, err)
+			}
+		}
+	}
+	if err := os.RemoveAll(*out); err != nil {
+		return err
+	}
+	return os.Rename(tmp, *out)
+}
+
+// image is a linux image of this machine's architecture, with layers and
+// config, dated at the epoch so that its digest depends on its content
+// alone.
+func image(layers []v1.Layer, config v1.Config) (v1.Image, error) {
+	config.Env = append(config.Env, "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin")
+	base := mutate.MediaType(empty.Image, types.OCIManifestSchema1)
+	base = mutate.ConfigMediaType(base, types.OCIConfigJSON)
+	img, err := mutate.ConfigFile(base, &v1.ConfigFile{
+		Architecture: runtime.GOARCH,
+		OS:           "linux",
+		Config:       config,
+		RootFS:       v1.RootFS{Type: "layers"},
+	})
+	if err != nil {
+		return nil, err
+	}
+	if img, err = mutate.AppendLayers(img, layers...); err != nil {
+		return nil, err
+	}
+	return mutate.CreatedAt(img, v1.Time{Time: time.Unix(0, 0).UTC()})
+}
+
+// entry is one file of a layer.
+type entry struct {
+	hdr  tar.Header
+	data []byte
+}
+
+// layer makes a gzip-compressed OCI layer of entries, in order.
+func layer(entries []entry) (v1.Layer, error) {
+	var buf bytes.Buffer
+	tw := tar.NewWriter(&buf)
+	for _, e := range entries {
+		hdr := e.hdr
+		hdr.ModTime = time.Unix(0, 0)
+		hdr.Format = tar.FormatPAX
+		if hdr.Typeflag == tar.TypeReg {
+			hdr.Size = int64(len(e.data))
+		}
+		if err := tw.WriteHeader(&hdr); err != nil {
+			return nil, err
+		}
+		if _, err := tw.Write(e.data); err != nil {
+			return nil, err
+		}
+	}
+	if err := tw.Close(); err != nil {
+		return nil, err
+	}
+	data := buf.Bytes()
+	return tarball.LayerFromOpener(func() (io.ReadCloser, error) {
+		return io.NopCloser(bytes.NewReader(data)), nil
+	}, tarball.WithMediaType(types.OCILayer))
+}
+
+// filesLayer is a layer of executables at the root: name in the image to
+// the file on this machine.
+func filesLayer(files map[string]string) (v1.Layer, error) {
+	names := make([]string, 0, len(files))
+	for n := range files {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	var entries []entry
+	for _, n := range names {
+		data, err := os.ReadFile(files[n])
+		if err != nil {
+			return nil, err
+		}
+		entries = append(entries, entry{hdr: tar.Header{Name: n, Typeflag: tar.TypeReg, Mode: 0o755}, data: data})
+	}
+	return layer(entries)
+}
+
+// busyboxLayer is a small root filesystem: busybox with a link for each of
+// its applets, the directories a container expects, and root and nobody.
+func busyboxLayer(busybox string) (v1.Layer, error) {
+	data, err := os.ReadFile(busybox)
+	if err != nil {
+		return nil, err
+	}
+	out, err := exec.Command(busybox, "--list-full").Output()
+	if err != nil {
+		return nil, fmt.Errorf("listing busybox's applets: %w", err)
+	}
+	dir := func(name string, mode int64) entry {
+		return entry{hdr: tar.Header{Name: name + "/", Typeflag: tar.TypeDir, Mode: mode}}
+	}
+	file := func(name, content string) entry {
+		return entry{hdr: tar.Header{Name: name, Typeflag: tar.TypeReg, Mode: 0o644}, data: []byte(content)}
+	}
+	entries := []entry{
+		dir("bin", 0o755), dir("dev", 0o755), dir("etc", 0o755), dir("home", 0o755), dir("proc", 0o755),
+		dir("root", 0o700), dir("sbin", 0o755), dir("sys", 0o755), dir("tmp", 0o1777), dir("usr", 0o755),
+		dir("usr/bin", 0o755), dir("usr/sbin", 0o755), dir("var", 0o755),
+		file("etc/passwd", "root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/home:/bin/false\n"),
+		file("etc/group", "root:x:0:\nnobody:x:65534:\n"),
+		{hdr: tar.Header{Name: "bin/busybox", Typeflag: tar.TypeReg, Mode: 0o755}, data: data},
+	}
+	applets := strings.Fields(string(out))
+	sort.Strings(applets)
+	for _, a := range applets {
+		if a == "bin/busybox" {
+			continue
+		}
+		entries = append(entries, entry{hdr: tar.Header{Name: a, Typeflag: tar.TypeSymlink, Linkname: "/bin/busybox", Mode: 0o777}})
+	}
+	return layer(entries)
+}
+
+// serve pushes the layout's images into an in-memory registry and serves it
+// until SIGTERM or SIGINT.
+func serve(args []string) error {
+	fs := flag.NewFlagSet("serve", flag.ExitOnError)
+	dir := fs.String("layout", "", "the OCI layout that build wrote")
+	listen := fs.String("listen", "127.0.0.1:0", "the address to serve at")
+	_ = fs.Parse(args)
+	if *dir == "" {
+		return errors.New("serve: --layout is required")
+	}
+	lp, err := layout.FromPath(*dir)
+	if err != nil {
+		return fmt.Errorf("reading the layout %s: %w", *dir, err)
+	}
+	index, err := lp.ImageIndex()
+	if err != nil {
+		return err
+	}
+	manifest, err := index.IndexManifest()
+	if err != nil {
+		return err
+	}
+
+	ln, err := net.Listen("tcp", *listen)
+	if err != nil {
+		return err
+	}
+	var ready atomic.Bool
+	mux := http.NewServeMux()
+	mux.Handle("/", registry.New(registry.Logger(log.New(io.Discard, "", 0))))
+	mux.HandleFunc("/kit/ready", func(w http.ResponseWriter, _ *http.Request) {
+		if !ready.Load() {
+			http.Error(w, "pushing images", http.StatusServiceUnavailable)
+		}
+	})
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	go func() { _ = srv.Serve(ln) }()
+
+	addr := ln.Addr().String()
+	for _, desc := range manifest.Manifests {
+		ref := desc.Annotations[refAnnotation]
+		upstream, err := name.NewTag(ref)
+		if err != nil {
+			return fmt.Errorf("image %q of the layout: %w", ref, err)
+		}
+		local, err := name.NewTag(addr+"/"+upstream.RepositoryStr()+":"+upstream.TagStr(), name.Insecure)
+		if err != nil {
+			return err
+		}
+		img, err := lp.Image(desc.Digest)
+		if err != nil {
+			return fmt.Errorf("image %s: %w", ref, err)
+		}
+		if err := remote.Write(local, img); err != nil {
+			return fmt.Errorf("pushing %s: %w", ref, err)
+		}
+	}
+	ready.Store(true)
+	log.Printf("serving %d images at %s", len(manifest.Manifests), addr)
+
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
+	defer stop()
+	<-ctx.Done()
+	shutdown, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	return srv.Shutdown(shutdown)
+}

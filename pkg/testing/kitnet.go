@@ -1,0 +1,193 @@
+package testing
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+)
+
+// The kit's network, for an Environment with real nodes
+// (Options.HostKubelets). Each Environment takes a kit index N, free
+// machine-wide (a lock file of /run/tenantry-kit), and with it the network
+// 10.(200+N).0.0/16, all its own:
+//
+//	10.a.255.1/24   the kit bridge tkit<N> in this machine's network
+//	                namespace: the API servers, the kit's registry and
+//	                anything else the test process serves to Pods listen
+//	                here
+//	10.a.255.1k     node k's address (eth0 of its network namespace
+//	                tenantry-kit<N>-node<k>, plugged into the bridge)
+//	10.a.k.0/24     node k's pod CIDR, on its bridge cni0
+//	10.a.128.0/20   the host's Service cluster IPs (kube-proxy, per node)
+//
+// Every route stays inside 10.a.0.0/16: no node namespace has a default
+// route, so no packet of a node or of a Pod leaves the machine; sent
+// anywhere else, it is unroutable.
+const (
+	kitBaseOctet = 200
+	kitMaxIndex  = 40
+	kitLockDir   = "/run/tenantry-kit"
+	// kitNodeOffset is added to a node's number for the last octet of its
+	// address.
+	kitNodeOffset = 10
+	// kitMaxNodes bounds Options.HostKubelets: node addresses end below
+	// .255 and pod CIDRs below the Service range.
+	kitMaxNodes = 100
+)
+
+// kitNetwork is one Environment's share of the machine's network.
+type kitNetwork struct {
+	index int
+	lock  *os.File
+	nodes int
+}
+
+// octet is the second octet of the kit's addresses.
+func (k *kitNetwork) octet() int { return kitBaseOctet + k.index }
+
+// bridge is the kit bridge's name.
+func (k *kitNetwork) bridge() string { return fmt.Sprintf("tkit%d", k.index) }
+
+// GatewayIP is the address of this machine on the kit network.
+func (k *kitNetwork) gatewayIP() string { return fmt.Sprintf("10.%d.255.1", k.octet()) }
+
+// nodeIP is node i's address (counting from 1).
+func (k *kitNetwork) nodeIP(i int) string {
+	return fmt.Sprintf("10.%d.255.%d", k.octet(), kitNodeOffset+i)
+}
+
+// podCIDR is node i's pod CIDR.
+func (k *kitNetwork) podCIDR(i int) string { return fmt.Sprintf("10.%d.%d.0/24", k.octet(), i) }
+
+// clusterCIDR holds every node's pod CIDR.
+func (k *kitNetwork) clusterCIDR() string { return fmt.Sprintf("10.%d.0.0/17", k.octet()) }
+
+// serviceCIDR is the host's Service cluster IP range.
+func (k *kitNetwork) serviceCIDR() string { return fmt.Sprintf("10.%d.128.0/20", k.octet()) }
+
+// netns is node i's network namespace.
+func (k *kitNetwork) netns(i int) string { return fmt.Sprintf("tenantry-kit%d-node%d", k.index, i) }
+
+// veth is the machine's end of node i's link to the bridge.
+func (k *kitNetwork) veth(i int) string { return fmt.Sprintf("tk%dn%d", k.index, i) }
+
+// newKitNetwork takes a free kit index and builds the bridge and one
+// network namespace per node. What a crashed run left behind at that index
+// is removed first: the index's lock says nobody else holds it.
+func newKitNetwork(nodes int) (_ *kitNetwork, retErr error) {
+	if nodes > kitMaxNodes {
+		return nil, fmt.Errorf("at most %d real nodes, got %d", kitMaxNodes, nodes)
+	}
+	if err := os.MkdirAll(kitLockDir, 0o755); err != nil {
+		return nil, fmt.Errorf("kit network: %w", err)
+	}
+	k := &kitNetwork{index: -1, nodes: nodes}
+	for i := range kitMaxIndex {
+		f, err := os.OpenFile(filepath.Join(kitLockDir, fmt.Sprintf("%d.lock", i)), os.O_CREATE|os.O_RDWR, 0o644)
+		if err != nil {
+			return nil, fmt.Errorf("kit network: %w", err)
+		}
+		if err := tryLock(f); err != nil {
+			_ = f.Close()
+			continue
+		}
+		k.index, k.lock = i, f
+		break
+	}
+	if k.lock == nil {
+		return nil, fmt.Errorf("kit network: all %d kit networks are in use on this machine", kitMaxIndex)
+	}
+	defer func() {
+		if retErr != nil {
+			retErr = errors.Join(retErr, k.teardown())
+		}
+	}()
+	k.removeLeftovers()
+
+	br, gw := k.bridge(), k.gatewayIP()
+	steps := [][]string{
+		{"ip", "link", "add", br, "type", "bridge"},
+		{"ip", "addr", "add", gw + "/24", "dev", br},
+		{"ip", "link", "set", br, "up"},
+	}
+	for i := 1; i <= nodes; i++ {
+		ns, veth := k.netns(i), k.veth(i)
+		steps = append(steps,
+			[]string{"ip", "netns", "add", ns},
+			[]string{"ip", "link", "add", veth, "type", "veth", "peer", "name", "eth0", "netns", ns},
+			[]string{"ip", "link", "set", veth, "master", br, "up"},
+			[]string{"ip", "-n", ns, "link", "set", "lo", "up"},
+			[]string{"ip", "-n", ns, "addr", "add", k.nodeIP(i) + "/24", "dev", "eth0"},
+			[]string{"ip", "-n", ns, "link", "set", "eth0", "up"},
+			// The Service range needs a route for connections the node
+			// itself opens; kube-proxy rewrites them before they leave.
+			[]string{"ip", "-n", ns, "route", "add", k.serviceCIDR(), "via", gw},
+			[]string{"ip", "netns", "exec", ns, "sysctl", "-q", "-w", "net.ipv4.ip_forward=1"},
+			// This machine reaches node i's Pods through it.
+			[]string{"ip", "route", "add", k.podCIDR(i), "via", k.nodeIP(i)},
+		)
+		for j := 1; j <= nodes; j++ {
+			if j != i {
+				steps = append(steps, []string{"ip", "-n", ns, "route", "add", k.podCIDR(j), "via", k.nodeIP(j)})
+			}
+		}
+	}
+	if nodes > 0 {
+		// The test process reaches cluster IPs through node 1's kube-proxy.
+		steps = append(steps, []string{"ip", "route", "add", k.serviceCIDR(), "via", k.nodeIP(1)})
+	}
+	for _, s := range steps {
+		if err := run(s...); err != nil {
+			return nil, fmt.Errorf("kit network %d: %w", k.index, err)
+		}
+	}
+	return k, nil
+}
+
+// removeLeftovers deletes what a run that held this index and died left.
+func (k *kitNetwork) removeLeftovers() {
+	_ = run("ip", "link", "del", k.bridge())
+	out, _ := exec.Command("ip", "netns", "list").Output()
+	prefix := fmt.Sprintf("tenantry-kit%d-node", k.index)
+	for _, line := range strings.Split(string(out), "\n") {
+		if f := strings.Fields(line); len(f) > 0 && strings.HasPrefix(f[0], prefix) {
+			_ = run("ip", "netns", "del", f[0])
+		}
+	}
+}
+
+// teardown removes the namespaces and the bridge (and with them every
+// route through them) and frees the index.
+func (k *kitNetwork) teardown() error {
+	if k == nil || k.lock == nil {
+		return nil
+	}
+	var errs []error
+	for i := 1; i <= k.nodes; i++ {
+		if err := run("ip", "netns", "del", k.netns(i)); err != nil && !strings.Contains(err.Error(), "No such file") {
+			errs = append(errs, err)
+		}
+	}
+	if err := run("ip", "link", "del", k.bridge()); err != nil && !strings.Contains(err.Error(), "Cannot find device") {
+		errs = append(errs, err)
+	}
+	_ = k.lock.Close() // releases the lock
+	k.lock = nil
+	return errors.Join(errs...)
+}
+
+// run runs a command, its output going into the error when it fails.
+func run(args ...string) error {
+	out, err := exec.Command(args[0], args[1:]...).CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("%s: %w: %s", strings.Join(args, " "), err, strings.TrimSpace(string(out)))
+	}
+	return nil
+}
+
+// kitIP parses the gateway address, for listeners.
+func (k *kitNetwork) kitIP() net.IP { return net.ParseIP(k.gatewayIP()).To4() }
