@@ -81,6 +81,10 @@ CNI_PLUGINS := bridge host-local loopback portmap
 NODE_BINS := $(addprefix $(BIN)/,kubelet kube-proxy containerd containerd-shim-runc-v2 ctr runc kitregistry) \
              $(addprefix $(BIN)/cni/,$(CNI_PLUGINS)) $(BIN)/kit-images/index.json
 BUSYBOX ?= /bin/busybox
+# This machine's programs that the e2e suite runs in the agnhost image, as
+# its upstream image has them (Debian: curl, bind9-dnsutils,
+# netcat-openbsd, socat, libc-bin).
+AGNHOST_TOOLS ?= /usr/bin/curl /usr/bin/dig /usr/bin/nslookup /usr/bin/nc=/bin/nc.openbsd /usr/bin/socat /usr/bin/getent
 
 CONTROLLER_GEN := $(BIN)/controller-gen
 # What `make envtest` builds: the test control planes' programs, and the
@@ -192,7 +196,8 @@ $(BIN)/pause: $(TOOLS_DEPS)
 
 $(BIN)/kit-images/index.json: $(BIN)/kitregistry $(BIN)/pause $(BIN)/agnhost
 	@test -x $(BUSYBOX) || { echo "no static busybox at $(BUSYBOX): install Debian's busybox-static, or set BUSYBOX"; exit 1; }
-	$(BIN)/kitregistry build --out $(BIN)/kit-images --pause $(BIN)/pause --busybox $(BUSYBOX) --agnhost $(BIN)/agnhost
+	$(BIN)/kitregistry build --out $(BIN)/kit-images --pause $(BIN)/pause --busybox $(BUSYBOX) --agnhost $(BIN)/agnhost \
+	  $(addprefix --tool ,$(AGNHOST_TOOLS))
 
 $(BIN)/kwok: $(KWOK_DEPS)
 	cd $(KWOK_TOOLS) && $(GO) build -ldflags '-X sigs.k8s.io/kwok/pkg/consts.Version=$(KWOK_VERSION)' -o $@ sigs.k8s.io/kwok/cmd/kwok

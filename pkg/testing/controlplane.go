@@ -2,11 +2,16 @@ package testing
 
 import (
 	"context"
+	"crypto/rand"
+	"crypto/rsa"
+	"crypto/x509"
+	"encoding/pem"
 	"errors"
 	"fmt"
 	"io"
 	"net"
 	"os"
+	"path/filepath"
 	"strconv"
 	"sync"
 	"time"
@@ -14,6 +19,7 @@ import (
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/client-go/util/cert"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
@@ -105,6 +111,9 @@ func startControlPlane(ctx context.Context, name string, opts *Options, kit *kit
 		// Pods and nodes reach the API server on the kit network, and
 		// envtest's serving certificate names the address it listens at.
 		if err := cp.listenOnKit(apiServer); err != nil {
+			return nil, err
+		}
+		if err := cp.writeServingCertificates(apiServer); err != nil {
 			return nil, err
 		}
 	}
@@ -437,6 +446,54 @@ func (c *ControlPlane) listenOnKit(s *envtest.APIServer) error {
 	s.SecureServing.Address = c.kit.gatewayIP()
 	s.SecureServing.Port = strconv.Itoa(port)
 	s.SecurePort = port
+	return nil
+}
+
+// writeServingCertificates writes the API server's serving certificate and
+// service account key, in place of envtest's, for a control plane on the
+// kit network: the certificate names the kit address, and for the host
+// also what its Pods reach it at (the kubernetes Service's cluster IP and
+// names), as a real cluster's does.
+func (c *ControlPlane) writeServingCertificates(s *envtest.APIServer) error {
+	ips := []net.IP{net.IPv4(127, 0, 0, 1), c.kit.kitIP()}
+	dns := []string{"localhost"}
+	if c.isHost() {
+		_, svc, err := net.ParseCIDR(c.kit.serviceCIDR())
+		if err != nil {
+			return err
+		}
+		first := append(net.IP{}, svc.IP.To4()...)
+		first[3]++
+		ips = append(ips, first)
+		dns = append(dns, "kubernetes", "kubernetes.default", "kubernetes.default.svc", "kubernetes.default.svc.cluster.local")
+	}
+	chain, key, err := cert.GenerateSelfSignedCertKey(c.kit.gatewayIP(), ips, dns)
+	if err != nil {
+		return fmt.Errorf("control plane %q: serving certificate: %w", c.name, err)
+	}
+	// The chain is the serving certificate, then the CA that signed it.
+	leaf, rest := pem.Decode(chain)
+	ca, _ := pem.Decode(rest)
+	if leaf == nil || ca == nil {
+		return fmt.Errorf("control plane %q: serving certificate: no CA in the chain", c.name)
+	}
+	saKey, err := rsa.GenerateKey(rand.Reader, 2048)
+	if err != nil {
+		return fmt.Errorf("control plane %q: service account key: %w", c.name, err)
+	}
+	saPEM := pemBlock("RSA PRIVATE KEY", x509.MarshalPKCS1PrivateKey(saKey))
+	for name, data := range map[string][]byte{
+		"apiserver.crt": pem.EncodeToMemory(leaf),
+		"apiserver.key": key,
+		// The API server reads the public key from the private one.
+		"sa-signer.crt": saPEM,
+		"sa-signer.key": saPEM,
+	} {
+		if err := os.WriteFile(filepath.Join(c.dir, name), data, 0o600); err != nil {
+			return fmt.Errorf("control plane %q: %w", c.name, err)
+		}
+	}
+	s.SecureServing.CA = pem.EncodeToMemory(ca)
 	return nil
 }
 

@@ -2,8 +2,12 @@
 // nodes run, and serves them as the kit's own registry, so that no image is
 // ever pulled from the internet.
 //
-//	kitregistry build --out DIR --pause FILE --busybox FILE --agnhost FILE
+//	kitregistry build --out DIR --pause FILE --busybox FILE --agnhost FILE [--tool FILE]...
 //	kitregistry serve --layout DIR --listen ADDR
+//
+// The agnhost image holds what the e2e suite's specs run in it beside
+// agnhost: the --tool programs of this machine (curl, dig, nc, ...), each
+// at its path with the shared libraries ldd names for it, over busybox.
 //
 // build writes one OCI image layout holding every image under its upstream
 // name (the annotation org.opencontainers.image.ref.name): the same inputs
@@ -28,6 +32,7 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"path"
 	"runtime"
 	"sort"
 	"strings"
@@ -89,6 +94,8 @@ func build(args []string) error {
 	pause := fs.String("pause", "", "a static pause binary (build/pause/linux/pause.c)")
 	busybox := fs.String("busybox", "", "a static busybox binary")
 	agnhost := fs.String("agnhost", "", "a static agnhost binary")
+	var tools multiFlag
+	fs.Var(&tools, "tool", "a program of this machine for the agnhost image, with its shared libraries: PATH, or IMAGEPATH=PATH (repeatable)")
 	_ = fs.Parse(args)
 	for flagName, v := range map[string]string{"out": *out, "pause": *pause, "busybox": *busybox, "agnhost": *agnhost} {
 		if v == "" {
@@ -104,7 +111,13 @@ func build(args []string) error {
 	if err != nil {
 		return err
 	}
-	agnhostLayer, err := filesLayer(map[string]string{"agnhost": *agnhost})
+	agnhostFiles := map[string]string{"agnhost": *agnhost}
+	for _, tool := range tools {
+		if err := addWithLibraries(agnhostFiles, tool); err != nil {
+			return err
+		}
+	}
+	agnhostLayer, err := filesLayer(agnhostFiles)
 	if err != nil {
 		return err
 	}
@@ -115,7 +128,7 @@ func build(args []string) error {
 	}{
 		{pauseRefs, []v1.Layer{pauseLayer}, v1.Config{Entrypoint: []string{"/pause"}, User: "65535:65535"}},
 		{busyboxRefs, []v1.Layer{base}, v1.Config{Cmd: []string{"sh"}}},
-		{agnhostRefs, []v1.Layer{base, agnhostLayer}, v1.Config{Entrypoint: []string{"/agnhost"}, Cmd: []string{"pause"}}},
+		{agnhostRefs, []v1.Layer{base, agnhostLayer}, v1.Config{Entrypoint: []string{"/agnhost"}, Cmd: []string{"pause"}, WorkingDir: "/"}},
 	}
 
 	tmp := *out + ".tmp"
@@ -198,8 +211,47 @@ func layer(entries []entry) (v1.Layer, error) {
 	}, tarball.WithMediaType(types.OCILayer))
 }
 
-// filesLayer is a layer of executables at the root: name in the image to
-// the file on this machine.
+// multiFlag is a repeatable flag.
+type multiFlag []string
+
+func (m *multiFlag) String() string     { return strings.Join(*m, ",") }
+func (m *multiFlag) Set(v string) error { *m = append(*m, v); return nil }
+
+// addWithLibraries adds a program, and every shared library and the
+// loader that ldd names for it, to files at their paths on this machine.
+// tool is the program's path, or IMAGEPATH=PATH to put it elsewhere in the
+// image (/usr/bin/nc=/bin/nc.openbsd).
+func addWithLibraries(files map[string]string, tool string) error {
+	at, program, ok := strings.Cut(tool, "=")
+	if !ok {
+		at, program = tool, tool
+	}
+	files[strings.TrimPrefix(at, "/")] = program
+	out, err := exec.Command("ldd", program).Output()
+	if err != nil {
+		return fmt.Errorf("ldd %s: %w", program, err)
+	}
+	for _, line := range strings.Split(string(out), "\n") {
+		f := strings.Fields(line)
+		// "libc.so.6 => /lib/x86_64-linux-gnu/libc.so.6 (0x...)", or the
+		// loader "/lib64/ld-linux-x86-64.so.2 (0x...)".
+		var path string
+		switch {
+		case len(f) >= 3 && f[1] == "=>" && strings.HasPrefix(f[2], "/"):
+			path = f[2]
+		case len(f) >= 1 && strings.HasPrefix(f[0], "/"):
+			path = f[0]
+		default:
+			continue
+		}
+		files[strings.TrimPrefix(path, "/")] = path
+	}
+	return nil
+}
+
+// filesLayer is a layer of executables: their path in the image to the
+// file on this machine (symbolic links followed), with the directories
+// they need.
 func filesLayer(files map[string]string) (v1.Layer, error) {
 	names := make([]string, 0, len(files))
 	for n := range files {
@@ -207,6 +259,20 @@ func filesLayer(files map[string]string) (v1.Layer, error) {
 	}
 	sort.Strings(names)
 	var entries []entry
+	dirs := map[string]bool{}
+	for _, n := range names {
+		for d := path.Dir(n); d != "." && !dirs[d]; d = path.Dir(d) {
+			dirs[d] = true
+		}
+	}
+	dirNames := make([]string, 0, len(dirs))
+	for d := range dirs {
+		dirNames = append(dirNames, d)
+	}
+	sort.Strings(dirNames) // parents first
+	for _, d := range dirNames {
+		entries = append(entries, entry{hdr: tar.Header{Name: d + "/", Typeflag: tar.TypeDir, Mode: 0o755}})
+	}
 	for _, n := range names {
 		data, err := os.ReadFile(files[n])
 		if err != nil {

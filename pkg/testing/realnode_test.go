@@ -1,0 +1,221 @@
+package testing_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	authenticationv1 "k8s.io/api/authentication/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/client-go/kubernetes"
+
+	tenantrytest "github.com/tenantry/tenantry/pkg/testing"
+)
+
+// agnhost is the e2e suite's test image, served by the kit's registry.
+const agnhost = "registry.k8s.io/e2e-test-images/agnhost:2.66.1"
+
+// TestRealNodes starts a host with two real nodes and checks what a real
+// cluster does with containers: they run and log, kubectl exec reaches
+// them, Pods of two nodes reach each other, a Service's cluster IP reaches
+// its Pods from a Pod and from this process, and a Pod reaches its API
+// server through the kubernetes Service with its own token.
+func TestRealNodes(t *testing.T) {
+	tenantrytest.RequireRealNodes(t)
+	env := tenantrytest.New(t, tenantrytest.Options{HostKubelets: 2, LogDirectory: t.TempDir()})
+	ctx := t.Context()
+	host := newClient(t, env.Host)
+	kubectl, err := tenantrytest.FindKubectl()
+	if err != nil {
+		t.Fatal(err)
+	}
+	kubeconfig, err := env.Host.KubeconfigFile(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	var nodes corev1.NodeList
+	if err := host.List(ctx, &nodes); err != nil {
+		t.Fatal(err)
+	}
+	if len(nodes.Items) != 2 {
+		t.Fatalf("%d nodes, want 2", len(nodes.Items))
+	}
+	for _, n := range nodes.Items {
+		if !nodeReady(&n) {
+			t.Fatalf("node %s is not Ready: %+v", n.Name, n.Status.Conditions)
+		}
+	}
+
+	// One server per node, and a Service in front of both.
+	servers := make([]*corev1.Pod, 2)
+	for i, n := range nodes.Items {
+		pod := &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: fmt.Sprintf("web-%d", i), Labels: map[string]string{"app": "web"}},
+			Spec: corev1.PodSpec{
+				NodeName: n.Name,
+				Containers: []corev1.Container{{
+					Name: "web", Image: agnhost, Args: []string{"netexec", "--http-port=8080"},
+					ReadinessProbe: &corev1.Probe{ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/healthz", Port: intstr.FromInt32(8080)}}, PeriodSeconds: 1},
+				}},
+			},
+		}
+		if err := host.Create(ctx, pod); err != nil {
+			t.Fatal(err)
+		}
+		servers[i] = waitPod(t, host, pod, "Running and Ready", func(p *corev1.Pod) bool {
+			return p.Status.Phase == corev1.PodRunning && podReady(p)
+		})
+	}
+	svc := &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "web"},
+		Spec: corev1.ServiceSpec{
+			Selector: map[string]string{"app": "web"},
+			Ports:    []corev1.ServicePort{{Port: 80, TargetPort: intstr.FromInt32(8080)}},
+		},
+	}
+	if err := host.Create(ctx, svc); err != nil {
+		t.Fatal(err)
+	}
+
+	t.Run("this process reaches a Pod and a cluster IP", func(t *testing.T) {
+		httpGet(t, "http://"+net.JoinHostPort(servers[0].Status.PodIP, "8080")+"/hostname", servers[0].Name)
+		tenantrytest.Eventually(t, time.Minute, "the Service answers at its cluster IP", func(ctx context.Context) (bool, error) {
+			body, err := get(ctx, "http://"+net.JoinHostPort(svc.Spec.ClusterIP, "80")+"/hostname")
+			return err == nil && strings.HasPrefix(body, "web-"), err
+		})
+	})
+
+	t.Run("a container logs and kubectl exec reaches it", func(t *testing.T) {
+		pod := &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "talker"},
+			Spec: corev1.PodSpec{
+				NodeName: nodes.Items[1].Name,
+				Containers: []corev1.Container{{
+					Name: "talker", Image: "docker.io/library/busybox:1.37",
+					Command: []string{"sh", "-c", "echo hello from a real container; exec sleep 3600"},
+				}},
+				TerminationGracePeriodSeconds: new(int64),
+			},
+		}
+		if err := host.Create(ctx, pod); err != nil {
+			t.Fatal(err)
+		}
+		waitPod(t, host, pod, "Running", func(p *corev1.Pod) bool { return p.Status.Phase == corev1.PodRunning })
+		tenantrytest.Eventually(t, 30*time.Second, "the container's log line", func(ctx context.Context) (bool, error) {
+			out, err := kubectl.Run(ctx, kubeconfig, "", "logs", "talker")
+			return strings.Contains(out, "hello from a real container"), err
+		})
+		out := kubectl.MustRun(t, kubeconfig, "", "exec", "talker", "--", "cat", "/etc/hostname")
+		if strings.TrimSpace(out) != "talker" {
+			t.Errorf("exec cat /etc/hostname = %q, want talker", out)
+		}
+
+		// Across nodes: from node 2's Pod to node 1's server, by Pod IP
+		// and through the Service's name-less cluster IP.
+		for _, target := range []string{
+			net.JoinHostPort(servers[0].Status.PodIP, "8080"),
+			net.JoinHostPort(svc.Spec.ClusterIP, "80"),
+		} {
+			tenantrytest.Eventually(t, 30*time.Second, "talker reaches "+target, func(ctx context.Context) (bool, error) {
+				out, err := kubectl.Run(ctx, kubeconfig, "", "exec", "talker", "--", "timeout", "5", "wget", "-q", "-O-", "http://"+target+"/hostname")
+				return strings.HasPrefix(out, "web-"), err
+			})
+		}
+	})
+
+	t.Run("a Pod reaches its API server through the kubernetes Service", func(t *testing.T) {
+		pod := &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "caller"},
+			Spec: corev1.PodSpec{
+				NodeName:      nodes.Items[0].Name,
+				RestartPolicy: corev1.RestartPolicyNever,
+				Containers: []corev1.Container{{
+					Name: "caller", Image: agnhost,
+					// As an in-cluster client: the mounted token and CA, and
+					// KUBERNETES_SERVICE_HOST; the certificate is verified.
+					Command: []string{"sh", "-c", selfSubjectReview},
+				}},
+			},
+		}
+		if err := host.Create(ctx, pod); err != nil {
+			t.Fatal(err)
+		}
+		done := waitPod(t, host, pod, "Succeeded", func(p *corev1.Pod) bool { return p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed })
+		logs := podLogs(t, env, done)
+		var review authenticationv1.SelfSubjectReview
+		if done.Status.Phase != corev1.PodSucceeded || json.Unmarshal([]byte(logs), &review) != nil {
+			t.Fatalf("the Pod ended %s, logging %q", done.Status.Phase, logs)
+		}
+		if got, want := review.Status.UserInfo.Username, "system:serviceaccount:default:default"; got != want {
+			t.Errorf("the Pod is %q to its API server, want %q", got, want)
+		}
+	})
+}
+
+// selfSubjectReview is a shell command that asks the Pod's API server who
+// the Pod is, as an in-cluster client would, with curl of the agnhost
+// image.
+const selfSubjectReview = `sa=/var/run/secrets/kubernetes.io/serviceaccount
+curl -sS --fail-with-body --cacert $sa/ca.crt -H "Authorization: Bearer $(cat $sa/token)" \
+  -H 'Content-Type: application/json' -X POST \
+  -d '{"apiVersion":"authentication.k8s.io/v1","kind":"SelfSubjectReview"}' \
+  https://$KUBERNETES_SERVICE_HOST:$KUBERNETES_SERVICE_PORT/apis/authentication.k8s.io/v1/selfsubjectreviews`
+
+// podLogs reads a Pod's log through the API server.
+func podLogs(t *testing.T, env *tenantrytest.Environment, pod *corev1.Pod) string {
+	t.Helper()
+	cs, err := kubernetes.NewForConfig(env.Host.Config())
+	if err != nil {
+		t.Fatal(err)
+	}
+	data, err := cs.CoreV1().Pods(pod.Namespace).GetLogs(pod.Name, &corev1.PodLogOptions{}).DoRaw(t.Context())
+	if err != nil {
+		t.Fatalf("logs of %s: %v", pod.Name, err)
+	}
+	return string(data)
+}
+
+// httpGet fails t unless GET url answers 200 with a body that starts with
+// want.
+func httpGet(t *testing.T, url, want string) {
+	t.Helper()
+	body, err := get(t.Context(), url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasPrefix(body, want) {
+		t.Fatalf("GET %s = %q, want %q", url, body, want)
+	}
+}
+
+func get(ctx context.Context, url string) (string, error) {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return "", err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return "", err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return "", fmt.Errorf("GET %s: %s", url, resp.Status)
+	}
+	return string(body), nil
+}
+
