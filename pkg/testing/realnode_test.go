@@ -149,7 +149,9 @@ func TestRealNodes(t *testing.T) {
 		if err := host.Create(ctx, pod); err != nil {
 			t.Fatal(err)
 		}
-		done := waitPod(t, host, pod, "Succeeded", func(p *corev1.Pod) bool { return p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed })
+		done := waitPod(t, host, pod, "Succeeded", func(p *corev1.Pod) bool {
+			return p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed
+		})
 		logs := podLogs(t, env, done)
 		var review authenticationv1.SelfSubjectReview
 		if done.Status.Phase != corev1.PodSucceeded || json.Unmarshal([]byte(logs), &review) != nil {
@@ -218,4 +220,3 @@ func get(ctx context.Context, url string) (string, error) {
 	}
 	return string(body), nil
 }
-
