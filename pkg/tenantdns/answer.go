@@ -15,6 +15,13 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
+// AnnotationHostClusterIP, on a tenant Service, names the host cluster IP
+// that serves it when the tenant's own could not be made the host's (the
+// Service syncer sets it; builtin.AnnotationHostClusterIP): the server
+// answers with it, since the tenant's IP reaches nothing. A tenant that
+// writes it misleads only its own Pods.
+const AnnotationHostClusterIP = "tenantry.dev/host-cluster-ip"
+
 // queryTimeout bounds the answer to one query, a forwarded one included.
 const queryTimeout = 5 * time.Second
 
@@ -120,6 +127,9 @@ func (s *Server) service(ctx context.Context, t Tenant, ns, name string, q dns.Q
 	ips := svc.Spec.ClusterIPs
 	if len(ips) == 0 && svc.Spec.ClusterIP != "" {
 		ips = []string{svc.Spec.ClusterIP}
+	}
+	if hostIP := svc.Annotations[AnnotationHostClusterIP]; net.ParseIP(hostIP) != nil {
+		ips = []string{hostIP}
 	}
 	return addressRecords(q, ips), nil, nil
 }

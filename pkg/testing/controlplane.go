@@ -122,12 +122,17 @@ func startControlPlane(ctx context.Context, name string, opts *Options, kit *kit
 		// localhost (see registerNode); a real kubelet at its InternalIP.
 		apiServer.Configure().Set("kubelet-preferred-address-types", "InternalDNS,InternalIP,Hostname,ExternalDNS,ExternalIP")
 	}
+	if kit != nil {
+		// Service IPs come from the kit's range, in the host and in every
+		// tenant alike, as a virtual cluster is set up: a tenant Service
+		// then takes its host copy's cluster IP, which kube-proxy serves.
+		apiServer.Configure().Set("service-cluster-ip-range", kit.serviceCIDR())
+	}
 	if cp.isHost() && kit != nil {
 		// As a real cluster: the host's Pods reach it at the kit address
-		// (the kubernetes Service), kubelets are held to their own Node
-		// and Pods, and Service IPs come from the kit's range.
+		// (the kubernetes Service), and kubelets are held to their own
+		// Node and Pods.
 		apiServer.Configure().Set("advertise-address", kit.gatewayIP())
-		apiServer.Configure().Set("service-cluster-ip-range", kit.serviceCIDR())
 		apiServer.Configure().Set("authorization-mode", "Node,RBAC")
 		apiServer.Configure().Set("enable-admission-plugins", "NodeRestriction")
 	}

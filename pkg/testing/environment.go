@@ -244,6 +244,17 @@ func New(t testing.TB, opts Options) *Environment {
 	return env
 }
 
+// KitIP is this machine's address on the real nodes' network
+// (Options.HostKubelets): the API servers listen there, and so must any
+// server of the test's own that Pods reach (a DNS server, for example).
+// Empty without real nodes.
+func (e *Environment) KitIP() string {
+	if e.kit == nil {
+		return ""
+	}
+	return e.kit.gatewayIP()
+}
+
 // ControlPlanes returns the host followed by the tenants.
 func (e *Environment) ControlPlanes() []*ControlPlane {
 	return append([]*ControlPlane{e.Host}, e.Tenants...)

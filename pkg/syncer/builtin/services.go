@@ -14,12 +14,14 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/tenantry/tenantry/pkg/syncer"
+	"github.com/tenantry/tenantry/pkg/tenantdns"
 )
 
 // AnnotationHostClusterIP is set on a tenant Service whose cluster IP could
 // not be made the host's (the host's IP is outside the tenant's service
-// range, or taken there): it names the IP that actually serves it.
-const AnnotationHostClusterIP = "tenantry.dev/host-cluster-ip"
+// range, or taken there): it names the IP that actually serves it, which
+// the tenant DNS answers with (package tenantdns, where it is defined).
+const AnnotationHostClusterIP = tenantdns.AnnotationHostClusterIP
 
 // reassignExternalName is the placeholder DNS name a tenant Service has for
 // the moment its cluster IP is being replaced.
@@ -214,6 +216,9 @@ func finishReassignment(ctx context.Context, c client.Client, host, placeholder 
 	withIP := func(ips []string) *corev1.Service {
 		s := placeholder.DeepCopy()
 		delete(s.Annotations, AnnotationReassigningFrom)
+		// A host IP named before (the tenant DNS answers with it) is no
+		// longer what serves; the failure below names the new one.
+		delete(s.Annotations, AnnotationHostClusterIP)
 		s.Spec = *before.DeepCopy()
 		s.Spec.ClusterIP, s.Spec.ClusterIPs = ips[0], ips
 		if len(s.Spec.IPFamilies) != len(ips) {
