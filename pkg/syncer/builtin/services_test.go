@@ -125,6 +125,36 @@ func TestClusterIPSwapWhoseOwnIPWasTakenGetsANewOne(t *testing.T) {
 	}
 }
 
+// A Service that once could not take its host's IP, and names it, takes
+// the host's new IP once it can, and no longer names the old one: the
+// tenant DNS answers with what the annotation says.
+func TestClusterIPSwapThatSucceedsDropsTheHostIPOnceNamed(t *testing.T) {
+	ctx := t.Context()
+	tenant := newTenantClient(t)
+	web := &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "web", Annotations: map[string]string{AnnotationHostClusterIP: "192.0.2.1"}},
+		Spec:       corev1.ServiceSpec{Ports: []corev1.ServicePort{{Name: "http", Port: 80, Protocol: corev1.ProtocolTCP}}},
+	}
+	if err := tenant.Create(ctx, web); err != nil {
+		t.Fatal(err)
+	}
+	// In the tenant's range (envtest's 10.0.0.0/24), and free.
+	host := &corev1.Service{Spec: corev1.ServiceSpec{ClusterIP: "10.0.0.200", ClusterIPs: []string{"10.0.0.200"}}}
+	if _, err := serviceClusterIPUp(ctx, tenant, host, web.DeepCopy()); err != nil {
+		t.Fatalf("the swap: %v", err)
+	}
+	var after corev1.Service
+	if err := tenant.Get(ctx, client.ObjectKeyFromObject(web), &after); err != nil {
+		t.Fatal(err)
+	}
+	if after.Spec.ClusterIP != "10.0.0.200" {
+		t.Fatalf("cluster IP %s after the swap, want the host's 10.0.0.200", after.Spec.ClusterIP)
+	}
+	if ip, ok := after.Annotations[AnnotationHostClusterIP]; ok {
+		t.Fatalf("the Service still names %s as the host IP that serves it", ip)
+	}
+}
+
 // newTenantClient is a client of a control plane of the test's own, which
 // stands for a tenant: the Up functions write to it as to a tenant.
 func newTenantClient(t *testing.T) client.WithWatch {
