@@ -47,7 +47,8 @@ func TestTenantPodsOnRealNodes(t *testing.T) {
 	}
 	// Tenant Pods reach the DNS server on the kit network, port 53.
 	kitIP := env.KitIP()
-	startManager(t, data, "--dns-bind-address", net.JoinHostPort(kitIP, "53"), "--dns-nameserver", kitIP)
+	startManager(t, data, "--dns-bind-address", net.JoinHostPort(kitIP, "53"), "--dns-nameserver", kitIP,
+		"--dns-upstream", startUpstream(t))
 
 	kubeconfig, err := env.Tenants[0].Kubeconfig()
 	if err != nil {
@@ -159,6 +160,14 @@ func TestTenantPodsOnRealNodes(t *testing.T) {
 			})
 		}
 	})
+
+	k := &tenantKit{t: t, tenant: tenant, kubectl: kubectl, kubeconfig: tenantKubeconfig, shellExec: exec, tenantServer: vc.Spec.InClusterServer}
+	t.Run("the environment names the tenant's Services and API server", func(t *testing.T) { k.environment(t, svc) })
+	t.Run("ConfigMap, Secret, projected and emptyDir volumes, with subPath", k.volumes)
+	t.Run("readiness reaches the tenant's EndpointSlices, liveness restarts", func(t *testing.T) { k.probes(t, web) })
+	t.Run("exit codes, termination messages, CrashLoopBackOff and Jobs reach the tenant", k.lifecycle)
+	t.Run("kubectl logs -f, exec -i, attach and port-forward", func(t *testing.T) { k.streams(t, web) })
+	t.Run("DNS: headless Services, SRV, ExternalName and Pod records", func(t *testing.T) { k.dns(t, web) })
 
 	t.Run("the container calls its tenant API server with its own token and CA", func(t *testing.T) {
 		var out string

@@ -45,6 +45,12 @@ const (
 	apiAccessHostKey  = "kubernetes-service-host"
 	apiAccessPortKey  = "kubernetes-service-port"
 	apiAccessURLKey   = "kubernetes-port"
+	// The tenant Pod's labels and annotations, in the downward API's
+	// format, for the downward API's metadata.labels and
+	// metadata.annotations files: the host Pod's would show Tenantry's
+	// and lack what the policy did not copy.
+	apiAccessLabelsKey      = "labels"
+	apiAccessAnnotationsKey = "annotations"
 	// annotationTokensRefresh says when the Secret's tokens are renewed (see
 	// renewAfter).
 	annotationTokensRefresh = "tenantry.dev/tokens-refresh-at"
@@ -69,7 +75,10 @@ const (
 //     and the other variables of the kubernetes Service, naming the tenant
 //     API server, from that Secret, unless it sets them itself;
 //   - the downward API's metadata.namespace and metadata.uid give the
-//     tenant Pod's, not the host copy's.
+//     tenant Pod's, not the host copy's, and its metadata.labels and
+//     metadata.annotations files come from the same Secret, which holds
+//     the tenant Pod's own (the host copy's carry Tenantry's labels, and
+//     lack the annotations that the policy did not copy).
 //
 // The Secret is made by the Pod syncer once the host Pod exists (the kubelet
 // waits for it), owned by the host Pod, so that the host removes it with
@@ -109,12 +118,19 @@ func APIAccess(podName string, spec *corev1.PodSpec) error {
 					tenantFieldRefs(src.DownwardAPI.Items)
 				}
 			}
+			v.Projected.Sources = splitMetadataMaps(secret, v.Projected.Sources)
 		case v.ConfigMap != nil && v.ConfigMap.Name == rootCAConfigMap:
 			v.VolumeSource = corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{
 				SecretName: secret, Items: caItems(v.ConfigMap.Items), DefaultMode: v.ConfigMap.DefaultMode,
 			}}
 		case v.DownwardAPI != nil:
 			tenantFieldRefs(v.DownwardAPI.Items)
+			downward := []corev1.VolumeProjection{{DownwardAPI: &corev1.DownwardAPIProjection{Items: v.DownwardAPI.Items}}}
+			if split := splitMetadataMaps(secret, downward); len(split) != 1 || split[0].DownwardAPI == nil {
+				v.VolumeSource = corev1.VolumeSource{Projected: &corev1.ProjectedVolumeSource{
+					Sources: split, DefaultMode: v.DownwardAPI.DefaultMode,
+				}}
+			}
 		}
 	}
 	for _, cs := range [][]corev1.Container{spec.InitContainers, spec.Containers} {
@@ -220,6 +236,61 @@ func caItems(items []corev1.KeyToPath) []corev1.KeyToPath {
 		out[i] = corev1.KeyToPath{Key: apiAccessCAKey, Path: item.Path, Mode: item.Mode}
 	}
 	return out
+}
+
+// splitMetadataMaps moves the downward API's metadata.labels and
+// metadata.annotations files of sources to the API access Secret, which
+// holds the tenant Pod's: every other source, and every other item, stays
+// as it was, in order.
+func splitMetadataMaps(secret string, sources []corev1.VolumeProjection) []corev1.VolumeProjection {
+	out := make([]corev1.VolumeProjection, 0, len(sources))
+	for _, src := range sources {
+		if src.DownwardAPI == nil {
+			out = append(out, src)
+			continue
+		}
+		var rest []corev1.DownwardAPIVolumeFile
+		var fromSecret []corev1.KeyToPath
+		for _, item := range src.DownwardAPI.Items {
+			key := ""
+			if item.FieldRef != nil {
+				switch item.FieldRef.FieldPath {
+				case "metadata.labels":
+					key = apiAccessLabelsKey
+				case "metadata.annotations":
+					key = apiAccessAnnotationsKey
+				}
+			}
+			if key == "" {
+				rest = append(rest, item)
+				continue
+			}
+			fromSecret = append(fromSecret, corev1.KeyToPath{Key: key, Path: item.Path, Mode: item.Mode})
+		}
+		if len(rest) > 0 || len(fromSecret) == 0 {
+			out = append(out, corev1.VolumeProjection{DownwardAPI: &corev1.DownwardAPIProjection{Items: rest}})
+		}
+		if len(fromSecret) > 0 {
+			out = append(out, corev1.VolumeProjection{Secret: &corev1.SecretProjection{
+				LocalObjectReference: corev1.LocalObjectReference{Name: secret}, Items: fromSecret,
+			}})
+		}
+	}
+	return out
+}
+
+// downwardAPIMap is a map as the downward API writes it to a file: a
+// key="value" line per key, sorted, the value quoted as Go quotes it, with
+// no newline at the end.
+func downwardAPIMap(m map[string]string) []byte {
+	var b strings.Builder
+	for i, k := range slices.Sorted(maps.Keys(m)) {
+		if i > 0 {
+			b.WriteByte('\n')
+		}
+		fmt.Fprintf(&b, "%s=%q", k, m[k])
+	}
+	return []byte(b.String())
 }
 
 func tenantFieldRefs(items []corev1.DownwardAPIVolumeFile) {
@@ -374,7 +445,13 @@ func (e *apiAccessExtension) Setup(scope *syncer.TenantScope) error {
 	}
 	return scope.RunController("pod-api-access", 1, r,
 		scope.TenantObjects(&corev1.Pod{}, predicate.Funcs{
-			UpdateFunc: func(event.UpdateEvent) bool { return false }, // the host Pod's events tell
+			// The host Pod's events tell of the rest; the Secret holds the
+			// tenant Pod's own labels and annotations, which the host Pod
+			// may not carry.
+			UpdateFunc: func(e event.UpdateEvent) bool {
+				return !maps.Equal(e.ObjectOld.GetLabels(), e.ObjectNew.GetLabels()) ||
+					!maps.Equal(e.ObjectOld.GetAnnotations(), e.ObjectNew.GetAnnotations())
+			},
 		}),
 		scope.HostEvents(&corev1.Pod{}, hostPod),
 		scope.HostEvents(&corev1.Secret{}, accessSecret))
@@ -481,6 +558,9 @@ func (r *apiAccess) desired(ctx context.Context, pod, hostPod *corev1.Pod, curre
 		apiAccessHostKey: []byte(r.server.host),
 		apiAccessPortKey: []byte(r.server.port),
 		apiAccessURLKey:  []byte("tcp://" + net.JoinHostPort(r.server.host, r.server.port)),
+		// What the tenant sees of its Pod, not what the host Pod carries.
+		apiAccessLabelsKey:      downwardAPIMap(pod.Labels),
+		apiAccessAnnotationsKey: downwardAPIMap(pod.Annotations),
 	}
 	requests := tokenRequests(&pod.Spec)
 	refreshAt, fresh := time.Time{}, false

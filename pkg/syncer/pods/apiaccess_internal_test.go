@@ -181,3 +181,61 @@ func TestTenantServerForPods(t *testing.T) {
 		}
 	}
 }
+
+// The downward API's labels and annotations files come from the API access
+// Secret, which holds the tenant Pod's: every other item, and every other
+// source, stays where it was, in order; a volume with neither stays a
+// downward API volume.
+func TestAPIAccessGivesTheTenantPodsLabelsAndAnnotations(t *testing.T) {
+	field := func(path, field string) corev1.DownwardAPIVolumeFile {
+		return corev1.DownwardAPIVolumeFile{Path: path, FieldRef: &corev1.ObjectFieldSelector{FieldPath: field}}
+	}
+	mode := ptr.To[int32](0o400)
+	spec := corev1.PodSpec{Volumes: []corev1.Volume{
+		{Name: "podinfo", VolumeSource: corev1.VolumeSource{DownwardAPI: &corev1.DownwardAPIVolumeSource{
+			DefaultMode: mode,
+			Items: []corev1.DownwardAPIVolumeFile{
+				field("labels", "metadata.labels"), field("name", "metadata.name"),
+				{Path: "annotations", FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.annotations"}, Mode: mode},
+			},
+		}}},
+		{Name: "plain", VolumeSource: corev1.VolumeSource{DownwardAPI: &corev1.DownwardAPIVolumeSource{
+			Items: []corev1.DownwardAPIVolumeFile{field("ns", "metadata.namespace")},
+		}}},
+		{Name: "mixed", VolumeSource: corev1.VolumeSource{Projected: &corev1.ProjectedVolumeSource{Sources: []corev1.VolumeProjection{
+			{ConfigMap: &corev1.ConfigMapProjection{LocalObjectReference: corev1.LocalObjectReference{Name: "cfg"}}},
+			{DownwardAPI: &corev1.DownwardAPIProjection{Items: []corev1.DownwardAPIVolumeFile{field("labels", "metadata.labels")}}},
+		}}}},
+	}}
+	if err := APIAccess("web", &spec); err != nil {
+		t.Fatal(err)
+	}
+	secret := apiAccessSecretName("web")
+	podinfo := spec.Volumes[0].Projected
+	if podinfo == nil || *podinfo.DefaultMode != 0o400 || len(podinfo.Sources) != 2 ||
+		podinfo.Sources[0].DownwardAPI == nil || len(podinfo.Sources[0].DownwardAPI.Items) != 1 || podinfo.Sources[0].DownwardAPI.Items[0].Path != "name" ||
+		podinfo.Sources[1].Secret == nil || podinfo.Sources[1].Secret.Name != secret ||
+		podinfo.Sources[1].Secret.Items[0] != (corev1.KeyToPath{Key: apiAccessLabelsKey, Path: "labels"}) ||
+		podinfo.Sources[1].Secret.Items[1].Key != apiAccessAnnotationsKey || *podinfo.Sources[1].Secret.Items[1].Mode != 0o400 {
+		t.Errorf("podinfo: %+v, want the name from the downward API, labels and annotations from %s", spec.Volumes[0].VolumeSource, secret)
+	}
+	if plain := spec.Volumes[1]; plain.DownwardAPI == nil || plain.DownwardAPI.Items[0].FieldRef.FieldPath != tenantFieldPath("metadata.namespace") {
+		t.Errorf("a volume without labels or annotations: %+v, want a downward API volume of the tenant's namespace", plain.VolumeSource)
+	}
+	mixed := spec.Volumes[2].Projected.Sources
+	if len(mixed) != 2 || mixed[0].ConfigMap == nil || mixed[1].Secret == nil || mixed[1].Secret.Items[0].Key != apiAccessLabelsKey {
+		t.Errorf("a projected volume: %+v, want the ConfigMap, then the labels from %s", mixed, secret)
+	}
+}
+
+// The downward API's format: sorted key="value" lines, quoted as Go
+// quotes, no newline at the end; nothing for no map.
+func TestDownwardAPIMap(t *testing.T) {
+	got := string(downwardAPIMap(map[string]string{"b": "two\nlines", "a": `say "hi"`}))
+	if want := "a=\"say \\\"hi\\\"\"\nb=\"two\\nlines\""; got != want {
+		t.Errorf("got %q, want %q", got, want)
+	}
+	if got := downwardAPIMap(nil); len(got) != 0 {
+		t.Errorf("no labels: %q", got)
+	}
+}

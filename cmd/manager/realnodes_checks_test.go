@@ -1,0 +1,461 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os/exec"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/miekg/dns"
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	tenantrytest "github.com/tenantry/tenantry/pkg/testing"
+)
+
+// tenantKit is what the checks of TestTenantPodsOnRealNodes share: the
+// tenant, kubectl against it, and exec into the shell Pod (namespace
+// other), which has curl, dig and nc (the agnhost image).
+type tenantKit struct {
+	t          *testing.T
+	tenant     client.Client
+	kubectl    tenantrytest.Kubectl
+	kubeconfig string
+	shellExec  func(ctx context.Context, args ...string) (string, error)
+	// tenantServer is the VirtualCluster's inClusterServer.
+	tenantServer string
+}
+
+// run creates a tenant Pod and waits until cond holds for it.
+func (k *tenantKit) run(t *testing.T, pod *corev1.Pod, what string, cond func(*corev1.Pod) (bool, error)) *corev1.Pod {
+	t.Helper()
+	if err := k.tenant.Create(t.Context(), pod); err != nil {
+		t.Fatal(err)
+	}
+	return k.await(t, pod, what, cond)
+}
+
+// await waits until cond holds for a tenant Pod.
+func (k *tenantKit) await(t *testing.T, pod *corev1.Pod, what string, cond func(*corev1.Pod) (bool, error)) *corev1.Pod {
+	t.Helper()
+	var p corev1.Pod
+	eventually(t, 90*time.Second, "tenant Pod "+pod.Name+": "+what, func(ctx context.Context) (bool, error) {
+		if err := k.tenant.Get(ctx, client.ObjectKeyFromObject(pod), &p); err != nil {
+			return false, err
+		}
+		return cond(&p)
+	})
+	return &p
+}
+
+// ended says whether a Pod has ended, and how it stands.
+func ended(p *corev1.Pod) (bool, error) {
+	return p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed,
+		fmt.Errorf("phase %s on %q, containers %+v", p.Status.Phase, p.Spec.NodeName, p.Status.ContainerStatuses)
+}
+
+// logs reads a tenant Pod's log with kubectl, through the tenant.
+func (k *tenantKit) logs(t *testing.T, ns, name string) string {
+	t.Helper()
+	return k.kubectl.MustRun(t, k.kubeconfig, "", "-n", ns, "logs", name)
+}
+
+// checkPod is a Pod of the agnhost image that runs script once.
+func checkPod(ns, name, script string) *corev1.Pod {
+	return &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+		Spec: corev1.PodSpec{
+			RestartPolicy:                 corev1.RestartPolicyNever,
+			TerminationGracePeriodSeconds: new(int64),
+			Containers:                    []corev1.Container{{Name: "check", Image: agnhostImage, Command: []string{"sh", "-c", script}}},
+		},
+	}
+}
+
+// environment: a container's Service variables are its tenant's (the
+// Service's tenant cluster IP, the tenant's API server), and the downward
+// API's labels and annotations are the tenant Pod's.
+func (k *tenantKit) environment(t *testing.T, svc *corev1.Service) {
+	ctx := t.Context()
+	if err := k.tenant.Get(ctx, client.ObjectKeyFromObject(svc), svc); err != nil {
+		t.Fatal(err)
+	}
+	pod := checkPod("app", "env", `echo "$WEB_SERVICE_HOST:$WEB_SERVICE_PORT $KUBERNETES_SERVICE_HOST:$KUBERNETES_SERVICE_PORT"
+cat /etc/podinfo/labels; echo; echo ---; cat /etc/podinfo/annotations`)
+	pod.Labels = map[string]string{"tier": "check"}
+	pod.Annotations = map[string]string{"note": "mine"}
+	pod.Spec.Volumes = []corev1.Volume{{Name: "podinfo", VolumeSource: corev1.VolumeSource{DownwardAPI: &corev1.DownwardAPIVolumeSource{
+		Items: []corev1.DownwardAPIVolumeFile{
+			{Path: "labels", FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.labels"}},
+			{Path: "annotations", FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.annotations"}},
+		},
+	}}}}
+	pod.Spec.Containers[0].VolumeMounts = []corev1.VolumeMount{{Name: "podinfo", MountPath: "/etc/podinfo"}}
+	done := k.run(t, pod, "ended", ended)
+	if done.Status.Phase != corev1.PodSucceeded {
+		t.Fatalf("the Pod ended %s", done.Status.Phase)
+	}
+	out := k.logs(t, "app", "env")
+	lines := strings.Split(out, "\n")
+	apiServer := k.apiServerAddress(t)
+	if want := net.JoinHostPort(svc.Spec.ClusterIP, "80") + " " + apiServer; lines[0] != want {
+		t.Errorf("WEB_SERVICE_* and KUBERNETES_SERVICE_* = %q, want %q (the tenant Service's IP, the tenant's API server)", lines[0], want)
+	}
+	labels, annotations, _ := strings.Cut(strings.Join(lines[1:], "\n"), "---")
+	if got := strings.TrimSpace(labels); got != `tier="check"` {
+		t.Errorf("the downward API's labels = %q, want the tenant Pod's: tier=\"check\"", got)
+	}
+	if !strings.Contains(annotations, `note="mine"`) || strings.Contains(annotations, "tenantry.dev/") {
+		t.Errorf("the downward API's annotations = %q, want the tenant Pod's (note=\"mine\"), nothing of Tenantry's", annotations)
+	}
+}
+
+// apiServerAddress is where the tenant's Pods reach its API server: the
+// VirtualCluster's inClusterServer.
+func (k *tenantKit) apiServerAddress(t *testing.T) string {
+	t.Helper()
+	return strings.TrimPrefix(k.tenantServer, "https://")
+}
+
+// volumes: ConfigMap, Secret, projected and emptyDir volumes hold what the
+// tenant put in them, a subPath mount too.
+func (k *tenantKit) volumes(t *testing.T) {
+	ctx := t.Context()
+	for _, obj := range []client.Object{
+		&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "app", Name: "cfg"}, Data: map[string]string{"greeting": "hello"}},
+		&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "app", Name: "sec"}, StringData: map[string]string{"password": "s3cret"}},
+	} {
+		if err := k.tenant.Create(ctx, obj); err != nil {
+			t.Fatal(err)
+		}
+	}
+	pod := checkPod("app", "volumes", `echo written > /scratch/f
+for f in /cm/greeting /sec/password /proj/g /proj/p /proj/name /etc/greeting /scratch/f; do echo "$f=$(cat $f)"; done`)
+	pod.Spec.Volumes = []corev1.Volume{
+		{Name: "cm", VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{LocalObjectReference: corev1.LocalObjectReference{Name: "cfg"}}}},
+		{Name: "sec", VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{SecretName: "sec"}}},
+		{Name: "proj", VolumeSource: corev1.VolumeSource{Projected: &corev1.ProjectedVolumeSource{Sources: []corev1.VolumeProjection{
+			{ConfigMap: &corev1.ConfigMapProjection{LocalObjectReference: corev1.LocalObjectReference{Name: "cfg"}, Items: []corev1.KeyToPath{{Key: "greeting", Path: "g"}}}},
+			{Secret: &corev1.SecretProjection{LocalObjectReference: corev1.LocalObjectReference{Name: "sec"}, Items: []corev1.KeyToPath{{Key: "password", Path: "p"}}}},
+			{DownwardAPI: &corev1.DownwardAPIProjection{Items: []corev1.DownwardAPIVolumeFile{{Path: "name", FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.name"}}}}},
+		}}}},
+		{Name: "scratch", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
+	}
+	pod.Spec.Containers[0].VolumeMounts = []corev1.VolumeMount{
+		{Name: "cm", MountPath: "/cm"}, {Name: "sec", MountPath: "/sec"}, {Name: "proj", MountPath: "/proj"},
+		{Name: "scratch", MountPath: "/scratch"}, {Name: "cm", MountPath: "/etc/greeting", SubPath: "greeting"},
+	}
+	done := k.run(t, pod, "ended", ended)
+	out := k.logs(t, "app", "volumes")
+	want := "/cm/greeting=hello\n/sec/password=s3cret\n/proj/g=hello\n/proj/p=s3cret\n/proj/name=volumes\n/etc/greeting=hello\n/scratch/f=written\n"
+	if done.Status.Phase != corev1.PodSucceeded || out != want {
+		t.Errorf("the Pod ended %s and read:\n%s\nwant:\n%s", done.Status.Phase, out, want)
+	}
+}
+
+// probes: a Ready Pod is a ready endpoint of the tenant's EndpointSlice
+// (the tenant's own controller sees the Ready that came up); a failing
+// liveness probe restarts the container, which the tenant sees.
+func (k *tenantKit) probes(t *testing.T, web *corev1.Pod) {
+	if err := k.tenant.Get(t.Context(), client.ObjectKeyFromObject(web), web); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 60*time.Second, "web's IP a ready endpoint of Service web in the tenant", func(ctx context.Context) (bool, error) {
+		var slices discoveryv1.EndpointSliceList
+		if err := k.tenant.List(ctx, &slices, client.InNamespace("app"), client.MatchingLabels{discoveryv1.LabelServiceName: "web"}); err != nil {
+			return false, err
+		}
+		for _, s := range slices.Items {
+			for _, e := range s.Endpoints {
+				if len(e.Addresses) > 0 && e.Addresses[0] == web.Status.PodIP && ptr.Deref(e.Conditions.Ready, false) {
+					return true, nil
+				}
+			}
+		}
+		return false, fmt.Errorf("slices %+v, Pod IP %s", slices.Items, web.Status.PodIP)
+	})
+
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "app", Name: "unlive"},
+		Spec: corev1.PodSpec{
+			TerminationGracePeriodSeconds: new(int64),
+			Containers: []corev1.Container{{
+				Name: "unlive", Image: agnhostImage, Command: []string{"sleep", "3600"},
+				LivenessProbe: &corev1.Probe{
+					ProbeHandler:  corev1.ProbeHandler{Exec: &corev1.ExecAction{Command: []string{"cat", "/tmp/healthy"}}},
+					PeriodSeconds: 1, FailureThreshold: 1,
+				},
+			}},
+		},
+	}
+	k.run(t, pod, "restarted by its liveness probe", func(p *corev1.Pod) (bool, error) {
+		for _, c := range p.Status.ContainerStatuses {
+			if c.RestartCount > 0 {
+				return true, nil
+			}
+		}
+		return false, fmt.Errorf("containers %+v", p.Status.ContainerStatuses)
+	})
+}
+
+// lifecycle: what a container's end says reaches the tenant Pod, and the
+// tenant's own controllers act on it.
+func (k *tenantKit) lifecycle(t *testing.T) {
+	exits := k.run(t, checkPod("app", "exits", `printf bye > /dev/termination-log; exit 3`), "ended", ended)
+	var term *corev1.ContainerStateTerminated
+	if len(exits.Status.ContainerStatuses) == 1 {
+		term = exits.Status.ContainerStatuses[0].State.Terminated
+	}
+	if exits.Status.Phase != corev1.PodFailed || term == nil || term.ExitCode != 3 || term.Message != "bye" || term.Reason != "Error" {
+		t.Errorf("a container that wrote bye and exited 3: phase %s, terminated %+v", exits.Status.Phase, term)
+	}
+
+	crasher := checkPod("app", "crasher", "exit 1")
+	crasher.Spec.RestartPolicy = corev1.RestartPolicyAlways
+	k.run(t, crasher, "CrashLoopBackOff", func(p *corev1.Pod) (bool, error) {
+		for _, c := range p.Status.ContainerStatuses {
+			if c.State.Waiting != nil && c.State.Waiting.Reason == "CrashLoopBackOff" && c.RestartCount > 0 {
+				return true, nil
+			}
+		}
+		return false, fmt.Errorf("containers %+v", p.Status.ContainerStatuses)
+	})
+
+	job := &batchv1.Job{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "app", Name: "once"},
+		Spec: batchv1.JobSpec{Template: corev1.PodTemplateSpec{Spec: corev1.PodSpec{
+			RestartPolicy: corev1.RestartPolicyNever,
+			Containers:    []corev1.Container{{Name: "once", Image: busyboxImage, Command: []string{"sh", "-c", "echo done"}}},
+		}}},
+	}
+	if err := k.tenant.Create(t.Context(), job); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 90*time.Second, "the tenant Job Complete", func(ctx context.Context) (bool, error) {
+		if err := k.tenant.Get(ctx, client.ObjectKeyFromObject(job), job); err != nil {
+			return false, err
+		}
+		for _, c := range job.Status.Conditions {
+			if c.Type == batchv1.JobComplete && c.Status == corev1.ConditionTrue {
+				return true, nil
+			}
+		}
+		return false, fmt.Errorf("active %d, succeeded %d, failed %d", job.Status.Active, job.Status.Succeeded, job.Status.Failed)
+	})
+}
+
+// streams: kubectl's streaming commands against tenant Pods reach their
+// processes.
+func (k *tenantKit) streams(t *testing.T, web *corev1.Pod) {
+	ctx := t.Context()
+	ticker := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "app", Name: "ticker"},
+		Spec: corev1.PodSpec{
+			TerminationGracePeriodSeconds: new(int64),
+			Containers: []corev1.Container{{Name: "ticker", Image: busyboxImage,
+				Command: []string{"sh", "-c", "i=0; while true; do echo tick $i; i=$((i+1)); sleep 1; done"}}},
+		},
+	}
+	k.run(t, ticker, "running", func(p *corev1.Pod) (bool, error) { return p.Status.Phase == corev1.PodRunning, nil })
+
+	t.Run("logs -f follows", func(t *testing.T) {
+		lines := k.follow(t, []string{"-n", "app", "logs", "-f", "ticker"}, "", 30*time.Second, func(line string) bool {
+			return line == "tick 3"
+		})
+		if len(lines) < 4 {
+			t.Fatalf("followed %q", lines)
+		}
+	})
+
+	t.Run("exec -i takes stdin", func(t *testing.T) {
+		out := k.kubectl.MustRun(t, k.kubeconfig, "echo from stdin\n", "-n", "other", "exec", "-i", "shell", "--", "sh")
+		if strings.TrimSpace(out) != "from stdin" {
+			t.Errorf("exec -i printed %q", out)
+		}
+	})
+
+	t.Run("attach reaches the container's stdin and stdout", func(t *testing.T) {
+		attachee := &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Namespace: "app", Name: "attachee"},
+			Spec: corev1.PodSpec{
+				TerminationGracePeriodSeconds: new(int64),
+				Containers: []corev1.Container{{Name: "attachee", Image: busyboxImage, Command: []string{"sh"},
+					Stdin: true, StdinOnce: true}},
+			},
+		}
+		k.run(t, attachee, "running", func(p *corev1.Pod) (bool, error) { return p.Status.Phase == corev1.PodRunning, nil })
+		out := k.kubectl.MustRun(t, k.kubeconfig, "echo attached\nexit\n", "-n", "app", "attach", "-i", "attachee")
+		if !strings.Contains(out, "attached") {
+			t.Errorf("attach printed %q", out)
+		}
+	})
+
+	t.Run("port-forward reaches the container's HTTP server", func(t *testing.T) {
+		forwarding := regexp.MustCompile(`Forwarding from 127\.0\.0\.1:(\d+) -> 8080`)
+		var port string
+		k.follow(t, []string{"-n", "app", "port-forward", "pod/web", ":8080"}, "", 30*time.Second, func(line string) bool {
+			if m := forwarding.FindStringSubmatch(line); m != nil {
+				port = m[1]
+				body, err := httpGetBody(ctx, "http://127.0.0.1:"+port+"/hostname")
+				if err != nil || body != web.Name {
+					t.Errorf("GET /hostname through the port-forward: %q, %v", body, err)
+				}
+				return true
+			}
+			return false
+		})
+		if port == "" {
+			t.Fatal("kubectl port-forward never said where it forwards from")
+		}
+	})
+}
+
+// follow runs kubectl with args until done says a line of its output is
+// the last one it needs, or timeout passes, and returns the lines read.
+func (k *tenantKit) follow(t *testing.T, args []string, stdin string, timeout time.Duration, done func(string) bool) []string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), timeout)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, k.kubectl.Path, append([]string{"--kubeconfig", k.kubeconfig}, args...)...)
+	cmd.Stdin = strings.NewReader(stdin)
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stderr tenantrytest.Buffer
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		cancel()
+		_ = cmd.Wait()
+	}()
+	var lines []string
+	scan := bufio.NewScanner(out)
+	for scan.Scan() {
+		lines = append(lines, scan.Text())
+		if done(scan.Text()) {
+			return lines
+		}
+	}
+	t.Fatalf("kubectl %s ended without the line awaited: read %q; stderr %s", strings.Join(args, " "), lines, stderr.String())
+	return nil
+}
+
+// dns: what the tenant's DNS answers a container, beyond Service names:
+// a headless Service's Pods by hostname, SRV records of named ports, an
+// ExternalName Service's alias, Pod A records, and a name outside the
+// cluster forwarded upstream.
+func (k *tenantKit) dns(t *testing.T, web *corev1.Pod) {
+	ctx := t.Context()
+	db := &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "app", Name: "db"},
+		Spec: corev1.ServiceSpec{
+			ClusterIP: corev1.ClusterIPNone, Selector: map[string]string{"app": "db"},
+			Ports: []corev1.ServicePort{{Name: "pg", Port: 5432, TargetPort: intstr.FromInt32(5432)}},
+		},
+	}
+	ext := &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "app", Name: "ext"},
+		Spec:       corev1.ServiceSpec{Type: corev1.ServiceTypeExternalName, ExternalName: "web.app.svc.cluster.local"},
+	}
+	for _, obj := range []client.Object{db, ext} {
+		if err := k.tenant.Create(ctx, obj); err != nil {
+			t.Fatal(err)
+		}
+	}
+	db0 := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "app", Name: "db-0", Labels: map[string]string{"app": "db"}},
+		Spec: corev1.PodSpec{
+			Hostname: "db-0", Subdomain: "db", TerminationGracePeriodSeconds: new(int64),
+			Containers: []corev1.Container{{Name: "db", Image: agnhostImage, Args: []string{"pause"}}},
+		},
+	}
+	db0 = k.run(t, db0, "running", func(p *corev1.Pod) (bool, error) {
+		return p.Status.Phase == corev1.PodRunning && p.Status.PodIP != "", nil
+	})
+	if err := k.tenant.Get(ctx, client.ObjectKeyFromObject(web), web); err != nil {
+		t.Fatal(err)
+	}
+	var svc corev1.Service
+	if err := k.tenant.Get(ctx, client.ObjectKey{Namespace: "app", Name: "web"}, &svc); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct{ query, want string }{
+		{"db-0.db.app.svc.cluster.local", db0.Status.PodIP},
+		{"db.app.svc.cluster.local", db0.Status.PodIP},
+		{"SRV _http._tcp.web.app.svc.cluster.local", "0 100 80 web.app.svc.cluster.local."},
+		{"SRV _pg._tcp.db.app.svc.cluster.local", "0 100 5432 db-0.db.app.svc.cluster.local."},
+		{"ext.app.svc.cluster.local", "web.app.svc.cluster.local.\n" + svc.Spec.ClusterIP},
+		{strings.ReplaceAll(web.Status.PodIP, ".", "-") + ".app.pod.cluster.local", web.Status.PodIP},
+		{"upstream.kit.test", upstreamAnswer},
+	} {
+		args := append([]string{"dig", "+short"}, strings.Fields(c.query)...)
+		eventually(t, 30*time.Second, "dig "+c.query, func(ctx context.Context) (bool, error) {
+			out, err := k.shellExec(ctx, args...)
+			return strings.TrimSpace(out) == c.want, fmt.Errorf("%q, want %q (%v)", out, c.want, err)
+		})
+	}
+}
+
+// upstreamAnswer is what the test's upstream resolver answers for every
+// name: the tenant DNS forwards names outside the cluster domain to it.
+const upstreamAnswer = "192.0.2.53"
+
+// startUpstream serves DNS on loopback, answering every A query with
+// upstreamAnswer: the tenant DNS's upstream, so that nothing is asked of
+// a resolver outside this machine.
+func startUpstream(t *testing.T) string {
+	t.Helper()
+	pc, err := net.ListenPacket("udp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &dns.Server{PacketConn: pc, Handler: dns.HandlerFunc(func(w dns.ResponseWriter, req *dns.Msg) {
+		resp := new(dns.Msg)
+		resp.SetReply(req)
+		if len(req.Question) == 1 && req.Question[0].Qtype == dns.TypeA {
+			resp.Answer = []dns.RR{&dns.A{
+				Hdr: dns.RR_Header{Name: req.Question[0].Name, Rrtype: dns.TypeA, Class: dns.ClassINET, Ttl: 5},
+				A:   net.ParseIP(upstreamAnswer).To4(),
+			}}
+		}
+		_ = w.WriteMsg(resp)
+	})}
+	go func() { _ = srv.ActivateAndServe() }()
+	t.Cleanup(func() { _ = srv.Shutdown() })
+	return pc.LocalAddr().String()
+}
+
+// httpGetBody GETs url and returns its body, trimmed.
+func httpGetBody(ctx context.Context, url string) (string, error) {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return "", err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if resp.StatusCode != http.StatusOK {
+		return "", fmt.Errorf("GET %s: %s", url, resp.Status)
+	}
+	return strings.TrimSpace(string(body)), err
+}
