@@ -143,11 +143,11 @@ build: ## Build the binaries into bin/.
 	$(GO) build -o $(BIN)/ ./cmd/...
 
 .PHONY: dev
-dev: build envtest ## A local host, two tenants and the controller-manager, until Ctrl-C.
+dev: build envtest node ## A local host, two tenants and the controller-manager, until Ctrl-C.
 	$(BIN)/tenantry dev
 
 .PHONY: demo
-demo: build envtest ## The end-to-end demo: sync a sample workload through two tenants, then exit.
+demo: build envtest node ## The end-to-end demo: sync a sample workload through two tenants, then exit.
 	$(BIN)/tenantry demo
 
 .PHONY: image

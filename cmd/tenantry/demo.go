@@ -18,6 +18,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -90,7 +91,69 @@ func demo(ctx context.Context, d *devEnv, timeout time.Duration, out io.Writer) 
 	if err != nil {
 		return fmt.Errorf("the workload did not converge within %s: %s", timeout, strings.Join(notDone(items), "; "))
 	}
+	if d.realNodes {
+		for _, cp := range d.env.Tenants {
+			if err := showRunning(deadline, cp, out); err != nil {
+				return fmt.Errorf("%s: %w", cp.Name(), err)
+			}
+		}
+	}
 	fmt.Fprintln(out, "==> demo complete: everything converged")
+	return nil
+}
+
+// demoImage is the image of the sample workload: the e2e suite's agnhost,
+// which the kit's registry serves (nothing is pulled from the internet),
+// with curl for the probe.
+const demoImage = "registry.k8s.io/e2e-test-images/agnhost:2.66.1"
+
+// showRunning shows, on real nodes, that the tenant's workload runs: a
+// Pod of the tenant fetches a page from the Deployment through the
+// tenant's Service name, and a web container's log is read through the
+// tenant's API server, as kubectl logs reads it.
+func showRunning(ctx context.Context, cp *tenantrytest.ControlPlane, out io.Writer) error {
+	cs, err := kubernetes.NewForConfig(cp.Config())
+	if err != nil {
+		return err
+	}
+	url := "http://" + workloadName("Service") + "." + demoNamespace + "/hostname"
+	probe := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: demoNamespace, Name: "probe"},
+		Spec: corev1.PodSpec{
+			RestartPolicy: corev1.RestartPolicyNever,
+			Containers:    []corev1.Container{{Name: "probe", Image: demoImage, Command: []string{"curl", "-sS", "--retry", "5", "--retry-all-errors", url}}},
+		},
+	}
+	if _, err := cs.CoreV1().Pods(demoNamespace).Create(ctx, probe, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("creating Pod probe: %w", err)
+	}
+	var phase corev1.PodPhase
+	err = tenantrytest.Poll(ctx, 200*time.Millisecond, 0, func(ctx context.Context) (bool, error) {
+		p, err := cs.CoreV1().Pods(demoNamespace).Get(ctx, probe.Name, metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		phase = p.Status.Phase
+		return phase == corev1.PodSucceeded || phase == corev1.PodFailed, fmt.Errorf("Pod probe is %s", phase)
+	})
+	if err != nil {
+		return fmt.Errorf("Pod probe did not end: %w", err)
+	}
+	answer, err := cs.CoreV1().Pods(demoNamespace).GetLogs(probe.Name, &corev1.PodLogOptions{}).DoRaw(ctx)
+	if err != nil {
+		return fmt.Errorf("reading Pod probe's log: %w", err)
+	}
+	if phase != corev1.PodSucceeded {
+		return fmt.Errorf("Pod probe could not fetch %s: %s", url, strings.TrimSpace(string(answer)))
+	}
+	fmt.Fprintf(out, "==> %s: Pod probe fetched %s through the tenant's Service: %s\n", cp.Name(), url, strings.TrimSpace(string(answer)))
+
+	web := strings.TrimSpace(string(answer)) // the Pod that answered
+	lines, err := cs.CoreV1().Pods(demoNamespace).GetLogs(web, &corev1.PodLogOptions{TailLines: ptr.To[int64](1)}).DoRaw(ctx)
+	if err != nil {
+		return fmt.Errorf("reading Pod %s's log: %w", web, err)
+	}
+	fmt.Fprintf(out, "==> %s: kubectl logs %s --tail 1 (a real container): %s\n", cp.Name(), web, strings.TrimSpace(string(lines)))
 	return nil
 }
 
@@ -130,7 +193,7 @@ func applyWorkload(ctx context.Context, c client.Client) error {
 				Template: corev1.PodTemplateSpec{
 					ObjectMeta: metav1.ObjectMeta{Labels: labels},
 					Spec: corev1.PodSpec{Containers: []corev1.Container{{
-						Name: "web", Image: "nginx",
+						Name: "web", Image: demoImage, Args: []string{"netexec", "--http-port=80"},
 						EnvFrom: []corev1.EnvFromSource{{ConfigMapRef: &corev1.ConfigMapEnvSource{
 							LocalObjectReference: corev1.LocalObjectReference{Name: workloadName("ConfigMap")}}}},
 					}}},
@@ -139,7 +202,7 @@ func applyWorkload(ctx context.Context, c client.Client) error {
 		&batchv1.Job{ObjectMeta: metav1.ObjectMeta{Namespace: demoNamespace, Name: workloadName("Job")},
 			Spec: batchv1.JobSpec{Template: corev1.PodTemplateSpec{Spec: corev1.PodSpec{
 				RestartPolicy: corev1.RestartPolicyNever,
-				Containers:    []corev1.Container{{Name: "migrate", Image: "busybox", Command: []string{"true"}}},
+				Containers:    []corev1.Container{{Name: "migrate", Image: demoImage, Command: []string{"true"}}},
 			}}}},
 	}
 	for _, obj := range objects {

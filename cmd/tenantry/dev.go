@@ -13,7 +13,7 @@ import (
 
 var devCommand = command{
 	name: "dev",
-	summary: "Start a local host that runs Pods on simulated nodes, tenants with their own kube-controller-manager, " +
+	summary: "Start a local host that runs Pods on real nodes (simulated ones where this machine cannot run real ones), tenants with their own kube-controller-manager, " +
 		"Tenantry's controller-manager with every built-in syncer, and a VirtualCluster per tenant; " +
 		"print a kubeconfig per cluster and run until interrupted.",
 	flags: func(fs *flag.FlagSet) func(context.Context, invocation) error {
@@ -28,10 +28,13 @@ var devCommand = command{
 func bindDevFlags(fs *flag.FlagSet) *devOptions {
 	o := &devOptions{}
 	fs.IntVar(&o.tenants, "tenants", 2, "Number of tenant clusters.")
-	fs.IntVar(&o.nodes, "nodes", 2, "Number of simulated host nodes (kwok) that run the tenants' Pods.")
+	fs.IntVar(&o.nodes, "nodes", 2, "Number of host nodes that run the tenants' Pods.")
+	fs.BoolVar(&o.simulatedNodes, "simulated-nodes", false,
+		"Simulated nodes (kwok) even where this machine can run real ones (kubelet, containerd and runc; they need root and `make node`): "+
+			"Pods are Running at once, and nothing runs in them.")
 	fs.StringVar(&o.dir, "dir", "", "Directory for the kubeconfigs and the logs of the manager and of every control-plane process "+
 		"(default: a new temporary directory, removed on exit unless something failed).")
-	fs.StringVar(&o.assets, "assets", "", "Directory holding kube-apiserver, etcd, kube-controller-manager, kube-scheduler and kwok "+
+	fs.StringVar(&o.assets, "assets", "", "Directory holding kube-apiserver, etcd, kube-controller-manager, kube-scheduler and kwok, and what `make node` builds "+
 		"(default: $"+tenantrytest.AssetsEnv+", else this binary's own directory).")
 	fs.StringVar(&o.metricsBindAddress, "metrics-bind-address", "0", `Address of the manager's metrics endpoint; "0" turns it off.`)
 	fs.StringVar(&o.healthProbeBindAddress, "health-probe-bind-address", "0", `Address of the manager's /healthz and /readyz; "0" turns them off.`)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"sort"
@@ -40,8 +41,10 @@ const readyTimeout = 2 * time.Minute
 
 // devOptions configure a dev environment.
 type devOptions struct {
-	tenants                int
-	nodes                  int    // simulated host nodes
+	tenants int
+	nodes   int // host nodes
+	// simulatedNodes keeps kwok's nodes where real ones could run.
+	simulatedNodes         bool
 	dir                    string // kubeconfigs and logs; "" for a new temporary one
 	assets                 string
 	metricsBindAddress     string
@@ -66,8 +69,10 @@ type devEnv struct {
 	host        client.Client
 	tenants     map[string]client.Client
 	kubeconfigs map[string]string // cluster name -> file
-	logFile     *os.File
-	log         logr.Logger // into logFile
+	// realNodes says the host's nodes are real: Pods run containers.
+	realNodes bool
+	logFile   *os.File
+	log       logr.Logger // into logFile
 }
 
 // startDev brings a dev environment up, or nothing at all.
@@ -110,15 +115,27 @@ func startDev(ctx context.Context, o devOptions, progress func(string)) (_ *devE
 			return nil, err
 		}
 	}
-	progress(fmt.Sprintf("starting a host with %d nodes and %d tenants, each with its controller-manager (logs: %s)", o.nodes, o.tenants, d.dir))
-	d.env, err = tenantrytest.Start(ctx, tenantrytest.Options{
+	envOpts := tenantrytest.Options{
 		Tenants:                 o.tenants,
-		HostNodes:               o.nodes,
 		TenantControllerManager: true,
 		BinaryAssetsDirectory:   o.assets,
 		HostCRDs:                crds,
 		LogDirectory:            d.dir,
-	})
+	}
+	switch why := tenantrytest.RealNodesSupported(o.assets); {
+	case o.simulatedNodes:
+		envOpts.HostNodes = o.nodes
+		progress(fmt.Sprintf("%d simulated nodes (kwok), as --simulated-nodes asks: Pods run, but nothing runs in them", o.nodes))
+	case why != nil:
+		envOpts.HostNodes = o.nodes
+		progress(fmt.Sprintf("%d simulated nodes (kwok), since %v", o.nodes, why))
+	default:
+		envOpts.HostKubelets = o.nodes
+		d.realNodes = true
+		progress(fmt.Sprintf("%d real nodes (kubelet, containerd, runc, kube-proxy): Pods run containers (--simulated-nodes for kwok's)", o.nodes))
+	}
+	progress(fmt.Sprintf("starting a host with %d nodes and %d tenants, each with its controller-manager (logs: %s)", o.nodes, o.tenants, d.dir))
+	d.env, err = tenantrytest.Start(ctx, envOpts)
 	if err != nil {
 		return nil, err
 	}
@@ -159,6 +176,13 @@ func startDev(ctx context.Context, o devOptions, progress func(string)) (_ *devE
 	// The tenants' API servers run here: kubectl logs, exec, attach and
 	// port-forward reach the virtual nodes' kubelet API on loopback.
 	opts.Syncers.Kubelet = kubeletapi.Options{BindAddress: "127.0.0.1:0", AdvertiseAddress: "127.0.0.1"}
+	if d.realNodes {
+		// Tenant Pods ask the tenant DNS on the kit network, where they
+		// reach this process.
+		kitIP := d.env.KitIP()
+		opts.Syncers.DNS.BindAddress = net.JoinHostPort(kitIP, "53")
+		opts.Syncers.DNSNameserver = kitIP
+	}
 	d.app = managerapp.New(opts)
 	if err := d.app.Err(); err != nil {
 		return nil, err
@@ -194,6 +218,9 @@ func (d *devEnv) registerTenants(ctx context.Context) error {
 			ObjectMeta: metav1.ObjectMeta{Name: cp.Name()},
 			Spec: tenantryv1alpha1.VirtualClusterSpec{
 				KubeconfigSecretRef: tenantryv1alpha1.SecretKeyReference{Namespace: secretsNamespace, Name: secret.Name},
+				// The tenant API server's address, which its Pods reach
+				// too (on the kit network where nodes are real).
+				InClusterServer: "https://" + cp.Address(),
 				// A tenant sees every node it may use, as on a cluster of
 				// its own: DaemonSets run, and tools that wait for a
 				// schedulable node find one.

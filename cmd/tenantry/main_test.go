@@ -11,6 +11,7 @@ import (
 
 	"github.com/go-logr/logr"
 
+	tenantrytest "github.com/tenantry/tenantry/pkg/testing"
 	"github.com/tenantry/tenantry/providers"
 )
 
@@ -42,14 +43,36 @@ func TestRunUsage(t *testing.T) {
 	}
 }
 
-// The demo, end to end, with one tenant: what `make demo` runs.
+// The demo, end to end, with one tenant, on real nodes: what `make demo`
+// runs. A page fetched through the tenant's Service, and a real
+// container's log line, show that the workload runs.
 func TestDemo(t *testing.T) {
+	tenantrytest.RequireRealNodes(t)
 	var out bytes.Buffer
-	err := runDemo(t.Context(), devOptions{tenants: 1, nodes: 2, metricsBindAddress: "0", healthProbeBindAddress: "0"}, time.Minute, &out)
+	err := runDemo(t.Context(), devOptions{tenants: 1, nodes: 2, metricsBindAddress: "0", healthProbeBindAddress: "0"}, 2*time.Minute, &out)
 	if err != nil {
 		t.Fatalf("demo failed: %v\n%s", err, out.String())
 	}
-	for _, want := range []string{"7/7 converged", "cluster IP", "2/2 available, Pods Running on kwok-node-", "nodes Ready in the tenant", "Complete, 1 Pod succeeded", "demo complete"} {
+	for _, want := range []string{
+		"2 real nodes", "7/7 converged", "2/2 available, Pods Running on kit-node-", "Complete, 1 Pod succeeded",
+		"Pod probe fetched http://web.demo/hostname through the tenant's Service: web-",
+		"(a real container): Started HTTP server on port 80", "demo complete",
+	} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("demo output lacks %q:\n%s", want, out.String())
+		}
+	}
+}
+
+// The demo on simulated nodes (--simulated-nodes), as on a machine that
+// cannot run real ones.
+func TestDemoSimulated(t *testing.T) {
+	var out bytes.Buffer
+	err := runDemo(t.Context(), devOptions{tenants: 1, nodes: 2, simulatedNodes: true, metricsBindAddress: "0", healthProbeBindAddress: "0"}, time.Minute, &out)
+	if err != nil {
+		t.Fatalf("demo failed: %v\n%s", err, out.String())
+	}
+	for _, want := range []string{"2 simulated nodes (kwok), as --simulated-nodes asks", "7/7 converged", "cluster IP", "2/2 available, Pods Running on kwok-node-", "nodes Ready in the tenant", "Complete, 1 Pod succeeded", "demo complete"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("demo output lacks %q:\n%s", want, out.String())
 		}
