@@ -91,6 +91,12 @@ type Options struct {
 	// LatencyRate is how many objects per second are created while
 	// measuring latency.
 	LatencyRate float64
+	// RealPodSamples is how many Pods the real-pods step creates on each
+	// side (the tenant, the host), RealPodRate pairs a second, and
+	// RealDNSQueries how many DNS queries a tenant container makes.
+	RealPodSamples int
+	RealPodRate    float64
+	RealDNSQueries int
 	// ThroughputObjects is how many ConfigMaps are created, in all, for the
 	// throughput figure.
 	ThroughputObjects int
@@ -134,13 +140,16 @@ func DefaultOptions() Options {
 		LatencySamples:    300,
 		LatencyRate:       50,
 		PodSamples:        200,
+		RealPodSamples:    30,
+		RealPodRate:       1,
+		RealDNSQueries:    1000,
 		ThroughputObjects: 5000,
 		ThroughputWriters: 16,
 	}
 }
 
 // Steps are the bench's steps, in the order they run.
-var Steps = []string{"starts", "spawn", "memory", "pods", "dns", "sync", "scale", "handover"}
+var Steps = []string{"starts", "spawn", "memory", "pods", "dns", "real-pods", "sync", "scale", "handover"}
 
 // ParseSteps reads a comma-separated list of step names, for
 // Options.Steps.
@@ -216,6 +225,14 @@ func Run(ctx context.Context, o Options, out io.Writer) error {
 		rs, err := runDNS(ctx, o)
 		if err != nil {
 			return fmt.Errorf("dns: %w", err)
+		}
+		results = append(results, rs...)
+	}
+	if o.Steps["real-pods"] {
+		fmt.Fprintln(out, "==> measuring Pod start and DNS on real nodes through bin/manager")
+		rs, err := runRealPods(ctx, o, out)
+		if err != nil {
+			return fmt.Errorf("real-pods: %w", err)
 		}
 		results = append(results, rs...)
 	}

@@ -160,3 +160,56 @@ func TestMain(m *testing.M) {
 	}
 	os.Exit(m.Run())
 }
+
+// The real-pods step at a tiny size, on real nodes: Pod starts on both
+// sides and DNS from a container, measured and written.
+func TestBenchRealPods(t *testing.T) {
+	tenantrytest.RequireRealNodes(t)
+	manager := filepath.Join(t.TempDir(), "manager")
+	if b, err := exec.Command("go", "build", "-o", manager, "github.com/tenantry/tenantry/cmd/manager").CombinedOutput(); err != nil {
+		t.Fatalf("building bin/manager: %v\n%s", err, b)
+	}
+	steps, err := ParseSteps("real-pods")
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := t.TempDir()
+	var log bytes.Buffer
+	err = Run(t.Context(), Options{
+		Out: out, Assets: os.Getenv(tenantrytest.AssetsEnv), Steps: steps, ManagerBinary: manager,
+		RealPodSamples: 3, RealPodRate: 2, RealDNSQueries: 50,
+	}, &log)
+	if err != nil {
+		t.Fatalf("bench failed: %v\n%s", err, log.String())
+	}
+	data, err := os.ReadFile(filepath.Join(out, "results.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rep report
+	if err := json.Unmarshal(data, &rep); err != nil {
+		t.Fatal(err)
+	}
+	values := map[string]float64{}
+	for _, r := range rep.Results {
+		values[r.Name] = r.Value
+	}
+	for _, want := range []string{
+		"real Pod start p50, tenant (create in the tenant -> container running, seen in the tenant)",
+		"real Pod start p50, host (create in the host -> container running)",
+		"real Pod start p99, tenant", "real Pod start p99, host",
+	} {
+		if v, ok := values[want]; !ok || v <= 0 {
+			t.Errorf("%q = %v (reported: %v); want a positive time", want, v, ok)
+		}
+	}
+	for _, want := range []string{
+		"real Pod start overhead p50 (tenant p50 - host p50)",
+		"DNS from a container, mean per query (dig's own work included; the clock's resolution 10 ms over the run)",
+		"DNS from a container p50 (dig's query time, 1 ms resolution)", "DNS from a container p99 (dig's query time, 1 ms resolution)",
+	} {
+		if _, ok := values[want]; !ok {
+			t.Errorf("no %q in %v", want, values)
+		}
+	}
+}

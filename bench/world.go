@@ -379,7 +379,14 @@ type managerWorld struct {
 
 // startManagerWorld starts a host and servers tenant API servers for the
 // step named step, with their kubeconfig Secrets in the host.
-func startManagerWorld(ctx context.Context, o Options, step string, servers int, out io.Writer) (_ *managerWorld, retErr error) {
+func startManagerWorld(ctx context.Context, o Options, step string, servers int, out io.Writer) (*managerWorld, error) {
+	return startManagerWorldWith(ctx, o, step, tenantrytest.Options{Tenants: servers}, out)
+}
+
+// startManagerWorldWith is startManagerWorld on an Environment of env's
+// tenants and nodes.
+func startManagerWorldWith(ctx context.Context, o Options, step string, env tenantrytest.Options, out io.Writer) (_ *managerWorld, retErr error) {
+	servers := env.Tenants
 	binary := o.ManagerBinary
 	if binary == "" {
 		self, err := os.Executable()
@@ -406,9 +413,8 @@ func startManagerWorld(ctx context.Context, o Options, step string, servers int,
 		return nil, err
 	}
 	fmt.Fprintf(out, "    a host and %d tenant API servers (logs: %s)\n", servers, dir)
-	w.env, err = tenantrytest.Start(ctx, tenantrytest.Options{
-		Tenants: servers, HostCRDs: crds, BinaryAssetsDirectory: o.Assets, LogDirectory: dir,
-	})
+	env.HostCRDs, env.BinaryAssetsDirectory, env.LogDirectory = crds, o.Assets, dir
+	w.env, err = tenantrytest.Start(ctx, env)
 	if err != nil {
 		return nil, err
 	}

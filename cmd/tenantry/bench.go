@@ -49,6 +49,9 @@ var benchCommand = command{
 		fs.IntVar(&o.LatencySamples, "latency-samples", o.LatencySamples, "Objects created for each latency figure.")
 		fs.Float64Var(&o.LatencyRate, "latency-rate", o.LatencyRate, "Objects per second while measuring latency.")
 		fs.IntVar(&o.PodSamples, "pod-samples", o.PodSamples, "Pods created, at --latency-rate, for the Pod start figures.")
+		fs.IntVar(&o.RealPodSamples, "real-pod-samples", o.RealPodSamples, "Pods created on each side (tenant, host) for the real-pods step's start figures.")
+		fs.Float64Var(&o.RealPodRate, "real-pod-rate", o.RealPodRate, "Pairs of Pods (one tenant's, one host's) created per second in the real-pods step.")
+		fs.IntVar(&o.RealDNSQueries, "real-dns-queries", o.RealDNSQueries, "DNS queries a tenant container makes in the real-pods step.")
 		fs.IntVar(&o.ThroughputObjects, "throughput-objects", o.ThroughputObjects, "ConfigMaps created, in all, for the throughput figure.")
 		fs.IntVar(&o.ThroughputWriters, "throughput-writers", o.ThroughputWriters, "Writers creating them, spread over the tenants.")
 		fs.StringVar(&o.Profiles, "profiles", o.Profiles, "Write profiles to this directory: CPU profiles of bin/manager, the floor pipeline and the host API server over the throughput runs, "+
