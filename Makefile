@@ -68,7 +68,8 @@ IMAGE_LABELS = \
 # What a real kit node runs (pkg/testing's Options.HostKubelets), built by
 # `make node`: the kubelet and kube-proxy of the pinned release (hack/tools),
 # containerd and the CNI plugins (hack/node), runc with seccomp (hack/runc),
-# and the images its Pods run, served by bin/kitregistry. Debian packages
+# kube-router's NetworkPolicy firewall (hack/kuberouter), and the images
+# its Pods run, served by bin/kitregistry. Debian packages
 # it needs: libseccomp-dev and pkg-config (runc), busybox-static (images),
 # iptables, ipset and conntrack (kube-proxy); .ci/run installs them.
 NODE_TOOLS := hack/node
@@ -78,7 +79,9 @@ RUNC_DEPS  := $(RUNC_TOOLS)/go.mod $(RUNC_TOOLS)/go.sum
 RUNC_VERSION := $(shell awk '$$1 == "github.com/opencontainers/runc" { print $$2 }' $(RUNC_TOOLS)/go.mod)
 CONTAINERD_VERSION := $(shell awk '$$1 == "github.com/containerd/containerd/v2" { print $$2 }' $(NODE_TOOLS)/go.mod)
 CNI_PLUGINS := bridge host-local loopback portmap
-NODE_BINS := $(addprefix $(BIN)/,kubelet kube-proxy containerd containerd-shim-runc-v2 ctr runc kitregistry) \
+KUBEROUTER_TOOLS := hack/kuberouter
+KUBEROUTER_DEPS  := $(KUBEROUTER_TOOLS)/go.mod $(KUBEROUTER_TOOLS)/go.sum
+NODE_BINS := $(addprefix $(BIN)/,kubelet kube-proxy containerd containerd-shim-runc-v2 ctr runc kitregistry kube-router) \
              $(addprefix $(BIN)/cni/,$(CNI_PLUGINS)) $(BIN)/kit-images/index.json
 BUSYBOX ?= /bin/busybox
 # This machine's programs that the e2e suite runs in the agnhost image, as
@@ -165,7 +168,7 @@ $(BIN)/kube-apiserver $(BIN)/kube-controller-manager $(BIN)/kube-scheduler $(BIN
 	cd $(TOOLS) && $(GO) build -ldflags '$(KUBE_LDFLAGS)' -o $@ k8s.io/kubernetes/cmd/$*
 
 .PHONY: node
-node: $(NODE_BINS) ## Build what a real kit node runs (kubelet, kube-proxy, containerd, runc, CNI plugins) and its images into bin/ (once).
+node: $(NODE_BINS) ## Build what a real kit node runs (kubelet, kube-proxy, containerd, runc, CNI plugins, kube-router's firewall) and its images into bin/ (once).
 
 $(BIN)/kubelet $(BIN)/kube-proxy: $(BIN)/%: $(TOOLS_DEPS)
 	cd $(TOOLS) && CGO_ENABLED=0 $(GO) build -ldflags '$(KUBE_LDFLAGS)' -o $@ k8s.io/kubernetes/cmd/$*
@@ -185,6 +188,12 @@ $(BIN)/runc: $(RUNC_DEPS)
 $(addprefix $(BIN)/cni/,$(CNI_PLUGINS)): $(NODE_DEPS)
 	cd $(NODE_TOOLS) && CGO_ENABLED=0 $(GO) build -o $@ \
 	  github.com/containernetworking/plugins/plugins/$(if $(filter host-local,$(@F)),ipam,$(if $(filter portmap,$(@F)),meta,main))/$(@F)
+
+# kube-router v2.1.0, the one version served, has reported security flaws;
+# the kit runs only its firewall, on test nodes that nothing outside this
+# machine reaches.
+$(BIN)/kube-router: $(KUBEROUTER_DEPS)
+	cd $(KUBEROUTER_TOOLS) && CGO_ENABLED=0 $(GO) build -o $@ github.com/cloudnativelabs/kube-router/v2/cmd/kube-router
 
 $(BIN)/kitregistry: $(NODE_DEPS) $(wildcard $(NODE_TOOLS)/cmd/kitregistry/*.go)
 	cd $(NODE_TOOLS) && $(GO) build -o $@ ./cmd/kitregistry

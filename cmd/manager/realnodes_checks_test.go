@@ -29,13 +29,14 @@ import (
 // tenant, kubectl against it, and exec into the shell Pod (namespace
 // other), which has curl, dig and nc (the agnhost image).
 type tenantKit struct {
-	t          *testing.T
 	tenant     client.Client
 	kubectl    tenantrytest.Kubectl
 	kubeconfig string
 	shellExec  func(ctx context.Context, args ...string) (string, error)
 	// tenantServer is the VirtualCluster's inClusterServer.
 	tenantServer string
+	// hostKubeconfig is a kubeconfig file of the host.
+	hostKubeconfig string
 }
 
 // run creates a tenant Pod and waits until cond holds for it.
@@ -458,4 +459,72 @@ func httpGetBody(ctx context.Context, url string) (string, error) {
 		return "", fmt.Errorf("GET %s: %s", url, resp.Status)
 	}
 	return strings.TrimSpace(string(body)), err
+}
+
+// isolation: the tenantry-isolation NetworkPolicy, enforced on the kit's
+// nodes, keeps a tenant's container from the host API server's endpoint,
+// from cloud metadata and from another VirtualCluster's Pods; a host Pod
+// without the policy reaches each of them, so that every refusal is the
+// policy's.
+func (k *tenantKit) isolation(t *testing.T, host client.Client, other *corev1.Pod, metadata string) {
+	ctx := t.Context()
+	var slice discoveryv1.EndpointSlice
+	if err := host.Get(ctx, client.ObjectKey{Namespace: "default", Name: "kubernetes"}, &slice); err != nil {
+		t.Fatal(err)
+	}
+	apiServer := net.JoinHostPort(slice.Endpoints[0].Addresses[0], fmt.Sprint(*slice.Ports[0].Port))
+	targets := map[string]string{
+		"the host API server's endpoint": apiServer,
+		"cloud metadata":                 metadata,
+		"another VirtualCluster's Pod":   net.JoinHostPort(other.Status.PodIP, "8080"),
+	}
+
+	control := checkPod("default", "unisolated", "exec sleep 3600")
+	control.Spec.RestartPolicy = corev1.RestartPolicyAlways
+	if err := host.Create(ctx, control); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 90*time.Second, "the host Pod running", func(ctx context.Context) (bool, error) {
+		err := host.Get(ctx, client.ObjectKeyFromObject(control), control)
+		return err == nil && control.Status.Phase == corev1.PodRunning, err
+	})
+	hostKubeconfig := k.hostKubeconfig
+	for what, addr := range targets {
+		host, port, _ := net.SplitHostPort(addr)
+		eventually(t, 30*time.Second, "a host Pod without the policy reaches "+what+" at "+addr, func(ctx context.Context) (bool, error) {
+			_, err := k.kubectl.Run(ctx, hostKubeconfig, "", "exec", "unisolated", "--", "nc", "-z", "-w", "2", host, port)
+			return err == nil, err
+		})
+		reaches := func(ctx context.Context) bool {
+			_, err := k.shellExec(ctx, "nc", "-z", "-w", "2", host, port)
+			return err == nil
+		}
+		eventually(t, 60*time.Second, "the tenant's container kept from "+what+" at "+addr, func(ctx context.Context) (bool, error) {
+			return !reaches(ctx), nil
+		})
+		tenantrytest.Consistently(t, 5*time.Second, time.Second, "the tenant's container kept from "+what, func(ctx context.Context) (bool, error) {
+			return !reaches(ctx), nil
+		})
+	}
+}
+
+// listenAt accepts and closes connections at ip on a free port, until the
+// test ends, and returns its address.
+func listenAt(t *testing.T, ip string) string {
+	t.Helper()
+	l, err := net.Listen("tcp", net.JoinHostPort(ip, "0"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = l.Close() })
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			_ = c.Close()
+		}
+	}()
+	return l.Addr().String()
 }

@@ -35,7 +35,7 @@ const (
 func TestTenantPodsOnRealNodes(t *testing.T) {
 	tenantrytest.RequireRealNodes(t)
 	env := tenantrytest.New(t, tenantrytest.Options{
-		Tenants:                 1,
+		Tenants:                 2,
 		HostKubelets:            2,
 		TenantControllerManager: true,
 		HostCRDDirectoryPaths:   []string{filepath.Join("..", "..", "config", "crd", "bases")},
@@ -50,23 +50,33 @@ func TestTenantPodsOnRealNodes(t *testing.T) {
 	startManager(t, data, "--dns-bind-address", net.JoinHostPort(kitIP, "53"), "--dns-nameserver", kitIP,
 		"--dns-upstream", startUpstream(t))
 
-	kubeconfig, err := env.Tenants[0].Kubeconfig()
+	var vc *tenantryv1alpha1.VirtualCluster
+	for i, name := range []string{"alpha", "beta"} {
+		kubeconfig, err := env.Tenants[i].Kubeconfig()
+		if err != nil {
+			t.Fatal(err)
+		}
+		createSecret(t, host, name+"-kubeconfig", kubeconfig)
+		v := &tenantryv1alpha1.VirtualCluster{
+			ObjectMeta: metav1.ObjectMeta{Name: name},
+			Spec: tenantryv1alpha1.VirtualClusterSpec{
+				KubeconfigSecretRef: tenantryv1alpha1.SecretKeyReference{Namespace: "default", Name: name + "-kubeconfig"},
+				// The tenant API server's address on the kit network.
+				InClusterServer: "https://" + env.Tenants[i].Address(),
+			},
+		}
+		if err := host.Create(t.Context(), v); err != nil {
+			t.Fatal(err)
+		}
+		expectReady(t, host, name, metav1.ConditionTrue, tenantryv1alpha1.ReasonSpawned)
+		if i == 0 {
+			vc = v
+		}
+	}
+	hostKubeconfig, err := env.Host.KubeconfigFile(t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}
-	createSecret(t, host, "alpha-kubeconfig", kubeconfig)
-	vc := &tenantryv1alpha1.VirtualCluster{
-		ObjectMeta: metav1.ObjectMeta{Name: "alpha"},
-		Spec: tenantryv1alpha1.VirtualClusterSpec{
-			KubeconfigSecretRef: tenantryv1alpha1.SecretKeyReference{Namespace: "default", Name: "alpha-kubeconfig"},
-			// The tenant API server's address on the kit network.
-			InClusterServer: "https://" + env.Tenants[0].Address(),
-		},
-	}
-	if err := host.Create(t.Context(), vc); err != nil {
-		t.Fatal(err)
-	}
-	expectReady(t, host, "alpha", metav1.ConditionTrue, tenantryv1alpha1.ReasonSpawned)
 
 	tenant := newHostClient(t, env.Tenants[0])
 	ctx := t.Context()
@@ -134,6 +144,31 @@ func TestTenantPodsOnRealNodes(t *testing.T) {
 		return kubectl.Run(ctx, tenantKubeconfig, "", append([]string{"-n", "other", "exec", "shell", "--"}, args...)...)
 	}
 
+	k := &tenantKit{tenant: tenant, kubectl: kubectl, kubeconfig: tenantKubeconfig, shellExec: exec,
+		tenantServer: vc.Spec.InClusterServer, hostKubeconfig: hostKubeconfig}
+	// First: every check after it runs under an enforced isolation policy.
+	t.Run("the isolation policy keeps a tenant's container from the host API server, cloud metadata and other tenants", func(t *testing.T) {
+		beta := newHostClient(t, env.Tenants[1])
+		other := &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "betaweb"},
+			Spec: corev1.PodSpec{TerminationGracePeriodSeconds: new(int64), Containers: []corev1.Container{{
+				Name: "web", Image: agnhostImage, Args: []string{"netexec", "--http-port=8080"},
+			}}},
+		}
+		eventually(t, 30*time.Second, "beta's default ServiceAccount", func(ctx context.Context) (bool, error) {
+			err := beta.Get(ctx, client.ObjectKey{Namespace: "default", Name: "default"}, &corev1.ServiceAccount{})
+			return err == nil, err
+		})
+		if err := beta.Create(ctx, other); err != nil {
+			t.Fatal(err)
+		}
+		eventually(t, 90*time.Second, "beta's Pod running", func(ctx context.Context) (bool, error) {
+			err := beta.Get(ctx, client.ObjectKeyFromObject(other), other)
+			return err == nil && other.Status.Phase == corev1.PodRunning && other.Status.PodIP != "", err
+		})
+		k.isolation(t, host, other, listenAt(t, env.CloudMetadataIP()))
+	})
+
 	t.Run("kubectl logs and exec reach the container through the tenant", func(t *testing.T) {
 		eventually(t, 30*time.Second, "the container's log line", func(ctx context.Context) (bool, error) {
 			out, err := kubectl.Run(ctx, tenantKubeconfig, "", "-n", "other", "logs", "shell")
@@ -161,7 +196,6 @@ func TestTenantPodsOnRealNodes(t *testing.T) {
 		}
 	})
 
-	k := &tenantKit{t: t, tenant: tenant, kubectl: kubectl, kubeconfig: tenantKubeconfig, shellExec: exec, tenantServer: vc.Spec.InClusterServer}
 	t.Run("the environment names the tenant's Services and API server", func(t *testing.T) { k.environment(t, svc) })
 	t.Run("ConfigMap, Secret, projected and emptyDir volumes, with subPath", k.volumes)
 	t.Run("readiness reaches the tenant's EndpointSlices, liveness restarts", func(t *testing.T) { k.probes(t, web) })

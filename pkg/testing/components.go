@@ -70,7 +70,7 @@ type componentSpec struct {
 // components are what a cluster runs besides etcd and kube-apiserver: for
 // the host with nodes, kube-controller-manager, kube-scheduler and kwok; for
 // a tenant, kube-controller-manager if asked for.
-func (c *ControlPlane) components(opts *Options) ([]componentSpec, error) {
+func (c *ControlPlane) components(ctx context.Context, opts *Options) ([]componentSpec, error) {
 	runsNodes := c.isHost() && opts.hostRunsPods()
 	if !runsNodes && !c.runsControllerManager(opts) {
 		return nil, nil // bare API servers pay nothing
@@ -107,6 +107,9 @@ func (c *ControlPlane) components(opts *Options) ([]componentSpec, error) {
 		specs = append(specs, kwok)
 	}
 	if c.isHost() && opts.HostKubelets > 0 {
+		if err := grantNodeComponents(ctx, clientset); err != nil {
+			return nil, fmt.Errorf("control plane %q: %w", c.name, err)
+		}
 		registry, addr, err := c.registry(opts)
 		if err != nil {
 			return nil, err

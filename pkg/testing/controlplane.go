@@ -55,8 +55,10 @@ type ControlPlane struct {
 	paths []*tcpProxy
 
 	// kit is the network of the host's real nodes, or nil; with it, every
-	// control plane listens on the kit's address.
+	// control plane listens on an address of its own there.
 	kit *kitNetwork
+	// ip is the address the API server and its proxies listen at.
+	ip net.IP
 }
 
 // hostName is the host control plane's name.
@@ -65,7 +67,7 @@ const hostName = "host"
 // startControlPlane starts etcd and kube-apiserver behind a new proxy,
 // installs the CRDs found in crdPaths and crds, then starts the components
 // that opts ask this cluster to run and waits until they are ready.
-func startControlPlane(ctx context.Context, name string, opts *Options, kit *kitNetwork, crdPaths []string, crds []*apiextensionsv1.CustomResourceDefinition) (_ *ControlPlane, retErr error) {
+func startControlPlane(ctx context.Context, name string, ip net.IP, opts *Options, kit *kitNetwork, crdPaths []string, crds []*apiextensionsv1.CustomResourceDefinition) (_ *ControlPlane, retErr error) {
 	// A certificate directory of our own survives an API server restart, so
 	// the serving certificate and the client CA stay the same: clients built
 	// before the restart still trust the server, and the server them.
@@ -73,7 +75,7 @@ func startControlPlane(ctx context.Context, name string, opts *Options, kit *kit
 	if err != nil {
 		return nil, fmt.Errorf("control plane %q: creating its directory: %w", name, err)
 	}
-	cp := &ControlPlane{name: name, dir: dir, kit: kit}
+	cp := &ControlPlane{name: name, dir: dir, kit: kit, ip: ip}
 	defer func() {
 		if retErr != nil {
 			retErr = errors.Join(retErr, cp.stop())
@@ -132,7 +134,7 @@ func startControlPlane(ctx context.Context, name string, opts *Options, kit *kit
 		// As a real cluster: the host's Pods reach it at the kit address
 		// (the kubernetes Service), and kubelets are held to their own
 		// Node and Pods.
-		apiServer.Configure().Set("advertise-address", kit.gatewayIP())
+		apiServer.Configure().Set("advertise-address", cp.ip.String())
 		apiServer.Configure().Set("authorization-mode", "Node,RBAC")
 		apiServer.Configure().Set("enable-admission-plugins", "NodeRestriction")
 	}
@@ -164,7 +166,7 @@ func startControlPlane(ctx context.Context, name string, opts *Options, kit *kit
 		return nil, err
 	}
 
-	specs, err := cp.components(opts)
+	specs, err := cp.components(ctx, opts)
 	if err != nil {
 		return nil, err
 	}
@@ -432,23 +434,18 @@ func (c *ControlPlane) stop() error {
 // SIGTERM before it is killed.
 const processStopTimeout = 10 * time.Second
 
-// listenIP is the address the control plane's proxies listen at: the kit
-// network's where real nodes run, else loopback.
-func (c *ControlPlane) listenIP() net.IP {
-	if c.kit != nil {
-		return c.kit.kitIP()
-	}
-	return net.IPv4(127, 0, 0, 1)
-}
+// listenIP is the address the control plane's proxies listen at: its own
+// on the kit network where real nodes run, else loopback.
+func (c *ControlPlane) listenIP() net.IP { return c.ip }
 
-// listenOnKit makes the API server listen at a free port of the kit
-// network's address.
+// listenOnKit makes the API server listen at a free port of its address
+// on the kit network.
 func (c *ControlPlane) listenOnKit(s *envtest.APIServer) error {
-	port, err := freePortOn(c.kit.kitIP())
+	port, err := freePortOn(c.ip)
 	if err != nil {
 		return fmt.Errorf("control plane %q: %w", c.name, err)
 	}
-	s.SecureServing.Address = c.kit.gatewayIP()
+	s.SecureServing.Address = c.ip.String()
 	s.SecureServing.Port = strconv.Itoa(port)
 	s.SecurePort = port
 	return nil
@@ -460,7 +457,7 @@ func (c *ControlPlane) listenOnKit(s *envtest.APIServer) error {
 // also what its Pods reach it at (the kubernetes Service's cluster IP and
 // names), as a real cluster's does.
 func (c *ControlPlane) writeServingCertificates(s *envtest.APIServer) error {
-	ips := []net.IP{net.IPv4(127, 0, 0, 1), c.kit.kitIP()}
+	ips := []net.IP{net.IPv4(127, 0, 0, 1), c.ip}
 	dns := []string{"localhost"}
 	if c.isHost() {
 		_, svc, err := net.ParseCIDR(c.kit.serviceCIDR())
@@ -472,7 +469,7 @@ func (c *ControlPlane) writeServingCertificates(s *envtest.APIServer) error {
 		ips = append(ips, first)
 		dns = append(dns, "kubernetes", "kubernetes.default", "kubernetes.default.svc", "kubernetes.default.svc.cluster.local")
 	}
-	chain, key, err := cert.GenerateSelfSignedCertKey(c.kit.gatewayIP(), ips, dns)
+	chain, key, err := cert.GenerateSelfSignedCertKey(c.ip.String(), ips, dns)
 	if err != nil {
 		return fmt.Errorf("control plane %q: serving certificate: %w", c.name, err)
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -187,7 +188,7 @@ func Start(ctx context.Context, opts Options) (*Environment, error) {
 			return nil, err
 		}
 		var err error
-		if kit, err = newKitNetwork(opts.HostKubelets); err != nil {
+		if kit, err = newKitNetwork(opts.HostKubelets, opts.Tenants); err != nil {
 			return nil, err
 		}
 	}
@@ -201,6 +202,12 @@ func Start(ctx context.Context, opts Options) (*Environment, error) {
 	for i := 1; i <= opts.Tenants; i++ {
 		names = append(names, fmt.Sprintf("tenant-%d", i))
 	}
+	ip := func(i int) net.IP {
+		if kit == nil {
+			return net.IPv4(127, 0, 0, 1)
+		}
+		return net.ParseIP(kit.apiServerIP(i)).To4()
+	}
 
 	planes := make([]*ControlPlane, len(names))
 	errs := make([]error, len(names))
@@ -211,7 +218,7 @@ func Start(ctx context.Context, opts Options) (*Environment, error) {
 			crdPaths, crds = opts.HostCRDDirectoryPaths, opts.HostCRDs
 		}
 		wg.Go(func() {
-			planes[i], errs[i] = startControlPlane(ctx, name, &opts, kit, crdPaths, crds)
+			planes[i], errs[i] = startControlPlane(ctx, name, ip(i), &opts, kit, crdPaths, crds)
 		})
 	}
 	wg.Wait()
@@ -245,14 +252,27 @@ func New(t testing.TB, opts Options) *Environment {
 }
 
 // KitIP is this machine's address on the real nodes' network
-// (Options.HostKubelets): the API servers listen there, and so must any
-// server of the test's own that Pods reach (a DNS server, for example).
-// Empty without real nodes.
+// (Options.HostKubelets), where the kit's registry listens, and where any
+// server of the test's own that Pods reach should (a DNS server, for
+// example). The API servers listen on addresses of their own there
+// (ControlPlane.Address). Empty without real nodes.
 func (e *Environment) KitIP() string {
 	if e.kit == nil {
 		return ""
 	}
 	return e.kit.gatewayIP()
+}
+
+// CloudMetadataIP is where clouds serve instance metadata
+// (169.254.169.254), an address of this machine on the real nodes'
+// network: Pods reach a server of the test's that listens there unless a
+// policy stops them, as they would reach a cloud's. Empty without real
+// nodes.
+func (e *Environment) CloudMetadataIP() string {
+	if e.kit == nil {
+		return ""
+	}
+	return cloudMetadataIP
 }
 
 // ControlPlanes returns the host followed by the tenants.

@@ -15,35 +15,47 @@ import (
 // machine-wide (a lock file of /run/tenantry-kit), and with it the network
 // 10.(200+N).0.0/16, all its own:
 //
-//	10.a.255.1/24   the kit bridge tkit<N> in this machine's network
-//	                namespace: the API servers, the kit's registry and
-//	                anything else the test process serves to Pods listen
-//	                here
-//	10.a.255.1k     node k's address (eth0 of its network namespace
-//	                tenantry-kit<N>-node<k>, plugged into the bridge)
-//	10.a.k.0/24     node k's pod CIDR, on its bridge cni0
-//	10.a.128.0/20   the host's Service cluster IPs (kube-proxy, per node)
+//	10.a.255.1/24    the kit bridge tkit<N> in this machine's network
+//	                 namespace: the kit's registry and anything else the
+//	                 test process serves to Pods listen here (KitIP)
+//	10.a.255.2       the host's API server, on the bridge too
+//	10.a.255.(2+i)   tenant i's API server: each its own address, so that
+//	                 a policy that denies the host API server's does not
+//	                 deny a tenant's
+//	10.a.255.(100+k) node k's address (eth0 of its network namespace
+//	                 tenantry-kit<N>-node<k>, plugged into the bridge)
+//	10.a.k.0/24      node k's pod CIDR, on its bridge cni0
+//	10.a.128.0/20    the Service cluster IPs (kube-proxy, per node)
+//	169.254.169.254  on the bridge too: where a cloud serves instance
+//	                 metadata (CloudMetadataIP), for tests of policies that
+//	                 must keep Pods from it
 //
-// Every route stays inside 10.a.0.0/16: no node namespace has a default
-// route, so no packet of a node or of a Pod leaves the machine; sent
-// anywhere else, it is unroutable.
+// Every route stays inside these: no node namespace has a default route,
+// so no packet of a node or of a Pod leaves the machine; sent anywhere
+// else, it is unroutable.
 const (
 	kitBaseOctet = 200
 	kitMaxIndex  = 40
 	kitLockDir   = "/run/tenantry-kit"
 	// kitNodeOffset is added to a node's number for the last octet of its
 	// address.
-	kitNodeOffset = 10
+	kitNodeOffset = 100
 	// kitMaxNodes bounds Options.HostKubelets: node addresses end below
 	// .255 and pod CIDRs below the Service range.
 	kitMaxNodes = 100
+	// kitMaxTenants bounds Options.Tenants beside real nodes: their API
+	// servers' addresses end below the nodes'.
+	kitMaxTenants = kitNodeOffset - 3
+	// cloudMetadataIP is where clouds serve instance metadata.
+	cloudMetadataIP = "169.254.169.254"
 )
 
 // kitNetwork is one Environment's share of the machine's network.
 type kitNetwork struct {
-	index int
-	lock  *os.File
-	nodes int
+	index   int
+	lock    *os.File
+	nodes   int
+	tenants int
 }
 
 // octet is the second octet of the kit's addresses.
@@ -54,6 +66,10 @@ func (k *kitNetwork) bridge() string { return fmt.Sprintf("tkit%d", k.index) }
 
 // GatewayIP is the address of this machine on the kit network.
 func (k *kitNetwork) gatewayIP() string { return fmt.Sprintf("10.%d.255.1", k.octet()) }
+
+// apiServerIP is the address of control plane i's API server: 0 for the
+// host, i for tenant-i.
+func (k *kitNetwork) apiServerIP(i int) string { return fmt.Sprintf("10.%d.255.%d", k.octet(), 2+i) }
 
 // nodeIP is node i's address (counting from 1).
 func (k *kitNetwork) nodeIP(i int) string {
@@ -78,14 +94,17 @@ func (k *kitNetwork) veth(i int) string { return fmt.Sprintf("tk%dn%d", k.index,
 // newKitNetwork takes a free kit index and builds the bridge and one
 // network namespace per node. What a crashed run left behind at that index
 // is removed first: the index's lock says nobody else holds it.
-func newKitNetwork(nodes int) (_ *kitNetwork, retErr error) {
+func newKitNetwork(nodes, tenants int) (_ *kitNetwork, retErr error) {
 	if nodes > kitMaxNodes {
 		return nil, fmt.Errorf("at most %d real nodes, got %d", kitMaxNodes, nodes)
+	}
+	if tenants > kitMaxTenants {
+		return nil, fmt.Errorf("at most %d tenants beside real nodes, got %d", kitMaxTenants, tenants)
 	}
 	if err := os.MkdirAll(kitLockDir, 0o755); err != nil {
 		return nil, fmt.Errorf("kit network: %w", err)
 	}
-	k := &kitNetwork{index: -1, nodes: nodes}
+	k := &kitNetwork{index: -1, nodes: nodes, tenants: tenants}
 	for i := range kitMaxIndex {
 		f, err := os.OpenFile(filepath.Join(kitLockDir, fmt.Sprintf("%d.lock", i)), os.O_CREATE|os.O_RDWR, 0o644)
 		if err != nil {
@@ -112,8 +131,12 @@ func newKitNetwork(nodes int) (_ *kitNetwork, retErr error) {
 	steps := [][]string{
 		{"ip", "link", "add", br, "type", "bridge"},
 		{"ip", "addr", "add", gw + "/24", "dev", br},
-		{"ip", "link", "set", br, "up"},
+		{"ip", "addr", "add", cloudMetadataIP + "/32", "dev", br},
 	}
+	for i := 0; i <= tenants; i++ {
+		steps = append(steps, []string{"ip", "addr", "add", k.apiServerIP(i) + "/32", "dev", br})
+	}
+	steps = append(steps, []string{"ip", "link", "set", br, "up"})
 	for i := 1; i <= nodes; i++ {
 		ns, veth := k.netns(i), k.veth(i)
 		steps = append(steps,
@@ -126,7 +149,11 @@ func newKitNetwork(nodes int) (_ *kitNetwork, retErr error) {
 			// The Service range needs a route for connections the node
 			// itself opens; kube-proxy rewrites them before they leave.
 			[]string{"ip", "-n", ns, "route", "add", k.serviceCIDR(), "via", gw},
+			[]string{"ip", "-n", ns, "route", "add", cloudMetadataIP + "/32", "via", gw},
 			[]string{"ip", "netns", "exec", ns, "sysctl", "-q", "-w", "net.ipv4.ip_forward=1"},
+			// Pods of one node talk over its bridge: iptables must see
+			// that traffic too (kube-proxy's replies, NetworkPolicy).
+			[]string{"ip", "netns", "exec", ns, "sysctl", "-q", "-w", "net.bridge.bridge-nf-call-iptables=1"},
 			// This machine reaches node i's Pods through it.
 			[]string{"ip", "route", "add", k.podCIDR(i), "via", k.nodeIP(i)},
 		)

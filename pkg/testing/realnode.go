@@ -13,6 +13,7 @@ import (
 	"strings"
 	"time"
 
+	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
@@ -34,13 +35,14 @@ const (
 	binaryShim        = "containerd-shim-runc-v2"
 	binaryRunc        = "runc"
 	binaryKitRegistry = "kitregistry"
+	binaryKubeRouter  = "kube-router"
 	cniDirectory      = "cni"
 	imagesDirectory   = "kit-images"
 )
 
 // realNodeBinaries are what Options.HostKubelets needs beside the
 // control planes' programs.
-var realNodeBinaries = []string{binaryKubelet, binaryKubeProxy, binaryContainerd, binaryShim, binaryRunc, binaryKitRegistry,
+var realNodeBinaries = []string{binaryKubelet, binaryKubeProxy, binaryContainerd, binaryShim, binaryRunc, binaryKitRegistry, binaryKubeRouter,
 	cniDirectory + "/bridge", cniDirectory + "/host-local", cniDirectory + "/loopback", cniDirectory + "/portmap"}
 
 // realNodeCommands are this machine's programs a real node needs.
@@ -163,11 +165,18 @@ func (c *ControlPlane) realNode(opts *Options, i int, registry string, clientset
 	if err != nil {
 		return fail(err)
 	}
+	routerConfig, err := c.AddUser(kubeRouterUser)
+	if err != nil {
+		return fail(err)
+	}
 	files := map[string]string{}
 	if files["kubelet.kubeconfig"], err = kubeconfigFor(name, server, kubeletConfig); err != nil {
 		return fail(err)
 	}
 	if files["kube-proxy.kubeconfig"], err = kubeconfigFor(name, server, proxyConfig); err != nil {
+		return fail(err)
+	}
+	if files["kube-router.kubeconfig"], err = kubeconfigFor(name, server, routerConfig); err != nil {
 		return fail(err)
 	}
 	sock := filepath.Join(dir, "containerd.sock")
@@ -295,8 +304,9 @@ conntrack:
 
 	// The node's first process mounts what must be its own over the
 	// machine's (/run/netns, where containerd keeps Pods' network
-	// namespaces), starts containerd and kube-proxy, and becomes the
-	// kubelet.
+	// namespaces), starts containerd, kube-proxy and kube-router's
+	// firewall (NetworkPolicy, with iptables and ipset; nothing else of
+	// kube-router's), and becomes the kubelet.
 	script := fmt.Sprintf(`set -e
 mount -t tmpfs tmpfs /run/netns
 PATH=%[2]s:$PATH
@@ -308,10 +318,13 @@ while [ ! -S %[3]s ]; do
   sleep 0.1
 done
 %[2]s/kube-proxy --config %[1]s/kube-proxy.yaml &
+%[2]s/kube-router --kubeconfig %[1]s/kube-router.kubeconfig --hostname-override %[4]s \
+  --run-firewall=true --run-router=false --run-service-proxy=false --enable-cni=false \
+  --service-cluster-ip-range %[6]s --health-port 0 --metrics-port 0 --enable-ipv6=false &
 exec %[2]s/kubelet --config %[1]s/kubelet.yaml --kubeconfig %[1]s/kubelet.kubeconfig \
   --hostname-override %[4]s --node-ip %[5]s --root-dir %[1]s/kubelet --cert-dir %[1]s/pki \
   --node-labels tenantry.dev/kit-node=true
-`, dir, bin, sock, name, k.nodeIP(i))
+`, dir, bin, sock, name, k.nodeIP(i), k.serviceCIDR())
 	return componentSpec{
 		name: name,
 		path: "nsenter",
@@ -330,6 +343,38 @@ exec %[2]s/kubelet --config %[1]s/kubelet.yaml --kubeconfig %[1]s/kubelet.kubeco
 		},
 		cleanup: func() error { return removeCgroup(cgroupRoot) },
 	}, nil
+}
+
+// kubeRouterUser is the identity of the nodes' kube-router, which
+// grantNodeComponents gives what its firewall reads.
+const kubeRouterUser = "system:tenantry-kit:kube-router"
+
+// grantNodeComponents gives the nodes' components what the Node
+// authorizer and the default roles do not: kube-router's firewall reads
+// Pods, namespaces, nodes and NetworkPolicies, and records Events.
+func grantNodeComponents(ctx context.Context, clientset kubernetes.Interface) error {
+	read := []string{"get", "list", "watch"}
+	role := &rbacv1.ClusterRole{
+		ObjectMeta: metav1.ObjectMeta{Name: "tenantry-kit:kube-router"},
+		Rules: []rbacv1.PolicyRule{
+			{APIGroups: []string{""}, Resources: []string{"pods", "namespaces", "nodes", "services", "endpoints"}, Verbs: read},
+			{APIGroups: []string{"networking.k8s.io"}, Resources: []string{"networkpolicies"}, Verbs: read},
+			{APIGroups: []string{"discovery.k8s.io"}, Resources: []string{"endpointslices"}, Verbs: read},
+			{APIGroups: []string{"", "events.k8s.io"}, Resources: []string{"events"}, Verbs: []string{"create", "patch", "update"}},
+		},
+	}
+	binding := &rbacv1.ClusterRoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: role.Name},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: role.Name},
+		Subjects:   []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: rbacv1.UserKind, Name: kubeRouterUser}},
+	}
+	if _, err := clientset.RbacV1().ClusterRoles().Create(ctx, role, metav1.CreateOptions{}); err != nil {
+		return fmt.Errorf("ClusterRole %s: %w", role.Name, err)
+	}
+	if _, err := clientset.RbacV1().ClusterRoleBindings().Create(ctx, binding, metav1.CreateOptions{}); err != nil {
+		return fmt.Errorf("ClusterRoleBinding %s: %w", binding.Name, err)
+	}
+	return nil
 }
 
 // kubeconfigFor writes a kubeconfig for a node's component.
