@@ -30,6 +30,9 @@ const (
 	// transientRetry is how soon a sync runs again after a state that
 	// passes on its own (see retried).
 	transientRetry = 2 * time.Second
+	// notYetRetry is how soon a sync that waits for another controller's
+	// write (NotYet) runs again: that write is usually milliseconds away.
+	notYetRetry = 200 * time.Millisecond
 	// foreignRetry is how soon a sync blocked by a host object Tenantry does
 	// not own looks again.
 	foreignRetry = time.Minute
@@ -133,6 +136,11 @@ func (r *reconciler) reconcile(ctx context.Context, req reconcile.Request) (reco
 		r.settleDrift(req.NamespacedName, wrote)
 		r.rejections.forget(req.NamespacedName)
 		r.tellStripped(req.NamespacedName, tenant, wrote)
+	}
+	var notYet *notYetError
+	if errors.As(err, &notYet) {
+		log.V(1).Info("waiting: " + notYet.Error())
+		return reconcile.Result{RequeueAfter: notYetRetry}, nil
 	}
 	if why := retried(err); why != "" {
 		log.V(1).Info("retrying: "+why, "error", err.Error())
@@ -418,6 +426,18 @@ func (r *reconciler) settleDrift(key types.NamespacedName, wrote bool) {
 // reconciler error): a namespace being deleted, in the tenant (a binding
 // or status write of a Pod in it) or in the host, or an object that the
 // cache has not seen yet. "" for any other error.
+// NotYet is the error of an Up or Down step that waits for a state another
+// controller brings about (a Pod's status waits for its virtual node): the
+// sync runs again a moment later, quietly (logged at debug level), rather
+// than failing with a reconciler error.
+func NotYet(format string, args ...any) error {
+	return &notYetError{msg: fmt.Sprintf(format, args...)}
+}
+
+type notYetError struct{ msg string }
+
+func (e *notYetError) Error() string { return e.msg }
+
 func retried(err error) string {
 	switch {
 	case err == nil:

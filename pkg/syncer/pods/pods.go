@@ -10,6 +10,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -305,7 +306,12 @@ func shownHostIP(opts Options) func() string {
 }
 
 // upWith binds the tenant Pod to the host Pod's node, then, in a later
-// sync, copies the status, with hostIP, if set, for the host node's IP.
+// sync, copies the status, with hostIP, if set, for the host node's IP. The
+// status waits until the tenant has the Node (the virtual nodes extension
+// makes it once the Pod is bound): a tenant never sees a Pod running on a
+// node it does not have, for which its API server would refuse kubectl
+// logs and exec (answering, in the Pod's name, that the node is not
+// found).
 func upWith(hostIP func() string) func(context.Context, client.Client, client.Object, client.Object) (bool, error) {
 	copyStatus := statusCopier(hostIP)
 	return func(ctx context.Context, c client.Client, h, t client.Object) (bool, error) {
@@ -324,6 +330,13 @@ func up(ctx context.Context, c client.Client, h, t client.Object, copyStatus fun
 			return false, fmt.Errorf("binding tenant Pod to node %s: %w", host.Spec.NodeName, err)
 		}
 		return true, nil // the binding changes the tenant Pod: its event brings the status
+	}
+	if tenant.Spec.NodeName != "" {
+		if err := c.Get(ctx, client.ObjectKey{Name: tenant.Spec.NodeName}, &corev1.Node{}); apierrors.IsNotFound(err) {
+			return false, syncer.NotYet("the tenant has no Node %s for the Pod's status yet", tenant.Spec.NodeName)
+		} else if err != nil {
+			return false, fmt.Errorf("reading the Pod's tenant Node %s: %w", tenant.Spec.NodeName, err)
+		}
 	}
 	return copyStatus(ctx, c, h, t)
 }
