@@ -112,7 +112,7 @@ func (s *Server) service(ctx context.Context, t Tenant, ns, name string, q dns.Q
 	}
 	switch {
 	case svc.Spec.Type == corev1.ServiceTypeExternalName:
-		return []dns.RR{&dns.CNAME{Hdr: header(q.Name, dns.TypeCNAME), Target: dns.Fqdn(svc.Spec.ExternalName)}}, nil, nil
+		return s.alias(ctx, t, svc, q, 0), nil, nil
 	case svc.Spec.ClusterIP == corev1.ClusterIPNone:
 		eps, err := s.endpoints(ctx, t, ns, name)
 		if err != nil {
@@ -132,6 +132,44 @@ func (s *Server) service(ctx context.Context, t Tenant, ns, name string, q dns.Q
 		ips = []string{hostIP}
 	}
 	return addressRecords(q, ips), nil, nil
+}
+
+// maxAliasChain bounds how many ExternalName aliases one answer follows.
+const maxAliasChain = 8
+
+// alias answers q for ExternalName Service svc, depth aliases deep: its
+// CNAME, and what the name it names resolves to for an address query, as
+// a recursive resolver answers (CoreDNS's kubernetes plugin too): a stub
+// resolver that gets the CNAME alone does not ask again, and finds no
+// address. A name in the cluster domain is the tenant's own; any other is
+// asked of the upstream resolvers. Nothing found (no such name, no
+// upstream answer, a chain too long) leaves the CNAME alone.
+func (s *Server) alias(ctx context.Context, t Tenant, svc *corev1.Service, q dns.Question, depth int) []dns.RR {
+	target := dns.Fqdn(svc.Spec.ExternalName)
+	out := []dns.RR{&dns.CNAME{Hdr: header(q.Name, dns.TypeCNAME), Target: target}}
+	if depth >= maxAliasChain || (q.Qtype != dns.TypeA && q.Qtype != dns.TypeAAAA && q.Qtype != dns.TypeANY) {
+		return out
+	}
+	next := dns.Question{Name: target, Qtype: q.Qtype, Qclass: q.Qclass}
+	lower := strings.ToLower(target)
+	if !strings.HasSuffix(lower, s.domain) {
+		req := new(dns.Msg)
+		req.SetQuestion(target, q.Qtype)
+		if in, err := s.exchangeUpstream(ctx, "udp", req); err == nil && in.Rcode == dns.RcodeSuccess {
+			out = append(out, in.Answer...)
+		}
+		return out
+	}
+	name := strings.TrimSuffix(lower, s.domain)
+	if labels := strings.Split(name, "."); len(labels) == 3 && labels[2] == "svc" {
+		if svc, err := s.getService(ctx, t, labels[1], labels[0]); err == nil && svc.Spec.Type == corev1.ServiceTypeExternalName {
+			return append(out, s.alias(ctx, t, svc, next, depth+1)...)
+		}
+	}
+	if answers, _, err := s.resolve(ctx, t, name, next); err == nil {
+		out = append(out, answers...)
+	}
+	return out
 }
 
 // endpointHost answers for one endpoint of headless Service ns/svc, by its
@@ -311,7 +349,20 @@ func (s *Server) forward(ctx context.Context, w dns.ResponseWriter, req, resp *d
 	if _, ok := w.RemoteAddr().(*net.TCPAddr); ok {
 		network = "tcp"
 	}
-	var lastErr error
+	in, err := s.exchangeUpstream(ctx, network, req)
+	if err != nil {
+		s.opts.Logger.V(1).Info("no upstream resolver answered", "cluster", t.Name, "name", req.Question[0].Name, "error", err.Error())
+		resp.SetRcode(req, dns.RcodeServerFailure)
+		return
+	}
+	*resp = *in
+}
+
+// exchangeUpstream asks the upstream resolvers req, in turn, over network,
+// and returns the first answer; a truncated UDP answer is asked again
+// over TCP.
+func (s *Server) exchangeUpstream(ctx context.Context, network string, req *dns.Msg) (*dns.Msg, error) {
+	lastErr := errors.New("no upstream resolver")
 	for _, upstream := range s.opts.Upstream {
 		c := &dns.Client{Net: network, Timeout: queryTimeout}
 		in, _, err := c.ExchangeContext(ctx, req, upstream)
@@ -323,13 +374,9 @@ func (s *Server) forward(ctx context.Context, w dns.ResponseWriter, req, resp *d
 			lastErr = err
 			continue
 		}
-		*resp = *in
-		return
+		return in, nil
 	}
-	if lastErr != nil {
-		s.opts.Logger.V(1).Info("no upstream resolver answered", "cluster", t.Name, "name", req.Question[0].Name, "error", lastErr.Error())
-	}
-	resp.SetRcode(req, dns.RcodeServerFailure)
+	return nil, lastErr
 }
 
 // sourceIP is the IP of a query's source address.

@@ -1,6 +1,8 @@
 package tenantdns
 
 import (
+	"slices"
+	"strings"
 	"testing"
 
 	"github.com/miekg/dns"
@@ -35,5 +37,56 @@ func TestServiceAnswersWithTheHostClusterIPItCouldNotTake(t *testing.T) {
 		if len(answers) != 1 || answers[0].(*dns.A).A.String() != want {
 			t.Errorf("%s answers %v, want A %s", name, answers, want)
 		}
+	}
+}
+
+// An ExternalName Service answers an address query with its CNAME and
+// what the name resolves to, through chains of aliases, as CoreDNS does;
+// a cycle ends, and a name nothing resolves leaves the CNAME alone.
+func TestExternalNameFollowsItsAlias(t *testing.T) {
+	external := func(name, target string) *corev1.Service {
+		return &corev1.Service{
+			ObjectMeta: metav1.ObjectMeta{Namespace: "app", Name: name},
+			Spec:       corev1.ServiceSpec{Type: corev1.ServiceTypeExternalName, ExternalName: target},
+		}
+	}
+	reader := fake.NewClientBuilder().WithObjects(
+		&corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "app", Name: "web"}, Spec: corev1.ServiceSpec{ClusterIP: "10.0.0.7", ClusterIPs: []string{"10.0.0.7"}}},
+		external("ext", "web.app.svc.cluster.local"),
+		external("ext2", "ext.app.svc.cluster.local"),
+		external("loop1", "loop2.app.svc.cluster.local"),
+		external("loop2", "loop1.app.svc.cluster.local"),
+		external("gone", "nothere.app.svc.cluster.local"),
+	).Build()
+	s := &Server{domain: "." + DefaultClusterDomain + "."}
+	tenant := Tenant{Name: "t", Reader: reader}
+	answer := func(name string, qtype uint16) []string {
+		q := dns.Question{Name: name + ".app.svc.cluster.local.", Qtype: qtype, Qclass: dns.ClassINET}
+		rrs, _, err := s.service(t.Context(), tenant, "app", name, q)
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		var out []string
+		for _, rr := range rrs {
+			out = append(out, strings.TrimPrefix(rr.String(), rr.Header().String()))
+		}
+		return out
+	}
+	for _, tc := range []struct {
+		name  string
+		qtype uint16
+		want  []string
+	}{
+		{"ext", dns.TypeA, []string{"web.app.svc.cluster.local.", "10.0.0.7"}},
+		{"ext2", dns.TypeA, []string{"ext.app.svc.cluster.local.", "web.app.svc.cluster.local.", "10.0.0.7"}},
+		{"ext", dns.TypeCNAME, []string{"web.app.svc.cluster.local."}},
+		{"gone", dns.TypeA, []string{"nothere.app.svc.cluster.local."}},
+	} {
+		if got := answer(tc.name, tc.qtype); !slices.Equal(got, tc.want) {
+			t.Errorf("%s %s = %q, want %q", dns.TypeToString[tc.qtype], tc.name, got, tc.want)
+		}
+	}
+	if got := answer("loop1", dns.TypeA); len(got) != maxAliasChain+1 {
+		t.Errorf("a cycle of aliases answered %d records, want the chain cut at %d aliases: %q", len(got), maxAliasChain+1, got)
 	}
 }
