@@ -172,7 +172,7 @@ func TestTenantPodsOnRealNodes(t *testing.T) {
 	t.Run("kubectl logs and exec reach the container through the tenant", func(t *testing.T) {
 		eventually(t, 30*time.Second, "the container's log line", func(ctx context.Context) (bool, error) {
 			out, err := kubectl.Run(ctx, tenantKubeconfig, "", "-n", "other", "logs", "shell")
-			return strings.Contains(out, "shell started"), err
+			return strings.Contains(out, "shell started"), fmt.Errorf("kubectl logs: %q, %v", out, err)
 		})
 		out := kubectl.MustRun(t, tenantKubeconfig, "", "-n", "other", "exec", "shell", "--", "echo", "exec reached")
 		if strings.TrimSpace(out) != "exec reached" {

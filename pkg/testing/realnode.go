@@ -318,9 +318,13 @@ while [ ! -S %[3]s ]; do
   sleep 0.1
 done
 %[2]s/kube-proxy --config %[1]s/kube-proxy.yaml &
-%[2]s/kube-router --kubeconfig %[1]s/kube-router.kubeconfig --hostname-override %[4]s \
+# kube-router ends when its Node is not registered yet: run it again, as
+# a DaemonSet's Pod would be.
+until %[2]s/kube-router --kubeconfig %[1]s/kube-router.kubeconfig --hostname-override %[4]s \
   --run-firewall=true --run-router=false --run-service-proxy=false --enable-cni=false \
-  --service-cluster-ip-range %[6]s --health-port 0 --metrics-port 0 --enable-ipv6=false &
+  --service-cluster-ip-range %[6]s --health-port 0 --metrics-port 0 --enable-ipv6=false; do
+  sleep 1
+done &
 exec %[2]s/kubelet --config %[1]s/kubelet.yaml --kubeconfig %[1]s/kubelet.kubeconfig \
   --hostname-override %[4]s --node-ip %[5]s --root-dir %[1]s/kubelet --cert-dir %[1]s/pki \
   --node-labels tenantry.dev/kit-node=true
