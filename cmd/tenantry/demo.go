@@ -121,7 +121,11 @@ func showRunning(ctx context.Context, cp *tenantrytest.ControlPlane, out io.Writ
 		ObjectMeta: metav1.ObjectMeta{Namespace: demoNamespace, Name: "probe"},
 		Spec: corev1.PodSpec{
 			RestartPolicy: corev1.RestartPolicyNever,
-			Containers:    []corev1.Container{{Name: "probe", Image: demoImage, Command: []string{"curl", "-sS", "--retry", "5", "--retry-all-errors", url}}},
+			// A Service's first seconds: its endpoints reach kube-proxy
+			// and the policy's firewall a moment after the Pods are
+			// Ready; curl tries again for a while.
+			Containers: []corev1.Container{{Name: "probe", Image: demoImage, Command: []string{"curl", "-sS", "--max-time", "5",
+				"--retry", "20", "--retry-delay", "1", "--retry-all-errors", url}}},
 		},
 	}
 	if _, err := cs.CoreV1().Pods(demoNamespace).Create(ctx, probe, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
@@ -146,14 +150,16 @@ func showRunning(ctx context.Context, cp *tenantrytest.ControlPlane, out io.Writ
 	if phase != corev1.PodSucceeded {
 		return fmt.Errorf("Pod probe could not fetch %s: %s", url, strings.TrimSpace(string(answer)))
 	}
-	fmt.Fprintf(out, "==> %s: Pod probe fetched %s through the tenant's Service: %s\n", cp.Name(), url, strings.TrimSpace(string(answer)))
+	// The page is the last line: curl tells of the tries before on stderr.
+	lines := strings.Split(strings.TrimSpace(string(answer)), "\n")
+	web := strings.TrimSpace(lines[len(lines)-1]) // the Pod that answered
+	fmt.Fprintf(out, "==> %s: Pod probe fetched %s through the tenant's Service: %s\n", cp.Name(), url, web)
 
-	web := strings.TrimSpace(string(answer)) // the Pod that answered
-	lines, err := cs.CoreV1().Pods(demoNamespace).GetLogs(web, &corev1.PodLogOptions{TailLines: ptr.To[int64](1)}).DoRaw(ctx)
+	last, err := cs.CoreV1().Pods(demoNamespace).GetLogs(web, &corev1.PodLogOptions{TailLines: ptr.To[int64](1)}).DoRaw(ctx)
 	if err != nil {
 		return fmt.Errorf("reading Pod %s's log: %w", web, err)
 	}
-	fmt.Fprintf(out, "==> %s: kubectl logs %s --tail 1 (a real container): %s\n", cp.Name(), web, strings.TrimSpace(string(lines)))
+	fmt.Fprintf(out, "==> %s: kubectl logs %s --tail 1 (a real container): %s\n", cp.Name(), web, strings.TrimSpace(string(last)))
 	return nil
 }
 

@@ -41,7 +41,7 @@ func TestDevKubectl(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	dev := exec.Command(os.Args[0], "dev", "--tenants=1", "--nodes=1", "--dir="+dir, "--metrics-bind-address="+metricsAddr)
+	dev := exec.Command(os.Args[0], "dev", "--tenants=1", "--nodes=1", "--simulated-nodes", "--dir="+dir, "--metrics-bind-address="+metricsAddr)
 	dev.Env = append(os.Environ(), runCLIEnv+"=1")
 	var devOut tenantrytest.Buffer
 	dev.Stdout, dev.Stderr = &devOut, &devOut

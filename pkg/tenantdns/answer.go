@@ -41,7 +41,7 @@ func (s *Server) serve(ctx context.Context, w dns.ResponseWriter, req *dns.Msg) 
 		return
 	}
 	ip := sourceIP(w.RemoteAddr())
-	name, ok, err := s.opts.ClusterOf(ctx, ip)
+	name, ok, err := s.clusterOf(ctx, ip)
 	if err != nil {
 		s.opts.Logger.Error(err, "telling which tenant asks", "source", ip)
 		resp.SetRcode(req, dns.RcodeServerFailure)
@@ -77,6 +77,36 @@ func (s *Server) serve(ctx context.Context, w dns.ResponseWriter, req *dns.Msg) 
 		resp.Ns = []dns.RR{s.soa()}
 	default:
 		resp.Answer, resp.Extra = answers, extra
+	}
+}
+
+// sourceWait bounds how long a query from an address that no tenant Pod
+// has waits for one to have it: a container's first query can come before
+// its host Pod's IP has reached the manager's cache (the kubelet reports
+// the IP as the sandbox starts, and the container resolves names at once).
+// Refused at once, it fails the container's first lookup.
+const sourceWait = 2 * time.Second
+
+// clusterOf is Options.ClusterOf, waiting up to sourceWait for an address
+// no tenant Pod has yet.
+func (s *Server) clusterOf(ctx context.Context, ip string) (string, bool, error) {
+	name, ok, err := s.opts.ClusterOf(ctx, ip)
+	if ok || err != nil {
+		return name, ok, err
+	}
+	wait, cancel := context.WithTimeout(ctx, sourceWait)
+	defer cancel()
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		select {
+		case <-wait.Done():
+			return "", false, nil
+		case <-tick.C:
+		}
+		if name, ok, err = s.opts.ClusterOf(ctx, ip); ok || err != nil {
+			return name, ok, err
+		}
 	}
 }
 

@@ -1,9 +1,11 @@
 package tenantdns
 
 import (
+	"context"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/miekg/dns"
 	corev1 "k8s.io/api/core/v1"
@@ -88,5 +90,27 @@ func TestExternalNameFollowsItsAlias(t *testing.T) {
 	}
 	if got := answer("loop1", dns.TypeA); len(got) != maxAliasChain+1 {
 		t.Errorf("a cycle of aliases answered %d records, want the chain cut at %d aliases: %q", len(got), maxAliasChain+1, got)
+	}
+}
+
+// A query from an address that no tenant Pod has yet waits a moment for
+// one to have it (a container's first query can come before its host
+// Pod's IP reaches the cache); one that none comes to have is refused
+// after sourceWait.
+func TestQueriesWaitForTheirPodsAddress(t *testing.T) {
+	calls := 0
+	s := &Server{opts: Options{ClusterOf: func(_ context.Context, ip string) (string, bool, error) {
+		calls++
+		return "t", ip == "10.0.0.1" && calls >= 3, nil
+	}}}
+	if name, ok, err := s.clusterOf(t.Context(), "10.0.0.1"); !ok || err != nil || name != "t" {
+		t.Errorf("an address that a Pod comes to have = %q, %v, %v; want tenant t", name, ok, err)
+	}
+	began := time.Now()
+	if _, ok, err := s.clusterOf(t.Context(), "10.0.0.2"); ok || err != nil {
+		t.Errorf("an address no Pod has = %v, %v; want none", ok, err)
+	}
+	if waited := time.Since(began); waited < sourceWait || waited > sourceWait+time.Second {
+		t.Errorf("waited %v for an address no Pod has, want %v", waited, sourceWait)
 	}
 }

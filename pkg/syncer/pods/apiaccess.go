@@ -508,6 +508,11 @@ func (r *apiAccess) Reconcile(ctx context.Context, req reconcile.Request) (recon
 	switch {
 	case current == nil:
 		if err := r.scope.HostClient().Create(ctx, desired); err != nil {
+			if why, after := r.scope.Transient(err); why != "" {
+				// Made a moment ago, and not in the cache yet, say.
+				ctrl.LoggerFrom(ctx).V(1).Info("retrying the Pod's API access Secret: "+why, "error", err.Error())
+				return reconcile.Result{RequeueAfter: after}, nil
+			}
 			return reconcile.Result{}, fmt.Errorf("creating the API access Secret of Pod %s: %w", req.NamespacedName, err)
 		}
 		r.scope.CountWrite("pod-api-access", "down", "create")
