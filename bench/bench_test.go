@@ -74,10 +74,7 @@ func TestPercentile(t *testing.T) {
 // start times runs, through a bin/manager built for it, and is written.
 func TestBenchSmall(t *testing.T) {
 	out := t.TempDir()
-	manager := filepath.Join(t.TempDir(), "manager")
-	if b, err := exec.Command("go", "build", "-o", manager, "github.com/tenantry/tenantry/cmd/manager").CombinedOutput(); err != nil {
-		t.Fatalf("building bin/manager: %v\n%s", err, b)
-	}
+	manager := buildManager(t)
 	steps, err := ParseSteps("spawn,memory,pods,dns,sync,scale,handover")
 	if err != nil {
 		t.Fatal(err)
@@ -95,14 +92,7 @@ func TestBenchSmall(t *testing.T) {
 	if err != nil {
 		t.Fatalf("bench failed: %v\n%s", err, log.String())
 	}
-	data, err := os.ReadFile(filepath.Join(out, "results.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var rep report
-	if err := json.Unmarshal(data, &rep); err != nil {
-		t.Fatal(err)
-	}
+	rep := readReport(t, out)
 	names := map[string]bool{}
 	for _, r := range rep.Results {
 		names[r.Name] = true
@@ -165,10 +155,7 @@ func TestMain(m *testing.M) {
 // sides and DNS from a container, measured and written.
 func TestBenchRealPods(t *testing.T) {
 	tenantrytest.RequireRealNodes(t)
-	manager := filepath.Join(t.TempDir(), "manager")
-	if b, err := exec.Command("go", "build", "-o", manager, "github.com/tenantry/tenantry/cmd/manager").CombinedOutput(); err != nil {
-		t.Fatalf("building bin/manager: %v\n%s", err, b)
-	}
+	manager := buildManager(t)
 	steps, err := ParseSteps("real-pods")
 	if err != nil {
 		t.Fatal(err)
@@ -182,14 +169,7 @@ func TestBenchRealPods(t *testing.T) {
 	if err != nil {
 		t.Fatalf("bench failed: %v\n%s", err, log.String())
 	}
-	data, err := os.ReadFile(filepath.Join(out, "results.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var rep report
-	if err := json.Unmarshal(data, &rep); err != nil {
-		t.Fatal(err)
-	}
+	rep := readReport(t, out)
 	values := map[string]float64{}
 	for _, r := range rep.Results {
 		values[r.Name] = r.Value
@@ -212,4 +192,28 @@ func TestBenchRealPods(t *testing.T) {
 			t.Errorf("no %q in %v", want, values)
 		}
 	}
+}
+
+// buildManager builds bin/manager for a bench run of the test's.
+func buildManager(t *testing.T) string {
+	t.Helper()
+	manager := filepath.Join(t.TempDir(), "manager")
+	if b, err := exec.Command("go", "build", "-o", manager, "github.com/tenantry/tenantry/cmd/manager").CombinedOutput(); err != nil {
+		t.Fatalf("building bin/manager: %v\n%s", err, b)
+	}
+	return manager
+}
+
+// readReport reads the results.json a bench run wrote into dir.
+func readReport(t *testing.T, dir string) report {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join(dir, "results.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rep report
+	if err := json.Unmarshal(data, &rep); err != nil {
+		t.Fatal(err)
+	}
+	return rep
 }

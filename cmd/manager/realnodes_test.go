@@ -207,7 +207,7 @@ func TestTenantPodsOnRealNodes(t *testing.T) {
 		var out string
 		eventually(t, 30*time.Second, "a SelfSubjectReview from the container", func(ctx context.Context) (bool, error) {
 			var err error
-			out, err = exec(ctx, "sh", "-c", selfSubjectReviewCommand)
+			out, err = exec(ctx, "sh", "-c", tenantrytest.WhoAmIScript)
 			return err == nil, err
 		})
 		var review authenticationv1.SelfSubjectReview
@@ -219,15 +219,6 @@ func TestTenantPodsOnRealNodes(t *testing.T) {
 		}
 	})
 }
-
-// selfSubjectReviewCommand asks the Pod's API server who the Pod is, as an
-// in-cluster client would: the mounted token and CA (verified), and
-// KUBERNETES_SERVICE_HOST and PORT.
-const selfSubjectReviewCommand = `sa=/var/run/secrets/kubernetes.io/serviceaccount
-curl -sS --fail-with-body --cacert $sa/ca.crt -H "Authorization: Bearer $(cat $sa/token)" \
-  -H 'Content-Type: application/json' -X POST \
-  -d '{"apiVersion":"authentication.k8s.io/v1","kind":"SelfSubjectReview"}' \
-  https://$KUBERNETES_SERVICE_HOST:$KUBERNETES_SERVICE_PORT/apis/authentication.k8s.io/v1/selfsubjectreviews`
 
 func podIsReady(p *corev1.Pod) bool {
 	for _, c := range p.Status.Conditions {

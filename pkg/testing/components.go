@@ -194,23 +194,28 @@ func (c *ControlPlane) scheduler(kubeconfig string) (componentSpec, error) {
 			"--secure-port=" + strconv.Itoa(port),
 			"--cert-dir=" + filepath.Join(c.dir, binaryScheduler),
 		},
-		ready: func(ctx context.Context) error {
-			req, err := http.NewRequestWithContext(ctx, http.MethodGet, readyz, nil)
-			if err != nil {
-				return err
-			}
-			resp, err := probe.Do(req)
-			if err != nil {
-				return err
-			}
-			_ = resp.Body.Close()
-			probe.CloseIdleConnections()
-			if resp.StatusCode != http.StatusOK {
-				return fmt.Errorf("GET /readyz: %s", resp.Status)
-			}
-			return nil
-		},
+		ready: httpReady(probe, readyz),
 	}, nil
+}
+
+// httpReady is a component's readiness: GET url answers 200.
+func httpReady(probe *http.Client, url string) func(context.Context) error {
+	return func(ctx context.Context) error {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+		if err != nil {
+			return err
+		}
+		resp, err := probe.Do(req)
+		if err != nil {
+			return err
+		}
+		_ = resp.Body.Close()
+		probe.CloseIdleConnections()
+		if resp.StatusCode != http.StatusOK {
+			return fmt.Errorf("GET %s: %s", req.URL.Path, resp.Status)
+		}
+		return nil
+	}
 }
 
 // KwokLogLines are what every container on the kit's simulated nodes

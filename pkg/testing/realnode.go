@@ -102,6 +102,17 @@ func RequireRealNodes(t interface {
 	t.Skipf("%v", err)
 }
 
+// WhoAmIScript is a shell script (for the kit's agnhost image, which has
+// curl) that asks a Pod's API server who the Pod is, as an in-cluster
+// client would: with the mounted token and CA (verified), at
+// KUBERNETES_SERVICE_HOST and KUBERNETES_SERVICE_PORT. It prints the
+// SelfSubjectReview, JSON.
+const WhoAmIScript = `sa=/var/run/secrets/kubernetes.io/serviceaccount
+curl -sS --fail-with-body --cacert $sa/ca.crt -H "Authorization: Bearer $(cat $sa/token)" \
+  -H 'Content-Type: application/json' -X POST \
+  -d '{"apiVersion":"authentication.k8s.io/v1","kind":"SelfSubjectReview"}' \
+  https://$KUBERNETES_SERVICE_HOST:$KUBERNETES_SERVICE_PORT/apis/authentication.k8s.io/v1/selfsubjectreviews`
+
 // registry is the kit's image registry: kitregistry serving the images
 // of `make node` at the kit's address, for every node's containerd as
 // registry.k8s.io and docker.io.
@@ -111,26 +122,10 @@ func (c *ControlPlane) registry(opts *Options) (componentSpec, string, error) {
 		return componentSpec{}, "", fmt.Errorf("control plane %q: a port for the kit's registry: %w", c.name, err)
 	}
 	addr := net.JoinHostPort(c.kit.gatewayIP(), strconv.Itoa(port))
-	probe := &http.Client{Timeout: 2 * time.Second}
 	return componentSpec{
-		name: binaryKitRegistry,
-		args: []string{"serve", "--layout", filepath.Join(opts.BinaryAssetsDirectory, imagesDirectory), "--listen", addr},
-		ready: func(ctx context.Context) error {
-			req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+"/kit/ready", nil)
-			if err != nil {
-				return err
-			}
-			resp, err := probe.Do(req)
-			if err != nil {
-				return err
-			}
-			_ = resp.Body.Close()
-			probe.CloseIdleConnections()
-			if resp.StatusCode != http.StatusOK {
-				return fmt.Errorf("GET /kit/ready: %s", resp.Status)
-			}
-			return nil
-		},
+		name:  binaryKitRegistry,
+		args:  []string{"serve", "--layout", filepath.Join(opts.BinaryAssetsDirectory, imagesDirectory), "--listen", addr},
+		ready: httpReady(&http.Client{Timeout: 2 * time.Second}, "http://"+addr+"/kit/ready"),
 	}, addr, nil
 }
 

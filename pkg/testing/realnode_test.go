@@ -142,7 +142,7 @@ func TestRealNodes(t *testing.T) {
 					Name: "caller", Image: agnhost,
 					// As an in-cluster client: the mounted token and CA, and
 					// KUBERNETES_SERVICE_HOST; the certificate is verified.
-					Command: []string{"sh", "-c", selfSubjectReview},
+					Command: []string{"sh", "-c", tenantrytest.WhoAmIScript},
 				}},
 			},
 		}
@@ -162,15 +162,6 @@ func TestRealNodes(t *testing.T) {
 		}
 	})
 }
-
-// selfSubjectReview is a shell command that asks the Pod's API server who
-// the Pod is, as an in-cluster client would, with curl of the agnhost
-// image.
-const selfSubjectReview = `sa=/var/run/secrets/kubernetes.io/serviceaccount
-curl -sS --fail-with-body --cacert $sa/ca.crt -H "Authorization: Bearer $(cat $sa/token)" \
-  -H 'Content-Type: application/json' -X POST \
-  -d '{"apiVersion":"authentication.k8s.io/v1","kind":"SelfSubjectReview"}' \
-  https://$KUBERNETES_SERVICE_HOST:$KUBERNETES_SERVICE_PORT/apis/authentication.k8s.io/v1/selfsubjectreviews`
 
 // podLogs reads a Pod's log through the API server.
 func podLogs(t *testing.T, env *tenantrytest.Environment, pod *corev1.Pod) string {
