@@ -35,6 +35,15 @@
 //     (kwok-node-1, ...; each with its own pod CIDR and address). Pods are
 //     scheduled and run: Running and Ready with an IP, a Job's Pods succeed,
 //     deleted Pods go. kwok-stages.yaml says exactly what kwok does.
+//   - Options.HostKubelets > 0: the host also runs that many real nodes
+//     (kit-node-1, ...), each a kubelet with its own containerd and runc,
+//     kube-proxy, CNI networking and kube-router's NetworkPolicy firewall,
+//     in a network namespace of its own on a network of the kit's, with
+//     images from the kit's own registry; the API servers then listen on
+//     that network, where Pods reach them. It needs root and `make node`:
+//     RealNodesSupported says what is missing, and RequireRealNodes skips a
+//     test without it (or fails it under CI=true). See realnode.go and
+//     kitnet.go, and the README's "Real nodes".
 //   - Options.TenantControllerManager: every tenant runs its own
 //     kube-controller-manager, as a virtual cluster does: Deployments,
 //     ReplicaSets, Jobs, StatefulSets, garbage collection, namespace

@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"testing"
 	"time"
 
 	rbacv1 "k8s.io/api/rbac/v1"
@@ -86,11 +87,7 @@ func RealNodesSupported(dir string) error {
 
 // RequireRealNodes skips the test, saying why, when this machine cannot
 // run real nodes, or fails it when $CI is true: CI must run every test.
-func RequireRealNodes(t interface {
-	Helper()
-	Skipf(string, ...any)
-	Fatalf(string, ...any)
-}) {
+func RequireRealNodes(t testing.TB) {
 	t.Helper()
 	err := RealNodesSupported("")
 	if err == nil {
