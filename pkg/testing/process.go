@@ -47,6 +47,7 @@ func startProcess(cluster, name, binary string, args, env []string, log *process
 	cmd.Stdout, cmd.Stderr = log, log
 	cmd.Env = append(os.Environ(), env...)
 	cmd.WaitDelay = processStopTimeout // a child holding the output open does not hang Wait
+	dieWithParent(cmd)
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("control plane %q: starting %s: %w", cluster, name, err)
 	}
