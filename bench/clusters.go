@@ -23,7 +23,7 @@ const clusterStartRuns = 3
 // bench's own clusters, on an otherwise idle machine.
 func clusterStart(ctx context.Context, o Options) ([]result, error) {
 	var results []result
-	for _, k := range []struct {
+	kinds := []struct {
 		what string
 		opts tenantrytest.Options
 	}{
@@ -31,7 +31,15 @@ func clusterStart(ctx context.Context, o Options) ([]result, error) {
 		{"+ tenant kube-controller-manager", tenantrytest.Options{TenantControllerManager: true}},
 		{fmt.Sprintf("+ host kube-scheduler, kube-controller-manager, kwok, %d nodes Ready", o.Nodes),
 			tenantrytest.Options{TenantControllerManager: true, HostNodes: o.Nodes}},
-	} {
+	}
+	if tenantrytest.RealNodesSupported(o.Assets) == nil {
+		kinds = append(kinds, struct {
+			what string
+			opts tenantrytest.Options
+		}{fmt.Sprintf("+ host kube-scheduler, kube-controller-manager, %d real nodes Ready (kubelet, containerd, kube-proxy, kube-router)", o.Nodes),
+			tenantrytest.Options{TenantControllerManager: true, HostKubelets: o.Nodes}})
+	}
+	for _, k := range kinds {
 		k.opts.Tenants, k.opts.BinaryAssetsDirectory = 1, o.Assets
 		var took []time.Duration
 		for range clusterStartRuns {

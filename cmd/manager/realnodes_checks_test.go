@@ -287,6 +287,18 @@ func (k *tenantKit) streams(t *testing.T, web *corev1.Pod) {
 		}
 	})
 
+	t.Run("exec -it gets a terminal", func(t *testing.T) {
+		// script(1) gives kubectl a terminal of its own, as a person's.
+		ctx, cancel := context.WithTimeout(ctx, time.Minute)
+		defer cancel()
+		line := strings.Join([]string{k.kubectl.Path, "--kubeconfig", k.kubeconfig, "-n", "other", "exec", "-it", "shell", "--", "tty"}, " ")
+		out, err := exec.CommandContext(ctx, "script", "-qec", line, "/dev/null").CombinedOutput()
+		// A terminal's line ends in CR LF; script may echo a NUL first.
+		if err != nil || !strings.Contains(string(out), "/dev/pts/") || !strings.HasSuffix(string(out), "\r\n") {
+			t.Errorf("kubectl exec -it ... tty printed %q (%v), want a terminal of the container's", out, err)
+		}
+	})
+
 	t.Run("attach reaches the container's stdin and stdout", func(t *testing.T) {
 		attachee := &corev1.Pod{
 			ObjectMeta: metav1.ObjectMeta{Namespace: "app", Name: "attachee"},

@@ -200,7 +200,7 @@ func TestTenantPodsOnRealNodes(t *testing.T) {
 	t.Run("ConfigMap, Secret, projected and emptyDir volumes, with subPath", k.volumes)
 	t.Run("readiness reaches the tenant's EndpointSlices, liveness restarts", func(t *testing.T) { k.probes(t, web) })
 	t.Run("exit codes, termination messages, CrashLoopBackOff and Jobs reach the tenant", k.lifecycle)
-	t.Run("kubectl logs -f, exec -i, attach and port-forward", func(t *testing.T) { k.streams(t, web) })
+	t.Run("kubectl logs -f, exec -i and -it, attach and port-forward", func(t *testing.T) { k.streams(t, web) })
 	t.Run("DNS: headless Services, SRV, ExternalName and Pod records", func(t *testing.T) { k.dns(t, web) })
 
 	t.Run("the container calls its tenant API server with its own token and CA", func(t *testing.T) {
