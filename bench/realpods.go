@@ -38,6 +38,10 @@ const (
 // container, side by side in one run; and the latency of the tenant DNS as
 // a container sees it.
 func runRealPods(ctx context.Context, o Options, out io.Writer) (_ []result, retErr error) {
+	if o.RealPodSamples < 1 || o.RealPodRate <= 0 || o.RealDNSQueries < 1 {
+		return nil, fmt.Errorf("--real-pod-samples (%d), --real-pod-rate (%g) and --real-dns-queries (%d) must be positive",
+			o.RealPodSamples, o.RealPodRate, o.RealDNSQueries)
+	}
 	if err := tenantrytest.RealNodesSupported(o.Assets); err != nil {
 		return nil, err
 	}

@@ -484,6 +484,9 @@ func (k *tenantKit) isolation(t *testing.T, host client.Client, other *corev1.Po
 	if err := host.Get(ctx, client.ObjectKey{Namespace: "default", Name: "kubernetes"}, &slice); err != nil {
 		t.Fatal(err)
 	}
+	if len(slice.Endpoints) == 0 || len(slice.Endpoints[0].Addresses) == 0 || len(slice.Ports) == 0 || slice.Ports[0].Port == nil {
+		t.Fatalf("the host's kubernetes EndpointSlice names no endpoint: %+v", slice)
+	}
 	apiServer := net.JoinHostPort(slice.Endpoints[0].Addresses[0], fmt.Sprint(*slice.Ports[0].Port))
 	targets := map[string]string{
 		"the host API server's endpoint": apiServer,
@@ -507,16 +510,19 @@ func (k *tenantKit) isolation(t *testing.T, host client.Client, other *corev1.Po
 			_, err := k.kubectl.Run(ctx, hostKubeconfig, "", "exec", "unisolated", "--", "nc", "-z", "-w", "2", host, port)
 			return err == nil, err
 		})
-		reaches := func(ctx context.Context) bool {
-			_, err := k.shellExec(ctx, "nc", "-z", "-w", "2", host, port)
-			return err == nil
+		// nc's own exit status, from an exec that itself must work: a
+		// failed exec says nothing of the policy.
+		kept := func(ctx context.Context) (bool, error) {
+			// /usr/bin/nc: the image's sh is busybox's, whose own nc
+			// would answer for a bare nc, and knows no -z.
+			out, err := k.shellExec(ctx, "sh", "-c", "/usr/bin/nc -z -w 2 "+host+" "+port+"; echo rc=$?")
+			if err != nil {
+				return false, fmt.Errorf("exec in the tenant's container: %w", err)
+			}
+			return strings.TrimSpace(out) == "rc=1", fmt.Errorf("nc: %q", out)
 		}
-		eventually(t, 60*time.Second, "the tenant's container kept from "+what+" at "+addr, func(ctx context.Context) (bool, error) {
-			return !reaches(ctx), nil
-		})
-		tenantrytest.Consistently(t, 5*time.Second, time.Second, "the tenant's container kept from "+what, func(ctx context.Context) (bool, error) {
-			return !reaches(ctx), nil
-		})
+		eventually(t, 60*time.Second, "the tenant's container kept from "+what+" at "+addr, kept)
+		tenantrytest.Consistently(t, 5*time.Second, time.Second, "the tenant's container kept from "+what, kept)
 	}
 }
 

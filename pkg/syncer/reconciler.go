@@ -421,11 +421,6 @@ func (r *reconciler) settleDrift(key types.NamespacedName, wrote bool) {
 	}
 }
 
-// retried says why err is a state that is expected and passes on its own,
-// to retry quietly (at debug level, without the stack trace of a
-// reconciler error): a namespace being deleted, in the tenant (a binding
-// or status write of a Pod in it) or in the host, or an object that the
-// cache has not seen yet. "" for any other error.
 // NotYet is the error of an Up or Down step that waits for a state another
 // controller brings about (a Pod's status waits for its virtual node): the
 // sync runs again a moment later, quietly (logged at debug level), rather
@@ -438,6 +433,11 @@ type notYetError struct{ msg string }
 
 func (e *notYetError) Error() string { return e.msg }
 
+// retried says why err is a state that is expected and passes on its own,
+// to retry quietly (at debug level, without the stack trace of a
+// reconciler error): a namespace being deleted, in the tenant (a binding
+// or status write of a Pod in it) or in the host, or an object that the
+// cache has not seen yet. "" for any other error.
 func retried(err error) string {
 	switch {
 	case err == nil:

@@ -87,12 +87,24 @@ func (s *Server) serve(ctx context.Context, w dns.ResponseWriter, req *dns.Msg) 
 // Refused at once, it fails the container's first lookup.
 const sourceWait = 2 * time.Second
 
+// maxSourceWaits bounds the queries that wait for their source at once:
+// beyond, one from an unknown address is refused at once, so that a flood
+// of them (from anywhere, since UDP sources are easy to forge) holds no
+// more than this many goroutines.
+const maxSourceWaits = 64
+
 // clusterOf is Options.ClusterOf, waiting up to sourceWait for an address
-// no tenant Pod has yet.
+// no tenant Pod has yet, while fewer than maxSourceWaits queries wait.
 func (s *Server) clusterOf(ctx context.Context, ip string) (string, bool, error) {
 	name, ok, err := s.opts.ClusterOf(ctx, ip)
 	if ok || err != nil {
 		return name, ok, err
+	}
+	select {
+	case s.sourceWaits <- struct{}{}:
+		defer func() { <-s.sourceWaits }()
+	default:
+		return "", false, nil
 	}
 	wait, cancel := context.WithTimeout(ctx, sourceWait)
 	defer cancel()
@@ -104,7 +116,7 @@ func (s *Server) clusterOf(ctx context.Context, ip string) (string, bool, error)
 			return "", false, nil
 		case <-tick.C:
 		}
-		if name, ok, err = s.opts.ClusterOf(ctx, ip); ok || err != nil {
+		if name, ok, err = s.opts.ClusterOf(wait, ip); ok || err != nil {
 			return name, ok, err
 		}
 	}

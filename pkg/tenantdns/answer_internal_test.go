@@ -99,7 +99,7 @@ func TestExternalNameFollowsItsAlias(t *testing.T) {
 // after sourceWait.
 func TestQueriesWaitForTheirPodsAddress(t *testing.T) {
 	calls := 0
-	s := &Server{opts: Options{ClusterOf: func(_ context.Context, ip string) (string, bool, error) {
+	s := &Server{sourceWaits: make(chan struct{}, 1), opts: Options{ClusterOf: func(_ context.Context, ip string) (string, bool, error) {
 		calls++
 		return "t", ip == "10.0.0.1" && calls >= 3, nil
 	}}}
@@ -112,5 +112,12 @@ func TestQueriesWaitForTheirPodsAddress(t *testing.T) {
 	}
 	if waited := time.Since(began); waited < sourceWait || waited > sourceWait+time.Second {
 		t.Errorf("waited %v for an address no Pod has, want %v", waited, sourceWait)
+	}
+
+	// With every slot taken, an unknown address is refused at once.
+	s.sourceWaits <- struct{}{}
+	began = time.Now()
+	if _, ok, err := s.clusterOf(t.Context(), "10.0.0.3"); ok || err != nil || time.Since(began) > sourceWait/2 {
+		t.Errorf("with no slot free: %v, %v after %v; want a refusal at once", ok, err, time.Since(began))
 	}
 }

@@ -89,6 +89,10 @@ type Server struct {
 
 	mu      sync.RWMutex
 	tenants map[string]*Tenant
+
+	// sourceWaits holds a slot for each query waiting for its source
+	// (clusterOf), maxSourceWaits at most.
+	sourceWaits chan struct{}
 }
 
 // New checks opts and listens. The Server answers once started.
@@ -116,7 +120,7 @@ func New(opts Options) (*Server, error) {
 	}
 	s := &Server{
 		opts: opts, domain: "." + dns.Fqdn(strings.ToLower(opts.ClusterDomain)),
-		tenants: map[string]*Tenant{},
+		tenants: map[string]*Tenant{}, sourceWaits: make(chan struct{}, maxSourceWaits),
 	}
 	if err := s.listen(); err != nil {
 		return nil, err

@@ -63,6 +63,10 @@ type componentSpec struct {
 	// cleanup, if set, removes what the component leaves behind once its
 	// process has ended.
 	cleanup func() error
+	// kill stops the component with SIGKILL at once, not SIGTERM first:
+	// for a process that does not end on SIGTERM and whose end takes its
+	// children with it (a node's unshare).
+	kill bool
 	// ready says why the component is not ready yet, or nil once it is.
 	ready func(context.Context) error
 }
@@ -118,7 +122,7 @@ func (c *ControlPlane) components(ctx context.Context, opts *Options) ([]compone
 		for i := 1; i <= opts.HostKubelets; i++ {
 			node, err := c.realNode(opts, i, addr, clientset)
 			if err != nil {
-				return nil, err
+				return nil, errors.Join(err, cleanUp(specs))
 			}
 			specs = append(specs, node)
 		}
@@ -492,13 +496,24 @@ func (c *ControlPlane) startComponent(ctx context.Context, opts *Options, spec c
 	}
 	p, err := startProcess(c.name, spec.name, path, spec.args, spec.env, log)
 	if err != nil {
-		return nil, err
+		return nil, errors.Join(err, cleanUp([]componentSpec{spec}))
 	}
-	p.cleanup = spec.cleanup
+	p.cleanup, p.kill = spec.cleanup, spec.kill
 	if err := p.waitReady(ctx, opts.startTimeout(), spec.ready); err != nil {
 		return p, err
 	}
 	return p, nil
+}
+
+// cleanUp runs the cleanup of components that never ran.
+func cleanUp(specs []componentSpec) error {
+	var errs []error
+	for _, spec := range specs {
+		if spec.cleanup != nil {
+			errs = append(errs, spec.cleanup())
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // FreeAddress asks the kernel for a free loopback address (host:port), for

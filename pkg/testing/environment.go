@@ -182,6 +182,11 @@ func Start(ctx context.Context, opts Options) (*Environment, error) {
 	if err := checkAssets(opts.BinaryAssetsDirectory, opts.binaries()); err != nil {
 		return nil, err
 	}
+	if opts.LogDirectory != "" {
+		if err := os.MkdirAll(opts.LogDirectory, 0o755); err != nil {
+			return nil, fmt.Errorf("creating the log directory: %w", err)
+		}
+	}
 	var kit *kitNetwork
 	if opts.HostKubelets > 0 {
 		if err := RealNodesSupported(opts.BinaryAssetsDirectory); err != nil {
@@ -190,11 +195,6 @@ func Start(ctx context.Context, opts Options) (*Environment, error) {
 		var err error
 		if kit, err = newKitNetwork(opts.HostKubelets, opts.Tenants); err != nil {
 			return nil, err
-		}
-	}
-	if opts.LogDirectory != "" {
-		if err := os.MkdirAll(opts.LogDirectory, 0o755); err != nil {
-			return nil, fmt.Errorf("creating the log directory: %w", err)
 		}
 	}
 
@@ -263,11 +263,12 @@ func (e *Environment) KitIP() string {
 	return e.kit.gatewayIP()
 }
 
-// CloudMetadataIP is where clouds serve instance metadata
-// (169.254.169.254), an address of this machine on the real nodes'
-// network: Pods reach a server of the test's that listens there unless a
-// policy stops them, as they would reach a cloud's. Empty without real
-// nodes.
+// CloudMetadataIP stands for where clouds serve instance metadata: an
+// address of the link-local range (169.254.0.0/16) on this machine's side
+// of the real nodes' network, where a server of the test's that listens
+// is reached by Pods unless a policy stops them, as a cloud's would be.
+// It is not 169.254.169.254 itself, which this machine's own cloud may
+// serve while a kit runs. Empty without real nodes.
 func (e *Environment) CloudMetadataIP() string {
 	if e.kit == nil {
 		return ""

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 )
 
@@ -26,13 +27,21 @@ import (
 //	                 tenantry-kit<N>-node<k>, plugged into the bridge)
 //	10.a.k.0/24      node k's pod CIDR, on its bridge cni0
 //	10.a.128.0/20    the Service cluster IPs (kube-proxy, per node)
-//	169.254.169.254  on the bridge too: where a cloud serves instance
-//	                 metadata (CloudMetadataIP), for tests of policies that
-//	                 must keep Pods from it
+//	169.254.254.169  on the bridge too: an address of the link-local
+//	                 range where clouds serve instance metadata
+//	                 (CloudMetadataIP), for tests of policies that must
+//	                 keep Pods from it; 169.254.169.254 itself stays this
+//	                 machine's, whose own cloud may serve it
 //
 // Every route stays inside these: no node namespace has a default route,
 // so no packet of a node or of a Pod leaves the machine; sent anywhere
-// else, it is unroutable.
+// else, it is unroutable. Should a node get one (a privileged Pod with the
+// node's network can add it), this machine drops what the bridge would
+// forward elsewhere.
+//
+// The kubelets set a few of the kernel's settings (vm.overcommit_memory,
+// kernel.panic, ...), which are the machine's, not a node's: the first kit
+// records them, and the last one to stop puts them back (kernelSettings).
 const (
 	kitBaseOctet = 200
 	kitMaxIndex  = 40
@@ -46,8 +55,10 @@ const (
 	// kitMaxTenants bounds Options.Tenants beside real nodes: their API
 	// servers' addresses end below the nodes'.
 	kitMaxTenants = kitNodeOffset - 3
-	// cloudMetadataIP is where clouds serve instance metadata.
-	cloudMetadataIP = "169.254.169.254"
+	// cloudMetadataIP stands for where clouds serve instance metadata
+	// (169.254.169.254): in the link-local range that the isolation
+	// policy denies, and never used by a cloud itself.
+	cloudMetadataIP = "169.254.254.169"
 )
 
 // kitNetwork is one Environment's share of the machine's network.
@@ -126,6 +137,9 @@ func newKitNetwork(nodes, tenants int) (_ *kitNetwork, retErr error) {
 		}
 	}()
 	k.removeLeftovers()
+	if err := recordKernelSettings(); err != nil {
+		return nil, fmt.Errorf("kit network %d: %w", k.index, err)
+	}
 
 	br, gw := k.bridge(), k.gatewayIP()
 	steps := [][]string{
@@ -136,7 +150,7 @@ func newKitNetwork(nodes, tenants int) (_ *kitNetwork, retErr error) {
 	for i := 0; i <= tenants; i++ {
 		steps = append(steps, []string{"ip", "addr", "add", k.apiServerIP(i) + "/32", "dev", br})
 	}
-	steps = append(steps, []string{"ip", "link", "set", br, "up"})
+	steps = append(steps, []string{"ip", "link", "set", br, "up"}, k.forwardDrop("-I"))
 	for i := 1; i <= nodes; i++ {
 		ns, veth := k.netns(i), k.veth(i)
 		steps = append(steps,
@@ -175,8 +189,18 @@ func newKitNetwork(nodes, tenants int) (_ *kitNetwork, retErr error) {
 	return k, nil
 }
 
+// forwardDrop is the iptables command that inserts (-I) or deletes (-D)
+// this machine's rule dropping what the kit's bridge would forward
+// elsewhere.
+func (k *kitNetwork) forwardDrop(op string) []string {
+	return []string{"iptables", "-w", op, "FORWARD", "-i", k.bridge(), "!", "-o", k.bridge(), "-j", "DROP",
+		"-m", "comment", "--comment", "tenantry kit " + strconv.Itoa(k.index)}
+}
+
 // removeLeftovers deletes what a run that held this index and died left.
 func (k *kitNetwork) removeLeftovers() {
+	for run(k.forwardDrop("-D")...) == nil {
+	}
 	_ = run("ip", "link", "del", k.bridge())
 	out, _ := exec.Command("ip", "netns", "list").Output()
 	prefix := fmt.Sprintf("tenantry-kit%d-node", k.index)
@@ -202,8 +226,85 @@ func (k *kitNetwork) teardown() error {
 	if err := run("ip", "link", "del", k.bridge()); err != nil && !strings.Contains(err.Error(), "Cannot find device") {
 		errs = append(errs, err)
 	}
+	_ = run(k.forwardDrop("-D")...) // absent when the start failed before it
+	errs = append(errs, restoreKernelSettings(k.index))
 	_ = k.lock.Close() // releases the lock
 	k.lock = nil
+	return errors.Join(errs...)
+}
+
+// kernelSettings are the machine's settings that a kubelet sets when it
+// starts (its setupKernelTunables, unless protectKernelDefaults, which
+// would refuse to start on a machine whose values differ).
+var kernelSettings = []string{
+	"vm/overcommit_memory", "vm/panic_on_oom", "kernel/panic", "kernel/panic_on_oops",
+	"kernel/keys/root_maxkeys", "kernel/keys/root_maxbytes",
+}
+
+// kernelSettingsFile holds the machine's values from before the first kit.
+var kernelSettingsFile = filepath.Join(kitLockDir, "kernel-settings")
+
+// recordKernelSettings writes the machine's values, unless a kit running
+// already did (they are the kubelets' values now).
+func recordKernelSettings() error {
+	if _, err := os.Stat(kernelSettingsFile); err == nil {
+		return nil
+	}
+	var b strings.Builder
+	for _, name := range kernelSettings {
+		v, err := os.ReadFile(filepath.Join("/proc/sys", name))
+		if err != nil {
+			continue // not on this kernel: the kubelet leaves it too
+		}
+		fmt.Fprintf(&b, "%s %s\n", name, strings.TrimSpace(string(v)))
+	}
+	if err := os.WriteFile(kernelSettingsFile, []byte(b.String()), 0o644); err != nil {
+		return fmt.Errorf("recording the kernel's settings: %w", err)
+	}
+	return nil
+}
+
+// restoreKernelSettings puts the machine's values back when no kit but
+// self (holding index mine) runs any more: it takes every other kit's
+// lock for the moment it writes them.
+func restoreKernelSettings(mine int) error {
+	var held []*os.File
+	defer func() {
+		for _, f := range held {
+			_ = f.Close()
+		}
+	}()
+	for i := range kitMaxIndex {
+		if i == mine {
+			continue
+		}
+		f, err := os.OpenFile(filepath.Join(kitLockDir, fmt.Sprintf("%d.lock", i)), os.O_CREATE|os.O_RDWR, 0o644)
+		if err != nil {
+			return fmt.Errorf("restoring the kernel's settings: %w", err)
+		}
+		if err := tryLock(f); err != nil {
+			_ = f.Close()
+			return nil // another kit runs: the last one restores them
+		}
+		held = append(held, f)
+	}
+	data, err := os.ReadFile(kernelSettingsFile)
+	if err != nil {
+		return nil // recorded by nobody
+	}
+	var errs []error
+	for _, line := range strings.Split(strings.TrimSpace(string(data)), "\n") {
+		name, value, ok := strings.Cut(line, " ")
+		if !ok {
+			continue
+		}
+		if err := os.WriteFile(filepath.Join("/proc/sys", name), []byte(value), 0o644); err != nil {
+			errs = append(errs, fmt.Errorf("restoring %s: %w", name, err))
+		}
+	}
+	if len(errs) == 0 {
+		errs = append(errs, os.Remove(kernelSettingsFile))
+	}
 	return errors.Join(errs...)
 }
 

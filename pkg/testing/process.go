@@ -39,6 +39,8 @@ type process struct {
 	reported bool
 	// cleanup, if set, runs once the process has ended (componentSpec).
 	cleanup func() error
+	// kill skips SIGTERM (componentSpec).
+	kill bool
 }
 
 // startProcess starts binary with args, its output going to log.
@@ -109,11 +111,13 @@ func (p *process) end() error {
 		return p.failure(fmt.Errorf("had exited on its own before the environment stopped (%v)", p.exitErr))
 	default:
 	}
-	_ = p.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-p.exited:
-		return nil
-	case <-time.After(processStopTimeout):
+	if !p.kill {
+		_ = p.cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-p.exited:
+			return nil
+		case <-time.After(processStopTimeout):
+		}
 	}
 	_ = p.cmd.Process.Kill()
 	<-p.exited

@@ -142,9 +142,10 @@ func (c *ControlPlane) realNode(opts *Options, i int, registry string, clientset
 			return componentSpec{}, fmt.Errorf("node %s: %w", name, err)
 		}
 	}
-	fail := func(err error) (componentSpec, error) { return componentSpec{}, fmt.Errorf("node %s: %w", name, err) }
-
 	cgroupRoot := fmt.Sprintf("/tenantry/kit%d-%s", k.index, name)
+	fail := func(err error) (componentSpec, error) {
+		return componentSpec{}, errors.Join(fmt.Errorf("node %s: %w", name, err), removeCgroup(cgroupRoot))
+	}
 	if err := makeCgroup(cgroupRoot); err != nil {
 		return fail(err)
 	}
@@ -180,7 +181,7 @@ disabled_plugins = ["io.containerd.nri.v1.nri", "io.containerd.snapshotter.v1.bt
 [grpc]
   address = %[3]q
 [ttrpc]
-  address = "%[3]s.ttrpc"
+  address = %[10]q
 [plugins."io.containerd.internal.v1.opt"]
   path = %[4]q
 [plugins."io.containerd.grpc.v1.cri"]
@@ -207,7 +208,7 @@ disabled_plugins = ["io.containerd.nri.v1.nri", "io.containerd.snapshotter.v1.bt
       SystemdCgroup = false
 `, filepath.Join(dir, "containerd"), filepath.Join(dir, "state"), sock, filepath.Join(dir, "opt"),
 		SandboxImage, filepath.Join(dir, "certs.d"), filepath.Join(bin, cniDirectory), filepath.Join(dir, "cni/net.d"),
-		filepath.Join(bin, binaryRunc))
+		filepath.Join(bin, binaryRunc), sock+".ttrpc")
 	// The kit's registry is the only host of both registries: nothing is
 	// pulled from elsewhere, and a missing image fails at once.
 	for _, upstream := range []string{"registry.k8s.io", "docker.io"} {
@@ -254,7 +255,7 @@ cgroupRoot: %[4]s
 failCgroupV1: false
 failSwapOn: false
 podCIDR: %[5]s
-podLogsDirectory: %[6]q
+podLogsDir: %[6]q
 resolvConf: ""
 registerNode: true
 serializeImagePulls: false
@@ -299,34 +300,43 @@ conntrack:
 	// namespaces), starts containerd, kube-proxy and kube-router's
 	// firewall (NetworkPolicy, with iptables and ipset; nothing else of
 	// kube-router's), and becomes the kubelet.
-	script := fmt.Sprintf(`set -e
-mount -t tmpfs tmpfs /run/netns
-PATH=%[2]s:$PATH
+	// Every value is a positional parameter, quoted where it is used.
+	script := `set -e
+dir=$1 bin=$2 sock=$3 name=$4 ip=$5 services=$6
+# The machine's paths that containerd, runc, the CNI plugins and the
+# kubelet write to whatever their configuration says: the node's own.
+for d in /run/netns /run/containerd /var/lib/cni /var/log/containers; do
+  mkdir -p "$d"
+  mount -t tmpfs tmpfs "$d"
+done
+PATH="$bin:$PATH"
 export PATH
-%[2]s/containerd --config %[1]s/containerd.toml &
+"$bin/containerd" --config "$dir/containerd.toml" &
 i=0
-while [ ! -S %[3]s ]; do
+while [ ! -S "$sock" ]; do
   i=$((i+1)); [ $i -lt 600 ] || { echo "containerd did not start"; exit 1; }
   sleep 0.1
 done
-%[2]s/kube-proxy --config %[1]s/kube-proxy.yaml &
+"$bin/kube-proxy" --config "$dir/kube-proxy.yaml" &
 # kube-router ends when its Node is not registered yet: run it again, as
 # a DaemonSet's Pod would be.
-until %[2]s/kube-router --kubeconfig %[1]s/kube-router.kubeconfig --hostname-override %[4]s \
+until "$bin/kube-router" --kubeconfig "$dir/kube-router.kubeconfig" --hostname-override "$name" \
   --run-firewall=true --run-router=false --run-service-proxy=false --enable-cni=false \
-  --service-cluster-ip-range %[6]s --health-port 0 --metrics-port 0 --enable-ipv6=false; do
+  --service-cluster-ip-range "$services" --health-port 0 --metrics-port 0 --enable-ipv6=false; do
   sleep 1
 done &
-exec %[2]s/kubelet --config %[1]s/kubelet.yaml --kubeconfig %[1]s/kubelet.kubeconfig \
-  --hostname-override %[4]s --node-ip %[5]s --root-dir %[1]s/kubelet --cert-dir %[1]s/pki \
+exec "$bin/kubelet" --config "$dir/kubelet.yaml" --kubeconfig "$dir/kubelet.kubeconfig" \
+  --hostname-override "$name" --node-ip "$ip" --root-dir "$dir/kubelet" --cert-dir "$dir/pki" \
   --node-labels tenantry.dev/kit-node=true
-`, dir, bin, sock, name, k.nodeIP(i), k.serviceCIDR())
+`
 	return componentSpec{
 		name: name,
 		path: "nsenter",
 		args: []string{"--net=/run/netns/" + k.netns(i), "--",
 			"unshare", "--pid", "--fork", "--kill-child", "--mount", "--propagation", "private", "--mount-proc", "--",
-			"sh", "-c", script},
+			"sh", "-c", script, "sh", dir, bin, sock, name, k.nodeIP(i), k.serviceCIDR()},
+		// unshare holds SIGTERM while it waits; its end takes the node.
+		kill: true,
 		ready: func(ctx context.Context) error {
 			node, err := clientset.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
 			if err != nil {

@@ -160,6 +160,16 @@ func serviceClusterIPUp(ctx context.Context, c client.Client, h, t client.Object
 		return resumeReassignment(ctx, c, host, tenant, saved)
 	}
 	want := host.Spec.ClusterIP
+	if _, named := tenant.Annotations[AnnotationHostClusterIP]; named && want != "" && tenant.Spec.ClusterIP == want {
+		// The tenant's IP is the host's: a host IP named before is not
+		// what serves it now (the tenant DNS answers with the annotation).
+		done := tenant.DeepCopy()
+		delete(done.Annotations, AnnotationHostClusterIP)
+		if err := c.Update(ctx, done); err != nil {
+			return false, fmt.Errorf("dropping the host cluster IP named before: %w", err)
+		}
+		return true, nil
+	}
 	if want == "" || want == corev1.ClusterIPNone || tenant.Spec.ClusterIP == corev1.ClusterIPNone ||
 		tenant.Spec.Type == corev1.ServiceTypeExternalName || tenant.Spec.ClusterIP == want ||
 		tenant.Annotations[AnnotationHostClusterIP] == want {

@@ -153,6 +153,22 @@ func TestClusterIPSwapThatSucceedsDropsTheHostIPOnceNamed(t *testing.T) {
 	if ip, ok := after.Annotations[AnnotationHostClusterIP]; ok {
 		t.Fatalf("the Service still names %s as the host IP that serves it", ip)
 	}
+
+	// A Service whose IP is the host's already, naming another: the name
+	// goes.
+	after.Annotations = map[string]string{AnnotationHostClusterIP: "192.0.2.1"}
+	if err := tenant.Update(ctx, &after); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := serviceClusterIPUp(ctx, tenant, host, after.DeepCopy()); err != nil {
+		t.Fatal(err)
+	}
+	if err := tenant.Get(ctx, client.ObjectKeyFromObject(web), &after); err != nil {
+		t.Fatal(err)
+	}
+	if ip, ok := after.Annotations[AnnotationHostClusterIP]; ok || after.Spec.ClusterIP != "10.0.0.200" {
+		t.Fatalf("a Service on the host's IP still names %s (IP %s)", ip, after.Spec.ClusterIP)
+	}
 }
 
 // newTenantClient is a client of a control plane of the test's own, which

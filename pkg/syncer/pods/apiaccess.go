@@ -279,6 +279,37 @@ func splitMetadataMaps(secret string, sources []corev1.VolumeProjection) []corev
 	return out
 }
 
+// metadataMapsShown says whether a tenant Pod's volumes show its labels
+// and its annotations through the downward API (see splitMetadataMaps).
+func metadataMapsShown(spec *corev1.PodSpec) (labels, annotations bool) {
+	note := func(items []corev1.DownwardAPIVolumeFile) {
+		for _, item := range items {
+			if item.FieldRef == nil {
+				continue
+			}
+			switch item.FieldRef.FieldPath {
+			case "metadata.labels":
+				labels = true
+			case "metadata.annotations":
+				annotations = true
+			}
+		}
+	}
+	for _, v := range spec.Volumes {
+		switch {
+		case v.DownwardAPI != nil:
+			note(v.DownwardAPI.Items)
+		case v.Projected != nil:
+			for _, src := range v.Projected.Sources {
+				if src.DownwardAPI != nil {
+					note(src.DownwardAPI.Items)
+				}
+			}
+		}
+	}
+	return labels, annotations
+}
+
 // downwardAPIMap is a map as the downward API writes it to a file: a
 // key="value" line per key, sorted, the value quoted as Go quotes it, with
 // no newline at the end.
@@ -449,8 +480,9 @@ func (e *apiAccessExtension) Setup(scope *syncer.TenantScope) error {
 			// tenant Pod's own labels and annotations, which the host Pod
 			// may not carry.
 			UpdateFunc: func(e event.UpdateEvent) bool {
-				return !maps.Equal(e.ObjectOld.GetLabels(), e.ObjectNew.GetLabels()) ||
-					!maps.Equal(e.ObjectOld.GetAnnotations(), e.ObjectNew.GetAnnotations())
+				labels, annotations := metadataMapsShown(&e.ObjectNew.(*corev1.Pod).Spec)
+				return labels && !maps.Equal(e.ObjectOld.GetLabels(), e.ObjectNew.GetLabels()) ||
+					annotations && !maps.Equal(e.ObjectOld.GetAnnotations(), e.ObjectNew.GetAnnotations())
 			},
 		}),
 		scope.HostEvents(&corev1.Pod{}, hostPod),
@@ -563,9 +595,13 @@ func (r *apiAccess) desired(ctx context.Context, pod, hostPod *corev1.Pod, curre
 		apiAccessHostKey: []byte(r.server.host),
 		apiAccessPortKey: []byte(r.server.port),
 		apiAccessURLKey:  []byte("tcp://" + net.JoinHostPort(r.server.host, r.server.port)),
-		// What the tenant sees of its Pod, not what the host Pod carries.
-		apiAccessLabelsKey:      downwardAPIMap(pod.Labels),
-		apiAccessAnnotationsKey: downwardAPIMap(pod.Annotations),
+	}
+	// What the tenant sees of its Pod, not what the host Pod carries: only
+	// for a Pod whose volumes show them, so that no other Pod's labels or
+	// annotations are copied into the host, nor rewritten with them.
+	if labels, annotations := metadataMapsShown(&pod.Spec); labels || annotations {
+		data[apiAccessLabelsKey] = downwardAPIMap(pod.Labels)
+		data[apiAccessAnnotationsKey] = downwardAPIMap(pod.Annotations)
 	}
 	requests := tokenRequests(&pod.Spec)
 	refreshAt, fresh := time.Time{}, false

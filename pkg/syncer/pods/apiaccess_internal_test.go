@@ -239,3 +239,29 @@ func TestDownwardAPIMap(t *testing.T) {
 		t.Errorf("no labels: %q", got)
 	}
 }
+
+// Only a Pod whose volumes show its labels or annotations has them in its
+// API access Secret.
+func TestMetadataMapsShown(t *testing.T) {
+	field := func(path string) corev1.DownwardAPIVolumeFile {
+		return corev1.DownwardAPIVolumeFile{Path: "f", FieldRef: &corev1.ObjectFieldSelector{FieldPath: path}}
+	}
+	for _, tc := range []struct {
+		name                string
+		volumes             []corev1.Volume
+		labels, annotations bool
+	}{
+		{"none", nil, false, false},
+		{"the namespace only", []corev1.Volume{{VolumeSource: corev1.VolumeSource{DownwardAPI: &corev1.DownwardAPIVolumeSource{
+			Items: []corev1.DownwardAPIVolumeFile{field("metadata.namespace")}}}}}, false, false},
+		{"labels", []corev1.Volume{{VolumeSource: corev1.VolumeSource{DownwardAPI: &corev1.DownwardAPIVolumeSource{
+			Items: []corev1.DownwardAPIVolumeFile{field("metadata.labels")}}}}}, true, false},
+		{"annotations, projected", []corev1.Volume{{VolumeSource: corev1.VolumeSource{Projected: &corev1.ProjectedVolumeSource{
+			Sources: []corev1.VolumeProjection{{DownwardAPI: &corev1.DownwardAPIProjection{Items: []corev1.DownwardAPIVolumeFile{field("metadata.annotations")}}}}}}}}, false, true},
+	} {
+		labels, annotations := metadataMapsShown(&corev1.PodSpec{Volumes: tc.volumes})
+		if labels != tc.labels || annotations != tc.annotations {
+			t.Errorf("%s: labels %v, annotations %v; want %v, %v", tc.name, labels, annotations, tc.labels, tc.annotations)
+		}
+	}
+}

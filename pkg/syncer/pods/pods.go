@@ -307,11 +307,12 @@ func shownHostIP(opts Options) func() string {
 
 // upWith binds the tenant Pod to the host Pod's node, then, in a later
 // sync, copies the status, with hostIP, if set, for the host node's IP. The
-// status waits until the tenant has the Node (the virtual nodes extension
-// makes it once the Pod is bound): a tenant never sees a Pod running on a
-// node it does not have, for which its API server would refuse kubectl
-// logs and exec (answering, in the Pod's name, that the node is not
-// found).
+// status of a Pod bound to its host Pod's node waits until the tenant has
+// that Node (the Syncer's virtual nodes extension makes it once the Pod is
+// bound; a Pod syncer without that extension must not use this Up): a
+// tenant never sees a Pod running on a node it does not have, for which
+// its API server would refuse kubectl logs and exec (answering, in the
+// Pod's name, that the node is not found).
 func upWith(hostIP func() string) func(context.Context, client.Client, client.Object, client.Object) (bool, error) {
 	copyStatus := statusCopier(hostIP)
 	return func(ctx context.Context, c client.Client, h, t client.Object) (bool, error) {
@@ -331,7 +332,9 @@ func up(ctx context.Context, c client.Client, h, t client.Object, copyStatus fun
 		}
 		return true, nil // the binding changes the tenant Pod: its event brings the status
 	}
-	if tenant.Spec.NodeName != "" {
+	// Only for the node the host Pod runs on, which the virtual nodes
+	// extension makes: a node name the tenant wrote itself is not made.
+	if tenant.Spec.NodeName != "" && tenant.Spec.NodeName == host.Spec.NodeName {
 		if err := c.Get(ctx, client.ObjectKey{Name: tenant.Spec.NodeName}, &corev1.Node{}); apierrors.IsNotFound(err) {
 			return false, syncer.NotYet("the tenant has no Node %s for the Pod's status yet", tenant.Spec.NodeName)
 		} else if err != nil {

@@ -14,7 +14,8 @@
 // give the same digests. serve pushes them into an in-memory registry at
 // ADDR, under their repository paths (registry.k8s.io/pause:3.10.2 is
 // ADDR/pause:3.10.2, docker.io/library/busybox:1.37 ADDR/library/busybox:1.37),
-// and answers GET /kit/ready with 200 once all of them are there. A node's
+// and answers GET /kit/ready with 200 once all of them are there; from then
+// on it refuses every write. A node's
 // containerd uses ADDR as the only host of registry.k8s.io and docker.io.
 package main
 
@@ -347,8 +348,17 @@ func serve(args []string) error {
 		return err
 	}
 	var ready atomic.Bool
+	images := registry.New(registry.Logger(log.New(io.Discard, "", 0)))
 	mux := http.NewServeMux()
-	mux.Handle("/", registry.New(registry.Logger(log.New(io.Discard, "", 0))))
+	// Read-only once the images are in: Pods reach this address too, and
+	// must not replace an image that other Pods, or the host, pull.
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		if ready.Load() && r.Method != http.MethodGet && r.Method != http.MethodHead {
+			http.Error(w, "the kit's registry is read-only", http.StatusMethodNotAllowed)
+			return
+		}
+		images.ServeHTTP(w, r)
+	})
 	mux.HandleFunc("/kit/ready", func(w http.ResponseWriter, _ *http.Request) {
 		if !ready.Load() {
 			http.Error(w, "pushing images", http.StatusServiceUnavailable)
