@@ -282,7 +282,10 @@ func TestUp(t *testing.T) {
 			host := tenantPod(func(p *corev1.Pod) { p.Spec.NodeName, p.Status, p.Generation = tc.hostNode, tc.host, tc.hostGen })
 			var binding string
 			statusWrites := 0
-			c := fake.NewClientBuilder().WithObjects(tenant).WithStatusSubresource(tenant).WithInterceptorFuncs(interceptor.Funcs{
+			// The tenant has the virtual node of a bound Pod (a status
+			// waits for it: TestStatusWaitsForTheTenantsNode).
+			node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "kwok-node-1"}}
+			c := fake.NewClientBuilder().WithObjects(tenant, node).WithStatusSubresource(tenant).WithInterceptorFuncs(interceptor.Funcs{
 				SubResourceCreate: func(ctx context.Context, c client.Client, sub string, obj, subObj client.Object, opts ...client.SubResourceCreateOption) error {
 					if b, ok := subObj.(*corev1.Binding); ok && sub == "binding" {
 						binding = b.Target.Name
