@@ -82,7 +82,7 @@ func startControlPlane(ctx context.Context, name string, ip net.IP, opts *Option
 		}
 	}()
 
-	if cp.proxy, err = newTCPProxy(cp.listenIP()); err != nil {
+	if cp.proxy, err = newTCPProxy(cp.ip); err != nil {
 		return nil, fmt.Errorf("control plane %q: %w", name, err)
 	}
 	etcdLog, err := cp.openLog(opts, "etcd")
@@ -333,7 +333,7 @@ func (c *ControlPlane) NewPath() (*Path, error) {
 	if c.stopped {
 		return nil, fmt.Errorf("control plane %q: %w", c.name, ErrStopped)
 	}
-	proxy, err := newTCPProxy(c.listenIP())
+	proxy, err := newTCPProxy(c.ip)
 	if err != nil {
 		return nil, fmt.Errorf("control plane %q: %w", c.name, err)
 	}
@@ -433,10 +433,6 @@ func (c *ControlPlane) stop() error {
 // processStopTimeout bounds how long a component may take to end on
 // SIGTERM before it is killed.
 const processStopTimeout = 10 * time.Second
-
-// listenIP is the address the control plane's proxies listen at: its own
-// on the kit network where real nodes run, else loopback.
-func (c *ControlPlane) listenIP() net.IP { return c.ip }
 
 // listenOnKit makes the API server listen at a free port of its address
 // on the kit network.
