@@ -442,9 +442,12 @@ func exerciseTenant(t *testing.T, host, tenant client.Client, hostCP, tenantCP *
 	for _, o := range hostObjects {
 		kind := kindOf(t, host, o)
 		key := client.ObjectKey{Namespace: hostNS, Name: names[kind]}
-		if err := host.Get(ctx, key, o); err != nil {
-			t.Fatalf("host %s %s: %v", kind, key, err)
-		}
+		// The wait above holds once any object of the kind is there (a
+		// host namespace's kube-root-ca.crt, say): wait for this one.
+		eventually(t, 30*time.Second, fmt.Sprintf("host %s %s", kind, key), func(ctx context.Context) (bool, error) {
+			err := host.Get(ctx, key, o)
+			return err == nil, err
+		})
 		patch := []byte(`{"metadata":{"labels":{"` + syncer.LabelManagedBy + `":null,"` + syncer.LabelCluster + `":null}}}`)
 		if err := host.Patch(ctx, o, client.RawPatch("application/merge-patch+json", patch)); err != nil {
 			t.Fatal(err)
