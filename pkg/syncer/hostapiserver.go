@@ -55,12 +55,19 @@ func (s *hostAPIServer) addresses(ctx context.Context) ([]string, error) {
 	for _, ip := range svc.Spec.ClusterIPs {
 		add(ip)
 	}
+	services := len(ips)
 	for _, es := range endpoints.Items {
 		for _, e := range es.Endpoints {
 			for _, ip := range e.Addresses {
 				add(ip)
 			}
 		}
+	}
+	if services == 0 || len(ips) == services {
+		// A policy without them would let tenant Pods reach the host API
+		// server: wait (the caller retries) until the API server has
+		// published both, as it does shortly after it starts.
+		return nil, fmt.Errorf("the host API server's Service default/kubernetes has %d cluster IPs and its EndpointSlices name %d further addresses: both are needed to keep tenant Pods from it", services, len(ips)-services)
 	}
 	slices.Sort(ips)
 	s.ips, s.readAt = ips, time.Now()

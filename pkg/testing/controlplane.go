@@ -16,7 +16,11 @@ import (
 	"sync"
 	"time"
 
+	discoveryv1 "k8s.io/api/discovery/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
@@ -165,6 +169,9 @@ func startControlPlane(ctx context.Context, name string, ip net.IP, opts *Option
 	if err := cp.routeLocked(); err != nil {
 		return nil, err
 	}
+	if err := cp.waitForKubernetesService(ctx, opts.startTimeout()); err != nil {
+		return nil, err
+	}
 
 	specs, err := cp.components(ctx, opts)
 	if err != nil {
@@ -174,6 +181,46 @@ func startControlPlane(ctx context.Context, name string, ip net.IP, opts *Option
 		return nil, err
 	}
 	return cp, nil
+}
+
+// waitForKubernetesService waits until the API server has published
+// itself as a cluster does: the Service default/kubernetes and an
+// EndpointSlice that names an address of it. The API server makes both
+// shortly after it first reports ready, and a client that starts at once
+// (a manager reading the host API server's addresses for its isolation
+// policy) must find them, as it would in any running cluster.
+func (c *ControlPlane) waitForKubernetesService(ctx context.Context, timeout time.Duration) error {
+	clientset, err := kubernetes.NewForConfig(c.Config())
+	if err != nil {
+		return fmt.Errorf("control plane %q: %w", c.name, err)
+	}
+	why := "not read yet"
+	err = wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
+		if _, err := clientset.CoreV1().Services(metav1.NamespaceDefault).Get(ctx, "kubernetes", metav1.GetOptions{}); err != nil {
+			why = "Service: " + err.Error()
+			return false, nil
+		}
+		slices, err := clientset.DiscoveryV1().EndpointSlices(metav1.NamespaceDefault).List(ctx, metav1.ListOptions{
+			LabelSelector: discoveryv1.LabelServiceName + "=kubernetes",
+		})
+		if err != nil {
+			why = "EndpointSlices: " + err.Error()
+			return false, nil
+		}
+		for _, es := range slices.Items {
+			for _, e := range es.Endpoints {
+				if len(e.Addresses) > 0 {
+					return true, nil
+				}
+			}
+		}
+		why = "no EndpointSlice names an address yet"
+		return false, nil
+	})
+	if err != nil {
+		return fmt.Errorf("control plane %q: the API server did not publish the Service default/kubernetes (%s): %w", c.name, why, err)
+	}
+	return nil
 }
 
 // openLog opens the log of one of the control plane's processes (see
