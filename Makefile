@@ -68,8 +68,9 @@ IMAGE_LABELS = \
 # What a real kit node runs (pkg/testing's Options.HostKubelets), built by
 # `make node`: the kubelet and kube-proxy of the pinned release (hack/tools),
 # containerd and the CNI plugins (hack/node), runc with seccomp (hack/runc),
-# kube-router's NetworkPolicy firewall (hack/kuberouter), and the images
-# its Pods run, served by bin/kitregistry. Debian packages
+# kube-router's NetworkPolicy firewall (hack/kuberouter), the host's
+# cluster DNS (CoreDNS with the plugins it needs, hack/coredns), and the
+# images its Pods run, served by bin/kitregistry. Debian packages
 # it needs: libseccomp-dev and pkg-config (runc), busybox-static (images),
 # iptables, ipset and conntrack (kube-proxy); .ci/run installs them.
 NODE_TOOLS := hack/node
@@ -81,6 +82,9 @@ CONTAINERD_VERSION := $(shell awk '$$1 == "github.com/containerd/containerd/v2" 
 CNI_PLUGINS := bridge host-local loopback portmap
 KUBEROUTER_TOOLS := hack/kuberouter
 KUBEROUTER_DEPS  := $(KUBEROUTER_TOOLS)/go.mod $(KUBEROUTER_TOOLS)/go.sum
+COREDNS_TOOLS := hack/coredns
+COREDNS_DEPS  := $(COREDNS_TOOLS)/go.mod $(COREDNS_TOOLS)/go.sum $(COREDNS_TOOLS)/main.go
+COREDNS_VERSION := $(shell awk '$$1 == "require" && $$2 == "github.com/coredns/coredns" { print $$3 }' $(COREDNS_TOOLS)/go.mod)
 NODE_BINS := $(addprefix $(BIN)/,kubelet kube-proxy containerd containerd-shim-runc-v2 ctr runc kitregistry kube-router) \
              $(addprefix $(BIN)/cni/,$(CNI_PLUGINS)) $(BIN)/kit-images/index.json
 BUSYBOX ?= /bin/busybox
@@ -195,6 +199,9 @@ $(addprefix $(BIN)/cni/,$(CNI_PLUGINS)): $(NODE_DEPS)
 $(BIN)/kube-router: $(KUBEROUTER_DEPS)
 	cd $(KUBEROUTER_TOOLS) && CGO_ENABLED=0 $(GO) build -o $@ github.com/cloudnativelabs/kube-router/v2/cmd/kube-router
 
+$(BIN)/coredns: $(COREDNS_DEPS)
+	cd $(COREDNS_TOOLS) && CGO_ENABLED=0 $(GO) build -ldflags '-s -w -X github.com/coredns/coredns/coremain.GitCommit=$(COREDNS_VERSION)' -o $@ .
+
 $(BIN)/kitregistry: $(NODE_DEPS) $(wildcard $(NODE_TOOLS)/cmd/kitregistry/*.go)
 	cd $(NODE_TOOLS) && $(GO) build -o $@ ./cmd/kitregistry
 
@@ -203,9 +210,10 @@ $(BIN)/pause: $(TOOLS_DEPS)
 	src=$$(cd $(TOOLS) && $(GO) list -m -f '{{.Dir}}' k8s.io/kubernetes)/build/pause/linux/pause.c; \
 	gcc -Os -Wall -Werror -static -DVERSION=v3.10.2 -o $@ "$$src"
 
-$(BIN)/kit-images/index.json: $(BIN)/kitregistry $(BIN)/pause $(BIN)/agnhost
+$(BIN)/kit-images/index.json: $(BIN)/kitregistry $(BIN)/pause $(BIN)/agnhost $(BIN)/coredns
 	@test -x $(BUSYBOX) || { echo "no static busybox at $(BUSYBOX): install Debian's busybox-static, or set BUSYBOX"; exit 1; }
 	$(BIN)/kitregistry build --out $(BIN)/kit-images --pause $(BIN)/pause --busybox $(BUSYBOX) --agnhost $(BIN)/agnhost \
+	  --coredns $(BIN)/coredns --coredns-version $(COREDNS_VERSION) \
 	  $(addprefix --tool ,$(AGNHOST_TOOLS))
 
 $(BIN)/kwok: $(KWOK_DEPS)

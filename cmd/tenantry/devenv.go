@@ -178,10 +178,14 @@ func startDev(ctx context.Context, o devOptions, progress func(string)) (_ *devE
 	opts.Syncers.Kubelet = kubeletapi.Options{BindAddress: "127.0.0.1:0", AdvertiseAddress: "127.0.0.1"}
 	if d.realNodes {
 		// Tenant Pods ask the tenant DNS on the kit network, where they
-		// reach this process.
+		// reach this process. It forwards other names to the host's
+		// cluster DNS, as a manager run in a Pod of the host does: not to
+		// this machine's resolvers, since nothing of the kit sends
+		// elsewhere.
 		kitIP := d.env.KitIP()
 		opts.Syncers.DNS.BindAddress = net.JoinHostPort(kitIP, "53")
 		opts.Syncers.DNSNameserver = kitIP
+		opts.Syncers.DNS.Upstream = []string{net.JoinHostPort(d.env.ClusterDNSIP(), "53")}
 	}
 	d.app = managerapp.New(opts)
 	if err := d.app.Err(); err != nil {

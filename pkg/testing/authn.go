@@ -18,8 +18,14 @@ import (
 )
 
 // kubeletClientUser is the identity a cluster's API server presents to
-// kubelets, as kubeadm names it: a member of system:masters.
-var kubeletClientUser = envtest.User{Name: "kube-apiserver-kubelet-client", Groups: []string{"system:masters"}}
+// kubelets, as kubeadm names it. It is no member of system:masters: the
+// cluster binds it to the ClusterRole system:kubelet-api-admin (see
+// bindKubeletClient), which is all that a kubelet's webhook authorization,
+// or Tenantry's kubelet API, lets it do.
+var kubeletClientUser = envtest.User{Name: "kube-apiserver-kubelet-client"}
+
+// kubeletClientBinding binds kubeletClientUser to system:kubelet-api-admin.
+const kubeletClientBinding = "tenantry-kit:kube-apiserver-kubelet-client"
 
 // clientCertAuthn authenticates a control plane's clients by certificates
 // of a client CA of its own, as envtest's default does, and also gives its

@@ -114,6 +114,10 @@ func (c *ControlPlane) components(ctx context.Context, opts *Options) ([]compone
 		if err := grantNodeComponents(ctx, clientset); err != nil {
 			return nil, fmt.Errorf("control plane %q: %w", c.name, err)
 		}
+		// Its Pod schedules once a node is Ready; startControlPlane waits.
+		if err := c.deployClusterDNS(ctx, clientset); err != nil {
+			return nil, fmt.Errorf("control plane %q: %w", c.name, err)
+		}
 		registry, addr, err := c.registry(opts)
 		if err != nil {
 			return nil, err

@@ -17,7 +17,9 @@ import (
 	"time"
 
 	discoveryv1 "k8s.io/api/discovery/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
@@ -172,6 +174,9 @@ func startControlPlane(ctx context.Context, name string, ip net.IP, opts *Option
 	if err := cp.waitForKubernetesService(ctx, opts.startTimeout()); err != nil {
 		return nil, err
 	}
+	if err := cp.bindKubeletClient(ctx); err != nil {
+		return nil, err
+	}
 
 	specs, err := cp.components(ctx, opts)
 	if err != nil {
@@ -179,6 +184,15 @@ func startControlPlane(ctx context.Context, name string, ip net.IP, opts *Option
 	}
 	if err := cp.startComponents(ctx, opts, specs); err != nil {
 		return nil, err
+	}
+	if cp.isHost() && opts.HostKubelets > 0 {
+		clientset, err := kubernetes.NewForConfig(cp.Config())
+		if err != nil {
+			return nil, fmt.Errorf("control plane %q: %w", name, err)
+		}
+		if err := cp.waitForClusterDNS(ctx, clientset, opts.startTimeout()); err != nil {
+			return nil, err
+		}
 	}
 	return cp, nil
 }
@@ -219,6 +233,26 @@ func (c *ControlPlane) waitForKubernetesService(ctx context.Context, timeout tim
 	})
 	if err != nil {
 		return fmt.Errorf("control plane %q: the API server did not publish the Service default/kubernetes (%s): %w", c.name, why, err)
+	}
+	return nil
+}
+
+// bindKubeletClient lets the API server's kubelet client
+// (kubeletClientUser) do what it must on kubelets, as a kubeadm cluster
+// does: the ClusterRole system:kubelet-api-admin, which the API server
+// makes at its start.
+func (c *ControlPlane) bindKubeletClient(ctx context.Context) error {
+	clientset, err := kubernetes.NewForConfig(c.Config())
+	if err != nil {
+		return fmt.Errorf("control plane %q: %w", c.name, err)
+	}
+	binding := &rbacv1.ClusterRoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: kubeletClientBinding},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "system:kubelet-api-admin"},
+		Subjects:   []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: rbacv1.UserKind, Name: kubeletClientUser.Name}},
+	}
+	if _, err := clientset.RbacV1().ClusterRoleBindings().Create(ctx, binding, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("control plane %q: binding its kubelet client %s to system:kubelet-api-admin: %w", c.name, kubeletClientUser.Name, err)
 	}
 	return nil
 }

@@ -96,6 +96,9 @@ func (k *kitNetwork) clusterCIDR() string { return fmt.Sprintf("10.%d.0.0/17", k
 // serviceCIDR is the host's Service cluster IP range.
 func (k *kitNetwork) serviceCIDR() string { return fmt.Sprintf("10.%d.128.0/20", k.octet()) }
 
+// clusterDNSIP is the host's kube-dns Service's cluster IP, in serviceCIDR.
+func (k *kitNetwork) clusterDNSIP() string { return fmt.Sprintf("10.%d.128.10", k.octet()) }
+
 // netns is node i's network namespace.
 func (k *kitNetwork) netns(i int) string { return fmt.Sprintf("tenantry-kit%d-node%d", k.index, i) }
 

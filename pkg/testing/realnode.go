@@ -257,6 +257,8 @@ failSwapOn: false
 podCIDR: %[5]s
 podLogsDir: %[6]q
 resolvConf: ""
+clusterDNS: [%[7]s]
+clusterDomain: %[8]s
 registerNode: true
 serializeImagePulls: false
 imageGCHighThresholdPercent: 100
@@ -270,7 +272,7 @@ syncFrequency: 10s
 fileCheckFrequency: 5s
 nodeStatusReportFrequency: 10s
 shutdownGracePeriod: 0s
-`, k.nodeIP(i), filepath.Join(c.dir, "client-ca.crt"), sock, cgroupRoot, k.podCIDR(i), filepath.Join(dir, "pod-logs"))
+`, k.nodeIP(i), filepath.Join(c.dir, "client-ca.crt"), sock, cgroupRoot, k.podCIDR(i), filepath.Join(dir, "pod-logs"), k.clusterDNSIP(), ClusterDomain)
 	files["kube-proxy.yaml"] = fmt.Sprintf(`apiVersion: kubeproxy.config.k8s.io/v1alpha1
 kind: KubeProxyConfiguration
 clientConnection:

@@ -14,6 +14,7 @@ import (
 	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/kubernetes"
 
@@ -128,6 +129,42 @@ func TestRealNodes(t *testing.T) {
 			tenantrytest.Eventually(t, 30*time.Second, "talker reaches "+target, func(ctx context.Context) (bool, error) {
 				out, err := kubectl.Run(ctx, kubeconfig, "", "exec", "talker", "--", "timeout", "5", "wget", "-q", "-O-", "http://"+target+"/hostname")
 				return strings.HasPrefix(out, "web-"), err
+			})
+		}
+	})
+
+	t.Run("the host's Pods resolve Service names through the cluster DNS", func(t *testing.T) {
+		pod := &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "resolver"},
+			Spec: corev1.PodSpec{
+				NodeName:                      nodes.Items[1].Name,
+				Containers:                    []corev1.Container{{Name: "resolver", Image: agnhost, Args: []string{"pause"}}},
+				TerminationGracePeriodSeconds: new(int64),
+			},
+		}
+		if err := host.Create(ctx, pod); err != nil {
+			t.Fatal(err)
+		}
+		waitPod(t, host, pod, "Running", func(p *corev1.Pod) bool { return p.Status.Phase == corev1.PodRunning })
+		resolv := kubectl.MustRun(t, kubeconfig, "", "exec", "resolver", "--", "cat", "/etc/resolv.conf")
+		if !strings.Contains(resolv, "nameserver "+env.ClusterDNSIP()+"\n") || !strings.Contains(resolv, "search default.svc."+tenantrytest.ClusterDomain) {
+			t.Fatalf("the Pod's resolv.conf names no cluster DNS at %s:\n%s", env.ClusterDNSIP(), resolv)
+		}
+		var api corev1.Service
+		if err := host.Get(ctx, types.NamespacedName{Namespace: "default", Name: "kubernetes"}, &api); err != nil {
+			t.Fatal(err)
+		}
+		for name, want := range map[string]string{
+			"web":                svc.Spec.ClusterIP,
+			"kubernetes.default": api.Spec.ClusterIP,
+			"web.default.svc." + tenantrytest.ClusterDomain: svc.Spec.ClusterIP,
+		} {
+			tenantrytest.Eventually(t, 30*time.Second, name+" resolves to "+want, func(ctx context.Context) (bool, error) {
+				out, err := kubectl.Run(ctx, kubeconfig, "", "exec", "resolver", "--", "getent", "hosts", name)
+				if err != nil {
+					return false, err
+				}
+				return strings.HasPrefix(out, want+" "), fmt.Errorf("getent hosts %s: %q", name, out)
 			})
 		}
 	})

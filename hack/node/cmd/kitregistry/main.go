@@ -2,7 +2,8 @@
 // nodes run, and serves them as the kit's own registry, so that no image is
 // ever pulled from the internet.
 //
-//	kitregistry build --out DIR --pause FILE --busybox FILE --agnhost FILE [--tool FILE]...
+//	kitregistry build --out DIR --pause FILE --busybox FILE --agnhost FILE [--tool FILE]... \
+//	    --coredns FILE --coredns-version VERSION
 //	kitregistry serve --layout DIR --listen ADDR
 //
 // The agnhost image holds what the e2e suite's specs run in it beside
@@ -66,6 +67,8 @@ var (
 		"docker.io/library/busybox:latest",
 	}
 	agnhostRefs = []string{"registry.k8s.io/e2e-test-images/agnhost:2.66.1"}
+	// corednsRepository is kubeadm's; the tag is --coredns-version.
+	corednsRepository = "registry.k8s.io/coredns/coredns"
 )
 
 func main() {
@@ -95,10 +98,12 @@ func build(args []string) error {
 	pause := fs.String("pause", "", "a static pause binary (build/pause/linux/pause.c)")
 	busybox := fs.String("busybox", "", "a static busybox binary")
 	agnhost := fs.String("agnhost", "", "a static agnhost binary")
+	coredns := fs.String("coredns", "", "a static coredns binary")
+	corednsVersion := fs.String("coredns-version", "", "the coredns binary's version, the tag of its image (v1.14.6)")
 	var tools multiFlag
 	fs.Var(&tools, "tool", "a program of this machine for the agnhost image, with its shared libraries: PATH, or IMAGEPATH=PATH (repeatable)")
 	_ = fs.Parse(args)
-	for flagName, v := range map[string]string{"out": *out, "pause": *pause, "busybox": *busybox, "agnhost": *agnhost} {
+	for flagName, v := range map[string]string{"out": *out, "pause": *pause, "busybox": *busybox, "agnhost": *agnhost, "coredns": *coredns, "coredns-version": *corednsVersion} {
 		if v == "" {
 			return fmt.Errorf("build: --%s is required", flagName)
 		}
@@ -122,6 +127,12 @@ func build(args []string) error {
 	if err != nil {
 		return err
 	}
+	// As upstream's: the binary alone (its image is distroless), run as
+	// nobody; a Pod gives it its Corefile.
+	corednsLayer, err := filesLayer(map[string]string{"coredns": *coredns})
+	if err != nil {
+		return err
+	}
 	images := []struct {
 		refs   []string
 		layers []v1.Layer
@@ -130,6 +141,7 @@ func build(args []string) error {
 		{pauseRefs, []v1.Layer{pauseLayer}, v1.Config{Entrypoint: []string{"/pause"}, User: "65535:65535"}},
 		{busyboxRefs, []v1.Layer{base}, v1.Config{Cmd: []string{"sh"}}},
 		{agnhostRefs, []v1.Layer{base, agnhostLayer}, v1.Config{Entrypoint: []string{"/agnhost"}, Cmd: []string{"pause"}, WorkingDir: "/"}},
+		{[]string{corednsRepository + ":" + *corednsVersion}, []v1.Layer{corednsLayer}, v1.Config{Entrypoint: []string{"/coredns"}, User: "65532:65532", ExposedPorts: map[string]struct{}{"53/tcp": {}, "53/udp": {}}}},
 	}
 
 	tmp := *out + ".tmp"
