@@ -2,6 +2,7 @@ package syncers
 
 import (
 	"fmt"
+	"net"
 	"os"
 	"slices"
 	"strings"
@@ -59,6 +60,17 @@ func validateHostPolicy(p tenantryv1alpha1.HostPolicy) error {
 			return fmt.Errorf(`storage.allowedVolumeAttributesClasses: "" names no class`)
 		}
 	}
+	if p.Network != nil {
+		for _, cidr := range p.Network.DeniedEgressCIDRs {
+			_, n, err := net.ParseCIDR(cidr)
+			if err != nil {
+				return fmt.Errorf("network.deniedEgressCIDRs: %w", err)
+			}
+			if ones, _ := n.Mask.Size(); ones == 0 {
+				return fmt.Errorf("network.deniedEgressCIDRs: %s is every address of its family", cidr)
+			}
+		}
+	}
 	if err := syncer.ValidateBudget(p.Budget); err != nil {
 		return fmt.Errorf("budget: %w", err)
 	}
@@ -114,6 +126,15 @@ func overDefault(def tenantryv1alpha1.HostPolicy, vc *tenantryv1alpha1.HostPolic
 		metadata.CopyUnprefixedPodAnnotations = metadata.CopyUnprefixedPodAnnotations || m.CopyUnprefixedPodAnnotations
 	}
 	out.Metadata = &metadata
+	if n := vc.Network; n != nil {
+		// Denials add up, as metadata's do.
+		network := tenantryv1alpha1.NetworkPolicy{}
+		if def.Network != nil {
+			network = *def.Network
+		}
+		network.DeniedEgressCIDRs = append(slices.Clone(network.DeniedEgressCIDRs), n.DeniedEgressCIDRs...)
+		out.Network = &network
+	}
 	if vc.ResourceQuota != nil {
 		out.ResourceQuota = vc.ResourceQuota
 	}

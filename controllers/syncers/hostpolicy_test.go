@@ -42,6 +42,16 @@ func TestVirtualClusterPolicyOverDefault(t *testing.T) {
 		t.Error("the default policy was changed")
 	}
 
+	// Denied egress adds up, as denied metadata prefixes do.
+	def.Network = &tenantryv1alpha1.NetworkPolicy{DeniedEgressCIDRs: []string{"10.99.0.0/16"}}
+	network := overDefault(def, &tenantryv1alpha1.HostPolicy{Network: &tenantryv1alpha1.NetworkPolicy{DeniedEgressCIDRs: []string{"fd00:99::/64"}}}).Network
+	if !slices.Equal(network.DeniedEgressCIDRs, []string{"10.99.0.0/16", "fd00:99::/64"}) {
+		t.Errorf("denied egress %v: want the default policy's and the VirtualCluster's", network.DeniedEgressCIDRs)
+	}
+	if !slices.Equal(def.Network.DeniedEgressCIDRs, []string{"10.99.0.0/16"}) {
+		t.Error("the default policy's denied egress was changed")
+	}
+
 	denied, allowed := metadataPrefixes(nil, nil, got)
 	if !slices.Contains(denied, "team.example.com/") || !slices.Contains(denied, "billing.example.com/") ||
 		slices.Contains(denied, "linkerd.io/") || !slices.Contains(denied, "kubernetes.io/") {
@@ -83,6 +93,8 @@ func TestReadHostPolicy(t *testing.T) {
 		"no slash":      {"metadata:\n  deniedPrefixes: [example.com]\n", `prefix "example.com": a key prefix is a DNS subdomain and a slash`},
 		"a path":        {"metadata:\n  allowedPrefixes: [example.com/foo/]\n", `prefix "example.com/foo/"`},
 		"upper case":    {"metadata:\n  deniedPrefixes: [Example.com/]\n", `prefix "Example.com/"`},
+		"not a CIDR":    {"network:\n  deniedEgressCIDRs: [10.0.0.1]\n", `network.deniedEgressCIDRs: invalid CIDR address: 10.0.0.1`},
+		"every address": {"network:\n  deniedEgressCIDRs: [\"::/0\"]\n", `::/0 is every address`},
 	} {
 		if _, err := readHostPolicy(write(name, c.content)); err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%s: %v; want an error naming %q", name, err, c.want)

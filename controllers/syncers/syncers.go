@@ -86,9 +86,9 @@ type Options struct {
 	// Its Host and Logger come from the app.
 	Kubelet kubeletapi.Options
 	// DNS configures the tenants' DNS server (package tenantdns). A
-	// BindAddress of "" or "0" turns it off; the flag defaults it to
-	// tenantdns.DefaultBindAddress. Its ClusterOf and Logger come from the
-	// app.
+	// BindAddress of "" or "0", the flag's default, turns it off: the
+	// manager listens for DNS only where it is told to. Its ClusterOf and
+	// Logger come from the app.
 	DNS tenantdns.Options
 	// DNSNameserver is the IP that host Pods ask, on port 53, for the DNS
 	// server; "" reads it off DNSService as each tenant starts.
@@ -162,8 +162,8 @@ func (o *Options) BindFlags(fs *flag.FlagSet) {
 	})
 	fs.StringVar(&o.Kubelet.CertFile, "kubelet-tls-cert-file", "", "Serving certificate of the kubelet API (default: a self-signed one made at start).")
 	fs.StringVar(&o.Kubelet.KeyFile, "kubelet-tls-private-key-file", "", "Key of --kubelet-tls-cert-file.")
-	fs.StringVar(&o.DNS.BindAddress, "dns-bind-address", tenantdns.DefaultBindAddress,
-		`Address (UDP and TCP) of the DNS server that answers tenants' Pods with their own tenant's names; "0" turns it off.`)
+	fs.StringVar(&o.DNS.BindAddress, "dns-bind-address", "",
+		`Address (UDP and TCP) of the DNS server that answers tenants' Pods with their own tenant's names, for example :10053. Default: none, no DNS server ("0" too).`)
 	fs.StringVar(&o.DNS.ClusterDomain, "cluster-domain", tenantdns.DefaultClusterDomain, "The tenants' cluster domain.")
 	fs.Func("dns-upstream", "Comma-separated resolvers (host:port) for names outside the cluster domain (default: the nameservers of /etc/resolv.conf, the host's cluster DNS in a Pod).", func(v string) error {
 		o.DNS.Upstream = nil
@@ -375,6 +375,9 @@ func newTenants(p tenantParams) (*Tenants, error) {
 		opts.DeniedMetadataPrefixes, opts.AllowedMetadataPrefixes = metadataPrefixes(
 			o.Syncer.DeniedMetadataPrefixes, o.Syncer.AllowedMetadataPrefixes, policy)
 		opts.ResourceQuota, opts.LimitRange = policy.ResourceQuota, policy.LimitRange
+		if policy.Network != nil {
+			opts.DeniedEgressCIDRs = policy.Network.DeniedEgressCIDRs
+		}
 		opts.Budget = policy.Budget
 		opts.StatusReporter = syncStatusReporter(p.Manager.GetClient(), cluster)
 		if len(opts.Budget) > 0 {

@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"slices"
 	"strings"
 	"time"
 
@@ -103,6 +104,13 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	cluster = tenant.Name
+	select {
+	case tenant.requests <- struct{}{}:
+		defer func() { <-tenant.requests }()
+	default:
+		fail(http.StatusTooManyRequests, "tenant %s has %d kubelet API requests open, the most it may", cluster, maxRequestsPerTenant)
+		return
+	}
 	t, err := parsePath(r.URL.Path)
 	if err != nil {
 		fail(http.StatusNotFound, "%v", err)
@@ -126,6 +134,10 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	if t.container != "" && !hasContainer(&pod, t.container) {
 		// Only the tenant's own containers: never one the host added.
+		if slices.ContainsFunc(pod.Spec.EphemeralContainers, func(c corev1.EphemeralContainer) bool { return c.Name == t.container }) {
+			fail(http.StatusNotFound, "container %s of pod %s/%s is ephemeral: ephemeral containers (kubectl debug) do not run in the host", t.container, t.namespace, t.pod)
+			return
+		}
 		fail(http.StatusNotFound, "pod %s/%s has no container %s", t.namespace, t.pod, t.container)
 		return
 	}
@@ -212,25 +224,13 @@ func hostQuery(t target, in url.Values) (url.Values, error) {
 	return out, nil
 }
 
-// hasContainer says whether the tenant Pod has a container (init and
-// ephemeral ones included) of that name.
+// hasContainer says whether the tenant Pod was made with a container (or
+// an init container) of that name: what its host Pod runs of the
+// tenant's. Its ephemeral containers do not run in the host, and their
+// names may be those of containers the host added to the host Pod.
 func hasContainer(pod *corev1.Pod, name string) bool {
-	for _, c := range pod.Spec.InitContainers {
-		if c.Name == name {
-			return true
-		}
-	}
-	for _, c := range pod.Spec.Containers {
-		if c.Name == name {
-			return true
-		}
-	}
-	for _, c := range pod.Spec.EphemeralContainers {
-		if c.Name == name {
-			return true
-		}
-	}
-	return false
+	named := func(c corev1.Container) bool { return c.Name == name }
+	return slices.ContainsFunc(pod.Spec.InitContainers, named) || slices.ContainsFunc(pod.Spec.Containers, named)
 }
 
 // stripIdentity removes from a tenant's request every header that could

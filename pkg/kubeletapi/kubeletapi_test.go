@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/tls"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -13,6 +14,9 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -230,7 +234,7 @@ func TestKubeletAPIOfVirtualNodes(t *testing.T) {
 
 	// Straight at Tenantry's kubelet API, as each tenant's API server.
 	base := "https://" + net.JoinHostPort(address, strconv.Itoa(int(port)))
-	asTenant1 := kubeletClient(t, w.Env.Tenants[0], "kube-apiserver-kubelet-client", "system:masters")
+	asTenant1 := kubeletClient(t, w.Env.Tenants[0], "kube-apiserver-kubelet-client")
 	status, body := get(t, asTenant1, base+"/containerLogs/default/web/app")
 	if status != http.StatusOK || !strings.HasPrefix(body, said["tenant-1"]+"\n") {
 		t.Fatalf("tenant-1's own Pod: %d %q", status, body)
@@ -244,6 +248,34 @@ func TestKubeletAPIOfVirtualNodes(t *testing.T) {
 	if status != http.StatusNotFound || !strings.Contains(body, "pod default/web has no container sidecar") {
 		t.Fatalf("a container the tenant Pod does not have: %d %q, want 404", status, body)
 	}
+	// An ephemeral container (kubectl debug) does not run in the host: its
+	// name, which could be that of a container the host added to the host
+	// Pod, reaches nothing, and the tenant Pod says why.
+	debugged := &corev1.Pod{}
+	if err := w.Tenants["tenant-1"].Get(t.Context(), client.ObjectKey{Namespace: "default", Name: "web"}, debugged); err != nil {
+		t.Fatal(err)
+	}
+	debugged.Spec.EphemeralContainers = append(debugged.Spec.EphemeralContainers, corev1.EphemeralContainer{
+		EphemeralContainerCommon: corev1.EphemeralContainerCommon{Name: "istio-proxy", Image: "busybox", ImagePullPolicy: corev1.PullIfNotPresent, TerminationMessagePolicy: corev1.TerminationMessageReadFile},
+	})
+	if err := w.Tenants["tenant-1"].SubResource("ephemeralcontainers").Update(t.Context(), debugged); err != nil {
+		t.Fatal(err)
+	}
+	for _, path := range []string{"/exec/default/web/istio-proxy?command=ls&output=1", "/containerLogs/default/web/istio-proxy", "/attach/default/web/istio-proxy?output=1"} {
+		status, body = get(t, asTenant1, base+path)
+		if status != http.StatusNotFound || !strings.Contains(body, "container istio-proxy of pod default/web is ephemeral") {
+			t.Fatalf("%s, an ephemeral container's name: %d %q, want 404 saying it does not run", path, status, body)
+		}
+	}
+	eventually(t, 30*time.Second, "the tenant Pod says its ephemeral container does not run", func(ctx context.Context) (bool, error) {
+		if err := w.Tenants["tenant-1"].Get(ctx, client.ObjectKeyFromObject(debugged), debugged); err != nil {
+			return false, err
+		}
+		s := debugged.Status.EphemeralContainerStatuses
+		return len(s) == 1 && s[0].Name == "istio-proxy" && s[0].State.Terminated != nil && s[0].State.Terminated.Reason == pods.ReasonEphemeralContainerNotRun,
+			fmt.Errorf("ephemeral container statuses %+v", s)
+	})
+
 	status, body = get(t, asTenant1, base+"/containerLogs/default/only-in-2/app")
 	if status != http.StatusNotFound || !strings.Contains(body, "pod default/only-in-2 not found") {
 		t.Fatalf("tenant-2's Pod asked by tenant-1: %d %q, want 404", status, body)
@@ -259,6 +291,40 @@ func TestKubeletAPIOfVirtualNodes(t *testing.T) {
 	status, _ = get(t, asTenant1, base+"/pods")
 	if status != http.StatusNotFound {
 		t.Fatalf("an endpoint not served: %d, want 404", status)
+	}
+
+	// Any tenant Pod can open connections to the kubelet API (a virtual
+	// node's address is the manager's): held open without a handshake,
+	// one source's are bounded, those past the bound are closed at once,
+	// and the tenant's API server still reaches its Pods' logs.
+	const flood = 200
+	conns := make([]net.Conn, flood)
+	dialer := &net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP("127.0.0.55")}}
+	for i := range conns {
+		c, err := dialer.Dial("tcp", net.JoinHostPort(address, strconv.Itoa(int(port))))
+		if err != nil {
+			t.Fatal(err)
+		}
+		conns[i] = c
+		defer c.Close()
+	}
+	var closedAtOnce atomic.Int32
+	var wg sync.WaitGroup
+	for _, c := range conns {
+		wg.Go(func() {
+			_ = c.SetReadDeadline(time.Now().Add(2 * time.Second))
+			if _, err := c.Read(make([]byte, 1)); errors.Is(err, io.EOF) || errors.Is(err, syscall.ECONNRESET) {
+				closedAtOnce.Add(1)
+			}
+		})
+	}
+	wg.Wait()
+	if n := closedAtOnce.Load(); n != flood-128 {
+		t.Errorf("%d of %d idle connections from one source were closed at once; want those past 128", n, flood)
+	}
+	tenant1 := kubernetes.NewForConfigOrDie(w.Env.Tenants[0].Config())
+	if raw, err := tenant1.CoreV1().Pods("default").GetLogs("web", &corev1.PodLogOptions{Container: "app"}).DoRaw(t.Context()); err != nil || !strings.HasPrefix(string(raw), said["tenant-1"]) {
+		t.Errorf("logs through tenant-1's API server during the flood: %q, %v", raw, err)
 	}
 }
 

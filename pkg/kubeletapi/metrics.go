@@ -15,6 +15,11 @@ var (
 		Help: "Kubelet API requests of tenants' API servers, counted once answered, by endpoint (logs, exec, attach, portforward) and HTTP status (101: a stream was opened).",
 	}, []string{"cluster", "endpoint", "code"})
 
+	refusedConnections = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "tenantry_kubelet_api_refused_connections_total",
+		Help: "Connections to the kubelet API of virtual nodes closed at once: too many open, of all sources or of one.",
+	})
+
 	requestDuration = prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name:    "tenantry_kubelet_api_request_duration_seconds",
 		Help:    "How long kubelet API requests took, streams included, by endpoint.",
@@ -23,7 +28,7 @@ var (
 )
 
 func init() {
-	metrics.Registry.MustRegister(requests, requestDuration)
+	metrics.Registry.MustRegister(requests, requestDuration, refusedConnections)
 }
 
 // count counts one answered request; cluster is "" when no tenant was

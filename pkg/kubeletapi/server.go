@@ -109,6 +109,9 @@ type registered struct {
 	Tenant
 	pool, hostPool *x509.CertPool
 	issuers        []string
+	// requests holds a slot for each open request of the tenant's,
+	// maxRequestsPerTenant at most.
+	requests chan struct{}
 }
 
 // New checks opts, listens and makes the serving certificate. The Server
@@ -219,7 +222,7 @@ func (s *Server) Register(t Tenant) (unregister func(), err error) {
 	if err != nil {
 		return nil, fmt.Errorf("kubelet API: tenant %s's client CAs: %w", t.Name, err)
 	}
-	entry := &registered{Tenant: t, pool: x509.NewCertPool(), hostPool: x509.NewCertPool()}
+	entry := &registered{Tenant: t, pool: x509.NewCertPool(), hostPool: x509.NewCertPool(), requests: make(chan struct{}, maxRequestsPerTenant)}
 	for _, c := range certs {
 		entry.pool.AddCert(c)
 		entry.issuers = append(entry.issuers, string(c.RawSubject))
@@ -275,13 +278,18 @@ func (s *Server) unregisterLocked(name string) {
 // Start serves until ctx ends.
 func (s *Server) Start(ctx context.Context) error {
 	srv := &http.Server{
-		Handler:           s,
-		TLSConfig:         s.tlsConfig,
-		ReadHeaderTimeout: 30 * time.Second,
+		Handler:   s,
+		TLSConfig: s.tlsConfig,
+		// No write timeout: logs -f writes for as long as it follows.
+		ReadHeaderTimeout: readHeaderTimeout,
+		ReadTimeout:       readTimeout,
+		IdleTimeout:       idleTimeout,
+		MaxHeaderBytes:    64 << 10,
 		BaseContext:       func(net.Listener) context.Context { return ctx },
 	}
 	done := make(chan error, 1)
-	go func() { done <- srv.Serve(tls.NewListener(s.listener, s.tlsConfig)) }()
+	limited := newLimitListener(s.listener, maxConnections, maxConnectionsPerSource)
+	go func() { done <- srv.Serve(tls.NewListener(limited, s.tlsConfig)) }()
 	s.opts.Logger.Info("serving the kubelet API of virtual nodes", "address", s.listener.Addr().String())
 	select {
 	case err := <-done:

@@ -38,6 +38,11 @@ type Options struct {
 	// otherwise; the ones made before are deleted.
 	DisableNetworkIsolation bool
 
+	// DeniedEgressCIDRs are more addresses (IPv4 or IPv6 CIDRs) that the
+	// isolation NetworkPolicy keeps the tenant's Pods from, beside the host
+	// API server's and DefaultDeniedEgressCIDRs, which it always denies.
+	DeniedEgressCIDRs []string
+
 	// DisablePublicCRDs turns off copying the host's public CRDs into
 	// tenants.
 	DisablePublicCRDs bool
@@ -166,7 +171,10 @@ func setup(mgr manager.Manager, cluster string, log logr.Logger, hub *Hub, opts 
 			return fmt.Errorf("isolating cluster %s's Pods from the host API server: %w", cluster, err)
 		}
 	}
-	policies := newNamespacePolicies(tr, hub.Reader(), host, excluded, opts, apiServerIPs)
+	policies, err := newNamespacePolicies(tr, hub.Reader(), host, excluded, opts, apiServerIPs)
+	if err != nil {
+		return fmt.Errorf("cluster %s: %w", cluster, err)
+	}
 	namespaces := &hostNamespaces{
 		syncer: namespaceSyncer(opts.PodSecurityLevel), translator: tr,
 		tenant: mgr.GetClient(), hostRead: hub.Reader(), host: host, policies: policies,

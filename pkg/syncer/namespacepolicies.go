@@ -28,9 +28,9 @@ import (
 // Pod (another tenant's Pods are kept out by that tenant's own isolation
 // policy) and every address outside the cluster (DNS, their tenant API
 // server, the internet) but the host API server's (the kubernetes
-// Service's cluster IPs and endpoints) and the link-local 169.254.0.0/16,
-// where clouds serve their instance metadata and credentials. Traffic from
-// outside the cluster (NodePort and LoadBalancer Services) needs a policy
+// Service's cluster IPs and endpoints), those where clouds serve their
+// instance metadata and credentials (DefaultDeniedEgressCIDRs), and
+// Options.DeniedEgressCIDRs. Traffic from outside the cluster (NodePort and LoadBalancer Services) needs a policy
 // of the host admin's.
 const IsolationPolicyName = "tenantry-isolation"
 
@@ -69,15 +69,29 @@ type namespacePolicies struct {
 	created recentCreates
 }
 
-// linkLocal is the link-local IPv4 range: cloud instance metadata
-// (169.254.169.254) and its credentials.
-const linkLocal = "169.254.0.0/16"
+// DefaultDeniedEgressCIDRs are where the major clouds serve instance
+// metadata, credentials and platform services to the machines of a
+// cluster, which the isolation NetworkPolicy always keeps tenant Pods
+// from: a Pod there would get the host node's identity.
+var DefaultDeniedEgressCIDRs = []string{
+	"169.254.0.0/16",     // IPv4 link-local: the metadata of AWS, GCP, Azure, OpenStack and most others, EKS Pod Identity (169.254.170.23), ECS credentials (169.254.170.2), Tencent (169.254.0.23)
+	"100.100.100.200/32", // Alibaba Cloud's metadata
+	"168.63.129.16/32",   // Azure's WireServer and its DNS and health probes
+	"fe80::/10",          // IPv6 link-local
+	"fd00:ec2::254/128",  // AWS instance metadata over IPv6
+	"fd00:ec2::23/128",   // EKS Pod Identity over IPv6
+	"fd20:ce::254/128",   // GCP's metadata over IPv6
+}
 
 // newNamespacePolicies keeps opts' policy objects in the host namespaces of
 // a tenant; apiServerIPs are the host API server's addresses, which its
 // Pods may not reach.
-func newNamespacePolicies(tr translator, hostRead client.Reader, host client.Client, excluded map[string]bool, opts Options, apiServerIPs []string) *namespacePolicies {
+func newNamespacePolicies(tr translator, hostRead client.Reader, host client.Client, excluded map[string]bool, opts Options, apiServerIPs []string) (*namespacePolicies, error) {
 	p := &namespacePolicies{translator: tr, hostRead: hostRead, host: host, excluded: excluded}
+	deniedEgress, err := egressDenials(apiServerIPs, opts.DeniedEgressCIDRs)
+	if err != nil {
+		return nil, err
+	}
 	// The quota first: it counts what follows.
 	p.policies = append(p.policies, namespacePolicy{
 		resource: "resourcequotas", name: QuotaName,
@@ -103,14 +117,49 @@ func newNamespacePolicies(tr translator, hostRead client.Reader, host client.Cli
 		resource: "networkpolicies", name: IsolationPolicyName,
 		newObject: func() client.Object { return &networkingv1.NetworkPolicy{} },
 		fill: func(o client.Object) bool {
-			o.(*networkingv1.NetworkPolicy).Spec = isolationPolicy(tr.Cluster, apiServerIPs)
+			o.(*networkingv1.NetworkPolicy).Spec = isolationPolicy(tr.Cluster, deniedEgress)
 			return !opts.DisableNetworkIsolation
 		},
 	})
 	for i := range p.policies {
 		p.policies[i].wanted = p.policies[i].fill(p.policies[i].newObject())
 	}
-	return p
+	return p, nil
+}
+
+// egressDenials are the CIDRs the isolation policy keeps Pods from: the
+// host API server's addresses, DefaultDeniedEgressCIDRs and more, each
+// in its canonical form, once.
+func egressDenials(apiServerIPs, more []string) ([]string, error) {
+	var out []string
+	add := func(cidr string) error {
+		_, n, err := net.ParseCIDR(cidr)
+		if err != nil {
+			return fmt.Errorf("denied egress: %w", err)
+		}
+		if ones, _ := n.Mask.Size(); ones == 0 {
+			return fmt.Errorf("denied egress: %s is every address of its family (a Pod would reach nothing)", cidr)
+		}
+		if c := n.String(); !slices.Contains(out, c) {
+			out = append(out, c)
+		}
+		return nil
+	}
+	for _, ip := range apiServerIPs {
+		bits := 32
+		if net.ParseIP(ip).To4() == nil {
+			bits = 128
+		}
+		if err := add(fmt.Sprintf("%s/%d", ip, bits)); err != nil {
+			return nil, err
+		}
+	}
+	for _, cidr := range append(slices.Clone(DefaultDeniedEgressCIDRs), more...) {
+		if err := add(cidr); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
 }
 
 // setup runs the controller that restores the policy objects: a request
@@ -280,16 +329,15 @@ func (p *namespacePolicies) alreadyExists(ctx context.Context, policy namespaceP
 // isolationPolicy is the spec of the isolation NetworkPolicy of cluster's
 // host namespaces (see IsolationPolicyName): all Pods; ingress from the
 // VirtualCluster's host namespaces and from the host's own, not from other
-// tenants'; egress to every Pod, and to every address but apiServerIPs and
-// the link-local range.
-func isolationPolicy(cluster string, apiServerIPs []string) networkingv1.NetworkPolicySpec {
-	v4 := []string{linkLocal}
-	var v6 []string
-	for _, ip := range apiServerIPs {
-		if net.ParseIP(ip).To4() != nil {
-			v4 = append(v4, ip+"/32")
+// tenants'; egress to every Pod, and to every address but the denied
+// CIDRs (egressDenials).
+func isolationPolicy(cluster string, denied []string) networkingv1.NetworkPolicySpec {
+	var v4, v6 []string
+	for _, cidr := range denied {
+		if ip, _, _ := net.ParseCIDR(cidr); ip.To4() != nil {
+			v4 = append(v4, cidr)
 		} else {
-			v6 = append(v6, ip+"/128")
+			v6 = append(v6, cidr)
 		}
 	}
 	return networkingv1.NetworkPolicySpec{

@@ -99,9 +99,19 @@ func TestHostNamespacesAreIsolated(t *testing.T) {
 				return false, err
 			}
 			from := policy.Spec.Ingress
-			ok := len(policy.Spec.PolicyTypes) == 2 && len(policy.Spec.Egress) == 2 &&
-				slices.Contains(policy.Spec.Egress[1].To[0].IPBlock.Except, "169.254.0.0/16") &&
-				slices.ContainsFunc(policy.Spec.Egress[1].To[0].IPBlock.Except, func(cidr string) bool { return slices.Contains(apiServer, cidr) }) &&
+			if len(policy.Spec.Egress) != 2 || len(policy.Spec.Egress[1].To) != 2 {
+				return false, fmt.Errorf("egress %+v", policy.Spec.Egress)
+			}
+			v4, v6 := policy.Spec.Egress[1].To[0].IPBlock, policy.Spec.Egress[1].To[1].IPBlock
+			// Where the clouds serve metadata, over IPv4 and IPv6.
+			denied := slices.Concat(v4.Except, v6.Except)
+			for _, cidr := range []string{"169.254.0.0/16", "100.100.100.200/32", "168.63.129.16/32", "fd00:ec2::254/128", "fd00:ec2::23/128", "fd20:ce::254/128", "fe80::/10"} {
+				if !slices.Contains(denied, cidr) {
+					return false, fmt.Errorf("egress to %s is not denied: %+v", cidr, policy.Spec.Egress[1])
+				}
+			}
+			ok := len(policy.Spec.PolicyTypes) == 2 && v4.CIDR == "0.0.0.0/0" && v6.CIDR == "::/0" &&
+				slices.ContainsFunc(v4.Except, func(cidr string) bool { return slices.Contains(apiServer, cidr) }) &&
 				len(from) == 1 && len(from[0].From) == 2 && from[0].From[0].NamespaceSelector != nil &&
 				from[0].From[0].NamespaceSelector.MatchLabels[syncer.LabelCluster] == "tenant-1" &&
 				from[0].From[1].NamespaceSelector != nil && len(from[0].From[1].NamespaceSelector.MatchExpressions) == 1 &&

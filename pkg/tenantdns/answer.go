@@ -25,8 +25,22 @@ const AnnotationHostClusterIP = "tenantry.dev/host-cluster-ip"
 // queryTimeout bounds the answer to one query, a forwarded one included.
 const queryTimeout = 5 * time.Second
 
+// maxInFlight bounds the queries the server answers at once, of every
+// tenant and every source together: beyond, a query is dropped unanswered
+// (its client asks again), so that a flood holds a bounded number of
+// goroutines and buffers. One tenant's slow names hold at most
+// maxForwards of them.
+const maxInFlight = 1024
+
 // serve answers one query.
 func (s *Server) serve(ctx context.Context, w dns.ResponseWriter, req *dns.Msg) {
+	select {
+	case s.inFlight <- struct{}{}:
+		defer func() { <-s.inFlight }()
+	default:
+		observe("", "dropped", dns.RcodeRefused, 0)
+		return
+	}
 	start := time.Now()
 	ctx, cancel := context.WithTimeout(ctx, queryTimeout)
 	defer cancel()
@@ -56,9 +70,25 @@ func (s *Server) serve(ctx context.Context, w dns.ResponseWriter, req *dns.Msg) 
 	cluster = name
 	q := req.Question[0]
 	qname := strings.ToLower(q.Name)
-	if !strings.HasSuffix(qname, s.domain) {
+	if !strings.HasSuffix(qname, s.domain) && !isReverse(qname) {
 		kind = "forwarded"
 		s.forward(ctx, w, req, resp, t)
+		return
+	}
+	if isReverse(qname) {
+		kind = "reverse"
+		resp.SetReply(req)
+		resp.Authoritative = true
+		answers, err := s.reverse(ctx, t, qname, q)
+		switch {
+		case errors.Is(err, errNoName):
+			resp.SetRcode(req, dns.RcodeNameError)
+		case err != nil:
+			s.opts.Logger.Error(err, "answering a tenant Pod's reverse query", "cluster", t.Name, "name", q.Name)
+			resp.SetRcode(req, dns.RcodeServerFailure)
+		default:
+			resp.Answer = answers
+		}
 		return
 	}
 	kind = "cluster"
@@ -127,7 +157,7 @@ var errNoName = errors.New("no such name")
 
 // resolve answers q for the name in the cluster domain, given without the
 // domain ("web.default.svc").
-func (s *Server) resolve(ctx context.Context, t Tenant, name string, q dns.Question) (answers, extra []dns.RR, err error) {
+func (s *Server) resolve(ctx context.Context, t *tenantEntry, name string, q dns.Question) (answers, extra []dns.RR, err error) {
 	labels := strings.Split(name, ".")
 	n := len(labels)
 	switch {
@@ -144,7 +174,7 @@ func (s *Server) resolve(ctx context.Context, t Tenant, name string, q dns.Quest
 }
 
 // service answers for Service ns/name.
-func (s *Server) service(ctx context.Context, t Tenant, ns, name string, q dns.Question) ([]dns.RR, []dns.RR, error) {
+func (s *Server) service(ctx context.Context, t *tenantEntry, ns, name string, q dns.Question) ([]dns.RR, []dns.RR, error) {
 	if ns == "default" && name == "kubernetes" && t.APIServer != "" {
 		return addressOrAlias(q, t.APIServer), nil, nil
 	}
@@ -186,7 +216,7 @@ const maxAliasChain = 8
 // address. A name in the cluster domain is the tenant's own; any other is
 // asked of the upstream resolvers. Nothing found (no such name, no
 // upstream answer, a chain too long) leaves the CNAME alone.
-func (s *Server) alias(ctx context.Context, t Tenant, svc *corev1.Service, q dns.Question, depth int) []dns.RR {
+func (s *Server) alias(ctx context.Context, t *tenantEntry, svc *corev1.Service, q dns.Question, depth int) []dns.RR {
 	target := dns.Fqdn(svc.Spec.ExternalName)
 	out := []dns.RR{&dns.CNAME{Hdr: header(q.Name, dns.TypeCNAME), Target: target}}
 	if depth >= maxAliasChain || (q.Qtype != dns.TypeA && q.Qtype != dns.TypeAAAA && q.Qtype != dns.TypeANY) {
@@ -197,7 +227,7 @@ func (s *Server) alias(ctx context.Context, t Tenant, svc *corev1.Service, q dns
 	if !strings.HasSuffix(lower, s.domain) {
 		req := new(dns.Msg)
 		req.SetQuestion(target, q.Qtype)
-		if in, err := s.exchangeUpstream(ctx, "udp", req); err == nil && in.Rcode == dns.RcodeSuccess {
+		if in, err := s.forwarder.exchange(ctx, t, "udp", req); err == nil && in.Rcode == dns.RcodeSuccess {
 			out = append(out, in.Answer...)
 		}
 		return out
@@ -216,7 +246,7 @@ func (s *Server) alias(ctx context.Context, t Tenant, svc *corev1.Service, q dns
 
 // endpointHost answers for one endpoint of headless Service ns/svc, by its
 // hostname or dashed IP.
-func (s *Server) endpointHost(ctx context.Context, t Tenant, ns, svc, host string, q dns.Question) ([]dns.RR, []dns.RR, error) {
+func (s *Server) endpointHost(ctx context.Context, t *tenantEntry, ns, svc, host string, q dns.Question) ([]dns.RR, []dns.RR, error) {
 	if _, err := s.getService(ctx, t, ns, svc); err != nil {
 		return nil, nil, err
 	}
@@ -233,7 +263,7 @@ func (s *Server) endpointHost(ctx context.Context, t Tenant, ns, svc, host strin
 }
 
 // srv answers SRV for the named port of Service ns/svc.
-func (s *Server) srv(ctx context.Context, t Tenant, ns, svc, port, proto string, q dns.Question) ([]dns.RR, []dns.RR, error) {
+func (s *Server) srv(ctx context.Context, t *tenantEntry, ns, svc, port, proto string, q dns.Question) ([]dns.RR, []dns.RR, error) {
 	service, err := s.getService(ctx, t, ns, svc)
 	if err != nil {
 		return nil, nil, err
@@ -293,7 +323,7 @@ func podRecord(dashed string, q dns.Question) ([]dns.RR, []dns.RR, error) {
 	return addressRecords(q, []string{ip.String()}), nil, nil
 }
 
-func (s *Server) getService(ctx context.Context, t Tenant, ns, name string) (*corev1.Service, error) {
+func (s *Server) getService(ctx context.Context, t *tenantEntry, ns, name string) (*corev1.Service, error) {
 	var svc corev1.Service
 	if err := t.Reader.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &svc); err != nil {
 		if apierrors.IsNotFound(err) {
@@ -315,7 +345,7 @@ type endpoint struct {
 
 // endpoints are the ready endpoints of Service ns/svc, from its
 // EndpointSlices.
-func (s *Server) endpoints(ctx context.Context, t Tenant, ns, svc string) ([]endpoint, error) {
+func (s *Server) endpoints(ctx context.Context, t *tenantEntry, ns, svc string) ([]endpoint, error) {
 	var slices discoveryv1.EndpointSliceList
 	if err := t.Reader.List(ctx, &slices, client.InNamespace(ns), client.MatchingLabels{discoveryv1.LabelServiceName: svc}); err != nil {
 		return nil, fmt.Errorf("listing the EndpointSlices of Service %s/%s: %w", ns, svc, err)
@@ -386,39 +416,21 @@ func (s *Server) soa() dns.RR {
 
 // forward asks the upstream resolvers, in turn, and relays the first
 // answer; over TCP when UDP's is truncated.
-func (s *Server) forward(ctx context.Context, w dns.ResponseWriter, req, resp *dns.Msg, t Tenant) {
+func (s *Server) forward(ctx context.Context, w dns.ResponseWriter, req, resp *dns.Msg, t *tenantEntry) {
 	network := "udp"
 	if _, ok := w.RemoteAddr().(*net.TCPAddr); ok {
 		network = "tcp"
 	}
-	in, err := s.exchangeUpstream(ctx, network, req)
-	if err != nil {
+	in, err := s.forwarder.exchange(ctx, t, network, req)
+	switch {
+	case errors.Is(err, errTooManyForwards):
+		resp.SetRcode(req, dns.RcodeRefused)
+	case err != nil:
 		s.opts.Logger.V(1).Info("no upstream resolver answered", "cluster", t.Name, "name", req.Question[0].Name, "error", err.Error())
 		resp.SetRcode(req, dns.RcodeServerFailure)
-		return
+	default:
+		*resp = *in
 	}
-	*resp = *in
-}
-
-// exchangeUpstream asks the upstream resolvers req, in turn, over network,
-// and returns the first answer; a truncated UDP answer is asked again
-// over TCP.
-func (s *Server) exchangeUpstream(ctx context.Context, network string, req *dns.Msg) (*dns.Msg, error) {
-	lastErr := errors.New("no upstream resolver")
-	for _, upstream := range s.opts.Upstream {
-		c := &dns.Client{Net: network, Timeout: queryTimeout}
-		in, _, err := c.ExchangeContext(ctx, req, upstream)
-		if err == nil && in.Truncated && network == "udp" {
-			c.Net = "tcp"
-			in, _, err = c.ExchangeContext(ctx, req, upstream)
-		}
-		if err != nil {
-			lastErr = err
-			continue
-		}
-		return in, nil
-	}
-	return nil, lastErr
 }
 
 // sourceIP is the IP of a query's source address.

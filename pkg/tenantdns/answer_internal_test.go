@@ -32,7 +32,7 @@ func TestServiceAnswersWithTheHostClusterIPItCouldNotTake(t *testing.T) {
 	s := &Server{}
 	for name, want := range map[string]string{"own": "10.0.0.7", "moved": "10.96.3.4", "garbled": "10.0.0.7"} {
 		q := dns.Question{Name: name + ".app.svc.cluster.local.", Qtype: dns.TypeA, Qclass: dns.ClassINET}
-		answers, _, err := s.service(t.Context(), Tenant{Name: "t", Reader: reader}, "app", name, q)
+		answers, _, err := s.service(t.Context(), &tenantEntry{Tenant: Tenant{Name: "t", Reader: reader}}, "app", name, q)
 		if err != nil {
 			t.Fatalf("%s: %v", name, err)
 		}
@@ -61,7 +61,7 @@ func TestExternalNameFollowsItsAlias(t *testing.T) {
 		external("gone", "nothere.app.svc.cluster.local"),
 	).Build()
 	s := &Server{domain: "." + DefaultClusterDomain + "."}
-	tenant := Tenant{Name: "t", Reader: reader}
+	tenant := &tenantEntry{Tenant: Tenant{Name: "t", Reader: reader}}
 	answer := func(name string, qtype uint16) []string {
 		q := dns.Question{Name: name + ".app.svc.cluster.local.", Qtype: qtype, Qclass: dns.ClassINET}
 		rrs, _, err := s.service(t.Context(), tenant, "app", name, q)

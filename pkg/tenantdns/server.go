@@ -87,8 +87,14 @@ type Server struct {
 	udp    net.PacketConn
 	tcp    net.Listener
 
+	forwarder *forwarder
+
 	mu      sync.RWMutex
-	tenants map[string]*Tenant
+	tenants map[string]*tenantEntry
+
+	// inFlight holds a slot for each query being answered, maxInFlight at
+	// most: beyond, queries are dropped unanswered.
+	inFlight chan struct{}
 
 	// sourceWaits holds a slot for each query waiting for its source
 	// (clusterOf), maxSourceWaits at most.
@@ -120,7 +126,9 @@ func New(opts Options) (*Server, error) {
 	}
 	s := &Server{
 		opts: opts, domain: "." + dns.Fqdn(strings.ToLower(opts.ClusterDomain)),
-		tenants: map[string]*Tenant{}, sourceWaits: make(chan struct{}, maxSourceWaits),
+		forwarder: newForwarder(opts.Upstream),
+		tenants:   map[string]*tenantEntry{}, sourceWaits: make(chan struct{}, maxSourceWaits),
+		inFlight: make(chan struct{}, maxInFlight),
 	}
 	if err := s.listen(); err != nil {
 		return nil, err
@@ -162,7 +170,7 @@ func (s *Server) Addr() *net.UDPAddr { return s.udp.LocalAddr().(*net.UDPAddr) }
 // queries are then refused), unless a later Register of the same name (a
 // re-spawned tenant's app, while this one still stops) replaced this one.
 func (s *Server) Register(t Tenant) (unregister func()) {
-	entry := &t
+	entry := &tenantEntry{Tenant: t, forwards: make(chan struct{}, maxForwards)}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.tenants[t.Name] = entry
@@ -176,14 +184,18 @@ func (s *Server) Register(t Tenant) (unregister func()) {
 	}
 }
 
-func (s *Server) tenant(name string) (Tenant, bool) {
+// tenantEntry is a registered tenant, with the slots of its queries
+// that wait for an upstream resolver (maxForwards).
+type tenantEntry struct {
+	Tenant
+	forwards chan struct{}
+}
+
+func (s *Server) tenant(name string) (*tenantEntry, bool) {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	t, ok := s.tenants[name]
-	if !ok {
-		return Tenant{}, false
-	}
-	return *t, true
+	return t, ok
 }
 
 // Start answers until ctx ends.

@@ -7,6 +7,8 @@ import (
 	"os"
 	"slices"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -46,7 +48,7 @@ func TestTenantPodsResolveTheirTenantsNames(t *testing.T) {
 	w := syncertest.NewWorld(t, syncertest.WorldOptions{
 		Tenants: 2, HostNodes: 1, TenantControllerManager: true, Syncers: builtin.All(),
 		Pods: &pods.Options{DNSConfig: &pods.DNSConfig{Nameserver: nameserver}},
-		DNS:  true, DNSUpstream: []string{upstream},
+		DNS:  true, DNSUpstream: []string{upstream.addr},
 	})
 	ctx := t.Context()
 	tenant := w.Tenants["tenant-1"]
@@ -138,6 +140,104 @@ func TestTenantPodsResolveTheirTenantsNames(t *testing.T) {
 	expect(queryFrom(t, w, "127.0.0.99", "udp"), "web.other"+domain, dns.TypeA, dns.RcodeRefused)
 	// TCP, as a resolver retries a truncated answer.
 	expect(queryFrom(t, w, "127.0.0.77", "tcp"), "web.other"+domain, dns.TypeA, dns.RcodeSuccess, web.Spec.ClusterIP)
+
+	// Reverse lookups answer the tenant's own addresses alone, and are
+	// never forwarded: the host's Service range (its namespaces, every
+	// tenant's Services) stays unnamed.
+	arpa := func(ip string) string {
+		name, err := dns.ReverseAddr(ip)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return name
+	}
+	expect(asAsker, arpa(web.Spec.ClusterIP), dns.TypePTR, dns.RcodeSuccess, "web.other"+domain)
+	expect(asAsker, arpa(dbIP), dns.TypePTR, dns.RcodeSuccess, "db-0.db.other"+domain)
+	expect(asAsker2, arpa(web.Spec.ClusterIP), dns.TypePTR, dns.RcodeNameError)
+	expect(asAsker, arpa("192.0.2.55"), dns.TypePTR, dns.RcodeNameError)
+	expect(asAsker, arpa("2001:db8::1"), dns.TypePTR, dns.RcodeNameError)
+	if n := upstream.reverse.Load(); n != 0 {
+		t.Errorf("the upstream resolver was asked %d reverse lookups; want none", n)
+	}
+}
+
+// A tenant whose Pods ask, all at once, for names that its upstream never
+// answers holds at most maxForwards of the server's queries: the rest are
+// refused at once, and another tenant's Pods get their answers meanwhile,
+// names of their own and forwarded ones alike, without waiting for the
+// hanging resolver.
+func TestATenantsSlowNamesDoNotStallAnother(t *testing.T) {
+	upstream := fakeUpstream(t, "example.org.", "192.0.2.1")
+	w := syncertest.NewWorld(t, syncertest.WorldOptions{
+		Tenants: 2, HostNodes: 1, Syncers: builtin.All(),
+		Pods: &pods.Options{DNSConfig: &pods.DNSConfig{Nameserver: nameserver}},
+		DNS:  true, DNSUpstream: []string{upstream.addr},
+	})
+	ctx := t.Context()
+	victim, attacker := pod("default", "victim"), pod("default", "attacker")
+	web := &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "web"},
+		Spec:       corev1.ServiceSpec{Ports: []corev1.ServicePort{{Port: 80}}},
+	}
+	for _, o := range []client.Object{victim, web} {
+		if err := w.Tenants["tenant-1"].Create(ctx, o); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := w.Tenants["tenant-2"].Create(ctx, attacker); err != nil {
+		t.Fatal(err)
+	}
+	asVictim := askAs(t, w, runningHostPod(t, w, "tenant-1", victim), "127.0.0.81")
+	askAs(t, w, runningHostPod(t, w, "tenant-2", attacker), "127.0.0.82")
+	eventually(t, 30*time.Second, "the victim's Service resolves", func(context.Context) (bool, error) {
+		resp := asVictim("web.default.svc.cluster.local.", dns.TypeA)
+		return resp.Rcode == dns.RcodeSuccess && len(resp.Answer) == 1, fmt.Errorf("%v", resp)
+	})
+
+	// The attack: three times as many hanging names as a tenant may
+	// forward at once, each asked once.
+	const attack = 300
+	var refused, failed, unanswered atomic.Int32
+	var wg sync.WaitGroup
+	for i := range attack {
+		wg.Go(func() {
+			c := &dns.Client{Net: "udp", Timeout: 4 * time.Second, Dialer: &net.Dialer{LocalAddr: &net.UDPAddr{IP: net.ParseIP("127.0.0.82")}}}
+			req := new(dns.Msg)
+			req.SetQuestion(fmt.Sprintf("n%d%s", i, slowSuffix), dns.TypeA)
+			resp, _, err := c.Exchange(req, w.DNS.Addr().String())
+			switch {
+			case err != nil:
+				unanswered.Add(1)
+			case resp.Rcode == dns.RcodeRefused:
+				refused.Add(1)
+			case resp.Rcode == dns.RcodeServerFailure:
+				failed.Add(1) // forwarded, and the upstream did not answer
+			}
+		})
+	}
+	// Meanwhile the victim's names, its own and forwarded ones, answer
+	// well within the upstream timeout that the attacker's queries wait.
+	eventually(t, 10*time.Second, "the attacker's queries past the limit are refused", func(context.Context) (bool, error) {
+		return refused.Load() > 0, nil
+	})
+	for _, q := range []struct {
+		name  string
+		rcode int
+	}{
+		{"web.default.svc.cluster.local.", dns.RcodeSuccess},
+		{"example.org.", dns.RcodeSuccess},
+		{"unknown.example.org.", dns.RcodeNameError},
+	} {
+		began := time.Now()
+		resp := asVictim(q.name, dns.TypeA)
+		if took := time.Since(began); resp.Rcode != q.rcode || took > time.Second {
+			t.Errorf("during the attack, the victim's %s: %s after %v; want %s at once", q.name, dns.RcodeToString[resp.Rcode], took, dns.RcodeToString[q.rcode])
+		}
+	}
+	wg.Wait()
+	if f := failed.Load(); f > 100 || refused.Load() == 0 {
+		t.Errorf("of the attacker's %d hanging queries, %d waited for the upstream, %d were refused (%d unanswered); want at most the 100 a tenant may forward at once to wait", attack, f, refused.Load(), unanswered.Load())
+	}
 }
 
 func pod(ns, name string) *corev1.Pod {
@@ -191,14 +291,32 @@ func queryFrom(t *testing.T, w *syncertest.World, ip, network string) func(strin
 	}
 }
 
-// fakeUpstream answers name with ip, and nothing else.
-func fakeUpstream(t *testing.T, name, ip string) string {
+// upstream is a resolver of the test's own.
+type upstream struct {
+	addr string
+	// reverse counts the reverse lookups asked of it.
+	reverse atomic.Int32
+}
+
+// slowSuffix ends the names the fake upstream never answers: a resolver
+// that hangs.
+const slowSuffix = ".slow.example."
+
+// fakeUpstream answers name with ip, names ending in slowSuffix never, and
+// others with NXDOMAIN.
+func fakeUpstream(t *testing.T, name, ip string) *upstream {
 	t.Helper()
 	pc, err := net.ListenPacket("udp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
+	u := &upstream{addr: pc.LocalAddr().String()}
 	srv := &dns.Server{PacketConn: pc, Handler: dns.HandlerFunc(func(w dns.ResponseWriter, req *dns.Msg) {
+		if q := req.Question[0].Name; strings.HasSuffix(q, ".arpa.") {
+			u.reverse.Add(1)
+		} else if strings.HasSuffix(q, slowSuffix) {
+			return
+		}
 		resp := new(dns.Msg)
 		resp.SetReply(req)
 		if q := req.Question[0]; q.Name == name && q.Qtype == dns.TypeA {
@@ -213,5 +331,5 @@ func fakeUpstream(t *testing.T, name, ip string) string {
 	go func() { _ = srv.ActivateAndServe() }()
 	<-started
 	t.Cleanup(func() { _ = srv.Shutdown() })
-	return pc.LocalAddr().String()
+	return u
 }

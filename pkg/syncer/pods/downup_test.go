@@ -144,7 +144,7 @@ func TestDown(t *testing.T) {
 			refused: APIAccessSecretSuffix,
 		},
 		{
-			name: "updated: images, the deadline and removed scheduling gates follow the tenant, the rest stays as the host has it",
+			name: "updated: images, the deadline and scheduling gates the tenant removed follow the tenant, the rest stays as the host has it (a gate the host added among it)",
 			tenant: tenantPod(func(p *corev1.Pod) {
 				p.Spec.Containers[0].Image, p.Spec.InitContainers[0].Image = "web:v2", "init:v2"
 				p.Spec.ActiveDeadlineSeconds = ptr.To[int64](60)
@@ -152,9 +152,11 @@ func TestDown(t *testing.T) {
 				p.Spec.SchedulingGates = []corev1.PodSchedulingGate{{Name: "example.com/quota"}, {Name: "tenant.example/added-later"}}
 			}),
 			current: &corev1.Pod{
-				ObjectMeta: metav1.ObjectMeta{ResourceVersion: "3"},
+				ObjectMeta: metav1.ObjectMeta{ResourceVersion: "3", Annotations: map[string]string{
+					AnnotationTenantSchedulingGates: "kueue.x-k8s.io/admission,example.com/quota",
+				}},
 				Spec: corev1.PodSpec{NodeName: "kwok-node-1", SchedulerName: corev1.DefaultSchedulerName,
-					SchedulingGates: []corev1.PodSchedulingGate{{Name: "kueue.x-k8s.io/admission"}, {Name: "example.com/quota"}},
+					SchedulingGates: []corev1.PodSchedulingGate{{Name: "kueue.x-k8s.io/admission"}, {Name: "host.example/admission"}, {Name: "example.com/quota"}},
 					Containers:      []corev1.Container{{Name: "web", Image: "web:v1"}},
 					InitContainers:  []corev1.Container{{Name: "init", Image: "init:v1"}}},
 			},
@@ -162,8 +164,8 @@ func TestDown(t *testing.T) {
 				if host.Spec.Containers[0].Image != "web:v2" || host.Spec.InitContainers[0].Image != "init:v2" {
 					t.Errorf("images %s, %s; want the tenant's v2", host.Spec.Containers[0].Image, host.Spec.InitContainers[0].Image)
 				}
-				if g := host.Spec.SchedulingGates; len(g) != 1 || g[0].Name != "example.com/quota" {
-					t.Errorf("scheduling gates %v; want the one the tenant removed gone, and none added", g)
+				if g := host.Spec.SchedulingGates; len(g) != 2 || g[0].Name != "host.example/admission" || g[1].Name != "example.com/quota" {
+					t.Errorf("scheduling gates %v; want the one the tenant removed gone, the host's kept, and none added", g)
 				}
 				if ptr.Deref(host.Spec.ActiveDeadlineSeconds, 0) != 60 {
 					t.Errorf("activeDeadlineSeconds %v, want 60", host.Spec.ActiveDeadlineSeconds)
@@ -323,5 +325,43 @@ func TestUp(t *testing.T) {
 				t.Errorf("changed = %v, want %v", changed, wantChanged)
 			}
 		})
+	}
+}
+
+// A tenant Pod shows the statuses of its own containers only, never of one
+// the host added (a mesh's proxy) or of the host's ephemeral containers;
+// its own ephemeral containers (kubectl debug) show as ended, saying that
+// they do not run in the host.
+func TestUpShowsTheTenantsContainersOnly(t *testing.T) {
+	tenant := tenantPod(func(p *corev1.Pod) {
+		p.Spec.EphemeralContainers = []corev1.EphemeralContainer{{EphemeralContainerCommon: corev1.EphemeralContainerCommon{Name: "debugger", Image: "busybox"}}}
+	})
+	host := tenantPod(func(p *corev1.Pod) {
+		running := corev1.ContainerState{Running: &corev1.ContainerStateRunning{}}
+		p.Status = corev1.PodStatus{
+			Phase:                      corev1.PodRunning,
+			InitContainerStatuses:      []corev1.ContainerStatus{{Name: "init", State: running}, {Name: "vault-agent-init", State: running}},
+			ContainerStatuses:          []corev1.ContainerStatus{{Name: "istio-proxy", State: running}, {Name: "web", State: running}},
+			EphemeralContainerStatuses: []corev1.ContainerStatus{{Name: "host-debugger", State: running}},
+		}
+	})
+	if !copyStatus(host, tenant, nil) {
+		t.Fatal("no status copied")
+	}
+	names := func(statuses []corev1.ContainerStatus) (out []string) {
+		for _, s := range statuses {
+			out = append(out, s.Name)
+		}
+		return out
+	}
+	if got := names(tenant.Status.InitContainerStatuses); !slices.Equal(got, []string{"init"}) {
+		t.Errorf("init container statuses %v, want the tenant's init only", got)
+	}
+	if got := names(tenant.Status.ContainerStatuses); !slices.Equal(got, []string{"web"}) {
+		t.Errorf("container statuses %v, want the tenant's web only", got)
+	}
+	if s := tenant.Status.EphemeralContainerStatuses; len(s) != 1 || s[0].Name != "debugger" || s[0].State.Terminated == nil ||
+		s[0].State.Terminated.Reason != ReasonEphemeralContainerNotRun || !strings.Contains(s[0].State.Terminated.Message, "do not run in the host") {
+		t.Errorf("ephemeral container statuses %+v, want the tenant's debugger ended, saying why", s)
 	}
 }

@@ -103,6 +103,7 @@ func Syncer(opts Options) syncer.Syncer {
 			if host.ResourceVersion == "" {
 				spec, err := specDown(tenant, host.Labels[syncer.LabelCluster], policy, opts.DNSConfig)
 				host.Spec = spec
+				recordTenantGates(host, tenant.Spec.SchedulingGates)
 				return err
 			}
 			// A Pod's spec is immutable but for images, the deadline and
@@ -111,9 +112,7 @@ func Syncer(opts Options) syncer.Syncer {
 			syncImages(tenant.Spec.Containers, host.Spec.Containers)
 			syncImages(tenant.Spec.InitContainers, host.Spec.InitContainers)
 			host.Spec.ActiveDeadlineSeconds = tenant.Spec.ActiveDeadlineSeconds
-			host.Spec.SchedulingGates = slices.DeleteFunc(host.Spec.SchedulingGates, func(g corev1.PodSchedulingGate) bool {
-				return !slices.Contains(tenant.Spec.SchedulingGates, g)
-			})
+			host.Spec.SchedulingGates = slices.DeleteFunc(host.Spec.SchedulingGates, removedByTenant(host, tenant))
 			return nil
 		},
 		Stripped: func(t client.Object) string {
@@ -366,6 +365,11 @@ func copyStatus(h, t client.Object, hostIP func() string) bool {
 	// The tenant's API server set the tenant Pod's QoS class at creation,
 	// from its own view (no host LimitRange), and it never changes.
 	status.QOSClass = tenant.Status.QOSClass
+	// Containers the host added (a mesh's proxy, a log shipper) are the
+	// host's business, and so are its own ephemeral containers.
+	status.InitContainerStatuses = tenantsOwn(status.InitContainerStatuses, tenant.Spec.InitContainers)
+	status.ContainerStatuses = tenantsOwn(status.ContainerStatuses, tenant.Spec.Containers)
+	status.EphemeralContainerStatuses = ephemeralNotRun(tenant)
 	observedGenerations(host, tenant, &status)
 	if i := slices.IndexFunc(tenant.Status.Conditions, isEvictionMark); i >= 0 {
 		j := slices.IndexFunc(status.Conditions, func(c corev1.PodCondition) bool { return c.Type == corev1.DisruptionTarget })
@@ -381,6 +385,42 @@ func copyStatus(h, t client.Object, hostIP func() string) bool {
 	}
 	tenant.Status = status
 	return true
+}
+
+// tenantsOwn are the statuses of the tenant Pod's own containers, of a
+// host Pod's statuses.
+func tenantsOwn(statuses []corev1.ContainerStatus, containers []corev1.Container) []corev1.ContainerStatus {
+	out := slices.DeleteFunc(slices.Clone(statuses), func(s corev1.ContainerStatus) bool {
+		return !slices.ContainsFunc(containers, func(c corev1.Container) bool { return c.Name == s.Name })
+	})
+	if len(out) == 0 {
+		return nil
+	}
+	return out
+}
+
+// ReasonEphemeralContainerNotRun ends a tenant Pod's ephemeral container:
+// Tenantry does not run ephemeral containers in the host.
+const ReasonEphemeralContainerNotRun = "NotRunInHost"
+
+// ephemeralNotRun are the statuses of the tenant Pod's ephemeral
+// containers (kubectl debug): ended, saying why, since none runs in the
+// host. A host Pod's containers are those its tenant Pod was made with,
+// under the host's policy: a container added later could escape it, or be
+// named as a container the host added and reach that one (with its host
+// credentials) through the kubelet API.
+func ephemeralNotRun(tenant *corev1.Pod) []corev1.ContainerStatus {
+	var out []corev1.ContainerStatus
+	for _, c := range tenant.Spec.EphemeralContainers {
+		out = append(out, corev1.ContainerStatus{
+			Name: c.Name, Image: c.Image,
+			State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{
+				ExitCode: 128, Reason: ReasonEphemeralContainerNotRun,
+				Message: "ephemeral containers (kubectl debug) do not run in the host: use kubectl exec into one of the Pod's containers, or a debugging Pod",
+			}},
+		})
+	}
+	return out
 }
 
 // observedGenerations turns the generations of the host Pod that the
@@ -446,4 +486,40 @@ func (lifecycle) DeleteHost(ctx context.Context, c client.Client, t, h client.Ob
 // gone: the tenant's kubelet would, but a tenant has none.
 func (lifecycle) FinishDelete(ctx context.Context, c client.Client, t client.Object) error {
 	return c.Delete(ctx, t, client.GracePeriodSeconds(0), client.Preconditions{UID: ptr.To(t.GetUID())})
+}
+
+// AnnotationTenantSchedulingGates, on a host Pod, records the scheduling
+// gates of its tenant Pod when the copy was made (comma-separated): of
+// the host Pod's gates, only those are the tenant's to remove. A gate the
+// host added as it admitted the copy (a webhook, a queue such as Kueue)
+// stays until the host removes it, whatever the tenant does; and the API
+// lets no one add a gate back once it is gone.
+const AnnotationTenantSchedulingGates = "tenantry.dev/tenant-scheduling-gates"
+
+// recordTenantGates writes which of a new host Pod's gates are the
+// tenant's.
+func recordTenantGates(host *corev1.Pod, gates []corev1.PodSchedulingGate) {
+	if len(gates) == 0 {
+		return
+	}
+	names := make([]string, len(gates))
+	for i, g := range gates {
+		names[i] = g.Name
+	}
+	annotations := host.GetAnnotations()
+	if annotations == nil {
+		annotations = map[string]string{}
+	}
+	annotations[AnnotationTenantSchedulingGates] = strings.Join(names, ",")
+	host.SetAnnotations(annotations)
+}
+
+// removedByTenant says whether a host Pod's gate is one its tenant Pod had
+// and has removed. A host Pod made before Tenantry kept the record has
+// none: its gates stay, since the tenant's cannot be told from the host's.
+func removedByTenant(host, tenant *corev1.Pod) func(corev1.PodSchedulingGate) bool {
+	recorded := strings.Split(host.Annotations[AnnotationTenantSchedulingGates], ",")
+	return func(g corev1.PodSchedulingGate) bool {
+		return slices.Contains(recorded, g.Name) && !slices.Contains(tenant.Spec.SchedulingGates, g)
+	}
 }

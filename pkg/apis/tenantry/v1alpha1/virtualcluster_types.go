@@ -150,6 +150,11 @@ type HostPolicy struct {
 	// +optional
 	Services *ServicePolicy `json:"services,omitempty"`
 
+	// Network: what the tenant's Pods may reach, beyond the tenantry-isolation
+	// NetworkPolicy's defaults.
+	// +optional
+	Network *NetworkPolicy `json:"network,omitempty"`
+
 	// Budget is the most the tenant cluster may have in the host, over
 	// all its host namespaces together, in ResourceQuota's names: pods,
 	// services, persistentvolumeclaims, configmaps, secrets,
@@ -163,6 +168,24 @@ type HostPolicy struct {
 	// +kubebuilder:validation:XValidation:rule="self.all(k, k in ['pods', 'services', 'persistentvolumeclaims', 'configmaps', 'secrets', 'services.nodeports', 'services.loadbalancers', 'requests.storage', 'cpu', 'memory', 'ephemeral-storage', 'requests.cpu', 'requests.memory', 'requests.ephemeral-storage', 'limits.cpu', 'limits.memory', 'limits.ephemeral-storage'] || (k.startsWith('count/') && size(k) > 6))",message="a budget counts pods, services, persistentvolumeclaims, configmaps, secrets, services.nodeports, services.loadbalancers, requests.storage, cpu, memory, ephemeral-storage, requests.* and limits.* of cpu, memory and ephemeral-storage, and count/<resource>[.<group>]"
 	// +optional
 	Budget corev1.ResourceList `json:"budget,omitempty"`
+}
+
+// NetworkPolicy says what the tenant's Pods may reach. The tenantry-isolation
+// NetworkPolicy of every host namespace always denies egress to the host
+// API server and to where the major clouds serve instance metadata and
+// credentials (IPv4 169.254.0.0/16, 100.100.100.200 and 168.63.129.16;
+// IPv6 fe80::/10, fd00:ec2::254, fd00:ec2::23 and fd20:ce::254).
+type NetworkPolicy struct {
+	// DeniedEgressCIDRs are more addresses, IPv4 or IPv6 in CIDR
+	// notation, that the tenant's Pods may not reach (a metadata service
+	// of the host's own, an internal network). They add to the defaults
+	// and to the manager's default policy; none can be taken off.
+	// +listType=set
+	// +kubebuilder:validation:MaxItems=64
+	// +kubebuilder:validation:items:MaxLength=43
+	// +kubebuilder:validation:items:XValidation:rule="isCIDR(self) && cidr(self).prefixLength() > 0",message="must be an IPv4 or IPv6 CIDR narrower than all addresses, such as 10.0.0.0/8 or fd00::/8"
+	// +optional
+	DeniedEgressCIDRs []string `json:"deniedEgressCIDRs,omitempty"`
 }
 
 // StoragePolicy says which host storage a tenant's claims may ask for. A
