@@ -189,11 +189,21 @@ var DefaultDeniedMetadataPrefixes = []string{
 	"istio.io/", "linkerd.io/", "kuma.io/", "hashicorp.com/", "dapr.io/", "opentelemetry.io/", "datadoghq.com/", "fluentbit.io/",
 	// Certificates, GitOps, backups, admission exemptions, platforms.
 	"cert-manager.io/", "argoproj.io/", "fluxcd.io/", "velero.io/", "kyverno.io/", "gatekeeper.sh/", "openshift.io/",
+	// The host's monitoring: scrape targets and their ports.
+	"prometheus.io/",
 	// Kubernetes SIG projects, which act on Pods of the whole host:
 	// queueing (kueue.x-k8s.io/), gang scheduling (scheduling.x-k8s.io/),
 	// cluster autoscaling.
 	"x-k8s.io/",
 }
+
+// deniedUnprefixedKeys are keys without a prefix that host add-ons act
+// on, which are never copied: AAD Pod Identity's binding of a Pod to a
+// cloud identity, and Istio's namespace injection switch. Other keys
+// without a prefix are copied (labels such as app: host Services select
+// host Pods by them), but for Pod annotations (see
+// Syncer.DenyUnprefixedAnnotations).
+var deniedUnprefixedKeys = []string{"aadpodidbinding", "istio-injection"}
 
 // DefaultAllowedMetadataPrefixes are copied although a denied prefix covers
 // them: Kubernetes' keys that describe a workload rather than steer the
@@ -211,7 +221,7 @@ var DefaultAllowedMetadataPrefixes = []string{
 func (t translator) denied(key string) bool {
 	domain, _, prefixed := strings.Cut(strings.ToLower(key), "/")
 	if !prefixed {
-		return false
+		return slices.Contains(deniedUnprefixedKeys, domain)
 	}
 	if covers(strings.TrimSuffix(reservedPrefix, "/"), domain) {
 		return true

@@ -110,6 +110,10 @@ func TestDeniedMetadataKeys(t *testing.T) {
 		{translator{Cluster: "vc", DeniedMetadataPrefixes: []string{}}, "kubernetes.io/x", false},
 		{appDenied, "app.kubernetes.io/name", true}, // a tie goes to the denied
 		{appDenied, "kubernetes.io/x", false},
+		{defaults, "prometheus.io/scrape", true},
+		{defaults, "aadpodidbinding", true},
+		{defaults, "AADPodIDBinding", true},
+		{defaults, "istio-injection", true},
 		{defaults, "kueue.x-k8s.io/queue-name", true},
 		{defaults, "scheduling.x-k8s.io/pod-group", true},
 		{defaults, "cluster-autoscaler.kubernetes.io/safe-to-evict", true},

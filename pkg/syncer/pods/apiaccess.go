@@ -206,14 +206,23 @@ func refuseCredentialSources(spec *corev1.PodSpec) error {
 // apiAccessSecretName is the name of the API access Secret of the Pod
 // named pod, in the Pod's host namespace.
 func apiAccessSecretName(pod string) string {
+	// Distinct Pods never share a name: a name that fits is kept, below
+	// the longest a name may be; one that does not is cut and given a
+	// digest of all of it, to exactly that length. A tenant can neither
+	// name a Pod as another's cut name, nor find two long names of one
+	// digest (128 bits).
 	const maxName = 253
-	if len(pod)+len(APIAccessSecretSuffix) <= maxName {
+	if len(pod)+len(APIAccessSecretSuffix) < maxName {
 		return pod + APIAccessSecretSuffix
 	}
 	sum := sha256.Sum256([]byte(pod))
-	hash := hex.EncodeToString(sum[:])[:10]
-	prefix := strings.TrimRight(pod[:maxName-len(APIAccessSecretSuffix)-len(hash)-1], ".-")
-	return prefix + "-" + hash + APIAccessSecretSuffix
+	hash := hex.EncodeToString(sum[:16])
+	prefix := []byte(pod[:maxName-len(APIAccessSecretSuffix)-len(hash)-1])
+	// A DNS label ends in a letter or digit.
+	for i := len(prefix) - 1; i >= 0 && (prefix[i] == '.' || prefix[i] == '-'); i-- {
+		prefix[i] = '0'
+	}
+	return string(prefix) + "-" + hash + APIAccessSecretSuffix
 }
 
 // tokenKey is the Secret key of the token for audience ("" for the tenant

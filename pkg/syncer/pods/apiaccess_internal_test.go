@@ -1,6 +1,7 @@
 package pods
 
 import (
+	"k8s.io/apimachinery/pkg/util/validation"
 	"strings"
 	"testing"
 	"time"
@@ -118,11 +119,29 @@ func TestAPIAccessNamesTheTenantServerWithoutAToken(t *testing.T) {
 	}
 }
 
+// Distinct Pods never share an API access Secret, whatever names a tenant
+// picks: two long names, or a short name spelled as a long name's cut
+// form.
 func TestAPIAccessSecretName(t *testing.T) {
 	long := strings.Repeat("a", 253)
 	name, other := apiAccessSecretName(long), apiAccessSecretName(long[:252]+"b")
-	if len(name) > 253 || !strings.HasSuffix(name, APIAccessSecretSuffix) || name == other {
+	if len(name) != 253 || !strings.HasSuffix(name, APIAccessSecretSuffix) || name == other {
 		t.Errorf("long Pod names give %q and %q: want distinct valid names", name, other)
+	}
+	// A Pod named as the long one's Secret, less the suffix.
+	forged := strings.TrimSuffix(name, APIAccessSecretSuffix)
+	if got := apiAccessSecretName(forged); got == name {
+		t.Errorf("Pod %q gets the Secret of Pod %q", forged, long)
+	}
+	// A cut that ends in a dot or a dash still makes a valid name.
+	dotted := strings.Repeat("a", 200) + "." + strings.Repeat("b", 52)
+	if errs := validation.IsDNS1123Subdomain(apiAccessSecretName(dotted)); len(errs) > 0 {
+		t.Errorf("%q: %v", apiAccessSecretName(dotted), errs)
+	}
+	for n := 200; n <= 253; n++ {
+		if errs := validation.IsDNS1123Subdomain(apiAccessSecretName(strings.Repeat("x", n))); len(errs) > 0 {
+			t.Errorf("a Pod name of %d characters: %v", n, errs)
+		}
 	}
 }
 

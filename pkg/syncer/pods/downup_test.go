@@ -365,3 +365,42 @@ func TestUpShowsTheTenantsContainersOnly(t *testing.T) {
 		t.Errorf("ephemeral container statuses %+v, want the tenant's debugger ended, saying why", s)
 	}
 }
+
+// A container reads its node's address through the downward API as its
+// tenant Pod's status shows it: with node addresses hidden (the default),
+// never the host node's; with them shown, the host's, from the host's
+// kubelet.
+func TestDownwardHostIPFollowsTheNodeAddressPolicy(t *testing.T) {
+	tenant := tenantPod(func(p *corev1.Pod) {
+		for _, path := range []string{"status.hostIP", "status.hostIPs", "status.podIP"} {
+			p.Spec.Containers[0].Env = append(p.Spec.Containers[0].Env, corev1.EnvVar{
+				Name: strings.ToUpper(strings.ReplaceAll(path, ".", "_")), ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: path}},
+			})
+		}
+	})
+	env := func(opts Options) map[string]string {
+		s := Syncer(opts)
+		h, err := s.HostCopy("vc", tenant, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := map[string]string{}
+		for _, e := range h.(*corev1.Pod).Spec.Containers[0].Env {
+			switch {
+			case e.ValueFrom == nil:
+				out[e.Name] = "value " + e.Value
+			case e.ValueFrom.FieldRef != nil:
+				out[e.Name] = "field " + e.ValueFrom.FieldRef.FieldPath
+			}
+		}
+		return out
+	}
+	hidden := env(Options{})
+	if hidden["STATUS_HOSTIP"] != "value " || hidden["STATUS_HOSTIPS"] != "value " || hidden["STATUS_PODIP"] != "field status.podIP" {
+		t.Errorf("node addresses hidden: %v; want the host IPs empty, as the tenant Pod's status shows them, and the Pod IP the host's kubelet gives", hidden)
+	}
+	shown := env(Options{ExposeNodeAddresses: true})
+	if shown["STATUS_HOSTIP"] != "field status.hostIP" || shown["STATUS_HOSTIPS"] != "field status.hostIPs" {
+		t.Errorf("node addresses shown: %v; want the host's kubelet to give them", shown)
+	}
+}

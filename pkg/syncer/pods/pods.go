@@ -93,6 +93,7 @@ type Options struct {
 // Extensions what the tenant gets beside its Pods' copies.
 func Syncer(opts Options) syncer.Syncer {
 	policy := opts.Policy
+	hostIP := shownHostIP(opts)
 	return syncer.Syncer{
 		Name:                      "pods",
 		Object:                    func() client.Object { return &corev1.Pod{} },
@@ -102,6 +103,9 @@ func Syncer(opts Options) syncer.Syncer {
 			tenant, host := t.(*corev1.Pod), h.(*corev1.Pod)
 			if host.ResourceVersion == "" {
 				spec, err := specDown(tenant, host.Labels[syncer.LabelCluster], policy, opts.DNSConfig)
+				if hostIP != nil {
+					showHostIP(&spec, hostIP())
+				}
 				host.Spec = spec
 				recordTenantGates(host, tenant.Spec.SchedulingGates)
 				return err
@@ -123,7 +127,7 @@ func Syncer(opts Options) syncer.Syncer {
 			}
 			return strings.Join(stripped, "; ")
 		},
-		Up:         upWith(shownHostIP(opts)),
+		Up:         upWith(hostIP),
 		Lifecycle:  lifecycle{},
 		Extensions: extensions(opts),
 	}
@@ -302,6 +306,26 @@ func shownHostIP(opts Options) func() string {
 		}
 	}
 	return func() string { return "" }
+}
+
+// showHostIP makes the downward API's status.hostIP and status.hostIPs
+// give a container what its tenant Pod's status shows (ip, the virtual
+// node's address, or none), not the host node's address, which the host
+// keeps to itself (see Options.ExposeNodeAddresses).
+func showHostIP(spec *corev1.PodSpec, ip string) {
+	for _, cs := range [][]corev1.Container{spec.InitContainers, spec.Containers} {
+		for i := range cs {
+			for j := range cs[i].Env {
+				e := &cs[i].Env[j]
+				if e.ValueFrom == nil || e.ValueFrom.FieldRef == nil {
+					continue
+				}
+				if p := e.ValueFrom.FieldRef.FieldPath; p == "status.hostIP" || p == "status.hostIPs" {
+					e.Value, e.ValueFrom = ip, nil
+				}
+			}
+		}
+	}
 }
 
 // upWith binds the tenant Pod to the host Pod's node, then, in a later
