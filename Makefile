@@ -129,7 +129,7 @@ generate: $(CONTROLLER_GEN) ## Regenerate deepcopy code, CRDs and RBAC (and the 
 	$(CONTROLLER_GEN) object paths=./pkg/apis/...
 	$(CONTROLLER_GEN) crd paths=./pkg/apis/... output:crd:artifacts:config=config/crd/bases
 	cp config/crd/bases/*.yaml charts/tenantry/crds/
-	$(CONTROLLER_GEN) rbac:roleName=tenantry-manager paths=./controllers/... output:rbac:artifacts:config=config/rbac
+	$(CONTROLLER_GEN) rbac:roleName=tenantry-manager paths=./controllers/... paths=./providers/... output:rbac:artifacts:config=config/rbac
 	sed -n '/^rules:/,$$p' config/rbac/role.yaml | tail -n +2 > charts/tenantry/files/manager-rules.yaml
 	$(CONTROLLER_GEN) object crd paths=./examples/... output:crd:artifacts:config=examples/config/crd
 

@@ -134,6 +134,10 @@ func TestChartIsConfig(t *testing.T) {
 	})
 
 	t.Run("rights", func(t *testing.T) {
+		var gotReader, wantReader rbacv1.ClusterRole
+		chart.decode(t, "ClusterRole", "tenantry-manager-metrics-reader", &gotReader)
+		config.decode(t, "ClusterRole", "tenantry-manager-metrics-reader", &wantReader)
+		same(t, "ClusterRole tenantry-manager-metrics-reader rules", gotReader.Rules, wantReader.Rules)
 		for _, name := range []string{"tenantry-manager", "tenantry-manager-custom-resources"} {
 			var got, want rbacv1.ClusterRole
 			chart.decode(t, "ClusterRole", name, &got)
@@ -356,6 +360,7 @@ extraArgs: [--leader-elect-lease-duration=30s, --leader-elect-renew-deadline=20s
 		same(t, "args", c.Args, []string{
 			"--leader-elect",
 			"--metrics-bind-address=:9090",
+			"--metrics-secure=true",
 			"--health-probe-bind-address=:9091",
 			"--kubelet-bind-address=:10251",
 			"--sync-resources=pods,services,configmaps",

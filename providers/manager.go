@@ -18,6 +18,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
+	"sigs.k8s.io/controller-runtime/pkg/metrics/filters"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/tenantry/tenantry/pkg/clusterregistry"
@@ -44,6 +45,10 @@ type managerParams struct {
 	Logger     logr.Logger
 }
 
+// Secure metrics serving asks the host who a caller is and what it may do.
+// +kubebuilder:rbac:groups=authentication.k8s.io,resources=tokenreviews,verbs=create
+// +kubebuilder:rbac:groups=authorization.k8s.io,resources=subjectaccessreviews,verbs=create
+
 // newManager builds the management cluster's controller-runtime manager,
 // with metrics, health probes and optional leader election, and runs it for
 // the life of the app. If it stops on its own (a failed runnable), the app
@@ -62,10 +67,15 @@ func newManager(p managerParams) (manager.Manager, error) {
 			return nil, err
 		}
 	}
+	metrics := metricsserver.Options{BindAddress: o.MetricsBindAddress}
+	if !o.InsecureMetrics {
+		metrics.SecureServing, metrics.CertDir = true, o.MetricsCertDir
+		metrics.FilterProvider = filters.WithAuthenticationAndAuthorization
+	}
 	mgr, err := manager.New(p.Config, manager.Options{
 		Scheme:                  p.Scheme,
 		Logger:                  p.Logger,
-		Metrics:                 metricsserver.Options{BindAddress: o.MetricsBindAddress},
+		Metrics:                 metrics,
 		HealthProbeBindAddress:  o.HealthProbeBindAddress,
 		PprofBindAddress:        o.PprofBindAddress,
 		LeaderElection:          o.LeaderElection,

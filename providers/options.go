@@ -3,6 +3,7 @@ package providers
 import (
 	"flag"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/tenantry/tenantry/pkg/clusterregistry"
@@ -24,6 +25,16 @@ type Options struct {
 
 	// MetricsBindAddress serves Prometheus metrics; "0" turns them off.
 	MetricsBindAddress string
+	// InsecureMetrics serves them over plain HTTP to anyone who reaches
+	// the address. Off by default: they are served over HTTPS, to callers
+	// the host authenticates (a bearer token, by TokenReview) and allows
+	// get on the non-resource URL /metrics (SubjectAccessReview), as
+	// controller-runtime's secure serving does: the metrics name every
+	// tenant and its activity, and tenant Pods reach the manager's Pod.
+	InsecureMetrics bool
+	// MetricsCertDir holds the metrics server's tls.crt and tls.key;
+	// empty: a self-signed certificate made at start.
+	MetricsCertDir string
 	// HealthProbeBindAddress serves /healthz and /readyz; "0" turns them off.
 	HealthProbeBindAddress string
 	// PprofBindAddress serves Go's profiles (net/http/pprof) under
@@ -114,7 +125,7 @@ const (
 // Default fills in unset fields.
 func (o *Options) Default() {
 	if o.MetricsBindAddress == "" {
-		o.MetricsBindAddress = ":8080"
+		o.MetricsBindAddress = ":8443"
 	}
 	if o.HealthProbeBindAddress == "" {
 		o.HealthProbeBindAddress = ":8081"
@@ -173,6 +184,12 @@ func (o *Options) BindFlags(fs *flag.FlagSet) {
 		"Host cluster kubeconfig. Default: $KUBECONFIG, else in-cluster, else ~/.kube/config.")
 	fs.StringVar(&o.KubeContext, "context", o.KubeContext, "Kubeconfig context to use (default: its current context).")
 	fs.StringVar(&o.MetricsBindAddress, "metrics-bind-address", o.MetricsBindAddress, `Address of the Prometheus metrics endpoint; "0" turns it off.`)
+	fs.Func("metrics-secure", "Serve metrics over HTTPS to callers the host authenticates and allows get on /metrics (default true); false serves plain HTTP to anyone who reaches the address.", func(v string) error {
+		secure, err := strconv.ParseBool(v)
+		o.InsecureMetrics = !secure
+		return err
+	})
+	fs.StringVar(&o.MetricsCertDir, "metrics-cert-dir", o.MetricsCertDir, "Directory holding the metrics server's tls.crt and tls.key (default: a self-signed certificate).")
 	fs.StringVar(&o.HealthProbeBindAddress, "health-probe-bind-address", o.HealthProbeBindAddress, `Address of /healthz and /readyz; "0" turns them off.`)
 	fs.StringVar(&o.PprofBindAddress, "pprof-bind-address", o.PprofBindAddress,
 		`Address of Go's profiles (/debug/pprof/); empty or "0", the default, serves none. They show the process's memory and code: keep it local.`)

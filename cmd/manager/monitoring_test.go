@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -16,9 +17,12 @@ import (
 	"time"
 
 	"github.com/miekg/dns"
+	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
 
@@ -101,6 +105,9 @@ func TestMonitoring(t *testing.T) {
 	createSecret(t, host, "mon-kubeconfig", tenantKubeconfig)
 	createVC(t, host, "mon", "mon-kubeconfig")
 	served := families{}
+	// The metrics are served over HTTPS to a caller the host allows get on
+	// /metrics: a scraper bound to the shipped ClusterRole.
+	token := metricsReaderToken(t, env.Host, host, "scraper", true)
 
 	t.Run("a leader-elected manager", func(t *testing.T) {
 		metricsAddr, dnsAddr := freeAddr(t), freeAddr(t)
@@ -113,8 +120,18 @@ func TestMonitoring(t *testing.T) {
 			_ = m.cmd.Process.Kill()
 			<-m.done
 		}()
-		s := &scraper{addr: metricsAddr, into: served}
+		s := &scraper{addr: metricsAddr, token: token, into: served}
 		expectReady(t, host, "mon", metav1.ConditionTrue, tenantryv1alpha1.ReasonSpawned)
+		// Anyone else who reaches the endpoint (a tenant Pod) reads
+		// nothing: no token, or a token the role is not bound to.
+		for who, token := range map[string]string{"no token": "", "a token of no reader": metricsReaderToken(t, env.Host, host, "stranger", false)} {
+			intruder := &scraper{addr: metricsAddr, token: token, into: families{}}
+			err := intruder.scrape(ctx)
+			want := map[bool]string{true: "401 Unauthorized", false: "403 Forbidden"}[token == ""]
+			if err == nil || !strings.Contains(err.Error(), want) || len(intruder.into) > 0 {
+				t.Errorf("%s: %v, %d families; want %s and nothing read", who, err, len(intruder.into), want)
+			}
+		}
 		s.waitServed(t, "the tenant spawned", "tenantry_registry_clusters", "tenantry_registry_cluster_state",
 			"tenantry_registry_spawn_duration_seconds", "leader_election_master_status", "workqueue_depth")
 
@@ -236,7 +253,7 @@ func TestMonitoring(t *testing.T) {
 			_ = m.cmd.Process.Kill()
 			<-m.done
 		}()
-		s := &scraper{addr: metricsAddr, into: served}
+		s := &scraper{addr: metricsAddr, token: token, into: served}
 		s.waitServed(t, "the replica took the VirtualCluster's Lease",
 			"tenantry_sharding_keys_held", "tenantry_sharding_live_peers", "tenantry_sharding_handovers_total")
 	})
@@ -485,20 +502,30 @@ func (fs families) has(name string) bool {
 	return ok
 }
 
-// scraper reads a manager's metrics endpoint into a set of families.
+// scraper reads a manager's metrics endpoint into a set of families, over
+// HTTPS with a bearer token, as Prometheus does.
 type scraper struct {
-	addr string
-	into families
+	addr  string
+	token string
+	into  families
 }
+
+// metricsClient trusts the manager's self-signed serving certificate.
+var metricsClient = &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{
+	TLSClientConfig: &tls.Config{InsecureSkipVerify: true}, //nolint:gosec // the manager's self-signed certificate
+}}
 
 // scrape reads the endpoint once. A family with no series is not served:
 // the text format leaves it out.
 func (s *scraper) scrape(ctx context.Context) error {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+s.addr+"/metrics", nil)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "https://"+s.addr+"/metrics", nil)
 	if err != nil {
 		return err
 	}
-	resp, err := http.DefaultClient.Do(req)
+	if s.token != "" {
+		req.Header.Set("Authorization", "Bearer "+s.token)
+	}
+	resp, err := metricsClient.Do(req)
 	if err != nil {
 		return err
 	}
@@ -608,4 +635,48 @@ func slicesCompact(s []string) []string {
 	s = slices.Clone(s)
 	slices.Sort(s)
 	return slices.Compact(s)
+}
+
+// metricsReaderToken is a token of a new host ServiceAccount default/name,
+// bound, if reader, to the ClusterRole that config/rbac ships for metrics
+// scrapers.
+func metricsReaderToken(t *testing.T, cp *tenantrytest.ControlPlane, host client.Client, name string, reader bool) string {
+	t.Helper()
+	ctx := t.Context()
+	account := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: name}}
+	if err := host.Create(ctx, account); err != nil {
+		t.Fatal(err)
+	}
+	if reader {
+		data, err := os.ReadFile(filepath.Join("..", "..", "config", "rbac", "metrics_reader_role.yaml"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var role rbacv1.ClusterRole
+		if err := yaml.Unmarshal(data, &role); err != nil {
+			t.Fatal(err)
+		}
+		if err := host.Create(ctx, &role); client.IgnoreAlreadyExists(err) != nil {
+			t.Fatal(err)
+		}
+		binding := &rbacv1.ClusterRoleBinding{
+			ObjectMeta: metav1.ObjectMeta{Name: name + "-metrics-reader"},
+			RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: role.Name},
+			Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Namespace: "default", Name: name}},
+		}
+		if err := host.Create(ctx, binding); err != nil {
+			t.Fatal(err)
+		}
+	}
+	clientset, err := kubernetes.NewForConfig(cp.Config())
+	if err != nil {
+		t.Fatal(err)
+	}
+	req, err := clientset.CoreV1().ServiceAccounts("default").CreateToken(ctx, name, &authenticationv1.TokenRequest{
+		Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: ptr.To[int64](3600)},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return req.Status.Token
 }

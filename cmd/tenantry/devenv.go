@@ -165,8 +165,11 @@ func startDev(ctx context.Context, o devOptions, progress func(string)) (_ *devE
 	providers.SetProcessLoggers(d.log)
 	opts := managerapp.Options{
 		Options: providers.Options{
-			Kubeconfig:             d.kubeconfigs["host"],
-			MetricsBindAddress:     o.metricsBindAddress,
+			Kubeconfig:         d.kubeconfigs["host"],
+			MetricsBindAddress: o.metricsBindAddress,
+			// A development environment's metrics, on the address its
+			// user gives (off by default), over plain HTTP.
+			InsecureMetrics:        true,
 			HealthProbeBindAddress: o.healthProbeBindAddress,
 			Logger:                 o.logger,
 		},

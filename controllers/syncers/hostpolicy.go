@@ -109,6 +109,7 @@ func overDefault(def tenantryv1alpha1.HostPolicy, vc *tenantryv1alpha1.HostPolic
 		pods.AllowedRuntimeClasses = either(p.AllowedRuntimeClasses, pods.AllowedRuntimeClasses)
 		pods.AllowedVolumeTypes = either(p.AllowedVolumeTypes, pods.AllowedVolumeTypes)
 		pods.Tolerations = either(p.Tolerations, pods.Tolerations)
+		pods.KeepImagePullPolicy = pods.KeepImagePullPolicy || p.KeepImagePullPolicy
 		if len(p.NodeSelector) > 0 {
 			pods.NodeSelector = p.NodeSelector
 		}
@@ -191,6 +192,7 @@ func podPolicy(p tenantryv1alpha1.HostPolicy) pods.Policy {
 		AllowedVolumeTypes:     p.Pods.AllowedVolumeTypes,
 		NodeSelector:           p.Pods.NodeSelector,
 		Tolerations:            p.Pods.Tolerations,
+		KeepImagePullPolicy:    p.Pods.KeepImagePullPolicy,
 	}
 }
 

@@ -190,7 +190,8 @@ func setup(mgr manager.Manager, cluster string, log logr.Logger, hub *Hub, opts 
 		if err := ValidateBudget(opts.Budget); err != nil {
 			return fmt.Errorf("the budget of cluster %s: %w", cluster, err)
 		}
-		budget = newResourceBudget(cluster, opts.Budget, hub.Reader(), mgr.GetScheme())
+		budget = newResourceBudget(cluster, opts.Budget, opts.LimitRange, hub.Reader(), mgr.GetScheme())
+		namespaces.budget = budget
 		if opts.BudgetReporter != nil {
 			if err := mgr.Add(manager.RunnableFunc(func(ctx context.Context) error {
 				budget.report(ctx, log.WithName("budget"), opts.BudgetReporter)
@@ -221,7 +222,13 @@ func setup(mgr manager.Manager, cluster string, log logr.Logger, hub *Hub, opts 
 			return fmt.Errorf("syncer %s: %w", s.Name, err)
 		}
 		if budget != nil {
-			budget.count(s, gvk)
+			// count/<resource>.<group> names a type by its plural resource,
+			// as ResourceQuota does.
+			mapping, err := hub.mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
+			if err != nil {
+				return fmt.Errorf("syncer %s: the host's resource name of %s: %w", s.Name, gvk, err)
+			}
+			budget.count(s, gvk, mapping.Resource.Resource)
 		}
 		rep.add(s, gvk)
 		r := &reconciler{

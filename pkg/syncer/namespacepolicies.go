@@ -287,27 +287,43 @@ func (p *namespacePolicies) keepOne(ctx context.Context, policy namespacePolicy,
 	return false, nil
 }
 
-// errPolicyPending says that a host namespace's quota is not in force yet.
-var errPolicyPending = errors.New("the host namespace's ResourceQuota is not in force yet")
+// errPolicyPending says that a host namespace's policy objects are not all
+// there and in force yet.
+var errPolicyPending = errors.New("the host namespace's policy objects are not all there, or its ResourceQuota is not in force yet")
 
-// inForce says whether the quota of host namespace hostNS, if it should
-// have one, is in force: the host's quota controller has taken it up (its
-// status holds its limits). Until then the host's admission lets anything
-// in. It only reads the cache: it runs before every first object of a
-// namespace.
-func (p *namespacePolicies) inForce(ctx context.Context, hostNS string) (bool, error) {
-	if !slices.ContainsFunc(p.policies, func(np namespacePolicy) bool { return np.name == QuotaName && np.wanted }) {
-		return true, nil
+// ready says whether host namespace hostNS has every policy object it
+// should (in the cache, or created by this tenant a moment ago), and its
+// quota, if it should have one, is in force: the host's quota controller
+// has taken it up (its status holds its limits), until when the host's
+// admission lets anything in. Every sync of a new namespace asks, not only
+// the one that made it: another sync of the same moment would otherwise
+// put a Pod in before its isolation policy or LimitRange exists. It only
+// reads the cache: it runs before every first object of a namespace.
+func (p *namespacePolicies) ready(ctx context.Context, hostNS string) (bool, error) {
+	for _, policy := range p.policies {
+		if !policy.wanted {
+			continue
+		}
+		key := client.ObjectKey{Namespace: hostNS, Name: policy.name}
+		obj := policy.newObject()
+		err := p.hostRead.Get(ctx, key, obj)
+		switch {
+		case apierrors.IsNotFound(err):
+			p.created.Lock()
+			made := p.created.has(policy.resource + "/" + key.String())
+			p.created.Unlock()
+			if !made || policy.name == QuotaName {
+				return false, nil // made a moment ago, or its making failed: the controller makes it
+			}
+			continue
+		case err != nil:
+			return false, fmt.Errorf("reading %s %s: %w", policy.resource, key, err)
+		}
+		if quota, ok := obj.(*corev1.ResourceQuota); ok && !equality.Semantic.DeepEqual(quota.Spec.Hard, quota.Status.Hard) {
+			return false, nil
+		}
 	}
-	var quota corev1.ResourceQuota
-	err := p.hostRead.Get(ctx, client.ObjectKey{Namespace: hostNS, Name: QuotaName}, &quota)
-	switch {
-	case apierrors.IsNotFound(err):
-		return false, nil // made a moment ago, or its making failed: the controller makes it
-	case err != nil:
-		return false, fmt.Errorf("reading the ResourceQuota of host namespace %s: %w", hostNS, err)
-	}
-	return equality.Semantic.DeepEqual(quota.Spec.Hard, quota.Status.Hard), nil
+	return true, nil
 }
 
 // alreadyExists tells a policy object of ours that the cache has not seen

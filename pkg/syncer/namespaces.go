@@ -54,6 +54,9 @@ type hostNamespaces struct {
 	host       client.Client
 	// policies go in each host namespace before anything else does.
 	policies *namespacePolicies
+	// budget, if set, is asked before a host namespace is made
+	// (count/namespaces).
+	budget *resourceBudget
 	// created are the host namespaces this tenant created that the cache
 	// may not show yet.
 	created recentCreates
@@ -62,8 +65,9 @@ type hostNamespaces struct {
 // ensure makes the host namespace of tenantNamespace, with its policy
 // objects (a quota, a LimitRange, the isolation NetworkPolicy), so that
 // they hold from the namespace's first object on; errPolicyPending says to
-// come back once the quota is in force. For a namespace that exists, it
-// only reads the cache: the namespace policy controller keeps them.
+// come back once they are all there and the quota is in force, whichever
+// sync made them. For a namespace that exists, it only reads the cache:
+// the namespace policy controller keeps them.
 func (n *hostNamespaces) ensure(ctx context.Context, tenantNamespace string) error {
 	created, err := n.ensureNamespace(ctx, tenantNamespace)
 	if err != nil {
@@ -75,8 +79,8 @@ func (n *hostNamespaces) ensure(ctx context.Context, tenantNamespace string) err
 			return err
 		}
 	}
-	inForce, err := n.policies.inForce(ctx, hostNS)
-	if err == nil && !inForce {
+	ready, err := n.policies.ready(ctx, hostNS)
+	if err == nil && !ready {
 		return errPolicyPending
 	}
 	return err
@@ -111,6 +115,9 @@ func (n *hostNamespaces) ensureNamespace(ctx context.Context, tenantNamespace st
 	}
 	desired, err := n.syncer.hostCopy(n.translator, &tenantNS, nil)
 	if err != nil {
+		return false, err
+	}
+	if err := n.budget.admitNamespace(ctx, n.created.keys()); err != nil {
 		return false, err
 	}
 	err = n.host.Create(ctx, desired)

@@ -55,3 +55,15 @@ func (r *recentCreates) seen(key string) {
 	r.forget(key)
 	r.Unlock()
 }
+
+// keys are the keys created less than recentCreateTTL ago that the cache
+// has not shown since. Call it with the mutex held.
+func (r *recentCreates) keys() []string {
+	var out []string
+	for k := range r.at {
+		if r.has(k) {
+			out = append(out, k)
+		}
+	}
+	return out
+}

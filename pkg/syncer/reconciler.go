@@ -236,15 +236,8 @@ func (r *reconciler) sync(ctx context.Context, key types.NamespacedName, tenant,
 
 // createHost creates the host copy of tenant, and its namespace first.
 func (r *reconciler) createHost(ctx context.Context, tenant client.Object) (bool, reconcile.Result, error) {
-	if !r.syncer.ClusterScoped {
-		err := r.namespaces.ensure(ctx, tenant.GetNamespace())
-		if errors.Is(err, errPolicyPending) {
-			return false, reconcile.Result{RequeueAfter: policyPendingRetry}, nil
-		}
-		if err != nil {
-			return false, reconcile.Result{}, err
-		}
-	}
+	// What the host refuses, by its policy or the tenant's budget, makes
+	// no host namespace either.
 	desired, err := r.syncer.hostCopy(r.translator, tenant, nil)
 	if err != nil {
 		return false, reconcile.Result{}, err
@@ -252,6 +245,18 @@ func (r *reconciler) createHost(ctx context.Context, tenant client.Object) (bool
 	settle, err := r.budget.admit(ctx, r.gvk, nil, desired)
 	if err != nil {
 		return false, reconcile.Result{}, err
+	}
+	if !r.syncer.ClusterScoped {
+		err := r.namespaces.ensure(ctx, tenant.GetNamespace())
+		if err != nil {
+			settle(err)
+		}
+		if errors.Is(err, errPolicyPending) {
+			return false, reconcile.Result{RequeueAfter: policyPendingRetry}, nil
+		}
+		if err != nil {
+			return false, reconcile.Result{}, err
+		}
 	}
 	err = r.host.Create(ctx, desired)
 	settle(err)

@@ -40,15 +40,26 @@ const budgetReportPeriod = 5 * time.Second
 type resourceBudget struct {
 	cluster string
 	limits  corev1.ResourceList
-	read    client.Reader // the hub's cache
-	scheme  *runtime.Scheme
+	// limitRange is the LimitRange the tenant's host namespaces hold
+	// (Options.LimitRange), whose defaults the host gives a Pod at its
+	// admission: a Pod counts as the host will hold it.
+	limitRange *corev1.LimitRangeSpec
+	read       client.Reader // the hub's cache
+	scheme     *runtime.Scheme
 
 	mu sync.Mutex
 	// types are the synced types, by GVK, that the budget counts.
-	types map[schema.GroupVersionKind]*Syncer
+	types map[schema.GroupVersionKind]countedType
 	// pending are the writes admitted and not yet seen in the cache: what
 	// each adds, and what it replaces.
 	pending map[pendingKey]*pendingWrite
+}
+
+// countedType is a synced type that the budget counts: its syncer, and
+// its name in count/<resource>[.<group>].
+type countedType struct {
+	syncer *Syncer
+	count  corev1.ResourceName
 }
 
 type pendingKey struct {
@@ -70,16 +81,21 @@ type pendingWrite struct {
 // deleted before the cache saw it is not counted for long.
 const pendingExpiry = 30 * time.Second
 
-func newResourceBudget(cluster string, limits corev1.ResourceList, read client.Reader, scheme *runtime.Scheme) *resourceBudget {
-	return &resourceBudget{cluster: cluster, limits: limits, read: read, scheme: scheme,
-		types: map[schema.GroupVersionKind]*Syncer{}, pending: map[pendingKey]*pendingWrite{}}
+func newResourceBudget(cluster string, limits corev1.ResourceList, limitRange *corev1.LimitRangeSpec, read client.Reader, scheme *runtime.Scheme) *resourceBudget {
+	return &resourceBudget{cluster: cluster, limits: limits, limitRange: limitRange, read: read, scheme: scheme,
+		types: map[schema.GroupVersionKind]countedType{}, pending: map[pendingKey]*pendingWrite{}}
 }
 
-// count makes the budget count s's objects, of type gvk.
-func (b *resourceBudget) count(s *Syncer, gvk schema.GroupVersionKind) {
+// count makes the budget count s's objects, of type gvk, whose plural
+// resource name is resource.
+func (b *resourceBudget) count(s *Syncer, gvk schema.GroupVersionKind, resource string) {
+	name := "count/" + resource
+	if gvk.Group != "" {
+		name += "." + gvk.Group
+	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	b.types[gvk] = s
+	b.types[gvk] = countedType{syncer: s, count: corev1.ResourceName(name)}
 }
 
 // admit is asked before current (nil for a create) is written as desired,
@@ -93,16 +109,21 @@ func (b *resourceBudget) admit(ctx context.Context, gvk schema.GroupVersionKind,
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	s := b.types[gvk]
-	if s == nil {
+	s, counted := b.types[gvk]
+	if !counted {
 		return noop, nil
 	}
-	wants := b.usage(s, gvk, desired)
+	if pod, ok := desired.(*corev1.Pod); ok && current == nil {
+		if err := b.statesWhatItCounts(withDefaults(pod, b.limitRange)); err != nil {
+			return nil, err
+		}
+	}
+	wants := b.usage(s, desired)
 	adds := maps.Clone(wants)
 	before := ""
 	if current != nil {
 		before = current.GetResourceVersion()
-		subFrom(adds, b.usage(s, gvk, current))
+		subFrom(adds, b.usage(s, current))
 	}
 	grows := false
 	for _, q := range adds {
@@ -141,6 +162,50 @@ func (b *resourceBudget) admit(ctx context.Context, gvk schema.GroupVersionKind,
 	}, nil
 }
 
+// countNamespaces is the budget's name of the host namespaces a tenant has.
+const countNamespaces corev1.ResourceName = "count/namespaces"
+
+// admitNamespace refuses one more host namespace when the budget counts
+// count/namespaces and the tenant has as many as it allows: those in the
+// cache, and recent, those it made a moment ago that the cache may not
+// show yet. The caller serializes the namespaces it makes.
+func (b *resourceBudget) admitNamespace(ctx context.Context, recent []string) error {
+	if b == nil {
+		return nil
+	}
+	limit, counted := b.limits[countNamespaces]
+	if !counted {
+		return nil
+	}
+	names, err := b.namespaces(ctx)
+	if err != nil {
+		return err
+	}
+	for _, n := range recent {
+		if !slices.Contains(names, n) {
+			names = append(names, n)
+		}
+	}
+	if total := resource.NewQuantity(int64(len(names)+1), resource.DecimalSI); total.Cmp(limit) > 0 {
+		return Refuse("the host budget of this cluster has no room: %s would be %s, over %s (%d used); "+
+			"free some, or raise it in the VirtualCluster's spec.hostPolicy.budget", countNamespaces, total.String(), limit.String(), len(names))
+	}
+	return nil
+}
+
+// namespaces are the names of the tenant's host namespaces in the cache.
+func (b *resourceBudget) namespaces(ctx context.Context) ([]string, error) {
+	var list corev1.NamespaceList
+	if err := b.read.List(ctx, &list, client.MatchingLabels{LabelManagedBy: ManagedByValue, LabelCluster: b.cluster}); err != nil {
+		return nil, fmt.Errorf("counting the budget of host namespaces: %w", err)
+	}
+	names := make([]string, 0, len(list.Items))
+	for _, ns := range list.Items {
+		names = append(names, ns.Name)
+	}
+	return names, nil
+}
+
 // quantity prints q, "0" for a total that has none.
 func quantity(q resource.Quantity) string {
 	if q.IsZero() {
@@ -166,7 +231,7 @@ func (b *resourceBudget) usedOf(ctx context.Context, gvk schema.GroupVersionKind
 		if k == skip.key {
 			continue
 		}
-		addTo(used, b.usage(s, gvk, o))
+		addTo(used, b.usage(s, o))
 	}
 	for k, w := range b.pending {
 		if k.gvk != gvk {
@@ -181,7 +246,7 @@ func (b *resourceBudget) usedOf(ctx context.Context, gvk schema.GroupVersionKind
 			continue
 		}
 		if seen {
-			subFrom(used, b.usage(s, gvk, o)) // the write replaces what the cache shows
+			subFrom(used, b.usage(s, o)) // the write replaces what the cache shows
 		}
 		addTo(used, w.usage)
 	}
@@ -190,7 +255,7 @@ func (b *resourceBudget) usedOf(ctx context.Context, gvk schema.GroupVersionKind
 
 // list reads the tenant's host copies of gvk from the cache.
 func (b *resourceBudget) list(ctx context.Context, gvk schema.GroupVersionKind) ([]client.Object, error) {
-	list := listFor(b.types[gvk].Object(), gvk, b.scheme)
+	list := listFor(b.types[gvk].syncer.Object(), gvk, b.scheme)
 	// Read only: the cache's own objects, not copies of each.
 	if err := b.read.List(ctx, list, client.MatchingFields{clusterIndex: b.cluster}, client.UnsafeDisableDeepCopy); err != nil {
 		return nil, fmt.Errorf("counting the budget of %s: %w", gvk.Kind, err)
@@ -216,6 +281,13 @@ func (b *resourceBudget) used(ctx context.Context) (corev1.ResourceList, error) 
 			return nil, err
 		}
 		addTo(used, u)
+	}
+	if _, counted := b.limits[countNamespaces]; counted {
+		names, err := b.namespaces(ctx)
+		if err != nil {
+			return nil, err
+		}
+		used[countNamespaces] = *resource.NewQuantity(int64(len(names)), resource.DecimalSI)
 	}
 	out := corev1.ResourceList{}
 	for name := range b.limits {
@@ -253,16 +325,15 @@ func (b *resourceBudget) report(ctx context.Context, log logr.Logger, reporter B
 	}
 }
 
-// usage is what obj, a host copy of type gvk synced by s, takes of the
+// usage is what obj, a host copy of counted type t, takes of the
 // resources the budget names, in ResourceQuota's terms.
-func (b *resourceBudget) usage(s *Syncer, gvk schema.GroupVersionKind, obj client.Object) corev1.ResourceList {
-	all := objectUsage(obj)
-	count := "count/" + s.Name
-	if gvk.Group != "" {
-		count += "." + gvk.Group
+func (b *resourceBudget) usage(t countedType, obj client.Object) corev1.ResourceList {
+	if pod, ok := obj.(*corev1.Pod); ok {
+		obj = withDefaults(pod, b.limitRange)
 	}
+	all := objectUsage(obj)
 	if !terminal(obj) {
-		all[corev1.ResourceName(count)] = *resource.NewQuantity(1, resource.DecimalSI)
+		all[t.count] = *resource.NewQuantity(1, resource.DecimalSI)
 	}
 	out := corev1.ResourceList{}
 	for name, q := range all {
@@ -271,6 +342,109 @@ func (b *resourceBudget) usage(s *Syncer, gvk schema.GroupVersionKind, obj clien
 		}
 	}
 	return out
+}
+
+// withDefaults is pod as the host's admission makes it in a namespace
+// holding limitRange (nil: none): every container (and init container)
+// gets the LimitRange's default limits and default requests that it does
+// not state, as the LimitRanger plugin gives them.
+func withDefaults(pod *corev1.Pod, limitRange *corev1.LimitRangeSpec) *corev1.Pod {
+	if limitRange == nil {
+		return pod
+	}
+	out := pod.DeepCopy()
+	for _, item := range limitRange.Limits {
+		if item.Type != corev1.LimitTypeContainer {
+			continue
+		}
+		// As the API server defaults a LimitRange: a default limit from its
+		// max, a default request from the default limit, else its min.
+		limits := maps.Clone(item.Max)
+		if limits == nil {
+			limits = corev1.ResourceList{}
+		}
+		maps.Copy(limits, item.Default)
+		requests := maps.Clone(item.Min)
+		if requests == nil {
+			requests = corev1.ResourceList{}
+		}
+		maps.Copy(requests, limits)
+		maps.Copy(requests, item.DefaultRequest)
+		for _, cs := range [][]corev1.Container{out.Spec.InitContainers, out.Spec.Containers} {
+			for i := range cs {
+				r := &cs[i].Resources
+				for name, q := range limits {
+					if _, set := r.Limits[name]; !set {
+						if r.Limits == nil {
+							r.Limits = corev1.ResourceList{}
+						}
+						r.Limits[name] = q
+					}
+				}
+				for name, q := range requests {
+					if _, set := r.Requests[name]; !set {
+						if r.Requests == nil {
+							r.Requests = corev1.ResourceList{}
+						}
+						r.Requests[name] = q
+					}
+				}
+			}
+		}
+	}
+	return out
+}
+
+// computeBudgetNames are the budget's compute names, each with what a
+// container must state for it: a request or a limit of a resource.
+var computeBudgetNames = map[corev1.ResourceName]struct {
+	limit    bool
+	resource corev1.ResourceName
+}{
+	corev1.ResourceCPU: {false, corev1.ResourceCPU}, corev1.ResourceRequestsCPU: {false, corev1.ResourceCPU}, corev1.ResourceLimitsCPU: {true, corev1.ResourceCPU},
+	corev1.ResourceMemory: {false, corev1.ResourceMemory}, corev1.ResourceRequestsMemory: {false, corev1.ResourceMemory}, corev1.ResourceLimitsMemory: {true, corev1.ResourceMemory},
+	corev1.ResourceEphemeralStorage: {false, corev1.ResourceEphemeralStorage}, corev1.ResourceRequestsEphemeralStorage: {false, corev1.ResourceEphemeralStorage},
+	corev1.ResourceLimitsEphemeralStorage: {true, corev1.ResourceEphemeralStorage},
+}
+
+// statesWhatItCounts refuses a new Pod that leaves a compute resource the
+// budget counts unstated (after the LimitRange's defaults), as
+// ResourceQuota refuses it: counted as nothing, it would take whatever
+// the host then gives it.
+func (b *resourceBudget) statesWhatItCounts(pod *corev1.Pod) error {
+	if terminal(pod) {
+		return nil
+	}
+	for _, name := range slices.Sorted(maps.Keys(b.limits)) {
+		need, counted := computeBudgetNames[name]
+		if !counted {
+			continue
+		}
+		stated := func(r corev1.ResourceRequirements) bool {
+			list := r.Requests
+			if need.limit {
+				list = r.Limits
+			}
+			_, ok := list[need.resource]
+			return ok
+		}
+		if r := pod.Spec.Resources; r != nil && stated(*r) {
+			continue
+		}
+		for _, cs := range [][]corev1.Container{pod.Spec.InitContainers, pod.Spec.Containers} {
+			for _, c := range cs {
+				if !stated(c.Resources) {
+					what := "requests"
+					if need.limit {
+						what = "limits"
+					}
+					return Refuse("the host budget of this cluster counts %s, and container %s states no %s.%s: state it, "+
+						"or have the VirtualCluster's spec.hostPolicy.limitRange give a default", name, c.Name, what, need.resource)
+				}
+			}
+		}
+	}
+	return nil
 }
 
 // terminal says whether obj is a Pod that ended: a quota counts it no more.

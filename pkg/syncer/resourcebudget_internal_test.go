@@ -3,6 +3,8 @@ package syncer
 import (
 	"context"
 	"fmt"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"strings"
 	"sync"
 	"testing"
@@ -33,8 +35,8 @@ func newTestBudget(t *testing.T, limits corev1.ResourceList, objs ...client.Obje
 	t.Helper()
 	c := fake.NewClientBuilder().WithScheme(clientgoscheme.Scheme).WithObjects(objs...).
 		WithIndex(&corev1.Pod{}, clusterIndex, clusterOf).Build()
-	b := newResourceBudget("vc", limits, c, clientgoscheme.Scheme)
-	b.count(&Syncer{Name: "pods", Object: func() client.Object { return &corev1.Pod{} }}, podsGVK)
+	b := newResourceBudget("vc", limits, nil, c, clientgoscheme.Scheme)
+	b.count(&Syncer{Name: "pods", Object: func() client.Object { return &corev1.Pod{} }}, podsGVK, "pods")
 	return b, c
 }
 
@@ -183,5 +185,61 @@ func TestBudgetAdmitsAnUpdateByWhatItBecomes(t *testing.T) {
 	grown.Spec.Containers[0].Resources.Requests[corev1.ResourceCPU] = resource.MustParse("800m")
 	if _, err := b.admit(ctx, podsGVK, current, grown); err == nil || !strings.Contains(err.Error(), "requests.cpu would be 1100m") {
 		t.Errorf("growing to 800m beside 300m under 1 CPU: %v; want it refused at 1100m", err)
+	}
+}
+
+// A custom resource counts as ResourceQuota counts it, by its plural
+// resource and group (count/widgets.example.com), whatever its syncer's
+// name: before, its syncer's name (kind.group) took the group twice, and
+// no budget ever matched it.
+func TestBudgetCountsCustomResourcesByResourceName(t *testing.T) {
+	gvk := schema.GroupVersionKind{Group: "example.com", Version: "v1", Kind: "Widget"}
+	b := newResourceBudget("vc", corev1.ResourceList{"count/widgets.example.com": resource.MustParse("1")}, nil, nil, clientgoscheme.Scheme)
+	s := CustomResource(gvk)
+	b.count(&s, gvk, "widgets")
+	w := &unstructured.Unstructured{}
+	w.SetGroupVersionKind(gvk)
+	w.SetName("w")
+	got := b.usage(b.types[gvk], w)
+	if q, ok := got["count/widgets.example.com"]; !ok || q.Value() != 1 || len(got) != 1 {
+		t.Errorf("a widget's usage %v, want count/widgets.example.com: 1", got)
+	}
+	b.count(&Syncer{Name: "configmaps"}, schema.GroupVersionKind{Version: "v1", Kind: "ConfigMap"}, "configmaps")
+	if got := b.types[schema.GroupVersionKind{Version: "v1", Kind: "ConfigMap"}].count; got != "count/configmaps" {
+		t.Errorf("a core type counts as %s, want count/configmaps", got)
+	}
+}
+
+// A Pod counts as the host will hold it: with the defaults of the host
+// namespaces' LimitRange. One that states nothing the budget counts, with
+// no default to give it, is refused as ResourceQuota refuses it, not
+// counted as nothing.
+func TestBudgetCountsWhatTheHostWillHold(t *testing.T) {
+	ctx := context.Background()
+	limits := corev1.ResourceList{corev1.ResourceRequestsCPU: resource.MustParse("1"), corev1.ResourceLimitsMemory: resource.MustParse("1Gi")}
+	bare := func(name string) *corev1.Pod {
+		p := budgetPod(name, "0")
+		p.Spec.Containers[0].Resources = corev1.ResourceRequirements{}
+		return p
+	}
+
+	b, _ := newTestBudget(t, limits)
+	_, err := b.admit(ctx, podsGVK, nil, bare("bare"))
+	if hostRejection(err) == nil || !strings.Contains(err.Error(), "counts limits.memory, and container app states no limits.memory") {
+		t.Errorf("a Pod stating nothing, without a LimitRange: %v; want a refusal naming what it must state", err)
+	}
+
+	b.limitRange = &corev1.LimitRangeSpec{Limits: []corev1.LimitRangeItem{{
+		Type:    corev1.LimitTypeContainer,
+		Default: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("400m"), corev1.ResourceMemory: resource.MustParse("512Mi")},
+	}}}
+	for i := range 3 {
+		_, err := b.admit(ctx, podsGVK, nil, bare(fmt.Sprintf("defaulted-%d", i)))
+		switch {
+		case i < 2 && err != nil:
+			t.Fatalf("Pod %d, given 400m and 512Mi by the LimitRange: %v; want it admitted", i, err)
+		case i == 2 && (hostRejection(err) == nil || !strings.Contains(err.Error(), "limits.memory would be 1536Mi")):
+			t.Errorf("a third Pod, over the budget by its defaults: %v; want a refusal", err)
+		}
 	}
 }

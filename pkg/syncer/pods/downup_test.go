@@ -404,3 +404,31 @@ func TestDownwardHostIPFollowsTheNodeAddressPolicy(t *testing.T) {
 		t.Errorf("node addresses shown: %v; want the host's kubelet to give them", shown)
 	}
 }
+
+// Every host container pulls Always unless the policy keeps the tenant's
+// pull policy: with IfNotPresent or Never, a tenant would run another
+// tenant's private image that the node holds, without its credentials.
+func TestImagePullPolicy(t *testing.T) {
+	tenant := tenantPod(func(p *corev1.Pod) {
+		p.Spec.Containers[0].ImagePullPolicy = corev1.PullNever
+		p.Spec.InitContainers[0].ImagePullPolicy = corev1.PullIfNotPresent
+	})
+	for _, tc := range []struct {
+		keep bool
+		want corev1.PullPolicy
+	}{{false, corev1.PullAlways}, {true, corev1.PullNever}} {
+		s := Syncer(Options{Policy: Policy{KeepImagePullPolicy: tc.keep}})
+		h, err := s.HostCopy("vc", tenant, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		host := h.(*corev1.Pod)
+		if got := host.Spec.Containers[0].ImagePullPolicy; got != tc.want {
+			t.Errorf("keep %v: the host container pulls %s, want %s", tc.keep, got, tc.want)
+		}
+		note := s.Stripped(tenant)
+		if told := strings.Contains(note, "imagePullPolicy of init, web (Always in the host"); told == tc.keep {
+			t.Errorf("keep %v: the tenant is told %q", tc.keep, note)
+		}
+	}
+}

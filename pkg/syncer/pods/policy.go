@@ -47,6 +47,11 @@ type Policy struct {
 	// Storage is which host storage the claim templates of the Pod's
 	// ephemeral volumes may ask for.
 	Storage StoragePolicy
+	// KeepImagePullPolicy keeps the containers' imagePullPolicy as the
+	// tenant wrote it; otherwise every host container pulls Always, so
+	// that a tenant runs only the images its own credentials pull, never
+	// another tenant's private image that a node holds.
+	KeepImagePullPolicy bool
 }
 
 // tenantTolerations are the tolerations a tenant Pod keeps: those of
@@ -73,6 +78,20 @@ func (p Policy) apply(spec *corev1.PodSpec, cluster string) (stripped []string, 
 		}
 		return nil, syncer.Refuse("volume %s is of type %s, which would reach the host's machines or storage directly: "+
 			"a tenant Pod may use %s volumes%s", v.Name, kind, strings.Join(append(slices.Clone(AlwaysAllowedVolumeTypes), p.AllowedVolumeTypes...), ", "), allow)
+	}
+	if !p.KeepImagePullPolicy {
+		var pulled []string
+		for _, cs := range [][]corev1.Container{spec.InitContainers, spec.Containers} {
+			for i := range cs {
+				if cs[i].ImagePullPolicy != corev1.PullAlways {
+					cs[i].ImagePullPolicy = corev1.PullAlways
+					pulled = append(pulled, cs[i].Name)
+				}
+			}
+		}
+		if len(pulled) > 0 {
+			stripped = append(stripped, fmt.Sprintf("imagePullPolicy of %s (Always in the host: the images a node holds are every tenant's)", strings.Join(pulled, ", ")))
+		}
 	}
 	// The host's admission computes these from the priority class and the
 	// runtime class.

@@ -278,6 +278,17 @@ type PodPolicy struct {
 	// +listType=atomic
 	// +optional
 	Tolerations []corev1.Toleration `json:"tolerations,omitempty"`
+
+	// KeepImagePullPolicy keeps each container's imagePullPolicy as the
+	// tenant wrote it. Off by default: every host container gets Always,
+	// because an image a node holds is every tenant's to run with
+	// IfNotPresent or Never, another tenant's private image among them,
+	// without its pull credentials. Turn it on only where the host's
+	// kubelets check a Pod's credentials for the images they hold
+	// (the kubelet's imagePullCredentialsVerificationPolicy), or where
+	// no tenant has private images.
+	// +optional
+	KeepImagePullPolicy bool `json:"keepImagePullPolicy,omitempty"`
 }
 
 // MetadataPolicy says which label and annotation keys of tenant objects
