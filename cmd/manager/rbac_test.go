@@ -150,7 +150,15 @@ func TestLeastPrivilege(t *testing.T) {
 	// Isolation turned off: the isolation NetworkPolicies go. A pause and
 	// a resume, twice: the second Spawned event patches the first's
 	// series. Then the VirtualCluster's deletion: its host namespaces go.
-	last := startManager(t, managerKubeconfig, append([]string{"--disable-network-isolation"}, args...)...)
+	metricsAddr := freeAddr(t)
+	last := startManager(t, managerKubeconfig, append([]string{"--disable-network-isolation", "--metrics-bind-address", metricsAddr}, args...)...)
+	// Its metrics, to a scraper the host authenticates (TokenReview) and
+	// allows (SubjectAccessReview).
+	scrape := &scraper{addr: metricsAddr, token: metricsReaderToken(t, env.Host, host, "least-scraper", true), into: families{}}
+	eventually(t, time.Minute, "the manager's metrics, read with a token", func(ctx context.Context) (bool, error) {
+		err := scrape.scrape(ctx)
+		return err == nil && len(scrape.into) > 0, err
+	})
 	eventually(t, time.Minute, "the isolation NetworkPolicy deleted", func(ctx context.Context) (bool, error) {
 		err := host.Get(ctx, client.ObjectKey{Namespace: syncer.HostNamespace("least", "default"), Name: syncer.IsolationPolicyName}, &networkingv1.NetworkPolicy{})
 		return apierrors.IsNotFound(err), err

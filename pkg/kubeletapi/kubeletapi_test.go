@@ -262,10 +262,11 @@ func TestKubeletAPIOfVirtualNodes(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, path := range []string{"/exec/default/web/istio-proxy?command=ls&output=1", "/containerLogs/default/web/istio-proxy", "/attach/default/web/istio-proxy?output=1"} {
-		status, body = get(t, asTenant1, base+path)
-		if status != http.StatusNotFound || !strings.Contains(body, "container istio-proxy of pod default/web is ephemeral") {
-			t.Fatalf("%s, an ephemeral container's name: %d %q, want 404 saying it does not run", path, status, body)
-		}
+		// Once the kubelet API's cache has the Pod's new container.
+		eventually(t, 10*time.Second, path+", an ephemeral container's name: 404 saying it does not run", func(context.Context) (bool, error) {
+			status, body := get(t, asTenant1, base+path)
+			return status == http.StatusNotFound && strings.Contains(body, "container istio-proxy of pod default/web is ephemeral"), fmt.Errorf("%d %q", status, body)
+		})
 	}
 	eventually(t, 30*time.Second, "the tenant Pod says its ephemeral container does not run", func(ctx context.Context) (bool, error) {
 		if err := w.Tenants["tenant-1"].Get(ctx, client.ObjectKeyFromObject(debugged), debugged); err != nil {

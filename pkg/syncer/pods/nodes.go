@@ -15,6 +15,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -124,6 +125,12 @@ func (e *virtualNodesExtension) Setup(scope *syncer.TenantScope) error {
 		scope.HostNodes(func(name string) bool {
 			_, ok := r.live.Load(name)
 			return ok || r.allNodes
+		}),
+		// A host copy that comes (back) into the cache, or goes, may make
+		// its node the tenant's, or no longer.
+		scope.HostEvents(&corev1.Pod{}, func(h client.Object) (types.NamespacedName, bool) {
+			name := h.(*corev1.Pod).Spec.NodeName
+			return types.NamespacedName{Name: name}, name != ""
 		}))
 }
 
@@ -223,7 +230,15 @@ func (r *virtualNodes) bound(ctx context.Context, name string) (bool, error) {
 			continue
 		}
 		var host corev1.Pod
-		err := r.scope.HostReader().Get(ctx, r.scope.HostKey(client.ObjectKeyFromObject(&p)), &host)
+		key := r.scope.HostKey(client.ObjectKeyFromObject(&p))
+		err := r.scope.HostReader().Get(ctx, key, &host)
+		if apierrors.IsNotFound(err) && p.DeletionTimestamp.IsZero() {
+			// The cache holds only copies labelled as Tenantry's: one whose
+			// labels someone took off (Tenantry puts them back) is read
+			// from the host itself, so that its node does not go from the
+			// tenant meanwhile (its kubectl logs would fail).
+			err = r.scope.HostClient().Get(ctx, key, &host)
+		}
 		switch {
 		case apierrors.IsNotFound(err):
 			continue
