@@ -199,6 +199,22 @@ $(addprefix $(BIN)/cni/,$(CNI_PLUGINS)): $(NODE_DEPS)
 $(BIN)/kube-router: $(KUBEROUTER_DEPS)
 	cd $(KUBEROUTER_TOOLS) && CGO_ENABLED=0 $(GO) build -o $@ github.com/cloudnativelabs/kube-router/v2/cmd/kube-router
 
+# The e2e images' programs: the sample API server and nonewprivs of the
+# pinned release, and nginx of this machine's Debian release, fetched as a
+# package and unpacked, not installed (no service of it starts here).
+$(BIN)/sample-apiserver: $(TOOLS_DEPS)
+	cd $(TOOLS) && CGO_ENABLED=0 $(GO) build -ldflags '-s -w $(KUBE_LDFLAGS)' -o $@ k8s.io/sample-apiserver
+
+$(BIN)/nonewprivs: $(TOOLS_DEPS)
+	cd $(TOOLS) && CGO_ENABLED=0 $(GO) build -o $@ k8s.io/kubernetes/test/images/nonewprivs
+
+$(BIN)/nginx:
+	rm -rf $(BIN)/nginx.d && mkdir -p $(BIN)/nginx.d
+	cd $(BIN)/nginx.d && { apt-get download nginx 2>/dev/null || { apt-get update -qq && apt-get download nginx; }; }
+	dpkg-deb -x $(BIN)/nginx.d/nginx_*.deb $(BIN)/nginx.d/root
+	cp $(BIN)/nginx.d/root/usr/sbin/nginx $@
+	rm -rf $(BIN)/nginx.d
+
 $(BIN)/coredns: $(COREDNS_DEPS)
 	cd $(COREDNS_TOOLS) && CGO_ENABLED=0 $(GO) build -ldflags '-s -w -X github.com/coredns/coredns/coremain.GitCommit=$(COREDNS_VERSION)' -o $@ .
 
@@ -210,10 +226,12 @@ $(BIN)/pause: $(TOOLS_DEPS)
 	src=$$(cd $(TOOLS) && $(GO) list -m -f '{{.Dir}}' k8s.io/kubernetes)/build/pause/linux/pause.c; \
 	gcc -Os -Wall -Werror -static -DVERSION=v3.10.2 -o $@ "$$src"
 
-$(BIN)/kit-images/index.json: $(BIN)/kitregistry $(BIN)/pause $(BIN)/agnhost $(BIN)/coredns
+$(BIN)/kit-images/index.json: $(BIN)/kitregistry $(BIN)/pause $(BIN)/agnhost $(BIN)/coredns $(BIN)/etcd $(BIN)/sample-apiserver $(BIN)/nonewprivs $(BIN)/nginx
 	@test -x $(BUSYBOX) || { echo "no static busybox at $(BUSYBOX): install Debian's busybox-static, or set BUSYBOX"; exit 1; }
 	$(BIN)/kitregistry build --out $(BIN)/kit-images --pause $(BIN)/pause --busybox $(BUSYBOX) --agnhost $(BIN)/agnhost \
 	  --coredns $(BIN)/coredns --coredns-version $(COREDNS_VERSION) \
+	  --etcd $(BIN)/etcd --sample-apiserver $(BIN)/sample-apiserver --nonewprivs $(BIN)/nonewprivs --nginx $(BIN)/nginx \
+	  --e2e-images $$(cd $(TOOLS) && $(GO) list -m -f '{{.Dir}}' k8s.io/kubernetes)/test/images \
 	  $(addprefix --tool ,$(AGNHOST_TOOLS))
 
 $(BIN)/kwok: $(KWOK_DEPS)

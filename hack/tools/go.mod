@@ -46,6 +46,7 @@ replace (
 require (
 	go.etcd.io/etcd/server/v3 v3.7.0
 	k8s.io/kubernetes v1.37.2
+	k8s.io/sample-apiserver v0.0.0
 	sigs.k8s.io/controller-tools v0.23.0
 )
 

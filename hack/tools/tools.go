@@ -12,5 +12,7 @@ import (
 	_ "k8s.io/kubernetes/cmd/kubectl"
 	_ "k8s.io/kubernetes/cmd/kubelet"
 	_ "k8s.io/kubernetes/test/images/agnhost"
+	_ "k8s.io/kubernetes/test/images/nonewprivs"
+	_ "k8s.io/sample-apiserver"
 	_ "sigs.k8s.io/controller-tools/cmd/controller-gen"
 )

@@ -17,6 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/utils/ptr"
 
 	tenantrytest "github.com/tenantry/tenantry/pkg/testing"
 )
@@ -165,6 +166,64 @@ func TestRealNodes(t *testing.T) {
 					return false, err
 				}
 				return strings.HasPrefix(out, want+" "), fmt.Errorf("getent hosts %s: %q", name, out)
+			})
+		}
+	})
+
+	t.Run("the conformance suite's images run", func(t *testing.T) {
+		e2e := "registry.k8s.io/e2e-test-images/"
+		run := func(name, image string, sc *corev1.SecurityContext, command ...string) *corev1.Pod {
+			pod := &corev1.Pod{
+				ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: name},
+				Spec: corev1.PodSpec{
+					RestartPolicy:                 corev1.RestartPolicyNever,
+					TerminationGracePeriodSeconds: new(int64),
+					Containers:                    []corev1.Container{{Name: "c", Image: image, Command: command, SecurityContext: sc}},
+				},
+			}
+			if err := host.Create(ctx, pod); err != nil {
+				t.Fatal(err)
+			}
+			return pod
+		}
+		// Programs that end, and what each prints. nonewprivs is setuid
+		// root, as upstream's: a user that may escalate is root.
+		escalating := &corev1.SecurityContext{RunAsUser: ptr.To[int64](1000), AllowPrivilegeEscalation: ptr.To(true)}
+		resolve := "test -x /coredns && getent hosts kubernetes.default.svc." + tenantrytest.ClusterDomain
+		ends := map[*corev1.Pod]string{
+			run("nonroot", e2e+"nonroot:1.5", nil, "id", "-u"):                                         "1234",
+			run("nonewprivs", e2e+"nonewprivs:1.4", escalating):                                        "Effective uid: 0",
+			run("glibc-dns", e2e+"glibc-dns-testing:2.1.1", nil, "sh", "-c", resolve):                  " kubernetes.default.svc." + tenantrytest.ClusterDomain,
+			run("sample-apiserver", e2e+"sample-apiserver:1.29.2", nil, "/sample-apiserver", "--help"): "--etcd-servers",
+			run("etcd", "registry.k8s.io/etcd:3.7.0-0", nil, "/usr/local/bin/etcd", "--version"):       "etcd Version: 3.7.0",
+			run("agnhost-prev", e2e+"agnhost:2.55", nil, "/agnhost", "--help"):                         "test-webserver",
+		}
+		// Servers, and a page each serves.
+		serves := map[*corev1.Pod]string{
+			run("nginx", e2e+"nginx:1.28.0-2", nil):  "/",
+			run("kitten", e2e+"kitten:1.8", nil):     "/kitten.jpg",
+			run("nautilus", e2e+"nautilus:1.8", nil): "/nautilus.jpg",
+		}
+		for pod, want := range ends {
+			done := waitPod(t, host, pod, "ended", func(p *corev1.Pod) bool {
+				return p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed
+			})
+			if logs := podLogs(t, env, done); done.Status.Phase != corev1.PodSucceeded || !strings.Contains(logs, want) {
+				t.Errorf("%s (%s) ended %s, logging %q; want it to succeed and print %q", pod.Name, pod.Spec.Containers[0].Image, done.Status.Phase, logs, want)
+			}
+		}
+		for pod, page := range serves {
+			running := waitPod(t, host, pod, "Running", func(p *corev1.Pod) bool { return p.Status.Phase == corev1.PodRunning && p.Status.PodIP != "" })
+			url := "http://" + net.JoinHostPort(running.Status.PodIP, "80") + page
+			tenantrytest.Eventually(t, 30*time.Second, pod.Name+" serves "+page, func(ctx context.Context) (bool, error) {
+				body, err := get(ctx, url)
+				if err != nil {
+					return false, err
+				}
+				if page == "/" {
+					return strings.Contains(body, "Welcome to nginx!"), fmt.Errorf("body %.80q", body)
+				}
+				return strings.HasPrefix(body, "\xff\xd8"), fmt.Errorf("not a JPEG: %.16q", body) // JPEG's start of image
 			})
 		}
 	})

@@ -69,6 +69,21 @@ var (
 	agnhostRefs = []string{"registry.k8s.io/e2e-test-images/agnhost:2.66.1"}
 	// corednsRepository is kubeadm's; the tag is --coredns-version.
 	corednsRepository = "registry.k8s.io/coredns/coredns"
+
+	// The other images the pinned e2e suite's conformance specs run, by
+	// its names (test/utils/image/manifest.go), each built here from what
+	// upstream's holds: agnhost's older tag, kitten and nautilus (agnhost's
+	// test-webserver and their pages), nginx, nonroot, nonewprivs,
+	// glibc-dns-testing, the sample API server and the etcd it runs beside.
+	agnhostPrevRefs     = []string{"registry.k8s.io/e2e-test-images/agnhost:2.55"}
+	kittenRefs          = []string{"registry.k8s.io/e2e-test-images/kitten:1.8"}
+	nautilusRefs        = []string{"registry.k8s.io/e2e-test-images/nautilus:1.8"}
+	nginxRefs           = []string{"registry.k8s.io/e2e-test-images/nginx:1.27.0-2", "registry.k8s.io/e2e-test-images/nginx:1.28.0-2"}
+	nonrootRefs         = []string{"registry.k8s.io/e2e-test-images/nonroot:1.5"}
+	nonewprivsRefs      = []string{"registry.k8s.io/e2e-test-images/nonewprivs:1.4"}
+	glibcDNSTestingRefs = []string{"registry.k8s.io/e2e-test-images/glibc-dns-testing:2.1.1"}
+	sampleAPIServerRefs = []string{"registry.k8s.io/e2e-test-images/sample-apiserver:1.29.2"}
+	etcdRefs            = []string{"registry.k8s.io/etcd:3.7.0-0"}
 )
 
 func main() {
@@ -99,11 +114,17 @@ func build(args []string) error {
 	busybox := fs.String("busybox", "", "a static busybox binary")
 	agnhost := fs.String("agnhost", "", "a static agnhost binary")
 	coredns := fs.String("coredns", "", "a static coredns binary")
+	etcd := fs.String("etcd", "", "an etcd binary")
+	sampleAPIServer := fs.String("sample-apiserver", "", "a static sample-apiserver binary (k8s.io/sample-apiserver)")
+	nnp := fs.String("nonewprivs", "", "a static nonewprivs binary (test/images/nonewprivs)")
+	nginx := fs.String("nginx", "", "an nginx binary of this machine, with its shared libraries")
+	pages := fs.String("e2e-images", "", "the pinned release's test/images directory (kitten's and nautilus's pages)")
 	corednsVersion := fs.String("coredns-version", "", "the coredns binary's version, the tag of its image (v1.14.6)")
 	var tools multiFlag
 	fs.Var(&tools, "tool", "a program of this machine for the agnhost image, with its shared libraries: PATH, or IMAGEPATH=PATH (repeatable)")
 	_ = fs.Parse(args)
-	for flagName, v := range map[string]string{"out": *out, "pause": *pause, "busybox": *busybox, "agnhost": *agnhost, "coredns": *coredns, "coredns-version": *corednsVersion} {
+	for flagName, v := range map[string]string{"out": *out, "pause": *pause, "busybox": *busybox, "agnhost": *agnhost, "coredns": *coredns, "coredns-version": *corednsVersion,
+		"etcd": *etcd, "sample-apiserver": *sampleAPIServer, "nonewprivs": *nnp, "nginx": *nginx, "e2e-images": *pages} {
 		if v == "" {
 			return fmt.Errorf("build: --%s is required", flagName)
 		}
@@ -133,14 +154,32 @@ func build(args []string) error {
 	if err != nil {
 		return err
 	}
+	e2e, err := e2eLayers(*pages, *coredns, *etcd, *sampleAPIServer, *nnp, *nginx, tools)
+	if err != nil {
+		return err
+	}
+	agnhostConfig := v1.Config{Entrypoint: []string{"/agnhost"}, Cmd: []string{"pause"}, WorkingDir: "/"}
+	webserver := agnhostConfig
+	webserver.Cmd = []string{"test-webserver"}
+	previous := agnhostConfig
+	previous.Env = []string{"AGNHOST_TAG=2.55"} // another image, of the same program
 	images := []struct {
 		refs   []string
 		layers []v1.Layer
 		config v1.Config
 	}{
+		{agnhostPrevRefs, []v1.Layer{base, agnhostLayer}, previous},
+		{kittenRefs, []v1.Layer{base, agnhostLayer, e2e.kitten}, webserver},
+		{nautilusRefs, []v1.Layer{base, agnhostLayer, e2e.nautilus}, webserver},
+		{nginxRefs, []v1.Layer{base, e2e.nginx}, v1.Config{Entrypoint: []string{"/usr/sbin/nginx", "-g", "daemon off;"}, ExposedPorts: map[string]struct{}{"80/tcp": {}}}},
+		{nonrootRefs, []v1.Layer{base}, v1.Config{Cmd: []string{"sh"}, User: "1234"}},
+		{nonewprivsRefs, []v1.Layer{base, e2e.nonewprivs}, v1.Config{Cmd: []string{"nnp"}}},
+		{glibcDNSTestingRefs, []v1.Layer{base, e2e.dnsTools}, v1.Config{Cmd: []string{"sh"}}},
+		{sampleAPIServerRefs, []v1.Layer{base, e2e.sampleAPIServer}, v1.Config{Entrypoint: []string{"/sample-apiserver"}}},
+		{etcdRefs, []v1.Layer{base, e2e.etcd}, v1.Config{Cmd: []string{"/usr/local/bin/etcd"}}},
 		{pauseRefs, []v1.Layer{pauseLayer}, v1.Config{Entrypoint: []string{"/pause"}, User: "65535:65535"}},
 		{busyboxRefs, []v1.Layer{base}, v1.Config{Cmd: []string{"sh"}}},
-		{agnhostRefs, []v1.Layer{base, agnhostLayer}, v1.Config{Entrypoint: []string{"/agnhost"}, Cmd: []string{"pause"}, WorkingDir: "/"}},
+		{agnhostRefs, []v1.Layer{base, agnhostLayer}, agnhostConfig},
 		{[]string{corednsRepository + ":" + *corednsVersion}, []v1.Layer{corednsLayer}, v1.Config{Entrypoint: []string{"/coredns"}, User: "65532:65532", ExposedPorts: map[string]struct{}{"53/tcp": {}, "53/udp": {}}}},
 	}
 
@@ -189,6 +228,111 @@ func image(layers []v1.Layer, config v1.Config) (v1.Image, error) {
 		return nil, err
 	}
 	return mutate.CreatedAt(img, v1.Time{Time: time.Unix(0, 0).UTC()})
+}
+
+// e2eImageLayers are the layers of the e2e images beside agnhost's.
+type e2eImageLayers struct {
+	kitten, nautilus, nginx, nonewprivs, dnsTools, sampleAPIServer, etcd v1.Layer
+}
+
+// nginxConfig serves /usr/share/nginx/html on port 80, as the image
+// upstream builds from nginx's own does, logging to the container's
+// output.
+const nginxConfig = `user root;
+worker_processes 1;
+error_log /dev/stderr;
+pid /tmp/nginx.pid;
+events {}
+http {
+    types { text/html html; image/jpeg jpg; application/json json; text/plain txt; }
+    default_type application/octet-stream;
+    access_log /dev/stdout;
+    client_body_temp_path /tmp/nginx-body;
+    proxy_temp_path /tmp/nginx-proxy;
+    fastcgi_temp_path /tmp/nginx-fastcgi;
+    uwsgi_temp_path /tmp/nginx-uwsgi;
+    scgi_temp_path /tmp/nginx-scgi;
+    server {
+        listen 80;
+        listen [::]:80;
+        root /usr/share/nginx/html;
+        index index.html;
+    }
+}
+`
+
+const nginxIndex = "<!DOCTYPE html>\n<html><head><title>Welcome to nginx!</title></head>\n<body><h1>Welcome to nginx!</h1></body></html>\n"
+
+// e2eLayers builds the e2e images' own layers: the pages of kitten and
+// nautilus from the release's test/images (pages), nginx with its
+// libraries and configuration, nonewprivs setuid root as upstream's, the
+// DNS tools of glibc-dns-testing (tools, with coredns at /coredns), the
+// sample API server, and etcd at /usr/local/bin/etcd.
+func e2eLayers(pages, coredns, etcd, sampleAPIServer, nnp, nginx string, tools []string) (e2eImageLayers, error) {
+	var l e2eImageLayers
+	var err error
+	for _, page := range []struct {
+		name  string
+		layer *v1.Layer
+	}{{"kitten", &l.kitten}, {"nautilus", &l.nautilus}} {
+		if *page.layer, err = filesLayer(map[string]string{
+			page.name + ".jpg": path.Join(pages, page.name, "html", page.name+".jpg"),
+			"data.json":        path.Join(pages, page.name, "html", "data.json"),
+		}); err != nil {
+			return l, fmt.Errorf("image %s: %w", page.name, err)
+		}
+	}
+	nginxFiles := map[string]string{}
+	if err := addWithLibraries(nginxFiles, "/usr/sbin/nginx="+nginx); err != nil {
+		return l, err
+	}
+	nginxEntries, err := fileEntries(nginxFiles)
+	if err != nil {
+		return l, err
+	}
+	// nginx opens its compiled-in error log before it reads its
+	// configuration: its directories are there.
+	for _, d := range []string{"etc/nginx/", "usr/share/", "usr/share/nginx/", "usr/share/nginx/html/", "var/log/", "var/log/nginx/", "var/lib/", "var/lib/nginx/"} {
+		nginxEntries = append(nginxEntries, entry{hdr: tar.Header{Name: d, Typeflag: tar.TypeDir, Mode: 0o755}})
+	}
+	nginxEntries = append(nginxEntries,
+		entry{hdr: tar.Header{Name: "etc/nginx/nginx.conf", Typeflag: tar.TypeReg, Mode: 0o644}, data: []byte(nginxConfig)},
+		entry{hdr: tar.Header{Name: "usr/share/nginx/html/index.html", Typeflag: tar.TypeReg, Mode: 0o644}, data: []byte(nginxIndex)})
+	if l.nginx, err = layer(nginxEntries); err != nil {
+		return l, fmt.Errorf("image nginx: %w", err)
+	}
+	data, err := os.ReadFile(nnp)
+	if err != nil {
+		return l, err
+	}
+	if l.nonewprivs, err = layer([]entry{
+		{hdr: tar.Header{Name: "usr/", Typeflag: tar.TypeDir, Mode: 0o755}},
+		{hdr: tar.Header{Name: "usr/local/", Typeflag: tar.TypeDir, Mode: 0o755}},
+		{hdr: tar.Header{Name: "usr/local/bin/", Typeflag: tar.TypeDir, Mode: 0o755}},
+		{hdr: tar.Header{Name: "usr/local/bin/nnp", Typeflag: tar.TypeReg, Mode: 0o4755}, data: data},
+	}); err != nil {
+		return l, fmt.Errorf("image nonewprivs: %w", err)
+	}
+	dnsFiles := map[string]string{"coredns": coredns}
+	for _, tool := range tools {
+		if err := addWithLibraries(dnsFiles, tool); err != nil {
+			return l, err
+		}
+	}
+	if l.dnsTools, err = filesLayer(dnsFiles); err != nil {
+		return l, fmt.Errorf("image glibc-dns-testing: %w", err)
+	}
+	if l.sampleAPIServer, err = filesLayer(map[string]string{"sample-apiserver": sampleAPIServer}); err != nil {
+		return l, fmt.Errorf("image sample-apiserver: %w", err)
+	}
+	etcdFiles := map[string]string{}
+	if err := addWithLibraries(etcdFiles, "/usr/local/bin/etcd="+etcd); err != nil {
+		return l, err
+	}
+	if l.etcd, err = filesLayer(etcdFiles); err != nil {
+		return l, fmt.Errorf("image etcd: %w", err)
+	}
+	return l, nil
 }
 
 // entry is one file of a layer.
@@ -240,9 +384,12 @@ func addWithLibraries(files map[string]string, tool string) error {
 		at, program = tool, tool
 	}
 	files[strings.TrimPrefix(at, "/")] = program
-	out, err := exec.Command("ldd", program).Output()
+	out, err := exec.Command("ldd", program).CombinedOutput()
+	if err != nil && strings.Contains(string(out), "not a dynamic executable") {
+		return nil // static: the program alone
+	}
 	if err != nil {
-		return fmt.Errorf("ldd %s: %w", program, err)
+		return fmt.Errorf("ldd %s: %w: %s", program, err, out)
 	}
 	for _, line := range strings.Split(string(out), "\n") {
 		f := strings.Fields(line)
@@ -266,6 +413,17 @@ func addWithLibraries(files map[string]string, tool string) error {
 // file on this machine (symbolic links followed), with the directories
 // they need.
 func filesLayer(files map[string]string) (v1.Layer, error) {
+	entries, err := fileEntries(files)
+	if err != nil {
+		return nil, err
+	}
+	return layer(entries)
+}
+
+// fileEntries are the entries of files (their path in the image to the
+// file on this machine, symbolic links followed), after the directories
+// they need, parents first.
+func fileEntries(files map[string]string) ([]entry, error) {
 	names := make([]string, 0, len(files))
 	for n := range files {
 		names = append(names, n)
@@ -293,7 +451,7 @@ func filesLayer(files map[string]string) (v1.Layer, error) {
 		}
 		entries = append(entries, entry{hdr: tar.Header{Name: n, Typeflag: tar.TypeReg, Mode: 0o755}, data: data})
 	}
-	return layer(entries)
+	return entries, nil
 }
 
 // busyboxLayer is a small root filesystem: busybox with a link for each of
