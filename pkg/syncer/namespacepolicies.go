@@ -30,8 +30,8 @@ import (
 // server, the internet) but the host API server's (the kubernetes
 // Service's cluster IPs and endpoints), those where clouds serve their
 // instance metadata and credentials (DefaultDeniedEgressCIDRs), and
-// Options.DeniedEgressCIDRs. Traffic from outside the cluster (NodePort and LoadBalancer Services) needs a policy
-// of the host admin's.
+// Options.DeniedEgressCIDRs. Traffic from outside the cluster (NodePort
+// and LoadBalancer Services) needs a policy of the host admin's.
 const IsolationPolicyName = "tenantry-isolation"
 
 // QuotaName is the ResourceQuota, and LimitRangeName the LimitRange, that
