@@ -429,6 +429,16 @@ func (s *Server) forward(ctx context.Context, w dns.ResponseWriter, req, resp *d
 		s.opts.Logger.V(1).Info("no upstream resolver answered", "cluster", t.Name, "name", req.Question[0].Name, "error", err.Error())
 		resp.SetRcode(req, dns.RcodeServerFailure)
 	default:
+		if network == "udp" {
+			// An answer kept from a TCP query, or an upstream's own, may be
+			// larger than this client takes over UDP: cut it, marked
+			// truncated, and the client asks again over TCP.
+			size := dns.MinMsgSize
+			if opt := req.IsEdns0(); opt != nil {
+				size = max(size, int(opt.UDPSize()))
+			}
+			in.Truncate(size)
+		}
 		*resp = *in
 	}
 }

@@ -76,3 +76,37 @@ func TestAnswerCache(t *testing.T) {
 		t.Errorf("the cache holds %d answers, more than its size 3", n)
 	}
 }
+
+// An answer kept from a TCP query is cut to what a UDP client takes, and
+// marked truncated, so that the client asks again over TCP.
+func TestForwardedAnswersFitTheClientsUDPSize(t *testing.T) {
+	req := new(dns.Msg)
+	req.SetQuestion("big.example.", dns.TypeA)
+	big := new(dns.Msg)
+	big.SetReply(req)
+	for i := range 100 {
+		big.Answer = append(big.Answer, &dns.A{Hdr: dns.RR_Header{Name: "big.example.", Rrtype: dns.TypeA, Class: dns.ClassINET, Ttl: 60}, A: net.IPv4(192, 0, 2, byte(i))})
+	}
+	f := newForwarder(nil)
+	f.cache.put(req, big, f.now())
+	s := &Server{forwarder: f}
+	w := &recordingWriter{remote: &net.UDPAddr{IP: net.IPv4(10, 0, 0, 1), Port: 5353}}
+	resp := new(dns.Msg)
+	s.forward(t.Context(), w, req, resp, &tenantEntry{Tenant: Tenant{Name: "t"}, forwards: make(chan struct{}, 1)})
+	packed, err := resp.Pack()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !resp.Truncated || len(packed) > dns.MinMsgSize {
+		t.Errorf("a 100-record answer to a UDP client without EDNS: %d bytes, truncated %v; want at most %d bytes, truncated", len(packed), resp.Truncated, dns.MinMsgSize)
+	}
+}
+
+// recordingWriter is a dns.ResponseWriter that only says where the query
+// came from.
+type recordingWriter struct {
+	dns.ResponseWriter
+	remote net.Addr
+}
+
+func (w *recordingWriter) RemoteAddr() net.Addr { return w.remote }
