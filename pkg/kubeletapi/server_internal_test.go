@@ -10,6 +10,7 @@ import (
 	"encoding/pem"
 	"math/big"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -91,5 +92,37 @@ func TestAuthenticatePrefersHostHeldCAs(t *testing.T) {
 	}
 	if _, err := who(newTestCA(t, "c").client(t, "x")); err == nil || !strings.Contains(err.Error(), "not signed by the client CA of any tenant") {
 		t.Fatalf("a certificate of no tenant: %v, want refused", err)
+	}
+}
+
+// A tenant's API server has at most maxRequestsPerTenant requests open at
+// once (streams that users hold open among them): the next is refused
+// with 429, naming the bound, and another tenant's still gets through.
+func TestRequestsPerTenantAreBounded(t *testing.T) {
+	caA, caB := newTestCA(t, "a"), newTestCA(t, "b")
+	s := &Server{tenants: map[string]*registered{}, byIssuer: map[string]map[string]bool{}}
+	for name, ca := range map[string]testCA{"a": caA, "b": caB} {
+		if _, err := s.Register(Tenant{Name: name, ClientCAs: ca.pem, HostCAs: ca.pem}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for range maxRequestsPerTenant {
+		s.tenants["a"].requests <- struct{}{} // a's streams, all open
+	}
+	serve := func(c *x509.Certificate, path string) *httptest.ResponseRecorder {
+		req := httptest.NewRequest(http.MethodGet, path, nil)
+		req.TLS = &tls.ConnectionState{PeerCertificates: []*x509.Certificate{c}}
+		rec := httptest.NewRecorder()
+		s.ServeHTTP(rec, req)
+		return rec
+	}
+	if rec := serve(caA.client(t, "kube-apiserver-kubelet-client"), "/containerLogs/default/web/app"); rec.Code != http.StatusTooManyRequests ||
+		!strings.Contains(rec.Body.String(), "tenant a has 256 kubelet API requests open") {
+		t.Errorf("a's request past its bound: %d %q; want 429 naming the bound", rec.Code, rec.Body.String())
+	}
+	// b's gets past the bound, to the path's check (an endpoint not
+	// served, so that the test needs no tenant API server).
+	if rec := serve(caB.client(t, "kube-apiserver-kubelet-client"), "/pods"); rec.Code != http.StatusNotFound {
+		t.Errorf("b's request: %d %q; want b unaffected by a's streams (404 for the path)", rec.Code, rec.Body.String())
 	}
 }
