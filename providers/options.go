@@ -184,7 +184,7 @@ func (o *Options) BindFlags(fs *flag.FlagSet) {
 		"Host cluster kubeconfig. Default: $KUBECONFIG, else in-cluster, else ~/.kube/config.")
 	fs.StringVar(&o.KubeContext, "context", o.KubeContext, "Kubeconfig context to use (default: its current context).")
 	fs.StringVar(&o.MetricsBindAddress, "metrics-bind-address", o.MetricsBindAddress, `Address of the Prometheus metrics endpoint; "0" turns it off.`)
-	fs.Func("metrics-secure", "Serve metrics over HTTPS to callers the host authenticates and allows get on /metrics (default true); false serves plain HTTP to anyone who reaches the address.", func(v string) error {
+	fs.BoolFunc("metrics-secure", "Serve metrics over HTTPS to callers the host authenticates and allows get on /metrics (default true); false serves plain HTTP to anyone who reaches the address.", func(v string) error {
 		secure, err := strconv.ParseBool(v)
 		o.InsecureMetrics = !secure
 		return err

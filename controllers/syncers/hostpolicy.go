@@ -2,7 +2,6 @@ package syncers
 
 import (
 	"fmt"
-	"net"
 	"os"
 	"slices"
 	"strings"
@@ -62,12 +61,8 @@ func validateHostPolicy(p tenantryv1alpha1.HostPolicy) error {
 	}
 	if p.Network != nil {
 		for _, cidr := range p.Network.DeniedEgressCIDRs {
-			_, n, err := net.ParseCIDR(cidr)
-			if err != nil {
+			if _, err := syncer.CanonicalCIDR(cidr); err != nil {
 				return fmt.Errorf("network.deniedEgressCIDRs: %w", err)
-			}
-			if ones, _ := n.Mask.Size(); ones == 0 {
-				return fmt.Errorf("network.deniedEgressCIDRs: %s is every address of its family", cidr)
 			}
 		}
 	}

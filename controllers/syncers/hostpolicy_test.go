@@ -93,7 +93,8 @@ func TestReadHostPolicy(t *testing.T) {
 		"no slash":      {"metadata:\n  deniedPrefixes: [example.com]\n", `prefix "example.com": a key prefix is a DNS subdomain and a slash`},
 		"a path":        {"metadata:\n  allowedPrefixes: [example.com/foo/]\n", `prefix "example.com/foo/"`},
 		"upper case":    {"metadata:\n  deniedPrefixes: [Example.com/]\n", `prefix "Example.com/"`},
-		"not a CIDR":    {"network:\n  deniedEgressCIDRs: [10.0.0.1]\n", `network.deniedEgressCIDRs: invalid CIDR address: 10.0.0.1`},
+		"not a CIDR":    {"network:\n  deniedEgressCIDRs: [10.0.0.1]\n", `network.deniedEgressCIDRs: "10.0.0.1" is not a CIDR`},
+		"v4-mapped":     {"network:\n  deniedEgressCIDRs: [\"::ffff:0:0/96\"]\n", `::ffff:0:0/96 is an IPv4-mapped IPv6 prefix`},
 		"every address": {"network:\n  deniedEgressCIDRs: [\"::/0\"]\n", `::/0 is every address`},
 	} {
 		if _, err := readHostPolicy(write(name, c.content)); err == nil || !strings.Contains(err.Error(), c.want) {

@@ -78,6 +78,11 @@ func parsePath(path string) (target, error) {
 // ServeHTTP serves one kubelet API request of a tenant's API server.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
+	if r.TLS == nil || len(r.TLS.PeerCertificates) == 0 {
+		// No tenant API server: whatever it asks, its connection is not
+		// kept for another request, so that it holds no place for long.
+		w.Header().Set("Connection", "close")
+	}
 	if r.URL.Path == "/healthz" {
 		_, _ = w.Write([]byte("ok"))
 		return

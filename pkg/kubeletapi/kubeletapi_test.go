@@ -298,7 +298,7 @@ func TestKubeletAPIOfVirtualNodes(t *testing.T) {
 	// node's address is the manager's): held open without a handshake,
 	// one source's are bounded, those past the bound are closed at once,
 	// and the tenant's API server still reaches its Pods' logs.
-	const flood = 200
+	const flood = 300
 	conns := make([]net.Conn, flood)
 	dialer := &net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP("127.0.0.55")}}
 	for i := range conns {
@@ -320,8 +320,8 @@ func TestKubeletAPIOfVirtualNodes(t *testing.T) {
 		})
 	}
 	wg.Wait()
-	if n := closedAtOnce.Load(); n != flood-128 {
-		t.Errorf("%d of %d idle connections from one source were closed at once; want those past 128", n, flood)
+	if n := closedAtOnce.Load(); n != flood-256 {
+		t.Errorf("%d of %d idle connections from one source were closed at once; want those past 256", n, flood)
 	}
 	tenant1 := kubernetes.NewForConfigOrDie(w.Env.Tenants[0].Config())
 	if raw, err := tenant1.CoreV1().Pods("default").GetLogs("web", &corev1.PodLogOptions{Container: "app"}).DoRaw(t.Context()); err != nil || !strings.HasPrefix(string(raw), said["tenant-1"]) {

@@ -16,8 +16,9 @@ const (
 	maxConnections = 1024
 	// maxConnectionsPerSource bounds one source address's open
 	// connections: a tenant API server's streams (logs -f, exec,
-	// port-forward) of all its users, or a Pod trying its luck.
-	maxConnectionsPerSource = 128
+	// port-forward) of all its users, one connection each, as many as
+	// maxRequestsPerTenant; or a Pod trying its luck.
+	maxConnectionsPerSource = maxRequestsPerTenant
 	// maxRequestsPerTenant bounds the requests (streams included) that
 	// one tenant's API server has open at once: beyond, 429.
 	maxRequestsPerTenant = 256

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/netip"
 	"slices"
 
 	corev1 "k8s.io/api/core/v1"
@@ -133,14 +134,11 @@ func newNamespacePolicies(tr translator, hostRead client.Reader, host client.Cli
 func egressDenials(apiServerIPs, more []string) ([]string, error) {
 	var out []string
 	add := func(cidr string) error {
-		_, n, err := net.ParseCIDR(cidr)
+		prefix, err := CanonicalCIDR(cidr)
 		if err != nil {
 			return fmt.Errorf("denied egress: %w", err)
 		}
-		if ones, _ := n.Mask.Size(); ones == 0 {
-			return fmt.Errorf("denied egress: %s is every address of its family (a Pod would reach nothing)", cidr)
-		}
-		if c := n.String(); !slices.Contains(out, c) {
+		if c := prefix.String(); !slices.Contains(out, c) {
 			out = append(out, c)
 		}
 		return nil
@@ -342,6 +340,24 @@ func (p *namespacePolicies) alreadyExists(ctx context.Context, policy namespaceP
 	return true, nil
 }
 
+// CanonicalCIDR is cidr as a NetworkPolicy's ipBlock takes it: its network
+// address, IPv4 as IPv4 (an IPv4-mapped IPv6 prefix is refused, as the
+// family it names is unclear), and narrower than every address of its
+// family, which would leave a Pod nothing to reach.
+func CanonicalCIDR(cidr string) (netip.Prefix, error) {
+	prefix, err := netip.ParsePrefix(cidr)
+	if err != nil {
+		return netip.Prefix{}, fmt.Errorf("%q is not a CIDR: %w", cidr, err)
+	}
+	if prefix.Addr().Is4In6() {
+		return netip.Prefix{}, fmt.Errorf("%s is an IPv4-mapped IPv6 prefix: write the IPv4 CIDR", cidr)
+	}
+	if prefix.Bits() == 0 {
+		return netip.Prefix{}, fmt.Errorf("%s is every address of its family (a Pod would reach nothing)", cidr)
+	}
+	return prefix.Masked(), nil
+}
+
 // isolationPolicy is the spec of the isolation NetworkPolicy of cluster's
 // host namespaces (see IsolationPolicyName): all Pods; ingress from the
 // VirtualCluster's host namespaces and from the host's own, not from other
@@ -350,7 +366,7 @@ func (p *namespacePolicies) alreadyExists(ctx context.Context, policy namespaceP
 func isolationPolicy(cluster string, denied []string) networkingv1.NetworkPolicySpec {
 	var v4, v6 []string
 	for _, cidr := range denied {
-		if ip, _, _ := net.ParseCIDR(cidr); ip.To4() != nil {
+		if netip.MustParsePrefix(cidr).Addr().Is4() {
 			v4 = append(v4, cidr)
 		} else {
 			v6 = append(v6, cidr)

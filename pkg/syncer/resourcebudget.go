@@ -349,8 +349,8 @@ func (b *resourceBudget) usage(t countedType, obj client.Object) corev1.Resource
 // gets the LimitRange's default limits and default requests that it does
 // not state, as the LimitRanger plugin gives them.
 func withDefaults(pod *corev1.Pod, limitRange *corev1.LimitRangeSpec) *corev1.Pod {
-	if limitRange == nil {
-		return pod
+	if limitRange == nil || !lacksAny(pod, limitRange) {
+		return pod // nothing to give: no copy
 	}
 	out := pod.DeepCopy()
 	for _, item := range limitRange.Limits {
@@ -393,6 +393,30 @@ func withDefaults(pod *corev1.Pod, limitRange *corev1.LimitRangeSpec) *corev1.Po
 		}
 	}
 	return out
+}
+
+// lacksAny says whether a container of pod states no request or limit of
+// a resource that limitRange's container items name.
+func lacksAny(pod *corev1.Pod, limitRange *corev1.LimitRangeSpec) bool {
+	for _, item := range limitRange.Limits {
+		if item.Type != corev1.LimitTypeContainer {
+			continue
+		}
+		named := slices.Concat(slices.Collect(maps.Keys(item.Default)), slices.Collect(maps.Keys(item.DefaultRequest)),
+			slices.Collect(maps.Keys(item.Max)), slices.Collect(maps.Keys(item.Min)))
+		for _, cs := range [][]corev1.Container{pod.Spec.InitContainers, pod.Spec.Containers} {
+			for _, c := range cs {
+				for _, name := range named {
+					_, limited := c.Resources.Limits[name]
+					_, requested := c.Resources.Requests[name]
+					if !limited || !requested {
+						return true
+					}
+				}
+			}
+		}
+	}
+	return false
 }
 
 // computeBudgetNames are the budget's compute names, each with what a

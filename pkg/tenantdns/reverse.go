@@ -10,6 +10,7 @@ import (
 	"github.com/miekg/dns"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
 // isReverse says whether qname (lower case, fully qualified) is a reverse
@@ -21,7 +22,8 @@ func isReverse(qname string) bool {
 // reverse answers a reverse lookup from the tenant's own objects alone,
 // as CoreDNS's kubernetes plugin answers its cluster's: a Service's
 // cluster IP (or the host IP serving it) names the Service, and a ready
-// endpoint of a headless Service names the endpoint. Any other address
+// endpoint of a Service names the endpoint (its hostname, or its dashed
+// IP, under the Service's name). Any other address
 // does not exist for the tenant: reverse lookups are never forwarded, so
 // that a tenant cannot walk the host's Service range and learn the names
 // of other tenants' host namespaces and Services.
@@ -31,7 +33,8 @@ func (s *Server) reverse(ctx context.Context, t *tenantEntry, qname string, q dn
 		return nil, errNoName
 	}
 	var services corev1.ServiceList
-	if err := t.Reader.List(ctx, &services); err != nil {
+	// Read only: the cache's own objects, not a copy of each.
+	if err := t.Reader.List(ctx, &services, client.UnsafeDisableDeepCopy); err != nil {
 		return nil, fmt.Errorf("listing Services: %w", err)
 	}
 	var names []string
@@ -43,7 +46,7 @@ func (s *Server) reverse(ctx context.Context, t *tenantEntry, qname string, q dn
 	}
 	if len(names) == 0 {
 		var endpointSlices discoveryv1.EndpointSliceList
-		if err := t.Reader.List(ctx, &endpointSlices); err != nil {
+		if err := t.Reader.List(ctx, &endpointSlices, client.UnsafeDisableDeepCopy); err != nil {
 			return nil, fmt.Errorf("listing EndpointSlices: %w", err)
 		}
 		for _, es := range endpointSlices.Items {

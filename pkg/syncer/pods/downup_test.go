@@ -412,6 +412,9 @@ func TestImagePullPolicy(t *testing.T) {
 	tenant := tenantPod(func(p *corev1.Pod) {
 		p.Spec.Containers[0].ImagePullPolicy = corev1.PullNever
 		p.Spec.InitContainers[0].ImagePullPolicy = corev1.PullIfNotPresent
+		p.Spec.Volumes = append(p.Spec.Volumes, corev1.Volume{Name: "models", VolumeSource: corev1.VolumeSource{
+			Image: &corev1.ImageVolumeSource{Reference: "registry.example/models:1", PullPolicy: corev1.PullNever},
+		}})
 	})
 	for _, tc := range []struct {
 		keep bool
@@ -426,8 +429,13 @@ func TestImagePullPolicy(t *testing.T) {
 		if got := host.Spec.Containers[0].ImagePullPolicy; got != tc.want {
 			t.Errorf("keep %v: the host container pulls %s, want %s", tc.keep, got, tc.want)
 		}
+		for _, v := range host.Spec.Volumes {
+			if v.Image != nil && v.Image.PullPolicy != tc.want {
+				t.Errorf("keep %v: the image volume pulls %s, want %s", tc.keep, v.Image.PullPolicy, tc.want)
+			}
+		}
 		note := s.Stripped(tenant)
-		if told := strings.Contains(note, "imagePullPolicy of init, web (Always in the host"); told == tc.keep {
+		if told := strings.Contains(note, "imagePullPolicy of init, web, volume models (Always in the host"); told == tc.keep {
 			t.Errorf("keep %v: the tenant is told %q", tc.keep, note)
 		}
 	}

@@ -216,6 +216,10 @@ func (r *virtualNodes) shown(ctx context.Context, name string) (*corev1.Node, er
 	return read()
 }
 
+// maxHostReads bounds the host copies bound reads from the host itself,
+// not its cache, in one call.
+const maxHostReads = 3
+
 // bound says whether a Pod of the tenant runs on host node name: bound to
 // it in the tenant, and its host copy in the host. The tenant's word alone
 // is not enough: a tenant could name any host node in a Pod of its own (or
@@ -225,6 +229,7 @@ func (r *virtualNodes) bound(ctx context.Context, name string) (bool, error) {
 	if err := r.tenant.List(ctx, &pods, client.MatchingFields{podNodeNameIndex: name}); err != nil {
 		return false, fmt.Errorf("listing tenant Pods on node %s: %w", name, err)
 	}
+	hostReads := 0
 	for _, p := range pods.Items {
 		if r.scope.Excluded(p.Namespace) {
 			continue
@@ -232,11 +237,15 @@ func (r *virtualNodes) bound(ctx context.Context, name string) (bool, error) {
 		var host corev1.Pod
 		key := r.scope.HostKey(client.ObjectKeyFromObject(&p))
 		err := r.scope.HostReader().Get(ctx, key, &host)
-		if apierrors.IsNotFound(err) && p.DeletionTimestamp.IsZero() {
+		if apierrors.IsNotFound(err) && p.DeletionTimestamp.IsZero() && p.Status.PodIP != "" && hostReads < maxHostReads {
 			// The cache holds only copies labelled as Tenantry's: one whose
 			// labels someone took off (Tenantry puts them back) is read
 			// from the host itself, so that its node does not go from the
-			// tenant meanwhile (its kubectl logs would fail).
+			// tenant meanwhile (its kubectl logs would fail). Only for a
+			// Pod that ran in the host (its status, Tenantry's, has an IP),
+			// and a few a call: a tenant's Pods that name a node and never
+			// had a copy cost the host nothing.
+			hostReads++
 			err = r.scope.HostClient().Get(ctx, key, &host)
 		}
 		switch {

@@ -89,6 +89,13 @@ func (p Policy) apply(spec *corev1.PodSpec, cluster string) (stripped []string, 
 				}
 			}
 		}
+		// An image volume mounts an image as a container runs one.
+		for i := range spec.Volumes {
+			if v := spec.Volumes[i].Image; v != nil && v.PullPolicy != corev1.PullAlways {
+				v.PullPolicy = corev1.PullAlways
+				pulled = append(pulled, "volume "+spec.Volumes[i].Name)
+			}
+		}
 		if len(pulled) > 0 {
 			stripped = append(stripped, fmt.Sprintf("imagePullPolicy of %s (Always in the host: the images a node holds are every tenant's)", strings.Join(pulled, ", ")))
 		}
