@@ -204,6 +204,19 @@ func (k *kitNetwork) forwardDrop(op string) []string {
 func (k *kitNetwork) removeLeftovers() {
 	for run(k.forwardDrop("-D")...) == nil {
 	}
+	// A node's veth first, at once and with its peer: deleting its
+	// namespace frees them only as the kernel gets round to it, after a
+	// new one of the same name may be wanted.
+	links, _ := exec.Command("ip", "-o", "link", "show").Output()
+	vethPrefix := fmt.Sprintf("tk%dn", k.index)
+	for _, line := range strings.Split(string(links), "\n") {
+		// "237: tk0n1@if2: <...>"
+		if f := strings.Fields(line); len(f) > 1 {
+			if name, _, _ := strings.Cut(strings.TrimSuffix(f[1], ":"), "@"); strings.HasPrefix(name, vethPrefix) {
+				_ = run("ip", "link", "del", name)
+			}
+		}
+	}
 	_ = run("ip", "link", "del", k.bridge())
 	out, _ := exec.Command("ip", "netns", "list").Output()
 	prefix := fmt.Sprintf("tenantry-kit%d-node", k.index)
