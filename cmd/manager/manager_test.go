@@ -276,7 +276,16 @@ func TestManagementApp(t *testing.T) {
 		expectReady(t, host, "alpha", metav1.ConditionTrue, tenantryv1alpha1.ReasonSpawned)
 
 		// alpha runs tenant-2 now, a bare API server: the Pod brings the
-		// token volume that a tenant's admission would add.
+		// token volume that a tenant's admission would add. late, which
+		// runs tenant-2 too, is paused meanwhile: whichever of the two
+		// saw the Pod first would have it scheduled, and to the other it
+		// would be a Pod that ran, never copied again.
+		setPaused(t, host, "late", true)
+		expectReady(t, host, "late", metav1.ConditionFalse, tenantryv1alpha1.ReasonPaused)
+		defer func() {
+			setPaused(t, host, "late", false)
+			expectReady(t, host, "late", metav1.ConditionTrue, tenantryv1alpha1.ReasonSpawned)
+		}()
 		tenant := newHostClient(t, env.Tenants[1])
 		account := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "runner"}}
 		pod := &corev1.Pod{
@@ -422,6 +431,94 @@ func TestManagementApp(t *testing.T) {
 			lErr := host.Get(ctx, client.ObjectKey{Namespace: hostNS, Name: syncer.LimitRangeName}, &corev1.LimitRange{})
 			return apierrors.IsNotFound(qErr) && apierrors.IsNotFound(lErr), fmt.Errorf("quota: %v; limits: %v", qErr, lErr)
 		})
+	})
+
+	t.Run("a tenant past spec.hostPolicy.cache is CacheLimitExceeded, and the others sync on", func(t *testing.T) {
+		ctx := t.Context()
+		oneMi, eightMi := resource.MustParse("1Mi"), resource.MustParse("8Mi")
+		vc := &tenantryv1alpha1.VirtualCluster{
+			ObjectMeta: metav1.ObjectMeta{Name: "hoarder"},
+			Spec: tenantryv1alpha1.VirtualClusterSpec{
+				KubeconfigSecretRef: tenantryv1alpha1.SecretKeyReference{Namespace: "default", Name: "late-kubeconfig"},
+				HostPolicy:          &tenantryv1alpha1.HostPolicy{Cache: &tenantryv1alpha1.CachePolicy{MaxBytes: &oneMi}},
+			},
+		}
+		tooSmall := resource.MustParse("512Ki")
+		vc.Spec.HostPolicy.Cache.MaxBytes = &tooSmall
+		if err := host.Create(ctx, vc); !apierrors.IsInvalid(err) {
+			t.Fatalf("a cache of 512Ki: %v; want Invalid", err)
+		}
+		vc.Spec.HostPolicy.Cache.MaxBytes = &oneMi
+		if err := host.Create(ctx, vc); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			if err := host.Delete(context.Background(), vc); client.IgnoreNotFound(err) != nil {
+				t.Errorf("deleting hoarder: %v", err)
+			}
+		})
+		expectReady(t, host, "hoarder", metav1.ConditionTrue, tenantryv1alpha1.ReasonSpawned)
+
+		// The attack: ServiceAccounts with 200 KiB of annotations each.
+		hoarding, other := newHostClient(t, env.Tenants[1]), newHostClient(t, env.Tenants[0])
+		if err := hoarding.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "hoard"}}); err != nil {
+			t.Fatal(err)
+		}
+		attack := make(chan error, 1)
+		go func() {
+			for i := range 8 {
+				sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: "hoard", Name: fmt.Sprintf("sa-%d", i),
+					Annotations: map[string]string{"hoard.example.com/data": strings.Repeat("x", 200<<10)}}}
+				if err := hoarding.Create(context.Background(), sa); err != nil {
+					attack <- err
+					return
+				}
+			}
+			attack <- nil
+		}()
+		// Meanwhile another tenant's object is copied as fast as ever.
+		began := time.Now()
+		sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: "policed", Name: "meanwhile"}}
+		if err := other.Create(ctx, sa); err != nil {
+			t.Fatal(err)
+		}
+		eventually(t, 10*time.Second, "policed's ServiceAccount in the host", func(ctx context.Context) (bool, error) {
+			err := host.Get(ctx, client.ObjectKey{Namespace: syncer.HostNamespace("policed", "policed"), Name: "meanwhile"}, &corev1.ServiceAccount{})
+			return err == nil, err
+		})
+		if took := time.Since(began); took > 5*time.Second {
+			t.Errorf("policed's ServiceAccount copied in %s during the attack; want under 5s", took)
+		}
+		if err := <-attack; err != nil {
+			t.Fatal(err)
+		}
+		vc = expectReady(t, host, "hoarder", metav1.ConditionFalse, tenantryv1alpha1.ReasonCacheLimitExceeded)
+		if msg := meta.FindStatusCondition(vc.Status.Conditions, tenantryv1alpha1.ConditionReady).Message; !strings.Contains(msg, "ServiceAccount") || !strings.Contains(msg, "1.00 MiB") {
+			t.Errorf("Ready message %q; want the type and the limit", msg)
+		}
+		expectEvent(t, host, "hoarder", tenantryv1alpha1.ReasonCacheLimitExceeded)
+		if n := tenantrytest.Metric(t, "tenantry_registry_cache_limit_exceeded_total", map[string]string{"cluster": "hoarder"}).GetCounter().GetValue(); n < 1 {
+			t.Errorf("cache_limit_exceeded_total{hoarder} = %v; want at least 1", n)
+		}
+		for _, name := range []string{"late", "policed"} {
+			if s, err := registry.Status(name); err != nil || s.State != clusterregistry.StateRunning {
+				t.Errorf("%s: %v, %v; want Running", name, s.State, err)
+			}
+		}
+
+		// A host admin who raises the limit has the tenant synced at once.
+		before := vc.DeepCopy()
+		vc.Spec.HostPolicy.Cache.MaxBytes = &eightMi
+		if err := host.Patch(ctx, vc, client.MergeFrom(before)); err != nil {
+			t.Fatal(err)
+		}
+		expectReady(t, host, "hoarder", metav1.ConditionTrue, tenantryv1alpha1.ReasonSpawned)
+		if err := host.Delete(ctx, vc); err != nil {
+			t.Fatal(err)
+		}
+		if err := hoarding.DeleteAllOf(ctx, &corev1.ServiceAccount{}, client.InNamespace("hoard")); err != nil {
+			t.Fatal(err)
+		}
 	})
 
 	t.Run("delete stops the tenant app, deletes its host namespaces and removes the finalizer", func(t *testing.T) {

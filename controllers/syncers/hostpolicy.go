@@ -7,10 +7,12 @@ import (
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"sigs.k8s.io/yaml"
 
 	tenantryv1alpha1 "github.com/tenantry/tenantry/pkg/apis/tenantry/v1alpha1"
+	"github.com/tenantry/tenantry/pkg/clusterregistry"
 	"github.com/tenantry/tenantry/pkg/syncer"
 	"github.com/tenantry/tenantry/pkg/syncer/pods"
 )
@@ -68,6 +70,14 @@ func validateHostPolicy(p tenantryv1alpha1.HostPolicy) error {
 	}
 	if err := syncer.ValidateBudget(p.Budget); err != nil {
 		return fmt.Errorf("budget: %w", err)
+	}
+	if c := p.Cache; c != nil {
+		if c.MaxObjects != nil && *c.MaxObjects < 1 {
+			return fmt.Errorf("cache.maxObjects: %d is not a positive number", *c.MaxObjects)
+		}
+		if c.MaxBytes != nil && c.MaxBytes.Cmp(resource.MustParse("1Mi")) < 0 {
+			return fmt.Errorf("cache.maxBytes: %s is less than 1Mi", c.MaxBytes)
+		}
 	}
 	if p.Metadata != nil {
 		for _, prefix := range append(slices.Clone(p.Metadata.DeniedPrefixes), p.Metadata.AllowedPrefixes...) {
@@ -152,7 +162,36 @@ func overDefault(def tenantryv1alpha1.HostPolicy, vc *tenantryv1alpha1.HostPolic
 	if len(vc.Budget) > 0 {
 		out.Budget = vc.Budget
 	}
+	if c := vc.Cache; c != nil {
+		cache := tenantryv1alpha1.CachePolicy{}
+		if def.Cache != nil {
+			cache = *def.Cache
+		}
+		if c.MaxObjects != nil {
+			cache.MaxObjects = c.MaxObjects
+		}
+		if c.MaxBytes != nil {
+			cache.MaxBytes = c.MaxBytes
+		}
+		out.Cache = &cache
+	}
 	return out
+}
+
+// cacheLimits are the bounds p sets on what the manager holds of the
+// tenant; 0 where it sets none (the registry's default).
+func cacheLimits(p tenantryv1alpha1.HostPolicy) clusterregistry.CacheLimits {
+	var l clusterregistry.CacheLimits
+	if p.Cache == nil {
+		return l
+	}
+	if p.Cache.MaxObjects != nil {
+		l.Objects = *p.Cache.MaxObjects
+	}
+	if p.Cache.MaxBytes != nil {
+		l.Bytes = p.Cache.MaxBytes.Value()
+	}
+	return l
 }
 
 // either is a when it is set, else b.

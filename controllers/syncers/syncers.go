@@ -379,6 +379,7 @@ func newTenants(p tenantParams) (*Tenants, error) {
 			opts.DeniedEgressCIDRs = policy.Network.DeniedEgressCIDRs
 		}
 		opts.Budget = policy.Budget
+		opts.CacheLimits = cacheLimits(policy)
 		opts.StatusReporter = syncStatusReporter(p.Manager.GetClient(), cluster)
 		if len(opts.Budget) > 0 {
 			opts.BudgetReporter = budgetReporter(p.Manager.GetClient(), cluster, opts.Budget)

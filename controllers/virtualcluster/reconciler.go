@@ -256,6 +256,9 @@ func (r *Reconciler) reconcileCluster(ctx context.Context, vc *tenantryv1alpha1.
 			return readiness{retry: err}
 		case errors.Is(err, clusterregistry.ErrUnreachable):
 			return notReady(tenantryv1alpha1.ReasonUnreachable, fmt.Sprintf("The tenant API server did not answer: %v", err), err)
+		case errors.Is(err, clusterregistry.ErrCacheLimit):
+			return notReady(tenantryv1alpha1.ReasonCacheLimitExceeded, fmt.Sprintf(
+				"The tenant cluster holds more than the manager may hold of it (spec.hostPolicy.cache), so it is not synced; retrying with backoff, and at once when the policy changes: %v", err), err)
 		default:
 			return notReady(tenantryv1alpha1.ReasonFailed, fmt.Sprintf("Starting the cluster's controllers failed: %v", err), err)
 		}

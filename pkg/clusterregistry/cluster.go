@@ -105,6 +105,10 @@ func (r *RemoteClusterRegistry) supervise(c *cluster, t *tenant) {
 			r.remove(c)
 			return
 
+		case <-t.meter.Exceeded():
+			r.fail(c, t, fmt.Errorf("cluster %q: %w", c.name, t.meter.Err()))
+			return
+
 		case <-t.exited:
 			err := t.exitErr
 			if err == nil {

@@ -21,7 +21,8 @@
 //   - string tagged `name:"cluster-name"`: the name given to Spawn;
 //   - *rest.Config: the cluster's config (a copy; the caller's is never
 //     changed);
-//   - logr.Logger: the registry's logger with the key "cluster" set.
+//   - logr.Logger: the registry's logger with the key "cluster" set;
+//   - *CacheMeter: what the cluster's cache holds, and its limits.
 //
 // The parameter object Tenant holds them all, with the tags spelled once,
 // so that the compiler sees a typo; ManageClientTag and ClusterNameTag are
@@ -79,11 +80,29 @@
 // may see an object's event twice when one arrives meanwhile; each
 // handler gets the informer's resyncs, whatever period it asks for.
 //
+// # What a cluster may hold
+//
+// Every cluster's cache is bounded (CacheLimits): by default 50,000
+// objects and 64 MiB of them as encoded, every watched type together.
+// Options.CacheLimits changes the default, and a module can set one
+// cluster's own through its CacheMeter before the manager starts. A
+// cluster is listed in pages, each counted as it comes, and no answer of
+// its API server but a watch may be larger than twice its byte limit, so
+// a cluster that holds more is never read whole. A cluster past a limit,
+// at Spawn or later, is torn down with an error wrapping ErrCacheLimit
+// that gives the figures and the type that holds the most: Spawn fails
+// with it, or the cluster is reported Failed with it. No other cluster is
+// touched. A cluster's informers list rather than stream their first
+// state (a streamed list enters the store only once it ends).
+//
 // # Metrics
 //
 // The registry exports, through controller-runtime's metrics registry:
 // tenantry_registry_clusters{state}, tenantry_registry_cluster_state{cluster,
-// state}, tenantry_registry_cluster_failures_total{cluster}, and the
+// state}, tenantry_registry_cluster_failures_total{cluster},
+// tenantry_registry_cache_objects{cluster}, tenantry_registry_cache_bytes{cluster},
+// tenantry_registry_cache_limit_bytes{cluster},
+// tenantry_registry_cache_limit_exceeded_total{cluster}, and the
 // histograms tenantry_registry_spawn_duration_seconds{result} and
 // tenantry_registry_stop_duration_seconds{result}.
 package clusterregistry

@@ -5,10 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -17,9 +19,15 @@ import (
 	"k8s.io/client-go/util/watchlist"
 )
 
-// newDirectInformer is the NewInformer of every cluster's cache. It builds
-// a directInformer: client-go's informer, with each event handed to every
-// handler on the informer's own goroutine.
+// newDirectInformer builds a directInformer whose objects no meter counts.
+func newDirectInformer(lw toolscache.ListerWatcher, obj runtime.Object, resync time.Duration, indexers toolscache.Indexers) toolscache.SharedIndexInformer {
+	return newMeteredInformer(nil, lw, obj, resync, indexers)
+}
+
+// newMeteredInformer is the NewInformer of every cluster's cache (through
+// its CacheMeter). It builds a directInformer: client-go's informer, with
+// each event handed to every handler on the informer's own goroutine, and
+// every object it stores counted by m (when not nil).
 //
 // client-go's shared informer gives each handler a goroutine pair and a
 // buffer of 1,024 notifications (16 KiB) that is never given back. A
@@ -27,17 +35,22 @@ import (
 // 1,000 clusters those buffers alone were a fifth of the manager's heap.
 // The handlers here are controller-runtime's, which only put requests on a
 // queue, so they need neither.
-func newDirectInformer(lw toolscache.ListerWatcher, obj runtime.Object, resync time.Duration, indexers toolscache.Indexers) toolscache.SharedIndexInformer {
+func newMeteredInformer(m *CacheMeter, lw toolscache.ListerWatcher, obj runtime.Object, resync time.Duration, indexers toolscache.Indexers) toolscache.SharedIndexInformer {
 	if indexers == nil {
 		indexers = toolscache.Indexers{} // an Indexer, not a bare Store
 	}
-	i := &directInformer{}
+	i := &directInformer{meter: m, usage: m.track(typeName(obj))}
 	store, controller := toolscache.NewInformerWithOptions(toolscache.InformerOptions{
-		ListerWatcher: drainingListerWatcher{toolscache.ToListerWatcherWithContext(lw), lw},
-		ObjectType:    obj,
-		Handler:       (*directHandlers)(i),
-		ResyncPeriod:  resync,
-		Indexers:      indexers,
+		ListerWatcher: drainingListerWatcher{
+			ListerWatcherWithContext: toolscache.ToListerWatcherWithContext(lw),
+			given:                    lw,
+			meter:                    m,
+			usage:                    i.usage,
+		},
+		ObjectType:   obj,
+		Handler:      (*directHandlers)(i),
+		ResyncPeriod: resync,
+		Indexers:     indexers,
 		// Set (SetTransform) before Run, which starts the only callers.
 		Transform: func(o any) (any, error) {
 			if i.transform == nil {
@@ -48,6 +61,15 @@ func newDirectInformer(lw toolscache.ListerWatcher, obj runtime.Object, resync t
 	})
 	i.indexer, i.controller = store.(toolscache.Indexer), controller
 	return i
+}
+
+// typeName names obj's type for a person: its kind and group, else its Go
+// type.
+func typeName(obj runtime.Object) string {
+	if gvk := obj.GetObjectKind().GroupVersionKind(); gvk.Kind != "" {
+		return gvk.GroupKind().String()
+	}
+	return strings.TrimPrefix(fmt.Sprintf("%T", obj), "*")
 }
 
 // directInformer is a SharedIndexInformer that calls its event handlers
@@ -66,6 +88,11 @@ func newDirectInformer(lw toolscache.ListerWatcher, obj runtime.Object, resync t
 //   - a handler's own resync period is not honoured: every handler gets
 //     the informer's resyncs.
 type directInformer struct {
+	// meter counts what the store holds, as usage; both nil when nothing
+	// counts it.
+	meter *CacheMeter
+	usage *informerUsage
+
 	indexer    toolscache.Indexer
 	controller toolscache.Controller
 	transform  toolscache.TransformFunc
@@ -104,6 +131,9 @@ func (r *directRegistration) HasSyncedChecker() toolscache.DoneChecker {
 type directHandlers directInformer
 
 func (h *directHandlers) OnAdd(obj any, isInInitialList bool) {
+	if h.meter != nil {
+		h.meter.add(h.usage, 1, encodedSize(obj))
+	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	for _, r := range h.handlers {
@@ -112,6 +142,9 @@ func (h *directHandlers) OnAdd(obj any, isInInitialList bool) {
 }
 
 func (h *directHandlers) OnUpdate(oldObj, newObj any) {
+	if h.meter != nil && oldObj != newObj {
+		h.meter.add(h.usage, 0, encodedSize(newObj)-encodedSize(oldObj))
+	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	for _, r := range h.handlers {
@@ -120,6 +153,9 @@ func (h *directHandlers) OnUpdate(oldObj, newObj any) {
 }
 
 func (h *directHandlers) OnDelete(obj any) {
+	if h.meter != nil {
+		h.meter.add(h.usage, -1, -encodedSize(obj))
+	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	for _, r := range h.handlers {
@@ -199,6 +235,7 @@ func (i *directInformer) RunWithContext(ctx context.Context) {
 	}
 	i.started = true
 	i.mu.Unlock()
+	defer i.meter.untrack(i.usage) // its store goes with it
 	defer i.stopped.Store(true)
 	i.controller.RunWithContext(ctx)
 }
@@ -247,7 +284,8 @@ func (i *directInformer) IsStopped() bool { return i.stopped.Load() }
 
 // drainingListerWatcher is a cluster informer's ListerWatcher: the one
 // controller-runtime gives, whose watches, once stopped, are read until
-// they close.
+// they close, and whose lists and watches are counted by the cluster's
+// CacheMeter (when not nil).
 //
 // controller-runtime wraps the watch of a metadata-only informer in
 // apimachinery's watch.Filter, whose goroutine hands each event on and
@@ -258,10 +296,47 @@ func (i *directInformer) IsStopped() bool { return i.stopped.Load() }
 type drainingListerWatcher struct {
 	toolscache.ListerWatcherWithContext
 	given toolscache.ListerWatcher
+	meter *CacheMeter
+	usage *informerUsage
 }
 
 func (d drainingListerWatcher) List(options metav1.ListOptions) (runtime.Object, error) {
 	return d.ListWithContext(context.Background(), options)
+}
+
+// ListWithContext lists in pages of listPageSize, each counted by the
+// meter as it comes: a list from the API server's watch cache at any
+// version ("0") would be sent whole, so it is asked for at the latest
+// version, which the cache also serves, in pages.
+func (d drainingListerWatcher) ListWithContext(ctx context.Context, options metav1.ListOptions) (runtime.Object, error) {
+	if d.meter == nil {
+		return d.ListerWatcherWithContext.ListWithContext(ctx, options)
+	}
+	if err := d.meter.Err(); err != nil {
+		return nil, err
+	}
+	first := options.Continue == ""
+	if first && options.ResourceVersion == "0" {
+		options.ResourceVersion, options.ResourceVersionMatch = "", ""
+	}
+	if options.Limit <= 0 || options.Limit > listPageSize {
+		options.Limit = listPageSize
+	}
+	page, err := d.ListerWatcherWithContext.ListWithContext(ctx, options)
+	if err != nil {
+		if merr := d.meter.Err(); merr != nil {
+			return nil, merr // cut: its answer was larger than the meter lets in
+		}
+		return nil, err
+	}
+	last := true
+	if l, lerr := meta.ListAccessor(page); lerr == nil {
+		last = l.GetContinue() == ""
+	}
+	if err := d.meter.listed(d.usage, page, first, last); err != nil {
+		return nil, err
+	}
+	return page, nil
 }
 
 func (d drainingListerWatcher) Watch(options metav1.ListOptions) (watch.Interface, error) {
@@ -269,17 +344,27 @@ func (d drainingListerWatcher) Watch(options metav1.ListOptions) (watch.Interfac
 }
 
 func (d drainingListerWatcher) WatchWithContext(ctx context.Context, options metav1.ListOptions) (watch.Interface, error) {
+	if err := d.meter.Err(); err != nil {
+		return nil, err
+	}
 	w, err := d.ListerWatcherWithContext.WatchWithContext(ctx, options)
 	if err != nil {
 		return nil, err
 	}
-	return &drainOnStop{Interface: w}, nil
+	dw := &drainOnStop{Interface: w, meter: d.meter}
+	if err := d.meter.watching(dw); err != nil {
+		dw.Stop()
+		return nil, err
+	}
+	return dw, nil
 }
 
 // IsWatchListSemanticsUnSupported keeps what the given ListerWatcher
-// says of streaming lists (see watchlist.DoesClientNotSupportWatchListSemantics).
+// says of streaming lists (see watchlist.DoesClientNotSupportWatchListSemantics),
+// but for a counted informer, which lists in pages: a streaming list is
+// put in the store only once it has ended, whatever its size.
 func (d drainingListerWatcher) IsWatchListSemanticsUnSupported() bool {
-	return watchlist.DoesClientNotSupportWatchListSemantics(d.given)
+	return d.meter != nil || watchlist.DoesClientNotSupportWatchListSemantics(d.given)
 }
 
 // drainOnStop is a watch that, once stopped, is read until its result
@@ -287,12 +372,14 @@ func (d drainingListerWatcher) IsWatchListSemanticsUnSupported() bool {
 // its way is dropped, and nothing waits to hand it on.
 type drainOnStop struct {
 	watch.Interface
-	once sync.Once
+	meter *CacheMeter
+	once  sync.Once
 }
 
 func (w *drainOnStop) Stop() {
 	w.Interface.Stop()
 	w.once.Do(func() {
+		w.meter.unwatch(w)
 		go func() {
 			for range w.ResultChan() {
 			}

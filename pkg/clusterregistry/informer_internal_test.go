@@ -35,14 +35,20 @@ func TestStoppedWatchLeavesNoGoroutine(t *testing.T) {
 }
 
 // The ListerWatcher keeps saying what the given one says of streaming
-// lists, so that the reflector's choice is the same.
+// lists, so that the reflector's choice is the same; a counted one never
+// streams, since a streamed list is only put in the store whole.
 func TestDrainingListerWatcherKeepsWatchListSemantics(t *testing.T) {
 	for _, unsupported := range []bool{false, true} {
 		given := toolscache.ToListWatcherWithWatchListSemantics(&toolscache.ListWatch{}, fakeWatchListClient{unsupported})
-		lw := drainingListerWatcher{toolscache.ToListerWatcherWithContext(given), given}
+		lw := drainingListerWatcher{ListerWatcherWithContext: toolscache.ToListerWatcherWithContext(given), given: given}
 		if got := lw.IsWatchListSemanticsUnSupported(); got != unsupported {
 			t.Errorf("IsWatchListSemanticsUnSupported = %v, want %v", got, unsupported)
 		}
+		lw.meter = newCacheMeter("c", CacheLimits{Objects: 1, Bytes: 1})
+		if !lw.IsWatchListSemanticsUnSupported() {
+			t.Errorf("a counted ListerWatcher says it streams lists")
+		}
+		lw.meter.forget()
 	}
 }
 

@@ -24,6 +24,26 @@ var (
 		Help: "Times a running cluster failed: its manager exited or its API server stopped answering.",
 	}, []string{"cluster"})
 
+	cacheObjects = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "tenantry_registry_cache_objects",
+		Help: "Objects a running cluster's cache holds, every watched type together.",
+	}, []string{"cluster"})
+
+	cacheBytes = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "tenantry_registry_cache_bytes",
+		Help: "Bytes of the objects a running cluster's cache holds, as encoded, without managed fields.",
+	}, []string{"cluster"})
+
+	cacheLimitBytes = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "tenantry_registry_cache_limit_bytes",
+		Help: "The byte limit of a running cluster's cache; 0 for none.",
+	}, []string{"cluster"})
+
+	cacheLimitExceeded = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "tenantry_registry_cache_limit_exceeded_total",
+		Help: "Times a cluster's objects went past its cache limits, at a spawn or while it ran.",
+	}, []string{"cluster"})
+
 	spawnDuration = prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name:    "tenantry_registry_spawn_duration_seconds",
 		Help:    "Time from Spawn to a running cluster with synced caches, or to the error.",
@@ -38,7 +58,8 @@ var (
 )
 
 func init() {
-	metrics.Registry.MustRegister(clustersByState, clusterState, clusterFailures, spawnDuration, stopDuration)
+	metrics.Registry.MustRegister(clustersByState, clusterState, clusterFailures, spawnDuration, stopDuration,
+		cacheObjects, cacheBytes, cacheLimitBytes, cacheLimitExceeded)
 }
 
 // recordTransition moves a cluster's state gauges from one state to the

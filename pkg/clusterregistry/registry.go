@@ -107,6 +107,12 @@ type Options struct {
 	// and the manager CPU at every event. Set it for tenant API servers
 	// behind a slow link, where bandwidth costs more than both.
 	EnableCompression bool
+
+	// CacheLimits bound what each cluster's manager holds in its cache,
+	// unless a module of the cluster sets the cluster's own
+	// (CacheMeter.SetLimits). A field left 0 takes DefaultCacheObjects or
+	// DefaultCacheBytes; negative turns that limit off.
+	CacheLimits CacheLimits
 }
 
 func (o *Options) setDefaults() {
@@ -125,6 +131,7 @@ func (o *Options) setDefaults() {
 	if o.GracefulShutdownTimeout <= 0 {
 		o.GracefulShutdownTimeout = DefaultGracefulShutdownTimeout
 	}
+	o.CacheLimits = o.CacheLimits.over(CacheLimits{Objects: DefaultCacheObjects, Bytes: DefaultCacheBytes})
 }
 
 // RemoteClusterRegistry runs one dependency-injected controller-runtime
@@ -317,7 +324,7 @@ func (r *RemoteClusterRegistry) WithClient(name string, f func(c client.Client) 
 
 // Forget drops what the registry keeps of a cluster gone for good (its
 // VirtualCluster deleted) beyond its app: the series of its failures
-// metric. A cluster that runs keeps them.
+// and cache-limit metrics. A cluster that runs keeps them.
 func (r *RemoteClusterRegistry) Forget(name string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -325,6 +332,7 @@ func (r *RemoteClusterRegistry) Forget(name string) {
 		return
 	}
 	clusterFailures.DeleteLabelValues(name)
+	cacheLimitExceeded.DeleteLabelValues(name)
 }
 
 // Status reports the named cluster's state, or ErrNotExist.

@@ -59,6 +59,9 @@ type Tenant struct {
 	Config *rest.Config
 	// Logger is the registry's logger with the key "cluster" set.
 	Logger logr.Logger
+	// CacheMeter counts what the cluster's cache holds, against its
+	// limits.
+	CacheMeter *CacheMeter
 }
 
 const (
@@ -75,6 +78,7 @@ type tenant struct {
 	httpClient *http.Client // every request to the cluster, through dialer
 	probe      func(context.Context) error
 	dialer     *dialer
+	meter      *CacheMeter
 
 	// run is the manager's context; exited is closed, with exitErr set,
 	// once its Start returned.
@@ -112,11 +116,17 @@ func (r *RemoteClusterRegistry) startTenant(c *cluster, config *rest.Config) (_ 
 	// A dialer of the cluster's own: its connections are closed when the
 	// cluster stops, so no idle connection (and no goroutine serving one)
 	// outlives it, and no transport is shared with another cluster.
-	t := &tenant{dialer: newDialer(cfg.Dial), exited: make(chan struct{})}
+	t := &tenant{
+		dialer: newDialer(cfg.Dial),
+		meter:  newCacheMeter(c.name, r.opts.CacheLimits),
+		exited: make(chan struct{}),
+	}
 	cfg.Dial = t.dialer.DialContext
+	cfg.Wrap(t.meter.capAnswers)
 	defer func() {
 		if retErr != nil {
 			t.dialer.Close()
+			t.meter.forget()
 		}
 	}()
 
@@ -143,6 +153,7 @@ func (r *RemoteClusterRegistry) startTenant(c *cluster, config *rest.Config) (_ 
 		fx.Supply(
 			fx.Annotated{Name: clusterNameKey, Target: c.name},
 			c.log,
+			t.meter,
 		),
 		fx.Provide(
 			func() *rest.Config { return rest.CopyConfig(cfg) },
@@ -183,6 +194,7 @@ func (r *RemoteClusterRegistry) newManager(lc fx.Lifecycle, t *tenant, cfg *rest
 		// one HTTP client (manager.Options has no field for it).
 		NewCache: func(cfg *rest.Config, opts cache.Options) (cache.Cache, error) {
 			opts.HTTPClient = t.httpClient
+			opts.NewInformer = t.meter.newInformer
 			return newNotifyingCache(cfg, opts)
 		},
 		NewClient: func(cfg *rest.Config, opts client.Options) (client.Client, error) {
@@ -243,6 +255,12 @@ func (t *tenant) startManager(ctx context.Context, mgr *tenantManager) error {
 		cancel()
 		<-t.exited
 		return fmt.Errorf("waiting for caches to sync: %w", errors.Join(err, t.exitErr))
+	case <-t.meter.Exceeded():
+		cancel()
+		stopWaiting()
+		<-ready
+		<-t.exited
+		return t.meter.Err()
 	case <-t.exited:
 		cancel()
 		stopWaiting()
@@ -273,6 +291,7 @@ func (t *tenant) stopManager(ctx context.Context) error {
 func (t *tenant) stop(ctx context.Context) error {
 	err := t.app.Stop(ctx)
 	t.dialer.Close()
+	t.meter.forget()
 	if err != nil {
 		return fmt.Errorf("stopping app: %w", err)
 	}

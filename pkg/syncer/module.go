@@ -80,6 +80,11 @@ type Options struct {
 	StatusReporter StatusReporter
 	ReportPeriod   time.Duration
 
+	// CacheLimits, where set, bound what the tenant's manager holds in its
+	// cache (see clusterregistry.CacheLimits); fields left 0 keep the
+	// registry's.
+	CacheLimits clusterregistry.CacheLimits
+
 	// ExcludeNamespaces are tenant namespaces whose objects are never
 	// synced. Defaults to the tenant's system namespaces: kube-system,
 	// kube-public and kube-node-lease.
@@ -129,7 +134,7 @@ const perClusterTimeout = 30 * time.Second
 // cluster's start.
 func TenantModulePerCluster(hub *Hub, perCluster PerCluster) fx.Option {
 	return fx.Module("syncer", fx.Invoke(fx.Annotate(
-		func(lc fx.Lifecycle, mgr manager.Manager, cluster string, log logr.Logger) error {
+		func(lc fx.Lifecycle, mgr manager.Manager, cluster string, log logr.Logger, meter *clusterregistry.CacheMeter) error {
 			// Its series go with the cluster. The hook runs as the app
 			// stops, before the manager drains: a sync that ends during
 			// the drain can leave a series behind, until the cluster is
@@ -145,10 +150,13 @@ func TenantModulePerCluster(hub *Hub, perCluster PerCluster) fx.Option {
 				return fmt.Errorf("choosing the syncers of cluster %s: %w", cluster, err)
 			}
 			opts.setDefaults()
+			if meter != nil {
+				meter.SetLimits(opts.CacheLimits)
+			}
 			all := append([]Syncer{namespaceSyncer(opts.PodSecurityLevel)}, syncers...)
 			return setup(mgr, cluster, log, hub, opts, all)
 		},
-		fx.ParamTags(``, ``, clusterregistry.ClusterNameTag, ``),
+		fx.ParamTags(``, ``, clusterregistry.ClusterNameTag, ``, `optional:"true"`),
 	)))
 }
 

@@ -2,6 +2,7 @@ package v1alpha1
 
 import (
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
@@ -36,6 +37,11 @@ const (
 	// ReasonFailed: the tenant cluster's controllers failed to start, or
 	// stopped on their own; Tenantry retries with backoff.
 	ReasonFailed = "Failed"
+	// ReasonCacheLimitExceeded: the tenant cluster holds more objects, or
+	// more bytes of them, than the manager may hold of it
+	// (spec.hostPolicy.cache); it is not synced, and Tenantry retries with
+	// backoff, and at once when the policy changes.
+	ReasonCacheLimitExceeded = "CacheLimitExceeded"
 )
 
 // SecretKeyReference names one key of a Secret in the management cluster.
@@ -168,6 +174,35 @@ type HostPolicy struct {
 	// +kubebuilder:validation:XValidation:rule="self.all(k, k in ['pods', 'services', 'persistentvolumeclaims', 'configmaps', 'secrets', 'services.nodeports', 'services.loadbalancers', 'requests.storage', 'cpu', 'memory', 'ephemeral-storage', 'requests.cpu', 'requests.memory', 'requests.ephemeral-storage', 'limits.cpu', 'limits.memory', 'limits.ephemeral-storage'] || (k.startsWith('count/') && size(k) > 6))",message="a budget counts pods, services, persistentvolumeclaims, configmaps, secrets, services.nodeports, services.loadbalancers, requests.storage, cpu, memory, ephemeral-storage, requests.* and limits.* of cpu, memory and ephemeral-storage, and count/<resource>[.<group>]"
 	// +optional
 	Budget corev1.ResourceList `json:"budget,omitempty"`
+
+	// Cache bounds what the manager holds in memory of this tenant
+	// cluster, which is shared by every tenant: the tenant's objects of
+	// every type Tenantry watches in it. Unset fields take the manager's
+	// default policy, else 50000 objects and 64Mi.
+	// +optional
+	Cache *CachePolicy `json:"cache,omitempty"`
+}
+
+// CachePolicy bounds what the manager holds of one tenant cluster. A
+// tenant past a bound is not synced: its Ready condition turns False with
+// reason CacheLimitExceeded, a Warning Event says by how much and of
+// which type, and it is tried again with backoff, or at once when the
+// policy changes. The manager never reads much more of it than the
+// bounds: it lists in pages, and stops at the page that goes over.
+// +kubebuilder:validation:XValidation:rule="!has(self.maxBytes) || quantity(string(self.maxBytes)).compareTo(quantity('1Mi')) >= 0",message="maxBytes must be at least 1Mi"
+type CachePolicy struct {
+	// MaxObjects is the most objects the manager holds of the tenant,
+	// of every watched type together.
+	// +kubebuilder:validation:Minimum=1
+	// +optional
+	MaxObjects *int64 `json:"maxObjects,omitempty"`
+
+	// MaxBytes is the most bytes of the tenant's objects the manager
+	// holds, counted as they are encoded (protobuf for built-in types),
+	// without managed fields; they take about two to three times as much
+	// of the manager's memory.
+	// +optional
+	MaxBytes *resource.Quantity `json:"maxBytes,omitempty"`
 }
 
 // NetworkPolicy says what the tenant's Pods may reach. The tenantry-isolation
