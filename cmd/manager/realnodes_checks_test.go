@@ -477,8 +477,10 @@ func httpGetBody(ctx context.Context, url string) (string, error) {
 // nodes, keeps a tenant's container from the host API server's endpoint,
 // from cloud metadata and from another VirtualCluster's Pods; a host Pod
 // without the policy reaches each of them, so that every refusal is the
-// policy's.
-func (k *tenantKit) isolation(t *testing.T, host client.Client, other *corev1.Pod, metadata string) {
+// policy's. The kubelet API of virtual nodes, at kubeletAddr, closes a
+// tenant container's connections before their TLS handshake, and
+// answers the host Pod's.
+func (k *tenantKit) isolation(t *testing.T, host client.Client, other *corev1.Pod, metadata, kubeletAddr string) {
 	ctx := t.Context()
 	var slice discoveryv1.EndpointSlice
 	if err := host.Get(ctx, client.ObjectKey{Namespace: "default", Name: "kubernetes"}, &slice); err != nil {
@@ -524,6 +526,34 @@ func (k *tenantKit) isolation(t *testing.T, host client.Client, other *corev1.Po
 		eventually(t, 60*time.Second, "the tenant's container kept from "+what+" at "+addr, kept)
 		tenantrytest.Consistently(t, 5*time.Second, time.Second, "the tenant's container kept from "+what, kept)
 	}
+
+	curl := "curl -sk -o /dev/null -w '%{http_code}' https://" + kubeletAddr + "/pods; echo \" rc=$?\""
+	eventually(t, 30*time.Second, "a host Pod answered by the kubelet API (401: no tenant's certificate)", func(ctx context.Context) (bool, error) {
+		out, err := k.kubectl.Run(ctx, hostKubeconfig, "", "exec", "unisolated", "--", "sh", "-c", curl)
+		return strings.HasPrefix(strings.TrimSpace(out), "401"), fmt.Errorf("curl: %q, %v", out, err)
+	})
+	closed := func(ctx context.Context) (bool, error) {
+		out, err := k.shellExec(ctx, "sh", "-c", curl)
+		if err != nil {
+			return false, fmt.Errorf("exec in the tenant's container: %w", err)
+		}
+		out = strings.TrimSpace(out)
+		return strings.HasPrefix(out, "000") && !strings.HasSuffix(out, "rc=0"), fmt.Errorf("curl: %q", out)
+	}
+	eventually(t, 30*time.Second, "the tenant's container's connection to the kubelet API closed before its handshake", closed)
+	tenantrytest.Consistently(t, 3*time.Second, time.Second, "the tenant's container kept from the kubelet API", closed)
+}
+
+// freeAddrOn is ip with a port free on it.
+func freeAddrOn(t *testing.T, ip string) string {
+	t.Helper()
+	l, err := net.Listen("tcp", net.JoinHostPort(ip, "0"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	_ = l.Close()
+	return addr
 }
 
 // listenAt accepts and closes connections at ip on a free port, until the

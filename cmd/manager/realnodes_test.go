@@ -47,8 +47,11 @@ func TestTenantPodsOnRealNodes(t *testing.T) {
 	}
 	// Tenant Pods reach the DNS server on the kit network, port 53.
 	kitIP := env.KitIP()
+	// The kubelet API on the kit network too, in reach of tenant Pods as
+	// a manager Pod's address is.
+	kubeletAddr := freeAddrOn(t, kitIP)
 	startManager(t, data, "--dns-bind-address", net.JoinHostPort(kitIP, "53"), "--dns-nameserver", kitIP,
-		"--dns-upstream", startUpstream(t))
+		"--dns-upstream", startUpstream(t), "--kubelet-bind-address", kubeletAddr)
 
 	var vc *tenantryv1alpha1.VirtualCluster
 	for i, name := range []string{"alpha", "beta"} {
@@ -147,7 +150,7 @@ func TestTenantPodsOnRealNodes(t *testing.T) {
 	k := &tenantKit{tenant: tenant, kubectl: kubectl, kubeconfig: tenantKubeconfig, shellExec: exec,
 		tenantServer: vc.Spec.InClusterServer, hostKubeconfig: hostKubeconfig}
 	// First: every check after it runs under an enforced isolation policy.
-	t.Run("the isolation policy keeps a tenant's container from the host API server, cloud metadata and other tenants", func(t *testing.T) {
+	t.Run("the isolation policy keeps a tenant's container from the host API server, cloud metadata, other tenants and the kubelet API", func(t *testing.T) {
 		beta := newHostClient(t, env.Tenants[1])
 		other := &corev1.Pod{
 			ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "betaweb"},
@@ -166,7 +169,7 @@ func TestTenantPodsOnRealNodes(t *testing.T) {
 			err := beta.Get(ctx, client.ObjectKeyFromObject(other), other)
 			return err == nil && other.Status.Phase == corev1.PodRunning && other.Status.PodIP != "", err
 		})
-		k.isolation(t, host, other, listenAt(t, env.CloudMetadataIP()))
+		k.isolation(t, host, other, listenAt(t, env.CloudMetadataIP()), kubeletAddr)
 	})
 
 	t.Run("kubectl logs and exec reach the container through the tenant", func(t *testing.T) {

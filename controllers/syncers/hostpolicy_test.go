@@ -93,6 +93,7 @@ func TestReadHostPolicy(t *testing.T) {
 		"no slash":      {"metadata:\n  deniedPrefixes: [example.com]\n", `prefix "example.com": a key prefix is a DNS subdomain and a slash`},
 		"a path":        {"metadata:\n  allowedPrefixes: [example.com/foo/]\n", `prefix "example.com/foo/"`},
 		"upper case":    {"metadata:\n  deniedPrefixes: [Example.com/]\n", `prefix "Example.com/"`},
+		"a bare key":    {"metadata:\n  deniedPrefixes: [Version]\n", `prefix "Version"`},
 		"not a CIDR":    {"network:\n  deniedEgressCIDRs: [10.0.0.1]\n", `network.deniedEgressCIDRs: "10.0.0.1" is not a CIDR`},
 		"v4-mapped":     {"network:\n  deniedEgressCIDRs: [\"::ffff:0:0/96\"]\n", `::ffff:0:0/96 is an IPv4-mapped IPv6 prefix`},
 		"every address": {"network:\n  deniedEgressCIDRs: [\"::/0\"]\n", `::/0 is every address`},
@@ -113,7 +114,10 @@ func TestParsePrefixes(t *testing.T) {
 	if err := parsePrefixes("", &list); err != nil || list == nil || len(list) != 0 {
 		t.Errorf("an empty value: %v, %v; want an empty, non-nil list (none denied)", list, err)
 	}
-	for _, bad := range []string{"example.com", "example.com/x/", "/", "exa mple.com/"} {
+	if err := parsePrefixes("example.com/,aadpodidbinding", &list); err != nil || !slices.Equal(list, []string{"example.com/", "aadpodidbinding"}) {
+		t.Errorf("a key without a prefix: %v, %v", list, err)
+	}
+	for _, bad := range []string{"example.com", "example.com/x/", "/", "exa_mple.com/", "bad!key", "-key"} {
 		if err := parsePrefixes(bad, &list); err == nil {
 			t.Errorf("%q was taken", bad)
 		}

@@ -132,7 +132,7 @@ func (o *Options) BindFlags(fs *flag.FlagSet) {
 	fs.IntVar(&o.Syncer.Workers, "sync-workers", 4, "Objects of one type one tenant syncs at once.")
 	fs.StringVar(&o.Syncer.PodSecurityLevel, "host-pod-security-level", syncer.DefaultPodSecurityLevel,
 		"Pod Security level enforced on host namespaces: privileged, baseline or restricted.")
-	fs.Func("denied-metadata-prefixes", fmt.Sprintf("Comma-separated label and annotation key prefixes not copied from tenant objects to the host (they steer host add-ons), each covering its subdomains; replaces the default list: %s.",
+	fs.Func("denied-metadata-prefixes", fmt.Sprintf("Comma-separated label and annotation key prefixes not copied from tenant objects to the host (they steer host add-ons), each covering its subdomains (an entry without a slash names one key without a prefix); replaces the default list: %s.",
 		strings.Join(syncer.DefaultDeniedMetadataPrefixes, ",")), func(v string) error {
 		return parsePrefixes(v, &o.Syncer.DeniedMetadataPrefixes)
 	})
@@ -317,6 +317,7 @@ type tenantParams struct {
 type kubeletParams struct {
 	fx.In
 	Config  *rest.Config
+	Hub     *syncer.Hub
 	Logger  logr.Logger `optional:"true"`
 	Options *Options    `optional:"true"`
 }
@@ -348,7 +349,7 @@ func newKubeletAPI(p kubeletParams) (*kubeletapi.Server, error) {
 		return nil, nil
 	}
 	o := p.Options.Kubelet
-	o.Host, o.Logger = p.Config, p.Logger.WithName("kubelet-api")
+	o.Host, o.Logger, o.ClusterOf = p.Config, p.Logger.WithName("kubelet-api"), p.Hub.PodCluster
 	return kubeletapi.New(o)
 }
 
@@ -508,12 +509,17 @@ func parsePrefixes(v string, list *[]string) error {
 	return nil
 }
 
-// checkPrefix checks a label or annotation key prefix: a DNS subdomain and
-// a slash, as in example.com/.
+// checkPrefix checks an entry of a list of label and annotation key
+// prefixes: a DNS subdomain and a slash, as in example.com/, or a key
+// without a prefix and without a dot, as in aadpodidbinding (with a dot,
+// it would read as a prefix whose slash was forgotten).
 func checkPrefix(p string) error {
 	domain, ok := strings.CutSuffix(p, "/")
+	if !ok && !strings.ContainsAny(p, "/.") && len(validation.IsQualifiedName(p)) == 0 && p == strings.ToLower(p) {
+		return nil // a key without a prefix
+	}
 	if errs := validation.IsDNS1123Subdomain(domain); !ok || len(errs) > 0 {
-		return fmt.Errorf("prefix %q: a key prefix is a DNS subdomain and a slash, as in example.com/", p)
+		return fmt.Errorf("prefix %q: a key prefix is a DNS subdomain and a slash, as in example.com/, or a key without a prefix or a dot, as in aadpodidbinding", p)
 	}
 	return nil
 }

@@ -32,19 +32,21 @@ const (
 )
 
 // limitListener accepts at most total connections at once, and at most
-// perSource from one source address: a connection beyond is closed at
-// once, before its TLS handshake.
+// perSource from one source address, and none from an address that
+// refused names: a connection beyond, or refused, is closed at once,
+// before its TLS handshake.
 type limitListener struct {
 	net.Listener
 	total, perSource int
+	refused          func(source string) bool
 
 	mu       sync.Mutex
 	open     int
 	bySource map[string]int
 }
 
-func newLimitListener(l net.Listener, total, perSource int) *limitListener {
-	return &limitListener{Listener: l, total: total, perSource: perSource, bySource: map[string]int{}}
+func newLimitListener(l net.Listener, total, perSource int, refused func(source string) bool) *limitListener {
+	return &limitListener{Listener: l, total: total, perSource: perSource, refused: refused, bySource: map[string]int{}}
 }
 
 func (l *limitListener) Accept() (net.Conn, error) {
@@ -54,6 +56,11 @@ func (l *limitListener) Accept() (net.Conn, error) {
 			return nil, err
 		}
 		source := sourceOf(c.RemoteAddr())
+		if l.refused != nil && l.refused(source) {
+			refusedConnections.WithLabelValues(reasonTenantPod).Inc()
+			_ = c.Close()
+			continue
+		}
 		l.mu.Lock()
 		admitted := l.open < l.total && l.bySource[source] < l.perSource
 		if admitted {
@@ -62,7 +69,7 @@ func (l *limitListener) Accept() (net.Conn, error) {
 		}
 		l.mu.Unlock()
 		if !admitted {
-			refusedConnections.Inc()
+			refusedConnections.WithLabelValues(reasonTooMany).Inc()
 			_ = c.Close()
 			continue
 		}
@@ -91,6 +98,12 @@ func (c *limitedConn) Close() error {
 	c.once.Do(c.release)
 	return err
 }
+
+// The reasons of tenantry_kubelet_api_refused_connections_total.
+const (
+	reasonTooMany   = "too-many"
+	reasonTenantPod = "tenant-pod"
+)
 
 func sourceOf(a net.Addr) string {
 	if host, _, err := net.SplitHostPort(a.String()); err == nil {

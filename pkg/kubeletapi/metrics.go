@@ -15,10 +15,10 @@ var (
 		Help: "Kubelet API requests of tenants' API servers, counted once answered, by endpoint (logs, exec, attach, portforward) and HTTP status (101: a stream was opened).",
 	}, []string{"cluster", "endpoint", "code"})
 
-	refusedConnections = prometheus.NewCounter(prometheus.CounterOpts{
+	refusedConnections = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "tenantry_kubelet_api_refused_connections_total",
-		Help: "Connections to the kubelet API of virtual nodes closed at once: too many open, of all sources or of one.",
-	})
+		Help: "Connections to the kubelet API of virtual nodes closed at once, by reason: too-many open (of all sources or of one), or from a tenant-pod.",
+	}, []string{"reason"})
 
 	requestDuration = prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name:    "tenantry_kubelet_api_request_duration_seconds",

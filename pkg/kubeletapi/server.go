@@ -59,6 +59,13 @@ type Options struct {
 	// Logger logs refusals and failures; each line carries the key
 	// cluster when the tenant is known.
 	Logger logr.Logger
+
+	// ClusterOf, if set, says which tenant cluster runs the host Pod of a
+	// source IP. A connection from a tenant's Pod is closed at once,
+	// before its TLS handshake: the kubelet API is for tenants' API
+	// servers, and a virtual node's address, the manager's, is in reach
+	// of every tenant Pod.
+	ClusterOf func(ctx context.Context, ip string) (cluster string, ok bool, err error)
 }
 
 // Server serves the kubelet API of every registered tenant's virtual
@@ -275,6 +282,29 @@ func (s *Server) unregisterLocked(name string) {
 	}
 }
 
+// clusterOfTimeout bounds the look-up of a connection's source.
+const clusterOfTimeout = time.Second
+
+// fromTenantPod says whether source, an IP, is a tenant Pod's (a look-up
+// that fails lets the connection through, to the handshake and the
+// tenant's authentication).
+func (s *Server) fromTenantPod(source string) bool {
+	if s.opts.ClusterOf == nil {
+		return false
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), clusterOfTimeout)
+	defer cancel()
+	cluster, ok, err := s.opts.ClusterOf(ctx, source)
+	if err != nil {
+		s.opts.Logger.Error(err, "telling whether a connection comes from a tenant Pod", "source", source)
+		return false
+	}
+	if ok {
+		s.opts.Logger.V(1).Info("closed a connection from a tenant Pod", "cluster", cluster, "source", source)
+	}
+	return ok
+}
+
 // Start serves until ctx ends.
 func (s *Server) Start(ctx context.Context) error {
 	srv := &http.Server{
@@ -288,7 +318,7 @@ func (s *Server) Start(ctx context.Context) error {
 		BaseContext:       func(net.Listener) context.Context { return ctx },
 	}
 	done := make(chan error, 1)
-	limited := newLimitListener(s.listener, maxConnections, maxConnectionsPerSource)
+	limited := newLimitListener(s.listener, maxConnections, maxConnectionsPerSource, s.fromTenantPod)
 	go func() { done <- srv.Serve(tls.NewListener(limited, s.tlsConfig)) }()
 	s.opts.Logger.Info("serving the kubelet API of virtual nodes", "address", s.listener.Addr().String())
 	select {

@@ -176,7 +176,12 @@ const (
 // the host's own add-ons act on, with which a tenant could steer them. A
 // prefix covers its domain and every subdomain ("kubernetes.io/" covers
 // "volume.kubernetes.io/" and "scheduler.alpha.kubernetes.io/"), so that a
-// family of keys is denied whole, the ones yet to come with it.
+// family of keys is denied whole, the ones yet to come with it. An entry
+// without a slash names one key that has no prefix.
+//
+// Other keys without a prefix are copied: labels such as app are what
+// host Services select host Pods by. Pod annotations without a prefix are
+// not (see Syncer.DenyUnprefixedAnnotations).
 var DefaultDeniedMetadataPrefixes = []string{
 	// Kubernetes' own: storage binding, scheduling, load balancers, proxies,
 	// the autoscaler, Pod Security, external DNS.
@@ -195,15 +200,10 @@ var DefaultDeniedMetadataPrefixes = []string{
 	// queueing (kueue.x-k8s.io/), gang scheduling (scheduling.x-k8s.io/),
 	// cluster autoscaling.
 	"x-k8s.io/",
+	// Keys without a prefix: AAD Pod Identity's binding of a Pod to a
+	// cloud identity, and Istio's namespace injection switch.
+	"aadpodidbinding", "istio-injection",
 }
-
-// deniedUnprefixedKeys are keys without a prefix that host add-ons act
-// on, which are never copied: AAD Pod Identity's binding of a Pod to a
-// cloud identity, and Istio's namespace injection switch. Other keys
-// without a prefix are copied (labels such as app: host Services select
-// host Pods by them), but for Pod annotations (see
-// Syncer.DenyUnprefixedAnnotations).
-var deniedUnprefixedKeys = []string{"aadpodidbinding", "istio-injection"}
 
 // DefaultAllowedMetadataPrefixes are copied although a denied prefix covers
 // them: Kubernetes' keys that describe a workload rather than steer the
@@ -216,16 +216,10 @@ var DefaultAllowedMetadataPrefixes = []string{
 // denied says whether the translator keeps key from host copies: a key in
 // Tenantry's own domain always; else the longest prefix, denied or
 // allowed, that covers the key's domain decides, a denied one on a tie; a
-// key no prefix covers (or with no prefix) is copied. Keys compare without case: the API server
-// accepts annotation keys in any case.
+// key no prefix covers is copied. A key without a prefix is kept only when
+// the denied list names it and the allowed list does not. Keys compare
+// without case: the API server accepts annotation keys in any case.
 func (t translator) denied(key string) bool {
-	domain, _, prefixed := strings.Cut(strings.ToLower(key), "/")
-	if !prefixed {
-		return slices.Contains(deniedUnprefixedKeys, domain)
-	}
-	if covers(strings.TrimSuffix(reservedPrefix, "/"), domain) {
-		return true
-	}
 	denied, allowed := t.DeniedMetadataPrefixes, t.AllowedMetadataPrefixes
 	if denied == nil {
 		denied = DefaultDeniedMetadataPrefixes
@@ -233,16 +227,28 @@ func (t translator) denied(key string) bool {
 	if allowed == nil {
 		allowed = DefaultAllowedMetadataPrefixes
 	}
+	domain, _, prefixed := strings.Cut(strings.ToLower(key), "/")
+	if !prefixed {
+		return namesKey(denied, domain) && !namesKey(allowed, domain)
+	}
+	if covers(strings.TrimSuffix(reservedPrefix, "/"), domain) {
+		return true
+	}
 	return longestCover(denied, domain) >= max(0, longestCover(allowed, domain))
 }
 
+// namesKey says whether entries name key, a key without a prefix.
+func namesKey(entries []string, key string) bool {
+	return slices.ContainsFunc(entries, func(e string) bool { return strings.EqualFold(e, key) })
+}
+
 // longestCover is the length of the longest of prefixes that covers domain,
-// or -1.
+// or -1. Entries without a slash name keys, and cover no domain.
 func longestCover(prefixes []string, domain string) int {
 	longest := -1
 	for _, p := range prefixes {
-		d := strings.ToLower(strings.TrimSuffix(p, "/"))
-		if covers(d, domain) {
+		d, isPrefix := strings.CutSuffix(strings.ToLower(p), "/")
+		if isPrefix && covers(d, domain) {
 			longest = max(longest, len(d))
 		}
 	}

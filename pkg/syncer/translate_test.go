@@ -119,6 +119,14 @@ func TestDeniedMetadataKeys(t *testing.T) {
 		{defaults, "cluster-autoscaler.kubernetes.io/safe-to-evict", true},
 		{translator{Cluster: "vc", AllowedMetadataPrefixes: []string{"kueue.x-k8s.io/"}}, "kueue.x-k8s.io/queue-name", false},
 		{translator{Cluster: "vc", AllowedMetadataPrefixes: []string{"kueue.x-k8s.io/"}}, "scheduling.x-k8s.io/pod-group", true},
+		// Keys without a prefix: named one by one, denied or opened.
+		{translator{Cluster: "vc", DeniedMetadataPrefixes: []string{"version"}}, "version", true},
+		{translator{Cluster: "vc", DeniedMetadataPrefixes: []string{"version"}}, "Version", true},
+		{translator{Cluster: "vc", DeniedMetadataPrefixes: []string{"version"}}, "versions", false},
+		{translator{Cluster: "vc", DeniedMetadataPrefixes: []string{"version"}}, "version/x", false}, // names a key, covers no domain
+		{translator{Cluster: "vc", DeniedMetadataPrefixes: []string{"version"}}, "aadpodidbinding", false},
+		{translator{Cluster: "vc", AllowedMetadataPrefixes: []string{"aadpodidbinding"}}, "aadpodidbinding", false},
+		{translator{Cluster: "vc", AllowedMetadataPrefixes: []string{"aadpodidbinding"}}, "istio-injection", true},
 	} {
 		if got := c.tr.denied(c.key); got != c.denied {
 			t.Errorf("denied(%q) = %v, want %v (denied %v, allowed %v)", c.key, got, c.denied, c.tr.DeniedMetadataPrefixes, c.tr.AllowedMetadataPrefixes)

@@ -333,22 +333,25 @@ type MetadataPolicy struct {
 	// DeniedPrefixes are key prefixes added to the manager's deny list
 	// (--denied-metadata-prefixes, and the default policy's deniedPrefixes)
 	// and taken off its allowed list: keys with them, or in a subdomain of
-	// theirs, are not copied.
+	// theirs, are not copied. An entry without a slash names one key that
+	// has no prefix (keys without a prefix are copied otherwise, but Pod
+	// annotations': host Services select host Pods by such labels).
 	// +listType=set
 	// +kubebuilder:validation:MaxItems=64
 	// +kubebuilder:validation:items:MaxLength=253
-	// +kubebuilder:validation:items:Pattern=`^[a-z0-9]([-a-z0-9.]*[a-z0-9])?/$`
+	// +kubebuilder:validation:items:Pattern=`^([a-z0-9]([-a-z0-9.]*[a-z0-9])?/|[a-z0-9]([-a-z0-9_]{0,61}[a-z0-9])?)$`
 	// +optional
 	DeniedPrefixes []string `json:"deniedPrefixes,omitempty"`
 
 	// AllowedPrefixes are taken off the manager's deny list and copied
 	// although a shorter denied prefix covers them (for example
 	// "linkerd.io/" for a tenant that the host's mesh may serve, which
-	// also lets config.linkerd.io/ keys through).
+	// also lets config.linkerd.io/ keys through). An entry without a
+	// slash names one key that has no prefix, such as aadpodidbinding.
 	// +listType=set
 	// +kubebuilder:validation:MaxItems=64
 	// +kubebuilder:validation:items:MaxLength=253
-	// +kubebuilder:validation:items:Pattern=`^[a-z0-9]([-a-z0-9.]*[a-z0-9])?/$`
+	// +kubebuilder:validation:items:Pattern=`^([a-z0-9]([-a-z0-9.]*[a-z0-9])?/|[a-z0-9]([-a-z0-9_]{0,61}[a-z0-9])?)$`
 	// +optional
 	AllowedPrefixes []string `json:"allowedPrefixes,omitempty"`
 
