@@ -18,6 +18,7 @@ import (
 	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
+	nodev1 "k8s.io/api/node/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -95,8 +96,17 @@ func TestLeastPrivilege(t *testing.T) {
 	grants := readGrants(t, host)
 
 	managerKubeconfig := serviceAccountKubeconfig(t, env.Host)
-	// A quota and limits for its host namespaces, to use those rights.
+	// A quota and limits for its host namespaces, and a budget over a
+	// Pod of a runtime class whose overhead it counts, to use those
+	// rights.
+	runtimeClass := &nodev1.RuntimeClass{ObjectMeta: metav1.ObjectMeta{Name: leastRuntimeClass}, Handler: "runc",
+		Overhead: &nodev1.Overhead{PodFixed: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("10m")}}}
+	if err := host.Create(ctx, runtimeClass); err != nil {
+		t.Fatal(err)
+	}
 	registerTenant(t, host, "least", env.Tenants[0], &tenantryv1alpha1.HostPolicy{
+		Budget: corev1.ResourceList{corev1.ResourcePods: resource.MustParse("50")},
+		Pods:   &tenantryv1alpha1.PodPolicy{AllowedRuntimeClasses: []string{leastRuntimeClass}},
 		ResourceQuota: &corev1.ResourceQuotaSpec{Hard: corev1.ResourceList{corev1.ResourcePods: resource.MustParse("50")}},
 		LimitRange: &corev1.LimitRangeSpec{Limits: []corev1.LimitRangeItem{{
 			Type:    corev1.LimitTypeContainer,
@@ -381,6 +391,10 @@ func readGrants(t *testing.T, host client.Client) []grant {
 // created, changed and deleted, a Pod that a person reads the logs of,
 // execs into, attaches to, port-forwards to and evicts, and a public
 // custom resource.
+// leastRuntimeClass is the host RuntimeClass that TestLeastPrivilege's
+// tenant may name.
+const leastRuntimeClass = "least-class"
+
 func exerciseTenant(t *testing.T, host, tenant client.Client, hostCP, tenantCP *tenantrytest.ControlPlane, kubectl tenantrytest.Kubectl, tenantKubeconfig string) {
 	ctx := t.Context()
 	const ns = "app"
@@ -415,9 +429,14 @@ func exerciseTenant(t *testing.T, host, tenant client.Client, hostCP, tenantCP *
 			t.Fatalf("creating %T %s: %v", o, o.GetName(), err)
 		}
 	}
+	// The tenant's own RuntimeClass of the name, for its admission.
+	if err := tenant.Create(ctx, &nodev1.RuntimeClass{ObjectMeta: metav1.ObjectMeta{Name: leastRuntimeClass}, Handler: "runc"}); err != nil {
+		t.Fatal(err)
+	}
 	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "web", Labels: map[string]string{"app": "web"}},
-		Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: "app"}}},
+		Spec: corev1.PodSpec{RuntimeClassName: ptr.To(leastRuntimeClass),
+			Containers: []corev1.Container{{Name: "app", Image: "app"}}},
 	}
 	if err := tenant.Create(ctx, pod); err != nil {
 		t.Fatal(err)

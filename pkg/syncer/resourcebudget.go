@@ -11,7 +11,9 @@ import (
 
 	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
+	nodev1 "k8s.io/api/node/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -113,9 +115,14 @@ func (b *resourceBudget) admit(ctx context.Context, gvk schema.GroupVersionKind,
 	if !counted {
 		return noop, nil
 	}
-	if pod, ok := desired.(*corev1.Pod); ok && current == nil {
-		if err := b.statesWhatItCounts(withDefaults(pod, b.limitRange)); err != nil {
+	if pod, ok := desired.(*corev1.Pod); ok {
+		if desired, err = b.withOverhead(ctx, pod); err != nil {
 			return nil, err
+		}
+		if current == nil {
+			if err := b.statesWhatItCounts(withDefaults(desired.(*corev1.Pod), b.limitRange)); err != nil {
+				return nil, err
+			}
 		}
 	}
 	wants := b.usage(s, desired)
@@ -342,6 +349,28 @@ func (b *resourceBudget) usage(t countedType, obj client.Object) corev1.Resource
 		}
 	}
 	return out
+}
+
+// withOverhead is pod with the overhead that the host's RuntimeClass
+// admission gives it: its runtime class's fixed overhead, which a host
+// copy never states itself (the tenant's is left out). A runtime class
+// the host does not have gives none; the host refuses such a Pod anyway.
+func (b *resourceBudget) withOverhead(ctx context.Context, pod *corev1.Pod) (*corev1.Pod, error) {
+	if pod.Spec.RuntimeClassName == nil || *pod.Spec.RuntimeClassName == "" || pod.Spec.Overhead != nil {
+		return pod, nil
+	}
+	var rc nodev1.RuntimeClass
+	if err := b.read.Get(ctx, client.ObjectKey{Name: *pod.Spec.RuntimeClassName}, &rc); apierrors.IsNotFound(err) {
+		return pod, nil
+	} else if err != nil {
+		return nil, fmt.Errorf("reading the overhead of RuntimeClass %s: %w", *pod.Spec.RuntimeClassName, err)
+	}
+	if rc.Overhead == nil || len(rc.Overhead.PodFixed) == 0 {
+		return pod, nil
+	}
+	out := pod.DeepCopy()
+	out.Spec.Overhead = rc.Overhead.PodFixed.DeepCopy()
+	return out, nil
 }
 
 // withDefaults is pod as the host's admission makes it in a namespace

@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
+	nodev1 "k8s.io/api/node/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
@@ -241,5 +242,34 @@ func TestBudgetCountsWhatTheHostWillHold(t *testing.T) {
 		case i == 2 && (hostRejection(err) == nil || !strings.Contains(err.Error(), "limits.memory would be 1536Mi")):
 			t.Errorf("a third Pod, over the budget by its defaults: %v; want a refusal", err)
 		}
+	}
+}
+
+// A Pod of a host runtime class counts with the class's overhead, which
+// the host's admission gives it: a budget cannot be passed by asking for
+// a runtime class whose Pods cost more than they state.
+func TestBudgetCountsRuntimeClassOverhead(t *testing.T) {
+	ctx := context.Background()
+	kata := &nodev1.RuntimeClass{
+		ObjectMeta: metav1.ObjectMeta{Name: "kata"}, Handler: "kata",
+		Overhead: &nodev1.Overhead{PodFixed: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("250m")}},
+	}
+	b, _ := newTestBudget(t, corev1.ResourceList{corev1.ResourceRequestsCPU: resource.MustParse("1")}, kata)
+	of := func(name, class string) *corev1.Pod {
+		p := budgetPod(name, "300m")
+		p.Spec.RuntimeClassName = ptr.To(class)
+		return p
+	}
+	if _, err := b.admit(ctx, podsGVK, nil, of("first", "kata")); err != nil {
+		t.Fatalf("a first Pod of 300m and 250m of overhead: %v; want it admitted", err)
+	}
+	_, err := b.admit(ctx, podsGVK, nil, of("second", "kata"))
+	if hostRejection(err) == nil || !strings.Contains(err.Error(), "requests.cpu would be 1100m") {
+		t.Errorf("a second Pod of 300m and 250m of overhead: %v; want a refusal counting the overhead", err)
+	}
+	// A class the host does not have gives no overhead (the host refuses
+	// the Pod anyway).
+	if _, err := b.admit(ctx, podsGVK, nil, of("third", "missing")); err != nil {
+		t.Errorf("a Pod of 300m of a class the host lacks: %v; want it admitted as 300m", err)
 	}
 }
