@@ -256,8 +256,12 @@ func (m *CacheMeter) check(objects, bytes int64, while string) error {
 		return m.exceed(fmt.Errorf("%w: %d objects%s, more than the limit of %d%s",
 			ErrCacheLimit, objects, while, maxO, m.largest()))
 	case maxB > 0 && bytes > maxB:
+		held := byteSize(bytes)
+		if held == byteSize(maxB) {
+			held = fmt.Sprintf("%d bytes", bytes) // over by less than the rounding
+		}
 		return m.exceed(fmt.Errorf("%w: %s of objects%s, more than the limit of %s%s",
-			ErrCacheLimit, byteSize(bytes), while, byteSize(maxB), m.largest()))
+			ErrCacheLimit, held, while, byteSize(maxB), m.largest()))
 	}
 	return nil
 }
@@ -340,7 +344,10 @@ func encodedSize(obj any) int64 {
 		n := int64(o.Size())
 		if m, ok := obj.(metav1.Object); ok {
 			for i := range m.GetManagedFields() {
-				n -= int64(m.GetManagedFields()[i].Size())
+				// Each entry: its bytes, their length, and the field's
+				// two-byte tag (ObjectMeta's field 17).
+				e := m.GetManagedFields()[i].Size()
+				n -= int64(e + varintSize(e) + 2)
 			}
 		}
 		return max(n, 0)
@@ -348,6 +355,15 @@ func encodedSize(obj any) int64 {
 		return 0 // no type of the scheme is neither
 	}
 	return 0
+}
+
+// varintSize is how many bytes n takes as a protobuf varint.
+func varintSize(n int) int {
+	size := 1
+	for ; n >= 0x80; n >>= 7 {
+		size++
+	}
+	return size
 }
 
 // jsonSize estimates how many bytes v takes as JSON, leaving out

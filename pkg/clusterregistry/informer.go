@@ -307,7 +307,9 @@ func (d drainingListerWatcher) List(options metav1.ListOptions) (runtime.Object,
 // ListWithContext lists in pages of listPageSize, each counted by the
 // meter as it comes: a list from the API server's watch cache at any
 // version ("0") would be sent whole, so it is asked for at the latest
-// version, which the cache also serves, in pages.
+// version, which the cache also serves, in pages; a list at least as new
+// as a version says so (NotOlderThan), which a limit would otherwise turn
+// into a list at exactly that version.
 func (d drainingListerWatcher) ListWithContext(ctx context.Context, options metav1.ListOptions) (runtime.Object, error) {
 	if d.meter == nil {
 		return d.ListerWatcherWithContext.ListWithContext(ctx, options)
@@ -316,8 +318,14 @@ func (d drainingListerWatcher) ListWithContext(ctx context.Context, options meta
 		return nil, err
 	}
 	first := options.Continue == ""
-	if first && options.ResourceVersion == "0" {
+	switch {
+	case !first:
+	case options.ResourceVersion == "" || options.ResourceVersion == "0":
 		options.ResourceVersion, options.ResourceVersionMatch = "", ""
+	case options.Limit <= 0 && options.ResourceVersionMatch == "":
+		// With a limit, a version without a match would be read as
+		// Exact: the list would be of then, not of now.
+		options.ResourceVersionMatch = metav1.ResourceVersionMatchNotOlderThan
 	}
 	if options.Limit <= 0 || options.Limit > listPageSize {
 		options.Limit = listPageSize
