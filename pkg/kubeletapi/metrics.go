@@ -29,6 +29,9 @@ var (
 
 func init() {
 	metrics.Registry.MustRegister(requests, requestDuration, refusedConnections)
+	for _, reason := range []string{reasonTooMany, reasonTenantPod} {
+		refusedConnections.WithLabelValues(reason) // served at 0 until one is refused
+	}
 }
 
 // count counts one answered request; cluster is "" when no tenant was
