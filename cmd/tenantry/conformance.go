@@ -22,7 +22,9 @@ var conformanceCommand = command{
 		"of a dev environment and, as the control, against its host, in tiers; print one line per tier and cluster, " +
 		"and write the JUnit reports.",
 	flags: func(fs *flag.FlagSet) func(context.Context, invocation) error {
-		o := conformanceOptions{dev: devOptions{tenants: 1, metricsBindAddress: "0", healthProbeBindAddress: "0"}}
+		// Tiers 1 and 2 are defined on simulated nodes: kwok's, wherever
+		// real ones could run.
+		o := conformanceOptions{dev: devOptions{tenants: 1, simulatedNodes: true, metricsBindAddress: "0", healthProbeBindAddress: "0"}}
 		fs.StringVar(&o.e2e, "e2e", "", "The e2e test binary (default: e2e.test beside this binary).")
 		fs.StringVar(&o.ginkgo, "ginkgo", "", "The ginkgo CLI that runs the suite's specs in parallel processes (default: ginkgo beside this binary).")
 		fs.IntVar(&o.procs, "procs", 4, "Parallel processes of the suite (its [Serial] specs run alone, at the end).")
@@ -70,7 +72,7 @@ func (t conformanceTier) selector() func(spec string) bool {
 
 // conformanceSkip are the conformance specs that cannot pass on simulated
 // nodes, on a host as on a tenant: each needs a container that really runs.
-// The README lists them with the reason.
+// docs/conformance.md lists them with the reason.
 var conformanceSkip = []string{
 	// An API server or webhook served from a Pod: kwok runs no container.
 	`Aggregator`, `AdmissionWebhook`, `CustomResourceConversionWebhook`,
