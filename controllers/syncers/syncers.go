@@ -141,7 +141,7 @@ func (o *Options) BindFlags(fs *flag.FlagSet) {
 		strings.Join(syncer.DefaultAllowedMetadataPrefixes, ",")), func(v string) error {
 		return parsePrefixes(v, &o.Syncer.AllowedMetadataPrefixes)
 	})
-	fs.Func("host-policy", "A YAML file holding the default host policy of every VirtualCluster, as its spec.hostPolicy (priority classes, schedulers, runtime classes, volume types, node selector and tolerations of Pods; metadata prefixes; a ResourceQuota and a LimitRange per host namespace). Default: the safe policy described in the README.",
+	fs.Func("host-policy", "A YAML file holding the default host policy of every VirtualCluster, as its spec.hostPolicy (priority classes, schedulers, runtime classes, volume types, node selector and tolerations of Pods; metadata prefixes; a ResourceQuota and a LimitRange per host namespace). Default: the safe policy of docs/host-policy.md.",
 		func(path string) error {
 			p, err := readHostPolicy(path)
 			o.HostPolicy = p
@@ -350,7 +350,7 @@ func newKubeletAPI(p kubeletParams) (*kubeletapi.Server, error) {
 		return nil, nil
 	}
 	o := p.Options.Kubelet
-	o.Host, o.Logger, o.ClusterOf = p.Config, p.Logger.WithName("kubelet-api"), p.Hub.PodCluster
+	o.Host, o.Logger, o.ClusterOf = p.Config, p.Logger.WithName("kubelet-api"), p.Hub.TenantPodAt
 	return kubeletapi.New(o)
 }
 

@@ -1,11 +1,11 @@
 package clusterregistry
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"net/http"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -36,9 +36,10 @@ const (
 // ErrCacheLimit; the other clusters are untouched.
 //
 // Bytes are counted as the objects are encoded (protobuf for built-in
-// types, a close estimate of JSON for others), without their managed
-// fields; the Go objects of a cache take about two to three times as much
-// memory.
+// types, JSON or a close estimate of it for others), without their managed
+// fields; the Go objects of a cache take more memory, often two to three
+// times as much, and more for objects of many small fields (a map of
+// short keys costs tens of bytes an entry).
 type CacheLimits struct {
 	// Objects is the most objects. 0 takes the registry's default
 	// (Options.CacheLimits, else DefaultCacheObjects); negative, no limit.
@@ -72,9 +73,10 @@ const listPageSize = 500
 // What it promises:
 //   - every object an informer of the cluster's cache stores is counted
 //     from the moment it is stored until it leaves the store;
-//   - a list is asked for in pages, and counted page by page: a cluster
-//     over its limits is refused before the list ends, so the manager
-//     never holds more than its limits and a page;
+//   - a list is asked for in pages, and counted page by page, every
+//     informer's lists together: a cluster over its limits is refused
+//     before the list ends, so the manager holds no more than its limits
+//     and a page, but while a relist replaces a store, both are held;
 //   - no single answer of the cluster's API server but a watch may be
 //     larger than twice the byte limit (a server that ignores pages);
 //   - once over, the cluster's watches are cut and no list or watch is
@@ -85,6 +87,9 @@ type CacheMeter struct {
 
 	maxObjects, maxBytes atomic.Int64 // <= 0: none
 	objects, bytes       atomic.Int64 // held, every informer together
+	// listing and listingB are what the lists under way hold beyond the
+	// stores they will replace, every informer's together.
+	listing, listingB atomic.Int64
 
 	objectsGauge, bytesGauge prometheus.Gauge
 
@@ -100,8 +105,10 @@ type informerUsage struct {
 	what           string
 	objects, bytes atomic.Int64
 	// listed and listedB are of a list under way: only its reflector
-	// writes them.
+	// writes them. extra and extraB are what they add to the meter's
+	// listing totals: what they hold beyond the store they will replace.
 	listed, listedB atomic.Int64
+	extra, extraB   int64
 }
 
 // held is the bytes u's informer holds, or the list under way, whichever
@@ -195,6 +202,7 @@ func (m *CacheMeter) untrack(u *informerUsage) {
 	m.mu.Lock()
 	delete(m.informers, u)
 	m.mu.Unlock()
+	m.listDone(u)
 	m.add(u, -u.objects.Load(), -u.bytes.Load())
 }
 
@@ -204,8 +212,16 @@ func (m *CacheMeter) add(u *informerUsage, objects, bytes int64) {
 	if m == nil || (objects == 0 && bytes == 0) {
 		return
 	}
-	u.objects.Add(objects)
-	u.bytes.Add(bytes)
+	// Never below nothing: a delete counts the object its event carries,
+	// which a server could make larger than the one the store held.
+	if n := u.objects.Add(objects); n < 0 {
+		u.objects.Add(-n)
+		objects -= n
+	}
+	if n := u.bytes.Add(bytes); n < 0 {
+		u.bytes.Add(-n)
+		bytes -= n
+	}
 	o, b := m.objects.Add(objects), m.bytes.Add(bytes)
 	m.objectsGauge.Set(float64(o))
 	m.bytesGauge.Set(float64(b))
@@ -216,18 +232,15 @@ func (m *CacheMeter) add(u *informerUsage, objects, bytes int64) {
 
 // listed counts a page of a list under way by u's informer, which will
 // replace what u holds: it fails, and stops the cluster, once the page
-// takes the cluster past its limits. first and last say whether it is the
-// list's first page and its last.
-func (m *CacheMeter) listed(u *informerUsage, page runtime.Object, first, last bool) error {
+// takes the cluster past its limits. What counts is what every informer
+// holds, and beyond it what the lists under way hold more than the stores
+// they will replace, every informer's together. listDone ends the list.
+func (m *CacheMeter) listed(u *informerUsage, page runtime.Object) error {
 	if m == nil {
 		return nil
 	}
 	if err := m.Err(); err != nil {
 		return err
-	}
-	if first { // a list given up on ends with no last page
-		u.listed.Store(0)
-		u.listedB.Store(0)
 	}
 	var objects, bytes int64
 	if err := meta.EachListItem(page, func(o runtime.Object) error {
@@ -237,14 +250,25 @@ func (m *CacheMeter) listed(u *informerUsage, page runtime.Object, first, last b
 	}); err != nil {
 		return fmt.Errorf("counting a page of %s: %w", u.what, err)
 	}
-	o := m.objects.Load() - u.objects.Load() + u.listed.Add(objects)
-	b := m.bytes.Load() - u.bytes.Load() + u.listedB.Add(bytes)
-	err := m.check(o, b, fmt.Sprintf(" (listing %s)", u.what))
-	if last || err != nil {
-		u.listed.Store(0)
-		u.listedB.Store(0)
+	listed, listedB := u.listed.Add(objects), u.listedB.Add(bytes)
+	extra, extraB := max(0, listed-u.objects.Load()), max(0, listedB-u.bytes.Load())
+	o := m.objects.Load() + m.listing.Add(extra-u.extra)
+	b := m.bytes.Load() + m.listingB.Add(extraB-u.extraB)
+	u.extra, u.extraB = extra, extraB
+	return m.check(o, b, fmt.Sprintf(" (listing %s)", u.what))
+}
+
+// listDone ends the list under way of u's informer, if any: its store now
+// holds what it listed, or the list was given up.
+func (m *CacheMeter) listDone(u *informerUsage) {
+	if m == nil {
+		return
 	}
-	return err
+	m.listing.Add(-u.extra)
+	m.listingB.Add(-u.extraB)
+	u.extra, u.extraB = 0, 0
+	u.listed.Store(0)
+	u.listedB.Store(0)
 }
 
 // check stops the cluster if objects or bytes are past its limits, and
@@ -351,8 +375,10 @@ func encodedSize(obj any) int64 {
 			}
 		}
 		return max(n, 0)
-	case runtime.Object:
-		return 0 // no type of the scheme is neither
+	case runtime.Object: // a Go type of a module's own scheme
+		if data, err := json.Marshal(o); err == nil {
+			return int64(len(data))
+		}
 	}
 	return 0
 }
@@ -438,7 +464,7 @@ func (m *CacheMeter) capAnswers(rt http.RoundTripper) http.RoundTripper {
 
 func isWatch(req *http.Request) bool {
 	q := req.URL.Query().Get("watch")
-	return q == "true" || q == "1" || strings.Contains(req.URL.Path, "/watch/")
+	return q == "true" || q == "1"
 }
 
 type roundTripperFunc func(*http.Request) (*http.Response, error)

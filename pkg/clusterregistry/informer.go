@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -304,47 +305,80 @@ func (d drainingListerWatcher) List(options metav1.ListOptions) (runtime.Object,
 	return d.ListWithContext(context.Background(), options)
 }
 
-// ListWithContext lists in pages of listPageSize, each counted by the
-// meter as it comes: a list from the API server's watch cache at any
-// version ("0") would be sent whole, so it is asked for at the latest
-// version, which the cache also serves, in pages; a list at least as new
-// as a version says so (NotOlderThan), which a limit would otherwise turn
-// into a list at exactly that version.
+// ListWithContext lists whole, as the reflector expects, but asks for
+// the list in pages of listPageSize and counts each page with the meter as
+// it comes, so that a cluster past its limits is refused before the list
+// ends. The reflector sees one list without a continue token, whatever it
+// asked: it never pages itself (with a limit and a version but no match,
+// the API server would read the version as Exact), and never falls back
+// to a list of the first page only (client-go's pager does, on an expired
+// token, with no limit, which would here be a page).
+//
+// A list at any version ("0") would be served whole from the API server's
+// watch cache, so it is asked for at the latest version, which the cache
+// serves in pages; a list at least as new as a version says so
+// (NotOlderThan). A token that expires between pages starts the list
+// again at the latest version.
 func (d drainingListerWatcher) ListWithContext(ctx context.Context, options metav1.ListOptions) (runtime.Object, error) {
 	if d.meter == nil {
 		return d.ListerWatcherWithContext.ListWithContext(ctx, options)
 	}
-	if err := d.meter.Err(); err != nil {
-		return nil, err
-	}
-	first := options.Continue == ""
+	defer d.meter.listDone(d.usage)
+	opts := options
+	opts.Limit, opts.Continue = listPageSize, ""
 	switch {
-	case !first:
-	case options.ResourceVersion == "" || options.ResourceVersion == "0":
-		options.ResourceVersion, options.ResourceVersionMatch = "", ""
-	case options.Limit <= 0 && options.ResourceVersionMatch == "":
-		// With a limit, a version without a match would be read as
-		// Exact: the list would be of then, not of now.
-		options.ResourceVersionMatch = metav1.ResourceVersionMatchNotOlderThan
+	case opts.ResourceVersion == "" || opts.ResourceVersion == "0":
+		opts.ResourceVersion, opts.ResourceVersionMatch = "", ""
+	case opts.ResourceVersionMatch == "":
+		opts.ResourceVersionMatch = metav1.ResourceVersionMatchNotOlderThan
 	}
-	if options.Limit <= 0 || options.Limit > listPageSize {
-		options.Limit = listPageSize
-	}
-	page, err := d.ListerWatcherWithContext.ListWithContext(ctx, options)
-	if err != nil {
-		if merr := d.meter.Err(); merr != nil {
-			return nil, merr // cut: its answer was larger than the meter lets in
+	var (
+		list  runtime.Object
+		items []runtime.Object
+	)
+	for {
+		if err := d.meter.Err(); err != nil {
+			return nil, err
 		}
-		return nil, err
+		page, err := d.ListerWatcherWithContext.ListWithContext(ctx, opts)
+		switch {
+		case err != nil && d.meter.Err() != nil:
+			return nil, d.meter.Err() // cut: its answer was larger than the meter lets in
+		case err != nil && opts.Continue != "" && apierrors.IsResourceExpired(err):
+			opts.Continue, opts.ResourceVersion, opts.ResourceVersionMatch = "", "", ""
+			list, items = nil, nil
+			d.meter.listDone(d.usage)
+			continue
+		case err != nil:
+			return nil, err
+		}
+		if err := d.meter.listed(d.usage, page); err != nil {
+			return nil, err
+		}
+		pageItems, err := meta.ExtractListWithAlloc(page)
+		if err != nil {
+			return nil, fmt.Errorf("reading a page of %s: %w", d.usage.what, err)
+		}
+		items = append(items, pageItems...)
+		if list == nil {
+			list = page
+		}
+		l, err := meta.ListAccessor(page)
+		if err != nil {
+			return nil, fmt.Errorf("reading a page of %s: %w", d.usage.what, err)
+		}
+		if l.GetContinue() == "" {
+			break
+		}
+		opts.Continue, opts.ResourceVersion, opts.ResourceVersionMatch = l.GetContinue(), "", ""
 	}
-	last := true
-	if l, lerr := meta.ListAccessor(page); lerr == nil {
-		last = l.GetContinue() == ""
+	if err := meta.SetList(list, items); err != nil {
+		return nil, fmt.Errorf("assembling the list of %s: %w", d.usage.what, err)
 	}
-	if err := d.meter.listed(d.usage, page, first, last); err != nil {
-		return nil, err
+	if l, err := meta.ListAccessor(list); err == nil {
+		l.SetContinue("") // the first page's version is the list's
 	}
-	return page, nil
+	return list, nil
 }
 
 func (d drainingListerWatcher) Watch(options metav1.ListOptions) (watch.Interface, error) {

@@ -2,11 +2,15 @@ package clusterregistry
 
 import (
 	"context"
+	"fmt"
+	"strconv"
 	"testing"
 
 	"go.uber.org/goleak"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/watch"
 	toolscache "k8s.io/client-go/tools/cache"
 )
@@ -55,3 +59,114 @@ func TestDrainingListerWatcherKeepsWatchListSemantics(t *testing.T) {
 type fakeWatchListClient struct{ unsupported bool }
 
 func (c fakeWatchListClient) IsWatchListSemanticsUnSupported() bool { return c.unsupported }
+
+// pagedServer is a ListerWatcher of 1,200 ConfigMaps served in pages of
+// the limit asked, that records what it was asked and can expire a
+// continue token once.
+type pagedServer struct {
+	asked     []metav1.ListOptions
+	expireAt  string // a continue token answered once with 410 Expired
+	resources string // the resourceVersion of its lists
+}
+
+func (p *pagedServer) ListWithContext(_ context.Context, o metav1.ListOptions) (runtime.Object, error) {
+	p.asked = append(p.asked, o)
+	if o.Continue != "" && o.Continue == p.expireAt {
+		p.expireAt = ""
+		return nil, apierrors.NewResourceExpired("the continue token expired")
+	}
+	from := 0
+	if o.Continue != "" {
+		from, _ = strconv.Atoi(o.Continue)
+	}
+	limit := int(o.Limit)
+	if limit == 0 {
+		limit = 1200
+	}
+	list := &corev1.ConfigMapList{ListMeta: metav1.ListMeta{ResourceVersion: p.resources}}
+	for i := from; i < min(from+limit, 1200); i++ {
+		list.Items = append(list.Items, corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: fmt.Sprintf("cm-%d", i)}})
+	}
+	if from+limit < 1200 {
+		list.Continue = strconv.Itoa(from + limit)
+	}
+	return list, nil
+}
+
+func (p *pagedServer) WatchWithContext(context.Context, metav1.ListOptions) (watch.Interface, error) {
+	return watch.NewFake(), nil
+}
+
+// A counted informer's list is asked for in pages and handed to the
+// reflector whole, whatever the reflector asked: at version 0 it asks for
+// the latest version (the watch cache would send 0 whole), at another
+// version for one not older than it (with a limit, a version alone reads
+// as Exact), and a token that expires between pages starts it again.
+func TestAListIsPagedAndWhole(t *testing.T) {
+	for _, c := range []struct {
+		name        string
+		asked       metav1.ListOptions
+		expireAt    string
+		wantFirst   metav1.ListOptions
+		wantListing int
+	}{
+		{"at version 0, as a reflector starts", metav1.ListOptions{ResourceVersion: "0", Limit: 500},
+			"", metav1.ListOptions{Limit: listPageSize}, 3},
+		{"at a version, without a limit, as a reflector relists", metav1.ListOptions{ResourceVersion: "42"},
+			"", metav1.ListOptions{ResourceVersion: "42", ResourceVersionMatch: metav1.ResourceVersionMatchNotOlderThan, Limit: listPageSize}, 3},
+		{"at a version, with a limit", metav1.ListOptions{ResourceVersion: "42", Limit: 500},
+			"", metav1.ListOptions{ResourceVersion: "42", ResourceVersionMatch: metav1.ResourceVersionMatchNotOlderThan, Limit: listPageSize}, 3},
+		{"a token that expires", metav1.ListOptions{ResourceVersion: "0"},
+			"1000", metav1.ListOptions{Limit: listPageSize}, 3 + 3},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			m := newCacheMeter("paged", CacheLimits{Objects: 10_000, Bytes: 1 << 30})
+			defer m.forget()
+			server := &pagedServer{expireAt: c.expireAt, resources: "77"}
+			lw := drainingListerWatcher{ListerWatcherWithContext: server, given: &toolscache.ListWatch{}, meter: m, usage: m.track("v1.ConfigMap")}
+			got, err := lw.ListWithContext(t.Context(), c.asked)
+			if err != nil {
+				t.Fatal(err)
+			}
+			list := got.(*corev1.ConfigMapList)
+			if len(list.Items) != 1200 || list.Continue != "" || list.ResourceVersion != "77" {
+				t.Fatalf("handed %d items, continue %q, version %q; want the 1,200 whole, at 77", len(list.Items), list.Continue, list.ResourceVersion)
+			}
+			if list.Items[1199].Name != "cm-1199" {
+				t.Errorf("the last item is %s", list.Items[1199].Name)
+			}
+			if len(server.asked) != c.wantListing || server.asked[0] != c.wantFirst {
+				t.Errorf("asked %+v; want %d pages, the first %+v", server.asked, c.wantListing, c.wantFirst)
+			}
+			for _, o := range server.asked[1:] {
+				if o.Continue != "" && (o.ResourceVersion != "" || o.ResourceVersionMatch != "") {
+					t.Errorf("a next page asked with a version: %+v", o)
+				}
+			}
+			if o, b := m.listing.Load(), m.listingB.Load(); o != 0 || b != 0 {
+				t.Errorf("after the list, %d objects and %d bytes still counted as listing", o, b)
+			}
+		})
+	}
+}
+
+// Lists under way count together: two informers' lists that each fit the
+// limit but not together stop the cluster.
+func TestListsUnderWayCountTogether(t *testing.T) {
+	m := newCacheMeter("together", CacheLimits{Objects: 2_000, Bytes: 1 << 30})
+	defer m.forget()
+	page := func(n int) *corev1.ConfigMapList {
+		l := &corev1.ConfigMapList{}
+		for i := range n {
+			l.Items = append(l.Items, corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprint(i)}})
+		}
+		return l
+	}
+	a, b := m.track("v1.ConfigMap"), m.track("v1.Secret")
+	if err := m.listed(a, page(1200)); err != nil {
+		t.Fatalf("one list of 1,200 under a limit of 2,000: %v", err)
+	}
+	if err := m.listed(b, page(1200)); err == nil {
+		t.Fatal("two lists of 1,200 at once under a limit of 2,000 were let in")
+	}
+}

@@ -60,11 +60,11 @@ type Options struct {
 	// cluster when the tenant is known.
 	Logger logr.Logger
 
-	// ClusterOf, if set, says which tenant cluster runs the host Pod of a
-	// source IP. A connection from a tenant's Pod is closed at once,
-	// before its TLS handshake: the kubelet API is for tenants' API
-	// servers, and a virtual node's address, the manager's, is in reach
-	// of every tenant Pod.
+	// ClusterOf, if set, says which tenant cluster's host Pod has a source
+	// IP, Pods being deleted included. A connection from a tenant's Pod is
+	// closed at once, before its TLS handshake: the kubelet API is for
+	// tenants' API servers, and a virtual node's address, the manager's,
+	// is in reach of every tenant Pod.
 	ClusterOf func(ctx context.Context, ip string) (cluster string, ok bool, err error)
 }
 

@@ -286,6 +286,30 @@ func podIPsOf(o client.Object) []string {
 	return ips
 }
 
+// TenantPodAt says whether ip is the address of a tenant's host Pod, and
+// whose, from the hub's cache: unlike PodCluster, a Pod being deleted
+// counts (it keeps its address until it ends, as long as its grace period
+// lasts), and an address that Pods of two tenants claim counts too (the
+// first found is named). Host Pods with host networking are not counted.
+func (h *Hub) TenantPodAt(ctx context.Context, ip string) (cluster string, ok bool, err error) {
+	h.indexOnce.Lock()
+	informed := h.indexed[podGVK]
+	h.indexOnce.Unlock()
+	if !informed {
+		return "", false, nil
+	}
+	var pods corev1.PodList
+	if err := h.cache.List(ctx, &pods, client.MatchingFields{podIPIndex: ip}); err != nil {
+		return "", false, fmt.Errorf("looking up the host Pod of IP %s: %w", ip, err)
+	}
+	for _, p := range pods.Items {
+		if c := p.Labels[LabelCluster]; c != "" && !p.Spec.HostNetwork && !terminal(&p) {
+			return c, true, nil
+		}
+	}
+	return "", false, nil
+}
+
 // PodCluster says which tenant cluster's Pod the running host Pod of IP
 // ip is, from the hub's cache: ok is false for an IP of no such Pod (or
 // when no tenant syncs Pods), of Pods being deleted, or of Pods of two
