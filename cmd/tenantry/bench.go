@@ -6,7 +6,7 @@ import (
 	"os"
 	"strings"
 
-	"github.com/tenantry/tenantry/bench"
+	"github.com/tenantry/tenantry/internal/bench"
 	tenantrytest "github.com/tenantry/tenantry/pkg/testing"
 )
 

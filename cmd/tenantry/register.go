@@ -14,12 +14,12 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/tenantry/tenantry/controllers/virtualcluster"
 	tenantryv1alpha1 "github.com/tenantry/tenantry/pkg/apis/tenantry/v1alpha1"
-	tenantrytest "github.com/tenantry/tenantry/pkg/testing"
 	"github.com/tenantry/tenantry/providers"
 )
 
@@ -157,9 +157,12 @@ func waitReady(parent context.Context, c client.Client, name string, timeout tim
 	// stuck is a reason no retry mends; seen what the status said last (a
 	// read cut short by the deadline says nothing of the cluster).
 	var stuck, seen error
-	err := tenantrytest.Poll(ctx, 250*time.Millisecond, 0, func(ctx context.Context) (bool, error) {
+	err := wait.PollUntilContextCancel(ctx, 250*time.Millisecond, true, func(ctx context.Context) (bool, error) {
 		if err := c.Get(ctx, client.ObjectKey{Name: name}, vc); err != nil {
-			return false, err
+			if ctx.Err() == nil { // a read cut short by the deadline says nothing
+				seen = err
+			}
+			return false, nil
 		}
 		cond := meta.FindStatusCondition(vc.Status.Conditions, tenantryv1alpha1.ConditionReady)
 		switch {
@@ -175,7 +178,7 @@ func waitReady(parent context.Context, c client.Client, name string, timeout tim
 		default:
 			seen = fmt.Errorf("Ready=%s, reason %s: %s", cond.Status, cond.Reason, cond.Message)
 		}
-		return false, seen
+		return false, nil
 	})
 	switch {
 	case stuck != nil:

@@ -1,7 +1,11 @@
 package virtualcluster
 
 import (
+	"cmp"
 	"context"
+	"crypto/sha256"
+	"errors"
+	"fmt"
 	"sync"
 
 	corev1 "k8s.io/api/core/v1"
@@ -9,7 +13,10 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/util/flowcontrol"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	tenantryv1alpha1 "github.com/tenantry/tenantry/pkg/apis/tenantry/v1alpha1"
 )
 
 // kubeconfigSecrets reads kubeconfig Secrets from the API server once per
@@ -108,4 +115,81 @@ func (s *kubeconfigSecrets) config(secret *corev1.Secret, key string) (*rest.Con
 		return nil, p.err
 	}
 	return rest.CopyConfig(p.config), nil
+}
+
+// kubeconfig is what loadKubeconfig found: a config and its digest, or
+// why not.
+type kubeconfig struct {
+	config *rest.Config
+	digest [sha256.Size]byte
+	bad    *readiness
+}
+
+// readKubeconfig is loadKubeconfig's outcome as one value.
+func (r *Reconciler) readKubeconfig(ctx context.Context, vc *tenantryv1alpha1.VirtualCluster) kubeconfig {
+	config, digest, bad := r.loadKubeconfig(ctx, vc)
+	return kubeconfig{config: config, digest: digest, bad: bad}
+}
+
+// loadKubeconfig reads and checks the kubeconfig that vc points at. A
+// problem comes back as the readiness to report.
+func (r *Reconciler) loadKubeconfig(ctx context.Context, vc *tenantryv1alpha1.VirtualCluster) (*rest.Config, [sha256.Size]byte, *readiness) {
+	ref := vc.Spec.KubeconfigSecretRef
+	key := ref.KubeconfigKey()
+	secret, err := r.secrets.get(ctx, r.Client, r.APIReader, client.ObjectKey{Namespace: ref.Namespace, Name: ref.Name})
+	if err != nil {
+		if apierrors.IsNotFound(err) {
+			msg := fmt.Sprintf("Secret %s/%s does not exist.", ref.Namespace, ref.Name)
+			out := notReady(tenantryv1alpha1.ReasonSecretNotFound, msg, errors.New(msg))
+			return nil, [sha256.Size]byte{}, &out
+		}
+		out := notReady(tenantryv1alpha1.ReasonFailed, fmt.Sprintf("Reading Secret %s/%s: %v", ref.Namespace, ref.Name, err),
+			fmt.Errorf("reading Secret %s/%s: %w", ref.Namespace, ref.Name, err))
+		// Any failure but NotFound says nothing about the kubeconfig: a
+		// host that throttles, times out or restarts, or a lapse in the
+		// manager's own rights (Forbidden, Unauthorized) must not stop
+		// every running tenant.
+		out.transient = true
+		return nil, [sha256.Size]byte{}, &out
+	}
+	data, ok := secret.Data[key]
+	if !ok || len(data) == 0 {
+		msg := fmt.Sprintf("Secret %s/%s has no data under key %q.", ref.Namespace, ref.Name, key)
+		out := notReady(tenantryv1alpha1.ReasonSecretKeyNotFound, msg, errors.New(msg))
+		return nil, [sha256.Size]byte{}, &out
+	}
+	config, err := r.secrets.config(secret, key)
+	if err != nil {
+		msg := fmt.Sprintf("Secret %s/%s key %q: %v", ref.Namespace, ref.Name, key, err)
+		out := notReady(tenantryv1alpha1.ReasonInvalidKubeconfig, msg, errors.New(msg))
+		return nil, [sha256.Size]byte{}, &out
+	}
+	r.limit(config)
+	spec, err := respawnInputs(vc.Spec)
+	if err != nil {
+		out := notReady(tenantryv1alpha1.ReasonFailed, fmt.Sprintf("Reading spec: %v", err), fmt.Errorf("encoding the spec of %s: %w", vc.Name, err))
+		return nil, [sha256.Size]byte{}, &out
+	}
+	h := sha256.New()
+	h.Write(data)
+	h.Write([]byte{0})
+	h.Write(spec)
+	var digest [sha256.Size]byte
+	h.Sum(digest[:0])
+	return config, digest, nil
+}
+
+// limit sets the client-side limit of config, a tenant's: one token
+// bucket for every client built from it (without one, each resource
+// type's REST client would get a bucket of its own).
+func (r *Reconciler) limit(config *rest.Config) {
+	if config.QPS == 0 {
+		config.QPS = float32(cmp.Or(r.TenantQPS, DefaultTenantQPS))
+	}
+	if config.Burst == 0 {
+		config.Burst = cmp.Or(r.TenantBurst, DefaultTenantBurst)
+	}
+	if config.RateLimiter == nil {
+		config.RateLimiter = flowcontrol.NewTokenBucketRateLimiter(config.QPS, config.Burst)
+	}
 }

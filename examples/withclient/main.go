@@ -1,8 +1,10 @@
 // Command withclient is a host-side reconciler that acts inside tenant
-// clusters through RemoteClusterRegistry.WithClient: every host ConfigMap in
+// clusters through the registry's WithClient: every host ConfigMap in
 // namespace tenant-messages labelled messages.tenantry.dev/to: <cluster> is
 // delivered, as a ConfigMap of the same name, into that tenant's default
-// namespace.
+// namespace. A message to a tenant that does not run waits, and is
+// delivered when the tenant runs: the controller watches the clusters'
+// states (clusterregistry.StateChanges), it does not poll.
 package main
 
 import (
@@ -13,12 +15,12 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
-	"time"
 
 	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
+	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
@@ -36,15 +38,12 @@ const (
 	MessagesNamespace = "tenant-messages"
 	// LabelTo names the tenant cluster a message goes to.
 	LabelTo = "messages.tenantry.dev/to"
-	// notRunningRetry is how soon a message to a tenant that is not running
-	// is tried again.
-	notRunningRetry = 5 * time.Second
 )
 
 // Deliverer copies host messages into their tenants.
 type Deliverer struct {
 	Host     client.Client
-	Registry *clusterregistry.RemoteClusterRegistry
+	Clusters clusterregistry.Clusters
 }
 
 // Reconcile delivers one message.
@@ -54,7 +53,7 @@ func (d *Deliverer) Reconcile(ctx context.Context, req reconcile.Request) (recon
 		return reconcile.Result{}, client.IgnoreNotFound(err)
 	}
 	to := msg.Labels[LabelTo]
-	err := d.Registry.WithClient(to, func(tenant client.Client) error {
+	err := d.Clusters.WithClient(to, func(tenant client.Client) error {
 		delivered := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: metav1.NamespaceDefault, Name: msg.Name}}
 		_, err := controllerutil.CreateOrUpdate(ctx, tenant, delivered, func() error {
 			delivered.Data = msg.Data
@@ -63,19 +62,40 @@ func (d *Deliverer) Reconcile(ctx context.Context, req reconcile.Request) (recon
 		return err
 	})
 	if errors.Is(err, clusterregistry.ErrNotExist) || errors.Is(err, clusterregistry.ErrNotRunning) {
-		return reconcile.Result{RequeueAfter: notRunningRetry}, nil // the tenant is not (yet) here
+		return reconcile.Result{}, nil // the tenant is not (yet) here: messagesTo brings it back
 	}
 	return reconcile.Result{}, err
 }
 
-// Setup adds the Deliverer to the host manager.
-func Setup(mgr manager.Manager, registry *clusterregistry.RemoteClusterRegistry) error {
+// messagesTo maps a cluster that runs to the messages waiting for it.
+func (d *Deliverer) messagesTo(ctx context.Context, s clusterregistry.Status) []reconcile.Request {
+	if s.State != clusterregistry.StateRunning {
+		return nil
+	}
+	var msgs corev1.ConfigMapList
+	if err := d.Host.List(ctx, &msgs, client.InNamespace(MessagesNamespace), client.MatchingLabels{LabelTo: s.Name}); err != nil {
+		ctrl.LoggerFrom(ctx).Error(err, "listing the messages to a cluster that runs", "cluster", s.Name)
+		return nil
+	}
+	reqs := make([]reconcile.Request, 0, len(msgs.Items))
+	for _, m := range msgs.Items {
+		reqs = append(reqs, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&m)})
+	}
+	return reqs
+}
+
+// Setup adds the Deliverer to the host manager: it watches the messages,
+// and the clusters' states, so that a message waits for its tenant
+// without polling.
+func Setup(mgr manager.Manager, clusters clusterregistry.Clusters) error {
+	d := &Deliverer{Host: mgr.GetClient(), Clusters: clusters}
 	return builder.ControllerManagedBy(mgr).
 		Named("message-delivery").
 		For(&corev1.ConfigMap{}, builder.WithPredicates(predicate.NewPredicateFuncs(func(o client.Object) bool {
 			return o.GetNamespace() == MessagesNamespace && o.GetLabels()[LabelTo] != ""
 		}))).
-		Complete(&Deliverer{Host: mgr.GetClient(), Registry: registry})
+		WatchesRawSource(clusterregistry.StateChanges(clusters, d.messagesTo)).
+		Complete(d)
 }
 
 func run(ctx context.Context, dir string, log logr.Logger) error {

@@ -56,6 +56,8 @@ type cluster struct {
 
 	status  Status          // registry.mu
 	client  client.Client   // registry.mu; set once the app started
+	tenant  *tenant         // registry.mu; set once the app started
+	watches map[string]bool // registry.mu; the names of Watch's watches
 	stopCtx context.Context // registry.mu; the first Stop's context
 	stopErr error           // registry.mu; how the teardown after Stop went
 }

@@ -47,6 +47,18 @@
 // them per cluster names its controllers with the cluster name, for example
 // builder.Named(cluster + "-configmap").
 //
+// # Host-side code
+//
+// Code outside the clusters' apps, such as a reconciler of the host, takes
+// the Clusters interface, which *RemoteClusterRegistry implements and
+// clusterregistrytest.Clusters fakes: WithClient lends a running cluster's
+// client; StateChanges is a controller source of the clusters' states, so
+// that a reconciler that must wait for a tenant to run is told when it
+// does instead of polling; and Watch makes a running cluster's object
+// events requests of a host controller, read from the cluster's own
+// cache, for as long as its app runs (call it from Reconcile: it is
+// idempotent by name).
+//
 // # Life of a cluster
 //
 // Spawn returns once the cluster's API server has answered an authenticated

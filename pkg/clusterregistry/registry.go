@@ -217,7 +217,7 @@ func (r *RemoteClusterRegistry) Spawn(name string, config *rest.Config) error {
 	}
 
 	r.mu.Lock()
-	c.client = t.client
+	c.client, c.tenant = t.client, t
 	if c.status.State == StateStarting { // not Stopping: a Stop came in meanwhile
 		change = r.setStateLocked(c, StateRunning, nil)
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"sync"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -79,6 +80,11 @@ type tenant struct {
 	probe      func(context.Context) error
 	dialer     *dialer
 	meter      *CacheMeter
+	cache      cache.Cache // the manager's, for Watch
+
+	// down is closed once the app is torn down.
+	down     chan struct{}
+	downOnce sync.Once
 
 	// run is the manager's context; exited is closed, with exitErr set,
 	// once its Start returned.
@@ -120,6 +126,7 @@ func (r *RemoteClusterRegistry) startTenant(c *cluster, config *rest.Config) (_ 
 		dialer: newDialer(cfg.Dial),
 		meter:  newCacheMeter(c.name, r.opts.CacheLimits),
 		exited: make(chan struct{}),
+		down:   make(chan struct{}),
 	}
 	cfg.Dial = t.dialer.DialContext
 	cfg.Wrap(t.meter.capAnswers)
@@ -227,6 +234,7 @@ func (r *RemoteClusterRegistry) newManager(lc fx.Lifecycle, t *tenant, cfg *rest
 		return nil, fmt.Errorf("building the API reader: %w", err)
 	}
 	tracked := &tenantManager{Manager: mgr, httpClient: t.httpClient, apiReader: apiReader}
+	t.cache = mgr.GetCache()
 	lc.Append(fx.Hook{
 		OnStart: func(ctx context.Context) error { return t.startManager(ctx, tracked) },
 		OnStop:  func(ctx context.Context) error { return t.stopManager(ctx) },
@@ -289,6 +297,7 @@ func (t *tenant) stopManager(ctx context.Context) error {
 
 // stop tears the app down and closes the cluster's connections.
 func (t *tenant) stop(ctx context.Context) error {
+	defer t.downOnce.Do(func() { close(t.down) })
 	err := t.app.Stop(ctx)
 	t.dialer.Close()
 	t.meter.forget()

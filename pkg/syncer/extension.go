@@ -7,9 +7,7 @@ import (
 	"github.com/go-logr/logr"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
-	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
@@ -146,14 +144,6 @@ func (s *TenantScope) RunController(name string, workers int, r reconcile.Reconc
 // type, from the manager's cache, that every predicate lets through.
 func (s *TenantScope) TenantObjects(obj client.Object, predicates ...predicate.Predicate) source.TypedSource[reconcile.Request] {
 	return s.controllers.objects(obj, predicates...)
-}
-
-// Controller starts building a controller-runtime controller of the
-// tenant's manager, for what RunController cannot express. It is named
-// after what it does, as RunController's are, and keeps its workers for
-// as long as the tenant runs.
-func (s *TenantScope) Controller(name string, opts controller.Options) *builder.Builder {
-	return tenantController(s.mgr, name, opts)
 }
 
 // HostEvents is a source of the events of the tenant's host objects of

@@ -2,13 +2,7 @@ package syncer
 
 import (
 	"github.com/prometheus/client_golang/prometheus"
-	"k8s.io/client-go/util/workqueue"
-	"k8s.io/utils/ptr"
-	"sigs.k8s.io/controller-runtime/pkg/builder"
-	"sigs.k8s.io/controller-runtime/pkg/controller"
-	"sigs.k8s.io/controller-runtime/pkg/manager"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
-	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 )
 
 // The syncers' metrics, in controller-runtime's registry.
@@ -60,31 +54,4 @@ func forgetCluster(cluster string) {
 	for _, v := range clusterSeries {
 		v.DeletePartialMatch(prometheus.Labels{"cluster": cluster})
 	}
-}
-
-// tenantController starts building one of a tenant's controllers, named
-// after what it does (the same name in every tenant), not after its
-// tenant: controller-runtime labels its metrics with the name, and series
-// per tenant would grow with the number of tenants and outlive them (its
-// own series cannot be deleted); opts.NewQueue, if set, builds its queue
-// from newTenantQueue. Its reconcile counters and durations so
-// add up over the tenants (its worker gauges, set by each controller that
-// starts, do not); its work queue reports no metrics, whose gauges would
-// not add up either. Its logs carry the cluster key, and Tenantry's own
-// metrics the cluster label. controller-runtime's check that names are
-// unique in the process is off for the same reason.
-func tenantController(mgr manager.Manager, name string, opts controller.Options) *builder.Builder {
-	opts.SkipNameValidation = ptr.To(true)
-	if opts.NewQueue == nil {
-		opts.NewQueue = func(_ string, limiter workqueue.TypedRateLimiter[reconcile.Request]) workqueue.TypedRateLimitingInterface[reconcile.Request] {
-			return newTenantQueue(limiter)
-		}
-	}
-	return builder.ControllerManagedBy(mgr).Named(name).WithOptions(opts)
-}
-
-// newTenantQueue is the work queue of a tenant's controller: unnamed, so
-// that it reports no metrics.
-func newTenantQueue(limiter workqueue.TypedRateLimiter[reconcile.Request]) workqueue.TypedRateLimitingInterface[reconcile.Request] {
-	return workqueue.NewTypedRateLimitingQueueWithConfig(limiter, workqueue.TypedRateLimitingQueueConfig[reconcile.Request]{})
 }

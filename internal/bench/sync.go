@@ -213,7 +213,7 @@ func (s *syncStep) throughput(ctx context.Context) ([]result, error) {
 	cpuNote := fmt.Sprintf("the process's CPU time over the run less its idle rate (manager %.1f ms/s, host API server %.1f ms/s over %s), per object; %s",
 		1000*idle.pipelineCPU, 1000*idle.hostCPU, idleWindow, setup)
 	paced := fmt.Sprintf(", created in the host directly at the synced run's pace (%.0f/s, one at a time)", syncedRate)
-	floorSetup := fmt.Sprintf("the floor pipeline (bench/floor.go: controller-runtime watches the tenants' objects and the copies, %d workers per tenant, "+
+	floorSetup := fmt.Sprintf("the floor pipeline (internal/bench/floor.go: controller-runtime watches the tenants' objects and the copies, %d workers per tenant, "+
 		"one create per object, nothing else, no client rate limit) in bin/manager's place, the same writers (%.0f objects/s)", floorWorkers, floorRate)
 	floorNote := fmt.Sprintf("%s; its CPU time less its idle rate (%.1f ms/s), per object", floorSetup, 1000*floorIdle.pipelineCPU)
 	hostFloorNote := fmt.Sprintf("%s; the host API server's CPU time less its idle rate beside the floor pipeline (%.1f ms/s), per object", floorSetup, 1000*floorIdle.hostCPU)
