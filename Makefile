@@ -107,8 +107,8 @@ help: ## Show this help.
 	  /^##@/ { printf "\n%s\n", substr($$0, 5) }' $(MAKEFILE_LIST)
 
 # hack/image's test builds the manager statically first: minutes when cold.
-# hack/monitoring's reads config/monitoring and README.md, outside its
-# module, which the test cache does not watch: -count=1.
+# hack/monitoring's reads config/monitoring and the docs its runbook URLs
+# name, outside its module, which the test cache does not watch: -count=1.
 .PHONY: test
 test: envtest node helm fmt-check vet ## gofmt check and go vet, then every test with the race detector against real API servers and real nodes, then make image's test and config/monitoring's checks.
 	$(GO) test -race ./...

@@ -32,11 +32,12 @@ import (
 )
 
 // What names metrics: the dashboard's and the alerting rules' expressions,
-// and the README's text.
+// and the text of the README, of every page under docs/ and of the bench's
+// README (docPaths).
 var (
 	dashboardPath = filepath.Join("..", "..", "config", "monitoring", "grafana-dashboard.json")
 	rulesPath     = filepath.Join("..", "..", "config", "monitoring", "prometheus-rules.yaml")
-	readmePath    = filepath.Join("..", "..", "README.md")
+	repoRoot      = filepath.Join("..", "..")
 )
 
 // exprMetric finds the metric names in a PromQL expression: those of the
@@ -46,8 +47,8 @@ var (
 // and refuse a metric name of any other form, so none escapes this check.
 var exprMetric = regexp.MustCompile(`\b(?:(?:tenantry|controller_runtime|workqueue|rest_client|process|go|leader_election)_[a-z0-9_]+|up)\b`)
 
-// readmeName is a metric the README names: a whole name, or `..._<rest>`
-// (submatch 1) after a whole name of the same subsystem.
+// readmeName is a metric a doc names: a whole name, or `..._<rest>`
+// (submatch 1) after a whole name of the same subsystem in the same file.
 var readmeName = regexp.MustCompile("tenantry_[a-z_]+|`\\.\\.\\.(_[a-z_]+)`")
 
 // prometheusMade are series Prometheus makes itself for each target: no
@@ -72,8 +73,8 @@ var (
 // whose logs are asked for through the tenant's API server, a DNS query;
 // then a sharded replica), scrapes its metrics endpoint, and fails for
 // each metric that the dashboard (config/monitoring/grafana-dashboard.json),
-// the alerting rules (config/monitoring/prometheus-rules.yaml) or the
-// README name but no scrape served, saying where it is named; and for each
+// the alerting rules (config/monitoring/prometheus-rules.yaml) or the docs
+// (README.md, docs/**/*.md, bench/README.md) name but no scrape served, saying where it is named; and for each
 // label an expression matches or groups by that the metric does not carry.
 func TestMonitoring(t *testing.T) {
 	exprs := monitoringExprs(t)
@@ -278,11 +279,11 @@ func TestMonitoring(t *testing.T) {
 	for _, e := range exprs {
 		checkExprLabels(t, served, e)
 	}
-	t.Logf("%d metric families checked (dashboard, alerting rules, README), %d served families seen, %d missing: %v", len(namedFamilies), len(served), len(missing), missing)
+	t.Logf("%d metric families checked (dashboard, alerting rules, docs), %d served families seen, %d missing: %v", len(namedFamilies), len(served), len(missing), missing)
 }
 
 // namedMetrics are the metric names that exprs (the dashboard's and the
-// alerting rules') and the README name, each with where.
+// alerting rules') and the docs name, each with where (file:line).
 func namedMetrics(t *testing.T, exprs []monitoringExpr) map[string][]string {
 	t.Helper()
 	named := map[string][]string{}
@@ -291,17 +292,50 @@ func namedMetrics(t *testing.T, exprs []monitoringExpr) map[string][]string {
 			named[name] = append(named[name], e.where)
 		}
 	}
-	readme, err := os.Open(readmePath)
+	for _, path := range docPaths(t) {
+		docMetrics(t, path, named)
+	}
+	return named
+}
+
+// docPaths are the docs that may name metrics, relative to the
+// repository's root: README.md, every Markdown file under docs/, and
+// bench/README.md.
+func docPaths(t *testing.T) []string {
+	t.Helper()
+	paths := []string{"README.md"}
+	err := filepath.WalkDir(filepath.Join(repoRoot, "docs"), func(path string, d os.DirEntry, err error) error {
+		if err != nil || d.IsDir() || !strings.HasSuffix(path, ".md") {
+			return err
+		}
+		rel, err := filepath.Rel(repoRoot, path)
+		paths = append(paths, filepath.ToSlash(rel))
+		return err
+	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer readme.Close()
-	scanner := bufio.NewScanner(readme)
+	if _, err := os.Stat(filepath.Join(repoRoot, "bench", "README.md")); err == nil {
+		paths = append(paths, "bench/README.md")
+	}
+	return paths
+}
+
+// docMetrics adds the metric names that the doc at path (relative to the
+// repository's root) names to named, each with where (path:line).
+func docMetrics(t *testing.T, path string, named map[string][]string) {
+	t.Helper()
+	f, err := os.Open(filepath.Join(repoRoot, filepath.FromSlash(path)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	scanner := bufio.NewScanner(f)
 	// `..._rest` stands for the subsystem (tenantry_<subsystem>_) of the
-	// whole name before it, on its line or an earlier one.
+	// whole name before it in the same file, on its line or an earlier one.
 	subsystem := ""
 	for n := 1; scanner.Scan(); n++ {
-		where := fmt.Sprintf("README.md:%d", n)
+		where := fmt.Sprintf("%s:%d", path, n)
 		for _, m := range readmeName.FindAllStringSubmatch(scanner.Text(), -1) {
 			if m[1] == "" {
 				named[m[0]] = append(named[m[0]], where)
@@ -320,7 +354,6 @@ func namedMetrics(t *testing.T, exprs []monitoringExpr) map[string][]string {
 	if err := scanner.Err(); err != nil {
 		t.Fatal(err)
 	}
-	return named
 }
 
 // monitoringExpr is one PromQL expression of the dashboard or the rules.

@@ -50,7 +50,7 @@ const (
 // fooGVK is the example custom resource, public in the host.
 var fooGVK = schema.GroupVersionKind{Group: "samples.tenantry.dev", Version: "v1alpha1", Kind: "Foo"}
 
-// TestLeastPrivilege installs config/ as the README does (kubectl apply
+// TestLeastPrivilege installs config/ as docs/install.md does (kubectl apply
 // -k), runs bin/manager as its ServiceAccount with nothing but those
 // rights, and holds the role to the rights the manager uses, both ways:
 //
@@ -105,8 +105,8 @@ func TestLeastPrivilege(t *testing.T) {
 		t.Fatal(err)
 	}
 	registerTenant(t, host, "least", env.Tenants[0], &tenantryv1alpha1.HostPolicy{
-		Budget: corev1.ResourceList{corev1.ResourcePods: resource.MustParse("50")},
-		Pods:   &tenantryv1alpha1.PodPolicy{AllowedRuntimeClasses: []string{leastRuntimeClass}},
+		Budget:        corev1.ResourceList{corev1.ResourcePods: resource.MustParse("50")},
+		Pods:          &tenantryv1alpha1.PodPolicy{AllowedRuntimeClasses: []string{leastRuntimeClass}},
 		ResourceQuota: &corev1.ResourceQuotaSpec{Hard: corev1.ResourceList{corev1.ResourcePods: resource.MustParse("50")}},
 		LimitRange: &corev1.LimitRangeSpec{Limits: []corev1.LimitRangeItem{{
 			Type:    corev1.LimitTypeContainer,

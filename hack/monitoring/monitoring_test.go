@@ -31,8 +31,8 @@ var (
 	ruleCRFile     = filepath.Join(monitoringDir, "prometheusrule.yaml")
 	dashboardFile  = filepath.Join(monitoringDir, "grafana-dashboard.json")
 	kustomizeFile  = filepath.Join(monitoringDir, "kustomization.yaml")
-	readmeFile     = filepath.Join("..", "..", "README.md")
-	readmeURL      = "https://github.com/tenantry/tenantry/blob/main/README.md#"
+	repoRoot       = filepath.Join("..", "..")
+	docsURL        = "https://github.com/tenantry/tenantry/blob/main/"
 	rulesJob       = "tenantry-manager-metrics" // the job the rules select
 	dashboardJob   = "$job"                     // the dashboard's job variable
 	severities     = []string{"critical", "warning", "info"}
@@ -58,7 +58,7 @@ func TestRules(t *testing.T) {
 	if len(errs) > 0 {
 		t.FailNow()
 	}
-	anchors := readmeAnchors(t)
+	anchors := docAnchors{}
 	names := map[string]bool{}
 	alerts := 0
 	for _, g := range groups.Groups {
@@ -85,9 +85,8 @@ func TestRules(t *testing.T) {
 				}
 			}
 			if url := r.Annotations["runbook_url"]; url != "" {
-				anchor, ok := strings.CutPrefix(url, readmeURL)
-				if !ok || !anchors[anchor] {
-					t.Errorf("%s: runbook_url %s is not a section of README.md (%s<anchor>)", where, url, readmeURL)
+				if err := anchors.check(url); err != nil {
+					t.Errorf("%s: runbook_url %s: %v", where, url, err)
 				}
 			}
 			expr, err := promParser.ParseExpr(r.Expr)
@@ -443,13 +442,39 @@ func keys(m map[string]bool) []string {
 	return out
 }
 
-// readmeAnchors are the anchors GitHub gives README.md's headings.
-func readmeAnchors(t *testing.T) map[string]bool {
-	t.Helper()
-	data, err := os.ReadFile(readmeFile)
-	if err != nil {
-		t.Fatal(err)
+// docAnchors are, by path in the repository, the anchors GitHub gives
+// each Markdown file's headings, read once.
+type docAnchors map[string]map[string]bool
+
+// check says why url is not a section of a Markdown file of the
+// repository: docsURL, the file's path, '#' and the anchor of one of its
+// headings.
+func (d docAnchors) check(url string) error {
+	rest, ok := strings.CutPrefix(url, docsURL)
+	if !ok {
+		return fmt.Errorf("not under %s", docsURL)
 	}
+	path, anchor, ok := strings.Cut(rest, "#")
+	if !ok || anchor == "" || !strings.HasSuffix(path, ".md") {
+		return fmt.Errorf("not %s<file>.md#<anchor>", docsURL)
+	}
+	anchors, ok := d[path]
+	if !ok {
+		data, err := os.ReadFile(filepath.Join(repoRoot, filepath.FromSlash(path)))
+		if err != nil {
+			return fmt.Errorf("no such file in the repository: %w", err)
+		}
+		anchors = headingAnchors(data)
+		d[path] = anchors
+	}
+	if !anchors[anchor] {
+		return fmt.Errorf("%s has no heading with the anchor #%s", path, anchor)
+	}
+	return nil
+}
+
+// headingAnchors are the anchors GitHub gives a Markdown file's headings.
+func headingAnchors(data []byte) map[string]bool {
 	anchors := map[string]bool{}
 	fenced := false
 	scanner := bufio.NewScanner(bytes.NewReader(data))

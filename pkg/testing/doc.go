@@ -43,7 +43,7 @@
 //     that network, where Pods reach them. It needs root and `make node`:
 //     RealNodesSupported says what is missing, and RequireRealNodes skips a
 //     test without it (or fails it under CI=true). See realnode.go and
-//     kitnet.go, and the README's "Real nodes".
+//     kitnet.go, and docs/testing.md's "Real nodes".
 //   - Options.TenantControllerManager: every tenant runs its own
 //     kube-controller-manager, as a virtual cluster does: Deployments,
 //     ReplicaSets, Jobs, StatefulSets, garbage collection, namespace
@@ -89,7 +89,7 @@
 //
 // A control plane starts in about three seconds and takes a few hundred MiB
 // of memory; Start brings them up in parallel. The components cost only
-// those who ask for them (see the README for measured figures). Stop, or the
+// those who ask for them (see docs/testing.md for measured figures). Stop, or the
 // cleanup that New registers, stops every process (components first) and
 // removes all their files; no process outlives it.
 package testing
