@@ -143,4 +143,6 @@ func expectRequest(t *testing.T, seen <-chan reconcile.Request, want reconcile.R
 // unservedKind is a kind no API server serves.
 type unservedKind struct{ corev1.ConfigMap }
 
-func (u *unservedKind) DeepCopyObject() runtime.Object { return &unservedKind{ConfigMap: *u.ConfigMap.DeepCopy()} }
+func (u *unservedKind) DeepCopyObject() runtime.Object {
+	return &unservedKind{ConfigMap: *u.ConfigMap.DeepCopy()}
+}
