@@ -108,7 +108,7 @@ type informerUsage struct {
 	// writes them. extra and extraB are what they add to the meter's
 	// listing totals: what they hold beyond the store they will replace.
 	listed, listedB atomic.Int64
-	extra, extraB   int64
+	extra, extraB   atomic.Int64
 }
 
 // held is the bytes u's informer holds, or the list under way, whichever
@@ -169,11 +169,16 @@ func (m *CacheMeter) Err() error {
 	return m.err
 }
 
-// forget deletes the cluster's series, once its app is down.
+// forget deletes the cluster's series, once its app is down. The count of
+// limits exceeded stays if it counted, as the registry's failures do,
+// until the cluster is forgotten (RemoteClusterRegistry.Forget).
 func (m *CacheMeter) forget() {
 	cacheObjects.DeleteLabelValues(m.cluster)
 	cacheBytes.DeleteLabelValues(m.cluster)
 	cacheLimitBytes.DeleteLabelValues(m.cluster)
+	if m.Err() == nil {
+		cacheLimitExceeded.DeleteLabelValues(m.cluster)
+	}
 }
 
 // newInformer is the NewInformer of the cluster's cache: a directInformer
@@ -252,9 +257,8 @@ func (m *CacheMeter) listed(u *informerUsage, page runtime.Object) error {
 	}
 	listed, listedB := u.listed.Add(objects), u.listedB.Add(bytes)
 	extra, extraB := max(0, listed-u.objects.Load()), max(0, listedB-u.bytes.Load())
-	o := m.objects.Load() + m.listing.Add(extra-u.extra)
-	b := m.bytes.Load() + m.listingB.Add(extraB-u.extraB)
-	u.extra, u.extraB = extra, extraB
+	o := m.objects.Load() + m.listing.Add(extra-u.extra.Swap(extra))
+	b := m.bytes.Load() + m.listingB.Add(extraB-u.extraB.Swap(extraB))
 	return m.check(o, b, fmt.Sprintf(" (listing %s)", u.what))
 }
 
@@ -264,9 +268,9 @@ func (m *CacheMeter) listDone(u *informerUsage) {
 	if m == nil {
 		return
 	}
-	m.listing.Add(-u.extra)
-	m.listingB.Add(-u.extraB)
-	u.extra, u.extraB = 0, 0
+	// The informer's end and its reflector's last list may meet here.
+	m.listing.Add(-u.extra.Swap(0))
+	m.listingB.Add(-u.extraB.Swap(0))
 	u.listed.Store(0)
 	u.listedB.Store(0)
 }
