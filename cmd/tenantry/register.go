@@ -156,11 +156,11 @@ func waitReady(parent context.Context, c client.Client, name string, timeout tim
 	vc := &tenantryv1alpha1.VirtualCluster{}
 	// stuck is a reason no retry mends; seen what the status said last (a
 	// read cut short by the deadline says nothing of the cluster).
-	var stuck, seen error
+	var stuck, seen, readErr error
 	err := wait.PollUntilContextCancel(ctx, 250*time.Millisecond, true, func(ctx context.Context) (bool, error) {
 		if err := c.Get(ctx, client.ObjectKey{Name: name}, vc); err != nil {
-			if ctx.Err() == nil { // a read cut short by the deadline says nothing
-				seen = err
+			if ctx.Err() == nil && seen == nil { // what the status said wins over a failed read
+				readErr = err
 			}
 			return false, nil
 		}
@@ -187,6 +187,8 @@ func waitReady(parent context.Context, c client.Client, name string, timeout tim
 		return nil, fmt.Errorf("stopped waiting for virtualcluster/%s: %w", name, parent.Err())
 	case err != nil && seen != nil:
 		return nil, fmt.Errorf("virtualcluster/%s is not Ready after %s: %w", name, timeout, seen)
+	case err != nil && readErr != nil:
+		return nil, fmt.Errorf("virtualcluster/%s is not Ready after %s: %w (last error: %w)", name, timeout, err, readErr)
 	case err != nil:
 		return nil, fmt.Errorf("virtualcluster/%s is not Ready after %s: %w", name, timeout, err)
 	}
