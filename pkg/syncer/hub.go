@@ -286,23 +286,33 @@ func podIPsOf(o client.Object) []string {
 	return ips
 }
 
+// podsAt are the host Pods of IP ip in the hub's cache; none when no
+// tenant syncs Pods (the index is not there).
+func (h *Hub) podsAt(ctx context.Context, ip string) ([]corev1.Pod, error) {
+	h.indexOnce.Lock()
+	informed := h.indexed[podGVK]
+	h.indexOnce.Unlock()
+	if !informed {
+		return nil, nil
+	}
+	var pods corev1.PodList
+	if err := h.cache.List(ctx, &pods, client.MatchingFields{podIPIndex: ip}); err != nil {
+		return nil, fmt.Errorf("looking up the host Pod of IP %s: %w", ip, err)
+	}
+	return pods.Items, nil
+}
+
 // TenantPodAt says whether ip is the address of a tenant's host Pod, and
 // whose, from the hub's cache: unlike PodCluster, a Pod being deleted
 // counts (it keeps its address until it ends, as long as its grace period
 // lasts), and an address that Pods of two tenants claim counts too (the
 // first found is named). Host Pods with host networking are not counted.
 func (h *Hub) TenantPodAt(ctx context.Context, ip string) (cluster string, ok bool, err error) {
-	h.indexOnce.Lock()
-	informed := h.indexed[podGVK]
-	h.indexOnce.Unlock()
-	if !informed {
-		return "", false, nil
+	pods, err := h.podsAt(ctx, ip)
+	if err != nil {
+		return "", false, err
 	}
-	var pods corev1.PodList
-	if err := h.cache.List(ctx, &pods, client.MatchingFields{podIPIndex: ip}); err != nil {
-		return "", false, fmt.Errorf("looking up the host Pod of IP %s: %w", ip, err)
-	}
-	for _, p := range pods.Items {
+	for _, p := range pods {
 		if c := p.Labels[LabelCluster]; c != "" && !p.Spec.HostNetwork && !terminal(&p) {
 			return c, true, nil
 		}
@@ -316,17 +326,11 @@ func (h *Hub) TenantPodAt(ctx context.Context, ip string) (cluster string, ok bo
 // tenants at once. Host Pods with host networking share their node's IP,
 // and are not told apart.
 func (h *Hub) PodCluster(ctx context.Context, ip string) (cluster string, ok bool, err error) {
-	h.indexOnce.Lock()
-	informed := h.indexed[podGVK]
-	h.indexOnce.Unlock()
-	if !informed {
-		return "", false, nil
+	pods, err := h.podsAt(ctx, ip)
+	if err != nil {
+		return "", false, err
 	}
-	var pods corev1.PodList
-	if err := h.cache.List(ctx, &pods, client.MatchingFields{podIPIndex: ip}); err != nil {
-		return "", false, fmt.Errorf("looking up the host Pod of IP %s: %w", ip, err)
-	}
-	for _, p := range pods.Items {
+	for _, p := range pods {
 		c := p.Labels[LabelCluster]
 		if p.Spec.HostNetwork || !p.DeletionTimestamp.IsZero() || c == "" {
 			continue
