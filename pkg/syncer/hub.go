@@ -23,6 +23,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/apiutil"
 
 	"github.com/tenantry/tenantry/pkg/clusterregistry"
+	"github.com/tenantry/tenantry/pkg/syncer/internal/fairqueue"
 )
 
 // HubOptions configure a Hub.
@@ -74,7 +75,7 @@ const (
 type Hub struct {
 	mapper     meta.RESTMapper
 	httpClient *http.Client
-	budget     *writeBudget
+	requests   *fairqueue.Queue
 	config     *rest.Config
 	opts       HubOptions
 	cache      cache.Cache
@@ -166,7 +167,7 @@ func NewHub(config *rest.Config, opts HubOptions) (*Hub, error) {
 		apiServer:  &hostAPIServer{reader: uncached},
 		mapper:     mapper,
 		httpClient: httpClient,
-		budget:     newWriteBudget(opts.HostQPS, opts.HostBurst),
+		requests:   fairqueue.New(opts.HostQPS, opts.HostBurst),
 		config:     rest.CopyConfig(config),
 		opts:       opts,
 		cache:      c,
@@ -187,7 +188,7 @@ func (h *Hub) Start(ctx context.Context) error {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		h.budget.run(ctx)
+		h.requests.Run(ctx)
 	}()
 	err := h.cache.Start(ctx)
 	<-done
@@ -219,9 +220,9 @@ func serves(mapper meta.RESTMapper, gvk schema.GroupVersionKind) (bool, error) {
 // connections and REST mapper. Reads belong to Reader.
 func (h *Hub) clientFor(cluster string) (client.Client, error) {
 	cfg := rest.CopyConfig(h.config)
-	limiter := tenantLimiter{budget: h.budget, tenant: cluster, fence: h.opts.Fence}
+	limiter := fairqueue.Limiter{Queue: h.requests, Tenant: cluster, Fence: h.opts.Fence}
 	if h.opts.TenantQPS > 0 {
-		limiter.ceiling = rate.NewLimiter(rate.Limit(h.opts.TenantQPS), h.opts.TenantBurst)
+		limiter.Ceiling = rate.NewLimiter(rate.Limit(h.opts.TenantQPS), h.opts.TenantBurst)
 	}
 	cfg.RateLimiter = limiter
 	// The shared connections, under the tenant's own User-Agent, which the

@@ -59,7 +59,7 @@ func TestHostRequestsTimeOutWithinTheFencingMargin(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	go hub.budget.run(ctx)
+	go hub.requests.Run(ctx)
 	start := time.Now()
 	err = c.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "x"}})
 	if took := time.Since(start); err == nil || took > 3*time.Second {

@@ -31,18 +31,10 @@ var (
 		Name: "tenantry_syncer_host_rejections_total",
 		Help: "Writes of a copy that the host refused (Pod Security, quota, admission, validation), by the API status reason.",
 	}, []string{"cluster", "resource", "reason"})
-
-	// budgetWait has no cluster label: a histogram per tenant would be
-	// a dozen series per tenant.
-	budgetWait = prometheus.NewHistogram(prometheus.HistogramOpts{
-		Name:    "tenantry_syncer_host_budget_wait_seconds",
-		Help:    "How long a syncer's request to the host waited for the host budget (--host-qps, shared fairly among tenants); 0 when a token was there.",
-		Buckets: []float64{0.001, 0.005, 0.025, 0.1, 0.25, 1, 2.5, 10, 30},
-	})
 )
 
 func init() {
-	metrics.Registry.MustRegister(driftFound, driftRepaired, writes, conflicts, hostRejections, budgetWait)
+	metrics.Registry.MustRegister(driftFound, driftRepaired, writes, conflicts, hostRejections)
 }
 
 // clusterSeries are the syncers' metrics that carry a cluster label.

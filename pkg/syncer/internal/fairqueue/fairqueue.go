@@ -1,4 +1,10 @@
-package syncer
+// Package fairqueue shares a budget of requests among tenants by fair
+// queuing: each tenant waits in a queue of its own, and the budget's
+// tokens go to the tenants that wait, one each in turn. A tenant alone
+// gets every token; a tenant that floods waits behind its own requests,
+// never in front of another's. The hub's host clients wait here
+// (HubOptions.HostQPS).
+package fairqueue
 
 import (
 	"context"
@@ -7,19 +13,20 @@ import (
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/time/rate"
 	"k8s.io/client-go/util/flowcontrol"
+	"sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	"github.com/tenantry/tenantry/pkg/clusterregistry"
 )
 
-// writeBudget is the host's request budget, shared by every tenant of a
-// Hub through fair queuing: requests wait in one queue per tenant, and the
+// Queue is a request budget shared by tenants through fair queuing: requests wait in one queue per tenant, and the
 // budget's tokens go to the tenants that wait, one each in turn. It is
 // work-conserving: a tenant alone gets every token, and a tenant that
 // floods the host waits behind its own requests, never in front of
 // another tenant's.
-type writeBudget struct {
+type Queue struct {
 	// take waits for one token of the whole budget's rate.
 	take func(ctx context.Context) error
 	// tryTake takes a token if one is there now; nil: never.
@@ -35,23 +42,25 @@ type writeBudget struct {
 	stopped chan struct{}
 }
 
-// errBudgetStopped fails a request that waits for a budget no longer run.
-var errBudgetStopped = errors.New("the hub that hands out the host budget has stopped")
+// ErrStopped fails a request that waits for a Queue no longer run.
+var ErrStopped = errors.New("the queue that hands out the host budget has stopped")
 
-func newWriteBudget(qps float64, burst int) *writeBudget {
+// New is a Queue that hands out qps requests a second, burst at once.
+// It hands out nothing until Run.
+func New(qps float64, burst int) *Queue {
 	limiter := rate.NewLimiter(rate.Limit(qps), burst)
-	b := newWriteBudgetTaking(limiter.Wait)
+	b := newTaking(limiter.Wait)
 	b.tryTake = limiter.Allow
 	return b
 }
 
-func newWriteBudgetTaking(take func(context.Context) error) *writeBudget {
-	return &writeBudget{take: take, queues: map[string][]chan struct{}{}, queued: make(chan struct{}, 1), stopped: make(chan struct{})}
+func newTaking(take func(context.Context) error) *Queue {
+	return &Queue{take: take, queues: map[string][]chan struct{}{}, queued: make(chan struct{}, 1), stopped: make(chan struct{})}
 }
 
-// run hands the budget's tokens out until ctx ends; then requests fail
-// with errBudgetStopped.
-func (b *writeBudget) run(ctx context.Context) {
+// Run hands the budget's tokens out until ctx ends; then requests fail
+// with ErrStopped.
+func (b *Queue) Run(ctx context.Context) {
 	defer close(b.stopped)
 	for {
 		select {
@@ -68,14 +77,14 @@ func (b *writeBudget) run(ctx context.Context) {
 	}
 }
 
-func (b *writeBudget) waiting() bool {
+func (b *Queue) waiting() bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return len(b.turns) > 0
 }
 
 // grant lets the oldest request of the tenant whose turn it is go.
-func (b *writeBudget) grant() {
+func (b *Queue) grant() {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if len(b.turns) == 0 {
@@ -94,22 +103,22 @@ func (b *writeBudget) grant() {
 	b.next++
 }
 
-// wait blocks until tenant may send one request, or ctx ends. While no
+// Wait blocks until tenant may send one request, or ctx ends. While no
 // request waits and the budget has a token, a request goes at once: there
 // is no turn to keep, and handing the token over through run cost a
 // twentieth of the manager's CPU per synced object.
-func (b *writeBudget) wait(ctx context.Context, tenant string) error {
+func (b *Queue) Wait(ctx context.Context, tenant string) error {
 	b.mu.Lock()
 	if len(b.turns) == 0 && b.tryTake != nil {
 		select {
 		case <-b.stopped:
 			b.mu.Unlock()
-			return errBudgetStopped
+			return ErrStopped
 		default:
 		}
 		if b.tryTake() {
 			b.mu.Unlock()
-			budgetWait.Observe(0)
+			waitSeconds.Observe(0)
 			return nil
 		}
 	}
@@ -127,15 +136,15 @@ func (b *writeBudget) wait(ctx context.Context, tenant string) error {
 	var err error
 	select {
 	case <-granted:
-		budgetWait.Observe(time.Since(queuedAt).Seconds())
+		waitSeconds.Observe(time.Since(queuedAt).Seconds())
 		return nil
 	case <-ctx.Done():
 		err = ctx.Err()
 	case <-b.stopped:
-		err = errBudgetStopped
+		err = ErrStopped
 	}
 	if !b.cancel(tenant, granted) {
-		budgetWait.Observe(time.Since(queuedAt).Seconds())
+		waitSeconds.Observe(time.Since(queuedAt).Seconds())
 		return nil // granted meanwhile
 	}
 	return err
@@ -143,7 +152,7 @@ func (b *writeBudget) wait(ctx context.Context, tenant string) error {
 
 // cancel takes a waiting request out of its queue; false if it was
 // granted already.
-func (b *writeBudget) cancel(tenant string, granted chan struct{}) bool {
+func (b *Queue) cancel(tenant string, granted chan struct{}) bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	q := b.queues[tenant]
@@ -165,47 +174,61 @@ func (b *writeBudget) cancel(tenant string, granted chan struct{}) bool {
 	return true
 }
 
-// tenantLimiter is one tenant's client-side rate limiter: its turn in the
-// shared budget, after its own ceiling if it has one.
-type tenantLimiter struct {
-	budget  *writeBudget
-	tenant  string
-	ceiling *rate.Limiter         // nil: none
-	fence   clusterregistry.Fence // nil: none
+// Limiter is one tenant's client-side rate limiter (a client-go
+// flowcontrol.RateLimiter, for rest.Config.RateLimiter): its turn in the
+// shared Queue, after its own ceiling if it has one.
+type Limiter struct {
+	Queue  *Queue
+	Tenant string
+	// Ceiling, if set, is the tenant's own rate, below its share.
+	Ceiling *rate.Limiter
+	// Fence, if set, is asked before a request waits and again when its
+	// turn comes: an error fails the request unsent.
+	Fence clusterregistry.Fence
 }
 
-var _ flowcontrol.RateLimiter = tenantLimiter{}
+var _ flowcontrol.RateLimiter = Limiter{}
 
-func (l tenantLimiter) Wait(ctx context.Context) error {
+func (l Limiter) Wait(ctx context.Context) error {
 	if err := l.fenced(); err != nil {
 		return err
 	}
-	if l.ceiling != nil {
-		if err := l.ceiling.Wait(ctx); err != nil {
+	if l.Ceiling != nil {
+		if err := l.Ceiling.Wait(ctx); err != nil {
 			return err
 		}
 	}
-	if err := l.budget.wait(ctx, l.tenant); err != nil {
+	if err := l.Queue.Wait(ctx, l.Tenant); err != nil {
 		return err
 	}
 	return l.fenced() // the turn may have been long in coming
 }
 
-func (l tenantLimiter) fenced() error {
-	if l.fence == nil {
+func (l Limiter) fenced() error {
+	if l.Fence == nil {
 		return nil
 	}
-	return l.fence(l.tenant)
+	return l.Fence(l.Tenant)
 }
 
 // TryAccept is never used by client-go's REST clients, which Wait; it
 // says no rather than jump the queue.
-func (l tenantLimiter) TryAccept() bool { return false }
-func (l tenantLimiter) Accept()         { _ = l.Wait(context.Background()) }
-func (l tenantLimiter) Stop()           {}
-func (l tenantLimiter) QPS() float32 {
-	if l.ceiling != nil {
-		return float32(l.ceiling.Limit())
+func (l Limiter) TryAccept() bool { return false }
+func (l Limiter) Accept()         { _ = l.Wait(context.Background()) }
+func (l Limiter) Stop()           {}
+func (l Limiter) QPS() float32 {
+	if l.Ceiling != nil {
+		return float32(l.Ceiling.Limit())
 	}
 	return 0
 }
+
+// waitSeconds has no cluster label: a histogram per tenant would be a
+// dozen series per tenant.
+var waitSeconds = prometheus.NewHistogram(prometheus.HistogramOpts{
+	Name:    "tenantry_syncer_host_budget_wait_seconds",
+	Help:    "How long a syncer's request to the host waited for the host budget (--host-qps, shared fairly among tenants); 0 when a token was there.",
+	Buckets: []float64{0.001, 0.005, 0.025, 0.1, 0.25, 1, 2.5, 10, 30},
+})
+
+func init() { metrics.Registry.MustRegister(waitSeconds) }

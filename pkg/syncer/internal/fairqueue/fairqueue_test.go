@@ -1,4 +1,4 @@
-package syncer
+package fairqueue
 
 import (
 	"context"
@@ -13,10 +13,10 @@ import (
 	"github.com/tenantry/tenantry/pkg/clusterregistry"
 )
 
-// gatedBudget is a writeBudget whose tokens the test hands out one by one.
-func gatedBudget(t *testing.T) (*writeBudget, chan<- struct{}) {
+// gatedBudget is a Queue whose tokens the test hands out one by one.
+func gatedBudget(t *testing.T) (*Queue, chan<- struct{}) {
 	tokens := make(chan struct{})
-	b := newWriteBudgetTaking(func(ctx context.Context) error {
+	b := newTaking(func(ctx context.Context) error {
 		select {
 		case <-tokens:
 			return nil
@@ -26,18 +26,18 @@ func gatedBudget(t *testing.T) (*writeBudget, chan<- struct{}) {
 	})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
-	go func() { defer close(done); b.run(ctx) }()
+	go func() { defer close(done); b.Run(ctx) }()
 	t.Cleanup(func() { cancel(); <-done })
 	return b, tokens
 }
 
 // queue starts n requests of tenant, each telling served its tenant once
 // let through, and waits until they all wait.
-func queue(t *testing.T, ctx context.Context, b *writeBudget, tenant string, n int, served chan<- string) {
+func queue(t *testing.T, ctx context.Context, b *Queue, tenant string, n int, served chan<- string) {
 	t.Helper()
 	for range n {
 		go func() {
-			if b.wait(ctx, tenant) == nil {
+			if b.Wait(ctx, tenant) == nil {
 				served <- tenant
 			}
 		}()
@@ -107,12 +107,12 @@ func TestWriteBudgetForgetsCancelledRequests(t *testing.T) {
 
 // Requests waiting when the budget stops fail, rather than wait for good.
 func TestWriteBudgetStoppedFailsWaiters(t *testing.T) {
-	b := newWriteBudgetTaking(func(ctx context.Context) error { <-ctx.Done(); return ctx.Err() })
+	b := newTaking(func(ctx context.Context) error { <-ctx.Done(); return ctx.Err() })
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
-	go func() { defer close(done); b.run(ctx) }()
+	go func() { defer close(done); b.Run(ctx) }()
 	failed := make(chan error, 1)
-	go func() { failed <- b.wait(t.Context(), "late") }()
+	go func() { failed <- b.Wait(t.Context(), "late") }()
 	err := wait.PollUntilContextTimeout(t.Context(), time.Millisecond, 5*time.Second, true, func(context.Context) (bool, error) {
 		return b.waiting(), nil
 	})
@@ -123,14 +123,14 @@ func TestWriteBudgetStoppedFailsWaiters(t *testing.T) {
 	<-done
 	select {
 	case err := <-failed:
-		if !errors.Is(err, errBudgetStopped) {
-			t.Fatalf("a request waiting at the stop: %v; want errBudgetStopped", err)
+		if !errors.Is(err, ErrStopped) {
+			t.Fatalf("a request waiting at the stop: %v; want ErrStopped", err)
 		}
 	case <-time.After(5 * time.Second):
 		t.Fatal("a request still waits for a stopped budget")
 	}
-	if err := b.wait(t.Context(), "later"); !errors.Is(err, errBudgetStopped) {
-		t.Fatalf("a request after the stop: %v; want errBudgetStopped", err)
+	if err := b.Wait(t.Context(), "later"); !errors.Is(err, ErrStopped) {
+		t.Fatalf("a request after the stop: %v; want ErrStopped", err)
 	}
 }
 
@@ -139,7 +139,7 @@ func TestWriteBudgetStoppedFailsWaiters(t *testing.T) {
 func TestTenantLimiterAsksTheFence(t *testing.T) {
 	b, tokens := gatedBudget(t)
 	var fenced atomic.Bool
-	l := tenantLimiter{budget: b, tenant: "a", fence: func(cluster string) error {
+	l := Limiter{Queue: b, Tenant: "a", Fence: func(cluster string) error {
 		if fenced.Load() {
 			return fmt.Errorf("%w: %s", clusterregistry.ErrFenced, cluster)
 		}
@@ -168,15 +168,15 @@ func TestTenantLimiterAsksTheFence(t *testing.T) {
 // While no request waits, a request that finds a token goes at once, even
 // before the budget runs; one that finds none waits its turn.
 func TestWriteBudgetGrantsAtOnceWhenNobodyWaits(t *testing.T) {
-	b := newWriteBudget(0.001, 2) // a burst of 2, then nothing for long
+	b := New(0.001, 2) // a burst of 2, then nothing for long
 	ctx, cancel := context.WithTimeout(t.Context(), 200*time.Millisecond)
 	defer cancel()
 	for i := range 2 {
-		if err := b.wait(ctx, "a"); err != nil {
+		if err := b.Wait(ctx, "a"); err != nil {
 			t.Fatalf("request %d with a token there: %v", i, err)
 		}
 	}
-	if err := b.wait(ctx, "b"); !errors.Is(err, context.DeadlineExceeded) {
+	if err := b.Wait(ctx, "b"); !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("a request without a token went: %v", err)
 	}
 	if b.waiting() {
