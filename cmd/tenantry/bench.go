@@ -6,17 +6,18 @@ import (
 	"os"
 	"strings"
 
+	"github.com/tenantry/tenantry/cmd/internal/cli"
 	"github.com/tenantry/tenantry/internal/bench"
 	tenantrytest "github.com/tenantry/tenantry/pkg/testing"
 )
 
 // benchCommand binds the flags of `tenantry bench` onto bench.Options and
 // runs package bench, which holds the steps and what they measure.
-var benchCommand = command{
-	name: "bench",
-	summary: "Measure spawn and stop times, memory per tenant, sync latency and throughput on local control planes; " +
+var benchCommand = cli.Command{
+	Name: "bench",
+	Summary: "Measure spawn and stop times, memory per tenant, sync latency and throughput on local control planes; " +
 		"print a table and write it as JSON and Markdown.",
-	flags: func(fs *flag.FlagSet) func(context.Context, invocation) error {
+	Flags: func(fs *flag.FlagSet) func(context.Context, cli.Invocation) error {
 		o := bench.DefaultOptions()
 		fs.StringVar(&o.Out, "out", o.Out, "Directory for results.json and results.md.")
 		fs.StringVar(&o.Assets, "assets", o.Assets, "Directory holding kube-apiserver, etcd, kube-controller-manager, kube-scheduler and kwok "+
@@ -57,26 +58,26 @@ var benchCommand = command{
 		fs.StringVar(&o.Profiles, "profiles", o.Profiles, "Write profiles to this directory: CPU profiles of bin/manager, the floor pipeline and the host API server over the throughput runs, "+
 			"and at each scale count of bin/manager, the host and a tenant API server over the start, with bin/manager's heap and goroutines once Ready; "+
 			"and the goroutines around the spawn step's stops (read them with go tool pprof).")
-		return func(ctx context.Context, in invocation) error {
+		return func(ctx context.Context, in cli.Invocation) error {
 			if o.Assets == "" {
 				o.Assets = defaultAssets()
 			}
 			o.Args = os.Args[2:]
-			return bench.Run(ctx, o, in.out)
+			return bench.Run(ctx, o, in.Out)
 		}
 	},
 }
 
 // benchFloorCommand runs the floor pipeline that the bench's sync step
 // measures beside bin/manager (bench.RunFloorPipeline).
-var benchFloorCommand = command{
-	name:    bench.FloorCommand,
-	summary: "Run the bench's floor pipeline: copy a namespace's ConfigMaps from tenants into the host and nothing more.",
-	flags: func(fs *flag.FlagSet) func(context.Context, invocation) error {
+var benchFloorCommand = cli.Command{
+	Name:    bench.FloorCommand,
+	Summary: "Run the bench's floor pipeline: copy a namespace's ConfigMaps from tenants into the host and nothing more.",
+	Flags: func(fs *flag.FlagSet) func(context.Context, cli.Invocation) error {
 		var o bench.FloorOptions
 		o.BindFlags(fs)
-		return func(ctx context.Context, in invocation) error {
-			return bench.RunFloorPipeline(ctx, o, in.out)
+		return func(ctx context.Context, in cli.Invocation) error {
+			return bench.RunFloorPipeline(ctx, o, in.Out)
 		}
 	},
 }

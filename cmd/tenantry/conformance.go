@@ -14,14 +14,16 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/tenantry/tenantry/cmd/internal/cli"
 )
 
-var conformanceCommand = command{
-	name: "conformance",
-	summary: "Run the upstream Kubernetes conformance suite (bin/e2e.test, built by make conformance) against a tenant " +
+var conformanceCommand = cli.Command{
+	Name: "conformance",
+	Summary: "Run the upstream Kubernetes conformance suite (bin/e2e.test, built by make conformance) against a tenant " +
 		"of a dev environment and, as the control, against its host, in tiers; print one line per tier and cluster, " +
 		"and write the JUnit reports.",
-	flags: func(fs *flag.FlagSet) func(context.Context, invocation) error {
+	Flags: func(fs *flag.FlagSet) func(context.Context, cli.Invocation) error {
 		// Tiers 1 and 2 are defined on simulated nodes: kwok's, wherever
 		// real ones could run.
 		o := conformanceOptions{dev: devOptions{tenants: 1, simulatedNodes: true, metricsBindAddress: "0", healthProbeBindAddress: "0"}}
@@ -37,7 +39,7 @@ var conformanceCommand = command{
 		fs.DurationVar(&o.timeout, "timeout", 6*time.Hour, "Time the suite may take on one cluster.")
 		fs.StringVar(&o.reports, "reports", "", "Comma-separated cluster=junit.xml: run nothing, and count and compare these reports of earlier runs "+
 			"(of clusters run apart, say) as a run would.")
-		return func(ctx context.Context, in invocation) error { return runConformance(ctx, o, in.out) }
+		return func(ctx context.Context, in cli.Invocation) error { return runConformance(ctx, o, in.Out) }
 	},
 }
 

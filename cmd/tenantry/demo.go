@@ -22,18 +22,19 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/tenantry/tenantry/cmd/internal/cli"
 	"github.com/tenantry/tenantry/pkg/syncer"
 	tenantrytest "github.com/tenantry/tenantry/pkg/testing"
 )
 
-var demoCommand = command{
-	name: "demo",
-	summary: "Run the dev environment, apply a sample workload (a Deployment, Service, ConfigMap, Secret, Job and Foo) " +
+var demoCommand = cli.Command{
+	Name: "demo",
+	Summary: "Run the dev environment, apply a sample workload (a Deployment, Service, ConfigMap, Secret, Job and Foo) " +
 		"in each tenant, show what syncs where and runs on which host node, then exit (non-zero naming what did not converge).",
-	flags: func(fs *flag.FlagSet) func(context.Context, invocation) error {
+	Flags: func(fs *flag.FlagSet) func(context.Context, cli.Invocation) error {
 		o := bindDevFlags(fs)
 		timeout := fs.Duration("timeout", 2*time.Minute, "How long the workload may take to converge.")
-		return func(ctx context.Context, in invocation) error { return runDemo(ctx, *o, *timeout, in.out) }
+		return func(ctx context.Context, in cli.Invocation) error { return runDemo(ctx, *o, *timeout, in.Out) }
 	},
 }
 

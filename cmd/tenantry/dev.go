@@ -8,19 +8,20 @@ import (
 	"os"
 	"path/filepath"
 
+	"github.com/tenantry/tenantry/cmd/internal/cli"
 	tenantrytest "github.com/tenantry/tenantry/pkg/testing"
 )
 
-var devCommand = command{
-	name: "dev",
-	summary: "Start a local host that runs Pods on real nodes (simulated ones where this machine cannot run real ones), tenants with their own kube-controller-manager, " +
+var devCommand = cli.Command{
+	Name: "dev",
+	Summary: "Start a local host that runs Pods on real nodes (simulated ones where this machine cannot run real ones), tenants with their own kube-controller-manager, " +
 		"Tenantry's controller-manager with every built-in syncer, and a VirtualCluster per tenant; " +
 		"print a kubeconfig per cluster and run until interrupted.",
-	flags: func(fs *flag.FlagSet) func(context.Context, invocation) error {
+	Flags: func(fs *flag.FlagSet) func(context.Context, cli.Invocation) error {
 		o := bindDevFlags(fs)
 		fs.BoolVar(&o.controlPlanesOnly, "control-planes-only", false,
 			"Start only the clusters: no CRDs, no Tenantry controller-manager, no VirtualClusters (to run bin/manager yourself).")
-		return func(ctx context.Context, in invocation) error { return runDev(ctx, *o, in.out) }
+		return func(ctx context.Context, in cli.Invocation) error { return runDev(ctx, *o, in.Out) }
 	},
 }
 

@@ -13,17 +13,18 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/util/duration"
 
+	"github.com/tenantry/tenantry/cmd/internal/cli"
 	tenantryv1alpha1 "github.com/tenantry/tenantry/pkg/apis/tenantry/v1alpha1"
 )
 
-var listCommand = command{
-	name: "list",
-	summary: "Print a table of the VirtualClusters: Ready and reason, the replica that runs each, its host namespaces, " +
+var listCommand = cli.Command{
+	Name: "list",
+	Summary: "Print a table of the VirtualClusters: Ready and reason, the replica that runs each, its host namespaces, " +
 		"its host copies by kind, the copies refused in the last hour, its lag, when a copy was last written, the last sync error, and its age.",
-	flags: func(fs *flag.FlagSet) func(context.Context, invocation) error {
+	Flags: func(fs *flag.FlagSet) func(context.Context, cli.Invocation) error {
 		var host hostFlags
 		host.bind(fs)
-		return func(ctx context.Context, in invocation) error {
+		return func(ctx context.Context, in cli.Invocation) error {
 			c, err := host.client()
 			if err != nil {
 				return err
@@ -32,7 +33,7 @@ var listCommand = command{
 			if err := c.List(ctx, &list); err != nil {
 				return fmt.Errorf("listing VirtualClusters: %w", err)
 			}
-			return printList(in.out, list.Items, time.Now())
+			return printList(in.Out, list.Items, time.Now())
 		}
 	},
 }

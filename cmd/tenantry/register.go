@@ -18,6 +18,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/tenantry/tenantry/cmd/internal/cli"
 	"github.com/tenantry/tenantry/controllers/virtualcluster"
 	tenantryv1alpha1 "github.com/tenantry/tenantry/pkg/apis/tenantry/v1alpha1"
 	"github.com/tenantry/tenantry/providers"
@@ -56,27 +57,27 @@ func (h *hostFlags) client() (client.Client, error) {
 	return c, nil
 }
 
-var registerCommand = command{
-	name:  "register",
-	args:  "NAME",
-	nargs: 1,
-	summary: "Register a tenant cluster: write its kubeconfig into a Secret of the host and a VirtualCluster NAME naming it " +
+var registerCommand = cli.Command{
+	Name:  "register",
+	Args:  "NAME",
+	NArgs: 1,
+	Summary: "Register a tenant cluster: write its kubeconfig into a Secret of the host and a VirtualCluster NAME naming it " +
 		"(both applied server-side, so running it again updates them); with --wait, wait until it is Ready or say why not.",
-	flags: func(fs *flag.FlagSet) func(context.Context, invocation) error {
+	Flags: func(fs *flag.FlagSet) func(context.Context, cli.Invocation) error {
 		var host hostFlags
 		host.bind(fs)
 		kubeconfig := fs.String("kubeconfig", "", "The tenant cluster's kubeconfig file (required). Its credentials must be inline: the manager refuses files and plugins.")
 		namespace := fs.String("namespace", "default", "Host namespace of the kubeconfig Secret, NAME-kubeconfig.")
 		wait := fs.Bool("wait", false, "Wait until the VirtualCluster is Ready; if it is not within --timeout, print its reason and fail.")
 		timeout := fs.Duration("timeout", 2*time.Minute, "How long --wait waits.")
-		return func(ctx context.Context, in invocation) error {
+		return func(ctx context.Context, in cli.Invocation) error {
 			if *kubeconfig == "" {
 				return errors.New("--kubeconfig is required: the tenant cluster's kubeconfig file")
 			}
 			// NAME and the tenant's kubeconfig first: a mistake in either
 			// is found before the host is asked anything.
-			if errs := validation.IsDNS1123Label(in.args[0]); len(errs) > 0 {
-				return fmt.Errorf("NAME %q is not a VirtualCluster name: %s", in.args[0], strings.Join(errs, "; "))
+			if errs := validation.IsDNS1123Label(in.Args[0]); len(errs) > 0 {
+				return fmt.Errorf("NAME %q is not a VirtualCluster name: %s", in.Args[0], strings.Join(errs, "; "))
 			}
 			data, err := readKubeconfig(*kubeconfig)
 			if err != nil {
@@ -86,11 +87,11 @@ var registerCommand = command{
 			if err != nil {
 				return err
 			}
-			name := in.args[0]
+			name := in.Args[0]
 			if err := register(ctx, c, name, *namespace, data); err != nil {
 				return err
 			}
-			fmt.Fprintf(in.out, "virtualcluster/%s registered (kubeconfig in secret %s/%s-kubeconfig)\n", name, *namespace, name)
+			fmt.Fprintf(in.Out, "virtualcluster/%s registered (kubeconfig in secret %s/%s-kubeconfig)\n", name, *namespace, name)
 			if !*wait {
 				return nil
 			}
@@ -98,7 +99,7 @@ var registerCommand = command{
 			if err != nil {
 				return err
 			}
-			fmt.Fprintf(in.out, "virtualcluster/%s is Ready (replica %s)\n", name, vc.Status.Replica)
+			fmt.Fprintf(in.Out, "virtualcluster/%s is Ready (replica %s)\n", name, vc.Status.Replica)
 			return nil
 		}
 	},
