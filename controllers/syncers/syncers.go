@@ -272,7 +272,7 @@ func newHub(p hubParams) (*syncer.Hub, error) {
 	opts := syncer.HubOptions{
 		Scheme: p.Scheme, HostQPS: o.HostQPS, HostBurst: o.HostBurst,
 		TenantQPS: o.TenantQPS, TenantBurst: o.TenantBurst,
-		Fence: p.Fence,
+		Fence: p.Fence, Indexes: []syncer.HubIndex{pods.IPIndex},
 	}
 	if p.Shards != nil {
 		// A request the fence let go lands within the margin, or never.
@@ -341,7 +341,7 @@ func newTenantDNS(p dnsParams) (*tenantdns.Server, error) {
 		return nil, nil
 	}
 	o := p.Options.DNS
-	o.ClusterOf, o.Logger = p.Hub.PodCluster, p.Logger.WithName("dns")
+	o.ClusterOf, o.Logger = pods.Addresses{Hub: p.Hub}.PodCluster, p.Logger.WithName("dns")
 	return tenantdns.New(o)
 }
 
@@ -350,7 +350,7 @@ func newKubeletAPI(p kubeletParams) (*kubeletapi.Server, error) {
 		return nil, nil
 	}
 	o := p.Options.Kubelet
-	o.Host, o.Logger, o.ClusterOf = p.Config, p.Logger.WithName("kubelet-api"), p.Hub.TenantPodAt
+	o.Host, o.Logger, o.ClusterOf = p.Config, p.Logger.WithName("kubelet-api"), pods.Addresses{Hub: p.Hub}.TenantPodAt
 	return kubeletapi.New(o)
 }
 

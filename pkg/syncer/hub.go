@@ -56,6 +56,20 @@ type HubOptions struct {
 	// go lands before another replica may write for the tenant, or not at
 	// all.
 	RequestTimeout time.Duration
+
+	// Indexes are more indexes of the hub's cache, each added to its
+	// type's informer with the cluster index, when a tenant first routes
+	// the type. Read through them with ListBy.
+	Indexes []HubIndex
+}
+
+// HubIndex is an index of the hub's cache of one synced type: Values
+// gives the values under which an object of Object's type is found by
+// Name (as client.MatchingFields{Name: value}).
+type HubIndex struct {
+	Object client.Object
+	Name   string
+	Values client.IndexerFunc
 }
 
 // The default budget of requests to the host, shared by every tenant.
@@ -100,6 +114,10 @@ type Hub struct {
 	// cluster index.
 	indexOnce sync.Mutex
 	indexed   map[schema.GroupVersionKind]bool
+	// indexes are HubOptions.Indexes by type, and indexType their types by
+	// name.
+	indexes   map[schema.GroupVersionKind][]HubIndex
+	indexType map[string]schema.GroupVersionKind
 }
 
 type routeKey struct {
@@ -159,6 +177,18 @@ func NewHub(config *rest.Config, opts HubOptions) (*Hub, error) {
 	if err != nil {
 		return nil, fmt.Errorf("building host cache: %w", err)
 	}
+	indexes, indexType := map[schema.GroupVersionKind][]HubIndex{}, map[string]schema.GroupVersionKind{}
+	for _, idx := range opts.Indexes {
+		gvk, err := gvkOf(idx.Object, opts.Scheme)
+		if err != nil {
+			return nil, fmt.Errorf("hub index %s: %w", idx.Name, err)
+		}
+		if _, taken := indexType[idx.Name]; taken || idx.Name == clusterIndex || idx.Values == nil {
+			return nil, fmt.Errorf("hub index %q: a name of its own and a Values function are required", idx.Name)
+		}
+		indexes[gvk] = append(indexes[gvk], idx)
+		indexType[idx.Name] = gvk
+	}
 	uncached, err := client.New(config, client.Options{HTTPClient: httpClient, Scheme: opts.Scheme, Mapper: mapper})
 	if err != nil {
 		return nil, fmt.Errorf("host client: %w", err)
@@ -175,6 +205,8 @@ func NewHub(config *rest.Config, opts HubOptions) (*Hub, error) {
 		informed:   map[string]bool{},
 		watchers:   map[string]map[int]func(string){},
 		indexed:    map[schema.GroupVersionKind]bool{},
+		indexes:    indexes,
+		indexType:  indexType,
 	}, nil
 }
 
@@ -256,94 +288,34 @@ func (h *Hub) index(ctx context.Context, gvk schema.GroupVersionKind, obj client
 	if err := h.cache.IndexField(ctx, obj, clusterIndex, clusterOf); err != nil {
 		return fmt.Errorf("indexing host %s by cluster: %w", gvk.Kind, err)
 	}
-	if gvk == podGVK {
-		if err := h.cache.IndexField(ctx, obj, podIPIndex, podIPsOf); err != nil {
-			return fmt.Errorf("indexing host Pods by IP: %w", err)
+	for _, idx := range h.indexes[gvk] {
+		if err := h.cache.IndexField(ctx, obj, idx.Name, idx.Values); err != nil {
+			return fmt.Errorf("indexing host %s by %s: %w", gvk.Kind, idx.Name, err)
 		}
 	}
 	h.indexed[gvk] = true
 	return nil
 }
 
-// podIPIndex indexes the hub's host Pods by the IPs of those that run, for
-// PodCluster. It stays with the hub, not package pods: it answers across
-// every tenant from the shared informer, which no tenant's Extension owns.
-const podIPIndex = "tenantry.dev/pod-ip"
-
-// podGVK is the type that gets podIPIndex.
-var podGVK = corev1.SchemeGroupVersion.WithKind("Pod")
-
-// podIPsOf is the podIPIndex value of a host Pod: its IPs, unless it has
-// ended (its IPs may then be another Pod's).
-func podIPsOf(o client.Object) []string {
-	pod := o.(*corev1.Pod)
-	if pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed {
-		return nil
+// ListBy lists into list the objects of the hub's cache that index (one
+// of HubOptions.Indexes) finds under value. While no tenant routes the
+// index's type, the hub has no informer of it and ListBy reports false,
+// without starting one.
+func (h *Hub) ListBy(ctx context.Context, list client.ObjectList, index, value string) (informed bool, err error) {
+	gvk, ok := h.indexType[index]
+	if !ok {
+		return false, fmt.Errorf("the hub has no index %q: add it to HubOptions.Indexes", index)
 	}
-	ips := make([]string, 0, len(pod.Status.PodIPs))
-	for _, ip := range pod.Status.PodIPs {
-		ips = append(ips, ip.IP)
-	}
-	return ips
-}
-
-// podsAt are the host Pods of IP ip in the hub's cache; none when no
-// tenant syncs Pods (the index is not there).
-func (h *Hub) podsAt(ctx context.Context, ip string) ([]corev1.Pod, error) {
 	h.indexOnce.Lock()
-	informed := h.indexed[podGVK]
+	informed = h.indexed[gvk]
 	h.indexOnce.Unlock()
 	if !informed {
-		return nil, nil
+		return false, nil
 	}
-	var pods corev1.PodList
-	if err := h.cache.List(ctx, &pods, client.MatchingFields{podIPIndex: ip}); err != nil {
-		return nil, fmt.Errorf("looking up the host Pod of IP %s: %w", ip, err)
+	if err := h.cache.List(ctx, list, client.MatchingFields{index: value}); err != nil {
+		return true, fmt.Errorf("listing host %s by %s: %w", gvk.Kind, index, err)
 	}
-	return pods.Items, nil
-}
-
-// TenantPodAt says whether ip is the address of a tenant's host Pod, and
-// whose, from the hub's cache: unlike PodCluster, a Pod being deleted
-// counts (it keeps its address until it ends, as long as its grace period
-// lasts), and an address that Pods of two tenants claim counts too (the
-// first found is named). Host Pods with host networking are not counted.
-func (h *Hub) TenantPodAt(ctx context.Context, ip string) (cluster string, ok bool, err error) {
-	pods, err := h.podsAt(ctx, ip)
-	if err != nil {
-		return "", false, err
-	}
-	for _, p := range pods {
-		if c := p.Labels[LabelCluster]; c != "" && !p.Spec.HostNetwork && !terminal(&p) {
-			return c, true, nil
-		}
-	}
-	return "", false, nil
-}
-
-// PodCluster says which tenant cluster's Pod the running host Pod of IP
-// ip is, from the hub's cache: ok is false for an IP of no such Pod (or
-// when no tenant syncs Pods), of Pods being deleted, or of Pods of two
-// tenants at once. Host Pods with host networking share their node's IP,
-// and are not told apart.
-func (h *Hub) PodCluster(ctx context.Context, ip string) (cluster string, ok bool, err error) {
-	pods, err := h.podsAt(ctx, ip)
-	if err != nil {
-		return "", false, err
-	}
-	for _, p := range pods {
-		c := p.Labels[LabelCluster]
-		if p.Spec.HostNetwork || !p.DeletionTimestamp.IsZero() || c == "" {
-			continue
-		}
-		if cluster != "" && cluster != c {
-			// An IP that two tenants' Pods claim (one reused before the
-			// other's status caught up): neither is told the other's.
-			return "", false, nil
-		}
-		cluster = c
-	}
-	return cluster, cluster != "", nil
+	return true, nil
 }
 
 // clusterOf is the clusterIndex value of a host object.

@@ -197,7 +197,7 @@ func StartWorld(ctx context.Context, opts WorldOptions) (_ *World, stop func() e
 	if w.Host, err = client.New(env.Host.Config(), client.Options{Scheme: opts.Scheme}); err != nil {
 		return fail(err)
 	}
-	if w.Hub, err = syncer.NewHub(env.Host.Config(), syncer.HubOptions{Scheme: opts.Scheme}); err != nil {
+	if w.Hub, err = syncer.NewHub(env.Host.Config(), syncer.HubOptions{Scheme: opts.Scheme, Indexes: []syncer.HubIndex{pods.IPIndex}}); err != nil {
 		return fail(err)
 	}
 	go func() { hubDone <- w.Hub.Start(hubCtx) }()
@@ -211,7 +211,7 @@ func StartWorld(ctx context.Context, opts WorldOptions) (_ *World, stop func() e
 	}
 	if opts.DNS {
 		if w.DNS, err = tenantdns.New(tenantdns.Options{
-			BindAddress: "127.0.0.1:0", ClusterOf: w.Hub.PodCluster, Upstream: opts.DNSUpstream,
+			BindAddress: "127.0.0.1:0", ClusterOf: pods.Addresses{Hub: w.Hub}.PodCluster, Upstream: opts.DNSUpstream,
 			Logger: opts.Logger.WithName("dns"),
 		}); err != nil {
 			return fail(err)
