@@ -28,7 +28,7 @@ func hubSource(subscribe func(ctx context.Context, queue func(reconcile.Request)
 // belong to cluster: each queues the tenant object that key names, if any.
 func routed(hub *Hub, obj client.Object, cluster string, key func(host client.Object) (types.NamespacedName, bool)) source.TypedSource[reconcile.Request] {
 	return hubSource(func(ctx context.Context, queue func(reconcile.Request)) (func(), error) {
-		return hub.route(ctx, obj, cluster, func(host client.Object) {
+		return hub.cache.Route(ctx, obj, cluster, func(host client.Object) {
 			if k, ok := key(host); ok {
 				queue(reconcile.Request{NamespacedName: k})
 			}

@@ -8,12 +8,7 @@ import (
 	"github.com/go-logr/logr"
 	"go.uber.org/fx"
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/runtime/schema"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
-	"sigs.k8s.io/controller-runtime/pkg/predicate"
-	"sigs.k8s.io/controller-runtime/pkg/reconcile"
-	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	"github.com/tenantry/tenantry/pkg/clusterregistry"
 )
@@ -154,155 +149,12 @@ func TenantModulePerCluster(hub *Hub, perCluster PerCluster) fx.Option {
 				meter.SetLimits(opts.CacheLimits)
 			}
 			all := append([]Syncer{namespaceSyncer(opts.PodSecurityLevel)}, syncers...)
-			return setup(mgr, cluster, log, hub, opts, all)
+			t, err := newTenant(mgr, cluster, log, hub, opts)
+			if err != nil {
+				return err
+			}
+			return t.setup(all)
 		},
 		fx.ParamTags(``, ``, clusterregistry.ClusterNameTag, ``, `optional:"true"`),
 	)))
-}
-
-func setup(mgr manager.Manager, cluster string, log logr.Logger, hub *Hub, opts Options, syncers []Syncer) error {
-	host, err := hub.clientFor(cluster)
-	if err != nil {
-		return err
-	}
-	tr := translator{Cluster: cluster, DeniedMetadataPrefixes: opts.DeniedMetadataPrefixes, AllowedMetadataPrefixes: opts.AllowedMetadataPrefixes}
-	excluded := map[string]bool{}
-	for _, ns := range opts.ExcludeNamespaces {
-		excluded[ns] = true
-	}
-	var apiServerIPs []string
-	if !opts.DisableNetworkIsolation {
-		ctx, cancel := context.WithTimeout(context.Background(), perClusterTimeout)
-		apiServerIPs, err = hub.apiServer.addresses(ctx)
-		cancel()
-		if err != nil {
-			return fmt.Errorf("isolating cluster %s's Pods from the host API server: %w", cluster, err)
-		}
-	}
-	policies, err := newNamespacePolicies(tr, hub.Reader(), host, excluded, opts, apiServerIPs)
-	if err != nil {
-		return fmt.Errorf("cluster %s: %w", cluster, err)
-	}
-	namespaces := &hostNamespaces{
-		syncer: namespaceSyncer(opts.PodSecurityLevel), translator: tr,
-		tenant: mgr.GetClient(), hostRead: hub.Reader(), host: host, policies: policies,
-	}
-	recorder := mgr.GetEventRecorder("tenantry-syncer")
-	controllers, err := newTenantControllers(mgr)
-	if err != nil {
-		return err
-	}
-	scope := &TenantScope{cluster: cluster, mgr: mgr, log: log, hub: hub, host: host, translator: tr, excluded: excluded, controllers: controllers}
-	var budget *resourceBudget
-	if len(opts.Budget) > 0 {
-		if err := ValidateBudget(opts.Budget); err != nil {
-			return fmt.Errorf("the budget of cluster %s: %w", cluster, err)
-		}
-		budget = newResourceBudget(cluster, opts.Budget, opts.LimitRange, hub.Reader(), mgr.GetScheme())
-		namespaces.budget = budget
-		if opts.BudgetReporter != nil {
-			if err := mgr.Add(manager.RunnableFunc(func(ctx context.Context) error {
-				budget.report(ctx, log.WithName("budget"), opts.BudgetReporter)
-				return nil
-			})); err != nil {
-				return err
-			}
-		}
-	}
-
-	act := &activity{}
-	rep := &reporter{cluster: cluster, read: hub.Reader(), scheme: mgr.GetScheme(), activity: act, types: map[string]syncedType{}}
-	if opts.StatusReporter != nil {
-		if err := mgr.Add(manager.RunnableFunc(func(ctx context.Context) error {
-			rep.run(ctx, log.WithName("report"), opts.ReportPeriod, opts.StatusReporter, controllers.group.Settled)
-			return nil
-		})); err != nil {
-			return err
-		}
-	}
-
-	start := func(s *Syncer, gvk schema.GroupVersionKind) error {
-		// The hub's informer of the type, with its cluster index, before
-		// the patroller may read through the index.
-		ctx, cancel := context.WithTimeout(context.Background(), perClusterTimeout)
-		defer cancel()
-		if err := hub.inform(ctx, gvk, s.Object()); err != nil {
-			return fmt.Errorf("syncer %s: %w", s.Name, err)
-		}
-		if budget != nil {
-			// count/<resource>.<group> names a type by its plural resource,
-			// as ResourceQuota does.
-			mapping, err := hub.mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
-			if err != nil {
-				return fmt.Errorf("syncer %s: the host's resource name of %s: %w", s.Name, gvk, err)
-			}
-			budget.count(s, gvk, mapping.Resource.Resource)
-		}
-		rep.add(s, gvk)
-		r := &reconciler{
-			syncer: s, gvk: gvk, budget: budget, translator: tr, namespaces: namespaces,
-			tenant: mgr.GetClient(), hostRead: hub.Reader(), host: host,
-			recorder: recorder, excluded: excluded, rejections: newRejections(), activity: act,
-		}
-		if s.Up == nil {
-			r.echoes = &echoes{}
-		}
-		sources := []source.TypedSource[reconcile.Request]{
-			controllers.objects(s.Object(), predicate.NewPredicateFuncs(func(o client.Object) bool { return !excluded[namespaceOf(s, o)] })),
-			hostEvents(hub, s, tr, r.echoes),
-		}
-		if opts.PatrolPeriod > 0 {
-			p := &patroller{r: r, period: opts.PatrolPeriod, gvk: gvk, scheme: mgr.GetScheme()}
-			sources = append(sources, source.TypedFunc[reconcile.Request](p.start))
-		}
-		if err := controllers.run(log, s.Name+"-syncer", opts.Workers, r, sources...); err != nil {
-			return fmt.Errorf("syncer %s: %w", s.Name, err)
-		}
-		for _, e := range s.Extensions {
-			if err := e.Setup(scope); err != nil {
-				return fmt.Errorf("syncer %s: %w", s.Name, err)
-			}
-		}
-		return nil
-	}
-
-	if err := policies.setup(controllers, hub); err != nil {
-		return err
-	}
-	if err := setupNetworkPolicyNotice(controllers, recorder, excluded); err != nil {
-		return err
-	}
-	if !opts.DisablePublicCRDs {
-		if err := setupPublicCRDs(controllers, cluster, hub); err != nil {
-			return err
-		}
-	}
-	pending := &pendingSyncers{log: log, tenantMapper: mgr.GetRESTMapper(), hub: hub, start: start}
-	seen := map[string]bool{}
-	for i := range syncers {
-		s := &syncers[i]
-		if err := s.Validate(); err != nil {
-			return err
-		}
-		if seen[s.Name] {
-			return fmt.Errorf("two syncers named %s", s.Name)
-		}
-		seen[s.Name] = true
-		gvk, err := s.gvk(mgr.GetScheme())
-		if err != nil {
-			return err
-		}
-		ready, err := pending.ready(gvk)
-		if err != nil {
-			return err
-		}
-		if !ready {
-			pending.add(s, gvk)
-			continue
-		}
-		if err := start(s, gvk); err != nil {
-			return err
-		}
-	}
-	return pending.setup(controllers)
 }

@@ -7,6 +7,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/tenantry/tenantry/pkg/syncer/internal/quota"
 )
 
 // labelPodSecurityEnforce is Pod Security Admission's enforce label, which
@@ -56,7 +58,7 @@ type hostNamespaces struct {
 	policies *namespacePolicies
 	// budget, if set, is asked before a host namespace is made
 	// (count/namespaces).
-	budget *resourceBudget
+	budget *quota.Budget
 	// created are the host namespaces this tenant created that the cache
 	// may not show yet.
 	created recentCreates
@@ -117,7 +119,7 @@ func (n *hostNamespaces) ensureNamespace(ctx context.Context, tenantNamespace st
 	if err != nil {
 		return false, err
 	}
-	if err := n.budget.admitNamespace(ctx, n.created.keys()); err != nil {
+	if err := n.budget.AdmitNamespace(ctx, n.created.keys()); err != nil {
 		return false, err
 	}
 	err = n.host.Create(ctx, desired)

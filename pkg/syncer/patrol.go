@@ -7,8 +7,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/tenantry/tenantry/pkg/syncer/internal/hostcache"
 	"k8s.io/apimachinery/pkg/api/meta"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
@@ -66,12 +66,12 @@ func (p *patroller) start(ctx context.Context, q workqueue.TypedRateLimitingInte
 // round compares everything once and queues each key found out of sync.
 func (p *patroller) round(ctx context.Context, q workqueue.TypedRateLimitingInterface[reconcile.Request]) error {
 	s, tr := p.r.syncer, p.r.translator
-	tenants := listFor(s.Object(), p.gvk, p.scheme)
+	tenants := hostcache.NewList(s.Object(), p.gvk, p.scheme)
 	if err := p.r.tenant.List(ctx, tenants); err != nil {
 		return fmt.Errorf("listing tenant %s: %w", s.Name, err)
 	}
-	hosts := listFor(s.Object(), p.gvk, p.scheme)
-	if err := p.r.hostRead.List(ctx, hosts, client.MatchingFields{clusterIndex: tr.Cluster}); err != nil {
+	hosts := hostcache.NewList(s.Object(), p.gvk, p.scheme)
+	if err := p.r.hostRead.List(ctx, hosts, client.MatchingFields{hostcache.ClusterIndex: tr.Cluster}); err != nil {
 		return fmt.Errorf("listing host %s: %w", s.Name, err)
 	}
 
@@ -125,19 +125,4 @@ func (p *patroller) drifted(t, h client.Object, found bool) bool {
 	}
 	desired, err := s.hostCopy(p.r.translator, t, h)
 	return err != nil || !semanticallyEqual(h, desired)
-}
-
-// listFor is an empty list for objects like obj, of type gvk: an
-// unstructured one for an unstructured obj, so that it is read from the
-// same informer.
-func listFor(obj client.Object, gvk schema.GroupVersionKind, scheme *runtime.Scheme) client.ObjectList {
-	listGVK := gvk.GroupVersion().WithKind(gvk.Kind + "List")
-	if _, unstructuredObj := obj.(*unstructured.Unstructured); !unstructuredObj {
-		if o, err := scheme.New(listGVK); err == nil {
-			return o.(client.ObjectList)
-		}
-	}
-	l := &unstructured.UnstructuredList{}
-	l.SetGroupVersionKind(listGVK)
-	return l
 }

@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/tenantry/tenantry/pkg/syncer/internal/hostcache"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -56,7 +57,7 @@ func TestPatrolRoundQueuesDriftOnly(t *testing.T) {
 
 	tenant := fake.NewClientBuilder().WithScheme(clientgoscheme.Scheme).
 		WithObjects(inSync, edited, missing, stale, system).Build()
-	host := fake.NewClientBuilder().WithScheme(clientgoscheme.Scheme).WithIndex(&corev1.ConfigMap{}, clusterIndex, clusterOf).
+	host := fake.NewClientBuilder().WithScheme(clientgoscheme.Scheme).WithIndex(&corev1.ConfigMap{}, hostcache.ClusterIndex, func(o client.Object) []string { return []string{o.GetLabels()[LabelCluster]} }).
 		WithObjects(hostCM(inSync, "a"), hostCM(edited, "changed by hand"), staleHost, orphanHost, othersHost).Build()
 
 	r := &reconciler{syncer: &s, translator: tr, tenant: tenant, hostRead: host, excluded: map[string]bool{"kube-system": true}}

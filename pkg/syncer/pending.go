@@ -69,7 +69,7 @@ func (p *pendingSyncers) ready(gvk schema.GroupVersionKind) (bool, error) {
 	if err != nil || !tenant {
 		return false, err
 	}
-	return p.hub.serves(gvk)
+	return serves(p.hub.cache.Mapper(), gvk)
 }
 
 // setup watches the tenant's CRDs for the pending syncers' types.
@@ -137,4 +137,16 @@ func established(crd *apiextensionsv1.CustomResourceDefinition) bool {
 		}
 	}
 	return false
+}
+
+// serves says whether mapper knows gvk; an unknown kind is no error.
+func serves(mapper meta.RESTMapper, gvk schema.GroupVersionKind) (bool, error) {
+	_, err := mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
+	if meta.IsNoMatchError(err) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("looking up %s: %w", gvk, err)
+	}
+	return true, nil
 }

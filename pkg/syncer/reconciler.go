@@ -19,6 +19,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/tenantry/tenantry/pkg/syncer/internal/ondemand"
+
+	"github.com/tenantry/tenantry/pkg/syncer/internal/quota"
 )
 
 const (
@@ -47,7 +49,7 @@ const (
 type reconciler struct {
 	syncer     *Syncer
 	gvk        schema.GroupVersionKind
-	budget     *resourceBudget // nil: none
+	budget     *quota.Budget // nil: none
 	translator translator
 	namespaces *hostNamespaces
 
@@ -205,7 +207,7 @@ func (r *reconciler) sync(ctx context.Context, key types.NamespacedName, tenant,
 	}
 	wrote := false
 	if !semanticallyEqual(host, desired) {
-		settle, err := r.budget.admit(ctx, r.gvk, host, desired)
+		settle, err := r.budget.Admit(ctx, r.gvk, host, desired)
 		if err != nil {
 			return false, reconcile.Result{}, err
 		}
@@ -242,7 +244,7 @@ func (r *reconciler) createHost(ctx context.Context, tenant client.Object) (bool
 	if err != nil {
 		return false, reconcile.Result{}, err
 	}
-	settle, err := r.budget.admit(ctx, r.gvk, nil, desired)
+	settle, err := r.budget.Admit(ctx, r.gvk, nil, desired)
 	if err != nil {
 		return false, reconcile.Result{}, err
 	}

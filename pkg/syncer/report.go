@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	"github.com/tenantry/tenantry/pkg/syncer/internal/hostcache"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -229,9 +230,9 @@ func (r *reporter) report(ctx context.Context) (SyncReport, error) {
 	r.mu.Unlock()
 	out := SyncReport{Objects: map[string]int{}}
 	for name, t := range types {
-		list := listFor(t.obj, t.gvk, r.scheme)
+		list := hostcache.NewList(t.obj, t.gvk, r.scheme)
 		// Read only: the cache's own objects, not copies of each.
-		if err := r.read.List(ctx, list, client.MatchingFields{clusterIndex: r.cluster}, client.UnsafeDisableDeepCopy); err != nil {
+		if err := r.read.List(ctx, list, client.MatchingFields{hostcache.ClusterIndex: r.cluster}, client.UnsafeDisableDeepCopy); err != nil {
 			return SyncReport{}, fmt.Errorf("counting the host copies of %s: %w", name, err)
 		}
 		n := meta.LenList(list)

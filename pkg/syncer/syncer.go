@@ -5,11 +5,15 @@ import (
 	"fmt"
 	"slices"
 
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/tenantry/tenantry/pkg/syncer/internal/hostcache"
+	"github.com/tenantry/tenantry/pkg/syncer/internal/quota"
 )
 
 // Syncer declares how one resource type syncs between a tenant cluster and
@@ -61,6 +65,15 @@ type Syncer struct {
 	// written, once per message.
 	Stripped func(tenant client.Object) string
 
+	// Usage, if set, says what a host copy takes of its tenant's budget
+	// (Options.Budget), by ResourceQuota's names: a Pod its pods,
+	// requests.cpu and the like, a Service its services.nodeports. Every
+	// copy also takes one of count/<resource>[.<group>], unless Usage
+	// says otherwise (0, for a copy that counts no more, as an ended Pod).
+	// An error refuses the copy's write: Refuse, for one the tenant must
+	// change. Nil: a copy takes only its count.
+	Usage func(ctx context.Context, host client.Object, in UsageInput) (corev1.ResourceList, error)
+
 	// OnlyExisting: the framework never creates host copies of this type;
 	// something else does (host namespaces are created on demand, before
 	// the first object that goes in them). The syncer keeps existing copies
@@ -90,6 +103,23 @@ type Syncer struct {
 	Extensions []Extension
 }
 
+// UsageInput is what Syncer.Usage is told beside the host copy.
+type UsageInput struct {
+	// Writing is set for a copy about to be written, which the host's
+	// admission has yet to complete (a Pod's RuntimeClass overhead), and
+	// Creating for one about to be created. Otherwise the copy is one the
+	// host holds.
+	Writing, Creating bool
+	// Budget is the tenant's budget: the names it counts.
+	Budget corev1.ResourceList
+	// LimitRange is the LimitRange of the tenant's host namespaces
+	// (Options.LimitRange), whose defaults the host gives a Pod at its
+	// admission; nil: none.
+	LimitRange *corev1.LimitRangeSpec
+	// Host reads the hub's cache of the host.
+	Host client.Reader
+}
+
 // Validate says what is wrong with a Syncer declaration.
 func (s *Syncer) Validate() error {
 	switch {
@@ -108,7 +138,7 @@ func (s *Syncer) Validate() error {
 // gvk is the syncer's type, resolved against scheme (an unstructured
 // object brings its own).
 func (s *Syncer) gvk(scheme *runtime.Scheme) (schema.GroupVersionKind, error) {
-	gvk, err := gvkOf(s.Object(), scheme)
+	gvk, err := hostcache.GVKOf(s.Object(), scheme)
 	if err != nil {
 		return schema.GroupVersionKind{}, fmt.Errorf("syncer %s: %w", s.Name, err)
 	}
@@ -119,6 +149,16 @@ func (s *Syncer) gvk(scheme *runtime.Scheme) (schema.GroupVersionKind, error) {
 // must not be made again.
 func (s *Syncer) lost(tenant client.Object) bool {
 	return s.Lifecycle != nil && s.Lifecycle.Created(tenant)
+}
+
+// usage is s.Usage for a tenant's budget; nil without one.
+func (s *Syncer) usage(budget corev1.ResourceList, limitRange *corev1.LimitRangeSpec, host client.Reader) quota.Usage {
+	if s.Usage == nil {
+		return nil
+	}
+	return func(ctx context.Context, obj client.Object, writing, creating bool) (corev1.ResourceList, error) {
+		return s.Usage(ctx, obj, UsageInput{Writing: writing, Creating: creating, Budget: budget, LimitRange: limitRange, Host: host})
+	}
 }
 
 // wants applies Filter.

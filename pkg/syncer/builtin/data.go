@@ -18,6 +18,7 @@ const rootCAConfigMap = "kube-root-ca.crt"
 func ConfigMaps() syncer.Syncer {
 	return syncer.Syncer{
 		Name:             "configmaps",
+		Usage:            countedAs(corev1.ResourceConfigMaps),
 		Object:           func() client.Object { return &corev1.ConfigMap{} },
 		CopyUserMetadata: true,
 		Filter:           func(t client.Object) bool { return t.GetName() != rootCAConfigMap },
@@ -36,6 +37,7 @@ func ConfigMaps() syncer.Syncer {
 func Secrets() syncer.Syncer {
 	return syncer.Syncer{
 		Name:             "secrets",
+		Usage:            countedAs(corev1.ResourceSecrets),
 		Object:           func() client.Object { return &corev1.Secret{} },
 		CopyUserMetadata: true,
 		Filter: func(t client.Object) bool {

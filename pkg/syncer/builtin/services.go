@@ -45,6 +45,7 @@ func Services(types []corev1.ServiceType) syncer.Syncer {
 	}
 	return syncer.Syncer{
 		Name:             "services",
+		Usage:            serviceUsage,
 		Object:           func() client.Object { return &corev1.Service{} },
 		CopyUserMetadata: true,
 		// The tenant's own API server Service is the tenant's business.

@@ -19,6 +19,7 @@ import (
 func PersistentVolumeClaims(policy pods.StoragePolicy) syncer.Syncer {
 	return syncer.Syncer{
 		Name:             "persistentvolumeclaims",
+		Usage:            claimUsage,
 		Object:           func() client.Object { return &corev1.PersistentVolumeClaim{} },
 		CopyUserMetadata: true,
 		Down: func(t, h client.Object) error {

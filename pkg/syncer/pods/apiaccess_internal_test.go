@@ -1,10 +1,11 @@
 package pods
 
 import (
-	"k8s.io/apimachinery/pkg/util/validation"
 	"strings"
 	"testing"
 	"time"
+
+	"k8s.io/apimachinery/pkg/util/validation"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/rest"

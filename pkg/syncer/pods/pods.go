@@ -96,6 +96,7 @@ func Syncer(opts Options) syncer.Syncer {
 	hostIP := shownHostIP(opts)
 	return syncer.Syncer{
 		Name:                      "pods",
+		Usage:                     usage,
 		Object:                    func() client.Object { return &corev1.Pod{} },
 		CopyUserMetadata:          true,
 		DenyUnprefixedAnnotations: !opts.CopyUnprefixedAnnotations,

@@ -67,7 +67,7 @@ func next(t *testing.T, tokens chan<- struct{}, served <-chan string) string {
 
 // A tenant that floods waits behind its own requests: one that sends a
 // single request is served at its turn, not after the flood.
-func TestWriteBudgetServesTenantsInTurn(t *testing.T) {
+func TestQueueServesTenantsInTurn(t *testing.T) {
 	b, tokens := gatedBudget(t)
 	served := make(chan string, 20)
 	queue(t, t.Context(), b, "flood", 10, served)
@@ -83,7 +83,7 @@ func TestWriteBudgetServesTenantsInTurn(t *testing.T) {
 
 // A request given up (its context ended) leaves the queue and takes no
 // token from the others.
-func TestWriteBudgetForgetsCancelledRequests(t *testing.T) {
+func TestQueueForgetsCancelledRequests(t *testing.T) {
 	b, tokens := gatedBudget(t)
 	served := make(chan string, 20)
 	ctx, cancel := context.WithCancel(t.Context())
@@ -106,7 +106,7 @@ func TestWriteBudgetForgetsCancelledRequests(t *testing.T) {
 }
 
 // Requests waiting when the budget stops fail, rather than wait for good.
-func TestWriteBudgetStoppedFailsWaiters(t *testing.T) {
+func TestQueueStoppedFailsWaiters(t *testing.T) {
 	b := newTaking(func(ctx context.Context) error { <-ctx.Done(); return ctx.Err() })
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
@@ -167,7 +167,7 @@ func TestTenantLimiterAsksTheFence(t *testing.T) {
 
 // While no request waits, a request that finds a token goes at once, even
 // before the budget runs; one that finds none waits its turn.
-func TestWriteBudgetGrantsAtOnceWhenNobodyWaits(t *testing.T) {
+func TestQueueGrantsAtOnceWhenNobodyWaits(t *testing.T) {
 	b := New(0.001, 2) // a burst of 2, then nothing for long
 	ctx, cancel := context.WithTimeout(t.Context(), 200*time.Millisecond)
 	defer cancel()

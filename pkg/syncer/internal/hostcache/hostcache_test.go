@@ -1,4 +1,4 @@
-package syncer
+package hostcache
 
 import (
 	"context"
@@ -46,14 +46,14 @@ func TestHostRequestsTimeOutWithinTheFencingMargin(t *testing.T) {
 	}))
 	defer srv.Close()
 	defer close(hang)
-	hub, err := NewHub(&rest.Config{Host: srv.URL, TLSClientConfig: rest.TLSClientConfig{Insecure: true}}, HubOptions{
-		Scheme: clientgoscheme.Scheme, RequestTimeout: 300 * time.Millisecond,
+	hub, err := New(&rest.Config{Host: srv.URL, TLSClientConfig: rest.TLSClientConfig{Insecure: true}}, Options{
+		Scheme: clientgoscheme.Scheme, RequestTimeout: 300 * time.Millisecond, HostQPS: 100, HostBurst: 100,
 		Fence: func(string) error { return nil },
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, err := hub.clientFor("tenant")
+	c, err := hub.ClientFor("tenant")
 	if err != nil {
 		t.Fatal(err)
 	}

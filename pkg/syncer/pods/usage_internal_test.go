@@ -1,10 +1,9 @@
-package syncer
+package pods
 
 import (
 	"context"
 	"fmt"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime/schema"
+	"reflect"
 	"strings"
 	"sync"
 	"testing"
@@ -17,35 +16,50 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+
+	"github.com/tenantry/tenantry/pkg/syncer"
+	"github.com/tenantry/tenantry/pkg/syncer/internal/quota"
 )
 
 var podsGVK = corev1.SchemeGroupVersion.WithKind("Pod")
 
 func budgetPod(name, cpu string) *corev1.Pod {
 	return &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Namespace: "vc-ns", Name: name, Labels: map[string]string{LabelManagedBy: ManagedByValue, LabelCluster: "vc"}},
+		ObjectMeta: metav1.ObjectMeta{Namespace: "vc-ns", Name: name, Labels: map[string]string{syncer.LabelManagedBy: syncer.ManagedByValue, syncer.LabelCluster: "vc"}},
 		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Resources: corev1.ResourceRequirements{
 			Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse(cpu)},
 		}}}},
 	}
 }
 
-// newTestBudget is a budget over a fake cache of host objects, indexed by
-// cluster as the hub's is.
-func newTestBudget(t *testing.T, limits corev1.ResourceList, objs ...client.Object) (*resourceBudget, client.Client) {
+// newTestBudget is a budget of Pods, counted by their syncer's usage,
+// over a fake cache of host objects; limitRange is the host namespaces'
+// (nil: none).
+func newTestBudget(t *testing.T, limits corev1.ResourceList, limitRange *corev1.LimitRangeSpec, objs ...client.Object) (*quota.Budget, client.Client) {
 	t.Helper()
-	c := fake.NewClientBuilder().WithScheme(clientgoscheme.Scheme).WithObjects(objs...).
-		WithIndex(&corev1.Pod{}, clusterIndex, clusterOf).Build()
-	b := newResourceBudget("vc", limits, nil, c, clientgoscheme.Scheme)
-	b.count(&Syncer{Name: "pods", Object: func() client.Object { return &corev1.Pod{} }}, podsGVK, "pods")
+	c := fake.NewClientBuilder().WithScheme(clientgoscheme.Scheme).WithObjects(objs...).Build()
+	b := quota.New(quota.Options{Limits: limits, Read: c, Refuse: syncer.Refuse,
+		Copies: []client.ListOption{client.MatchingLabels{syncer.LabelCluster: "vc"}}})
+	b.Count(quota.Counted{
+		GVK: podsGVK, Resource: "pods", NewList: func() client.ObjectList { return &corev1.PodList{} },
+		Usage: func(ctx context.Context, obj client.Object, writing, creating bool) (corev1.ResourceList, error) {
+			return usage(ctx, obj, syncer.UsageInput{Writing: writing, Creating: creating, Budget: limits, LimitRange: limitRange, Host: c})
+		},
+	})
 	return b, c
+}
+
+// refused says whether err is a refusal for the tenant (syncer.Refuse),
+// as the budget's are.
+func refused(err error) bool {
+	return err != nil && reflect.TypeOf(err) == reflect.TypeOf(syncer.Refuse(""))
 }
 
 // Concurrent syncs never take a tenant over its budget: writes admitted
 // and not yet in the cache count, and the refusal names the resource.
 func TestBudgetAdmitsExactlyUnderConcurrency(t *testing.T) {
 	ctx := context.Background()
-	b, c := newTestBudget(t, corev1.ResourceList{corev1.ResourcePods: resource.MustParse("10"), corev1.ResourceRequestsCPU: resource.MustParse("1")},
+	b, c := newTestBudget(t, corev1.ResourceList{corev1.ResourcePods: resource.MustParse("10"), corev1.ResourceRequestsCPU: resource.MustParse("1")}, nil,
 		budgetPod("running", "100m"))
 	var (
 		mu       sync.Mutex
@@ -56,7 +70,7 @@ func TestBudgetAdmitsExactlyUnderConcurrency(t *testing.T) {
 	for i := range 20 {
 		wg.Go(func() {
 			p := budgetPod(fmt.Sprintf("p%d", i), "200m")
-			settle, err := b.admit(ctx, podsGVK, nil, p)
+			settle, err := b.Admit(ctx, podsGVK, nil, p)
 			mu.Lock()
 			defer mu.Unlock()
 			if err != nil {
@@ -81,14 +95,14 @@ func TestBudgetAdmitsExactlyUnderConcurrency(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	used, err := b.used(ctx)
+	used, err := b.Used(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if cpu, pods := used[corev1.ResourceRequestsCPU], used[corev1.ResourcePods]; cpu.String() != "900m" || pods.String() != "5" {
 		t.Errorf("used %v; want 900m CPU and 5 Pods", used)
 	}
-	if _, err := b.admit(ctx, podsGVK, nil, budgetPod("sixth", "200m")); err == nil || !strings.Contains(err.Error(), "(900m used)") {
+	if _, err := b.Admit(ctx, podsGVK, nil, budgetPod("sixth", "200m")); err == nil || !strings.Contains(err.Error(), "(900m used)") {
 		t.Errorf("a sixth Pod: %v; want it refused, from the cache's totals", err)
 	}
 	// A Pod that ended frees its share; so does a failed write.
@@ -97,12 +111,12 @@ func TestBudgetAdmitsExactlyUnderConcurrency(t *testing.T) {
 	if err := c.Status().Update(ctx, done); err != nil {
 		t.Fatal(err)
 	}
-	settle, err := b.admit(ctx, podsGVK, nil, budgetPod("after", "200m"))
+	settle, err := b.Admit(ctx, podsGVK, nil, budgetPod("after", "200m"))
 	if err != nil {
 		t.Fatalf("a Pod once another ended: %v", err)
 	}
 	settle(fmt.Errorf("the host refused it"))
-	if _, err := b.admit(ctx, podsGVK, nil, budgetPod("again", "200m")); err != nil {
+	if _, err := b.Admit(ctx, podsGVK, nil, budgetPod("again", "200m")); err != nil {
 		t.Fatalf("a Pod after a failed write freed its room: %v", err)
 	}
 	// An update that adds nothing is never refused, even at the limit.
@@ -110,7 +124,7 @@ func TestBudgetAdmitsExactlyUnderConcurrency(t *testing.T) {
 	if err := c.Get(ctx, client.ObjectKeyFromObject(running), running); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := b.admit(ctx, podsGVK, running, running.DeepCopy()); err != nil {
+	if _, err := b.Admit(ctx, podsGVK, running, running.DeepCopy()); err != nil {
 		t.Errorf("an update that adds nothing: %v", err)
 	}
 }
@@ -152,27 +166,11 @@ func TestPodResources(t *testing.T) {
 	}
 }
 
-// Only names a budget counts pass.
-func TestValidateBudget(t *testing.T) {
-	for budget, wantErr := range map[string]string{
-		"pods":                  "",
-		"requests.cpu":          "",
-		"count/widgets.example": "",
-		"count/":                "not a resource the budget counts",
-		"nvidia.com/gpu":        "not a resource the budget counts",
-	} {
-		err := ValidateBudget(corev1.ResourceList{corev1.ResourceName(budget): resource.MustParse("1")})
-		if (wantErr == "") != (err == nil) || err != nil && !strings.Contains(err.Error(), wantErr) {
-			t.Errorf("budget %s: %v; want %q", budget, err, wantErr)
-		}
-	}
-}
-
 // An update is held to the budget by what the object becomes, not by what
 // it adds twice: a Pod that grows within the room left is admitted.
 func TestBudgetAdmitsAnUpdateByWhatItBecomes(t *testing.T) {
 	ctx := context.Background()
-	b, c := newTestBudget(t, corev1.ResourceList{corev1.ResourceRequestsCPU: resource.MustParse("1")},
+	b, c := newTestBudget(t, corev1.ResourceList{corev1.ResourceRequestsCPU: resource.MustParse("1")}, nil,
 		budgetPod("other", "300m"), budgetPod("growing", "200m"))
 	current := budgetPod("growing", "200m")
 	if err := c.Get(ctx, client.ObjectKeyFromObject(current), current); err != nil {
@@ -180,34 +178,12 @@ func TestBudgetAdmitsAnUpdateByWhatItBecomes(t *testing.T) {
 	}
 	grown := current.DeepCopy()
 	grown.Spec.Containers[0].Resources.Requests[corev1.ResourceCPU] = resource.MustParse("700m")
-	if _, err := b.admit(ctx, podsGVK, current, grown); err != nil {
+	if _, err := b.Admit(ctx, podsGVK, current, grown); err != nil {
 		t.Errorf("growing to 700m beside 300m under 1 CPU: %v; want it admitted", err)
 	}
 	grown.Spec.Containers[0].Resources.Requests[corev1.ResourceCPU] = resource.MustParse("800m")
-	if _, err := b.admit(ctx, podsGVK, current, grown); err == nil || !strings.Contains(err.Error(), "requests.cpu would be 1100m") {
+	if _, err := b.Admit(ctx, podsGVK, current, grown); err == nil || !strings.Contains(err.Error(), "requests.cpu would be 1100m") {
 		t.Errorf("growing to 800m beside 300m under 1 CPU: %v; want it refused at 1100m", err)
-	}
-}
-
-// A custom resource counts as ResourceQuota counts it, by its plural
-// resource and group (count/widgets.example.com), whatever its syncer's
-// name: before, its syncer's name (kind.group) took the group twice, and
-// no budget ever matched it.
-func TestBudgetCountsCustomResourcesByResourceName(t *testing.T) {
-	gvk := schema.GroupVersionKind{Group: "example.com", Version: "v1", Kind: "Widget"}
-	b := newResourceBudget("vc", corev1.ResourceList{"count/widgets.example.com": resource.MustParse("1")}, nil, nil, clientgoscheme.Scheme)
-	s := CustomResource(gvk)
-	b.count(&s, gvk, "widgets")
-	w := &unstructured.Unstructured{}
-	w.SetGroupVersionKind(gvk)
-	w.SetName("w")
-	got := b.usage(b.types[gvk], w)
-	if q, ok := got["count/widgets.example.com"]; !ok || q.Value() != 1 || len(got) != 1 {
-		t.Errorf("a widget's usage %v, want count/widgets.example.com: 1", got)
-	}
-	b.count(&Syncer{Name: "configmaps"}, schema.GroupVersionKind{Version: "v1", Kind: "ConfigMap"}, "configmaps")
-	if got := b.types[schema.GroupVersionKind{Version: "v1", Kind: "ConfigMap"}].count; got != "count/configmaps" {
-		t.Errorf("a core type counts as %s, want count/configmaps", got)
 	}
 }
 
@@ -224,22 +200,22 @@ func TestBudgetCountsWhatTheHostWillHold(t *testing.T) {
 		return p
 	}
 
-	b, _ := newTestBudget(t, limits)
-	_, err := b.admit(ctx, podsGVK, nil, bare("bare"))
-	if hostRejection(err) == nil || !strings.Contains(err.Error(), "counts limits.memory, and container app states no limits.memory") {
+	b, _ := newTestBudget(t, limits, nil)
+	_, err := b.Admit(ctx, podsGVK, nil, bare("bare"))
+	if !refused(err) || !strings.Contains(err.Error(), "counts limits.memory, and container app states no limits.memory") {
 		t.Errorf("a Pod stating nothing, without a LimitRange: %v; want a refusal naming what it must state", err)
 	}
 
-	b.limitRange = &corev1.LimitRangeSpec{Limits: []corev1.LimitRangeItem{{
+	b, _ = newTestBudget(t, limits, &corev1.LimitRangeSpec{Limits: []corev1.LimitRangeItem{{
 		Type:    corev1.LimitTypeContainer,
 		Default: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("400m"), corev1.ResourceMemory: resource.MustParse("512Mi")},
-	}}}
+	}}})
 	for i := range 3 {
-		_, err := b.admit(ctx, podsGVK, nil, bare(fmt.Sprintf("defaulted-%d", i)))
+		_, err := b.Admit(ctx, podsGVK, nil, bare(fmt.Sprintf("defaulted-%d", i)))
 		switch {
 		case i < 2 && err != nil:
 			t.Fatalf("Pod %d, given 400m and 512Mi by the LimitRange: %v; want it admitted", i, err)
-		case i == 2 && (hostRejection(err) == nil || !strings.Contains(err.Error(), "limits.memory would be 1536Mi")):
+		case i == 2 && (!refused(err) || !strings.Contains(err.Error(), "limits.memory would be 1536Mi")):
 			t.Errorf("a third Pod, over the budget by its defaults: %v; want a refusal", err)
 		}
 	}
@@ -254,22 +230,22 @@ func TestBudgetCountsRuntimeClassOverhead(t *testing.T) {
 		ObjectMeta: metav1.ObjectMeta{Name: "kata"}, Handler: "kata",
 		Overhead: &nodev1.Overhead{PodFixed: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("250m")}},
 	}
-	b, _ := newTestBudget(t, corev1.ResourceList{corev1.ResourceRequestsCPU: resource.MustParse("1")}, kata)
+	b, _ := newTestBudget(t, corev1.ResourceList{corev1.ResourceRequestsCPU: resource.MustParse("1")}, nil, kata)
 	of := func(name, class string) *corev1.Pod {
 		p := budgetPod(name, "300m")
 		p.Spec.RuntimeClassName = ptr.To(class)
 		return p
 	}
-	if _, err := b.admit(ctx, podsGVK, nil, of("first", "kata")); err != nil {
+	if _, err := b.Admit(ctx, podsGVK, nil, of("first", "kata")); err != nil {
 		t.Fatalf("a first Pod of 300m and 250m of overhead: %v; want it admitted", err)
 	}
-	_, err := b.admit(ctx, podsGVK, nil, of("second", "kata"))
-	if hostRejection(err) == nil || !strings.Contains(err.Error(), "requests.cpu would be 1100m") {
+	_, err := b.Admit(ctx, podsGVK, nil, of("second", "kata"))
+	if !refused(err) || !strings.Contains(err.Error(), "requests.cpu would be 1100m") {
 		t.Errorf("a second Pod of 300m and 250m of overhead: %v; want a refusal counting the overhead", err)
 	}
 	// A class the host does not have gives no overhead (the host refuses
 	// the Pod anyway).
-	if _, err := b.admit(ctx, podsGVK, nil, of("third", "missing")); err != nil {
+	if _, err := b.Admit(ctx, podsGVK, nil, of("third", "missing")); err != nil {
 		t.Errorf("a Pod of 300m of a class the host lacks: %v; want it admitted as 300m", err)
 	}
 }

@@ -1,0 +1,456 @@
+// Package hostcache is the host side of syncing that every tenant shares:
+// one informer per host type over the objects a selector picks, whose
+// events go to the tenant that a label names; indexes by tenant and more;
+// watches of every object of a kind by name; and, for each tenant, a host
+// client that takes its turn in a fair request budget (package
+// fairqueue).
+package hostcache
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"sync"
+	"time"
+
+	"golang.org/x/time/rate"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/rest"
+	toolscache "k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/transport"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/apiutil"
+
+	"github.com/tenantry/tenantry/pkg/clusterregistry"
+	"github.com/tenantry/tenantry/pkg/syncer/internal/fairqueue"
+)
+
+// Options configure a Cache.
+type Options struct {
+	// Scheme knows every routed type. Required.
+	Scheme *runtime.Scheme
+	// Selector picks the host objects of every type the cache holds but
+	// those of ByObject, which are held by selectors (and transforms) of
+	// their own.
+	Selector labels.Selector
+	ByObject map[client.Object]cache.ByObject
+	// ClusterLabel is the label whose value names the tenant a host object
+	// belongs to: routes and ClusterIndex go by it.
+	ClusterLabel string
+
+	// HostQPS and HostBurst (both required) are the budget of requests
+	// that the tenants' host clients send, shared in turn by the tenants
+	// that wait; TenantQPS
+	// and TenantBurst, if TenantQPS is set, a ceiling on each tenant's.
+	HostQPS     float64
+	HostBurst   int
+	TenantQPS   float64
+	TenantBurst int
+	// Fence, if set, is asked before every request of a tenant's host
+	// client, and RequestTimeout, if set, bounds each.
+	Fence          clusterregistry.Fence
+	RequestTimeout time.Duration
+
+	// Indexes are more indexes of the cache, each added to its type's
+	// informer with ClusterIndex, when a tenant first routes the type.
+	// Read through them with ListBy.
+	Indexes []Index
+}
+
+// Index is an index of the cache of one type: Values gives the values
+// under which an object of Object's type is found by Name (as
+// client.MatchingFields{Name: value}).
+type Index struct {
+	Object client.Object
+	Name   string
+	Values client.IndexerFunc
+}
+
+// NewList is an empty list of obj's type gvk: typed where scheme knows the
+// list, unstructured otherwise.
+func NewList(obj client.Object, gvk schema.GroupVersionKind, scheme *runtime.Scheme) client.ObjectList {
+	listGVK := gvk.GroupVersion().WithKind(gvk.Kind + "List")
+	if _, unstructuredObj := obj.(*unstructured.Unstructured); !unstructuredObj {
+		if o, err := scheme.New(listGVK); err == nil {
+			return o.(client.ObjectList)
+		}
+	}
+	l := &unstructured.UnstructuredList{}
+	l.SetGroupVersionKind(listGVK)
+	return l
+}
+
+// Cache is the host side of syncing, shared by every tenant: one host
+// informer per synced type, for all tenants, that sees only the objects
+// Options.Selector picks, and whose events it routes to the tenant they
+// belong to by Options.ClusterLabel. It also hands each tenant a host
+// client with a rate limit of its own.
+//
+// Run a Cache with Start before tenants route through it.
+type Cache struct {
+	mapper     meta.RESTMapper
+	httpClient *http.Client
+	uncached   client.Client
+	requests   *fairqueue.Queue
+	config     *rest.Config
+	opts       Options
+	cache      cache.Cache
+
+	mu sync.RWMutex
+	// routes hold, by type and cluster, the handlers of host events, each
+	// under the id it was given: a cluster re-spawned while its old app
+	// still shuts down has two, and cancelling one leaves the other.
+	routes map[routeKey]map[int]func(client.Object)
+	nextID int
+	// informed holds the informers that have the cache's handler, by type
+	// (and by watched kind: "public CRDs", "nodes").
+	informed map[string]bool
+	// watchers get, by watched kind and then by id, the name of every
+	// watched host object that changes.
+	watchers map[string]map[int]func(name string)
+
+	// indexOnce guards indexed: the routed types whose informer has the
+	// cluster index.
+	indexOnce sync.Mutex
+	indexed   map[schema.GroupVersionKind]bool
+	// indexes are Options.Indexes by type, and indexType their types by
+	// name.
+	indexes   map[schema.GroupVersionKind][]Index
+	indexType map[string]schema.GroupVersionKind
+}
+
+type routeKey struct {
+	gvk     schema.GroupVersionKind
+	cluster string
+}
+
+// New builds the host cache on the host cluster's config. It asks the
+// host for uncompressed responses whatever config says: its watches carry
+// an event for every synced object, and gzipping each would cost the host
+// API server more CPU than the event itself.
+func New(config *rest.Config, opts Options) (*Cache, error) {
+	if opts.Scheme == nil {
+		return nil, fmt.Errorf("the host cache needs a scheme")
+	}
+	if opts.HostQPS <= 0 || opts.HostBurst <= 0 {
+		return nil, fmt.Errorf("the host cache needs a request budget: HostQPS %v and HostBurst %d must be positive", opts.HostQPS, opts.HostBurst)
+	}
+	config = rest.CopyConfig(config)
+	config.DisableCompression = true
+	httpClient, err := rest.HTTPClientFor(config)
+	if err != nil {
+		return nil, fmt.Errorf("host HTTP client: %w", err)
+	}
+	mapper, err := apiutil.NewDynamicRESTMapper(config, httpClient)
+	if err != nil {
+		return nil, fmt.Errorf("host REST mapper: %w", err)
+	}
+	c, err := cache.New(config, cache.Options{
+		HTTPClient:           httpClient,
+		Mapper:               mapper,
+		Scheme:               opts.Scheme,
+		DefaultLabelSelector: opts.Selector,
+		// Nothing reads them, and they would be most of a small copy's
+		// memory; an update leaves the API server's as they are.
+		DefaultTransform: cache.TransformStripManagedFields(),
+		ByObject:         opts.ByObject,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("building host cache: %w", err)
+	}
+	indexes, indexType := map[schema.GroupVersionKind][]Index{}, map[string]schema.GroupVersionKind{}
+	for _, idx := range opts.Indexes {
+		gvk, err := GVKOf(idx.Object, opts.Scheme)
+		if err != nil {
+			return nil, fmt.Errorf("host cache index %s: %w", idx.Name, err)
+		}
+		if _, taken := indexType[idx.Name]; taken || idx.Name == ClusterIndex || idx.Values == nil {
+			return nil, fmt.Errorf("host cache index %q: a name of its own and a Values function are required", idx.Name)
+		}
+		indexes[gvk] = append(indexes[gvk], idx)
+		indexType[idx.Name] = gvk
+	}
+	uncached, err := client.New(config, client.Options{HTTPClient: httpClient, Scheme: opts.Scheme, Mapper: mapper})
+	if err != nil {
+		return nil, fmt.Errorf("host client: %w", err)
+	}
+	return &Cache{
+		uncached:   uncached,
+		mapper:     mapper,
+		httpClient: httpClient,
+		requests:   fairqueue.New(opts.HostQPS, opts.HostBurst),
+		config:     rest.CopyConfig(config),
+		opts:       opts,
+		cache:      c,
+		routes:     map[routeKey]map[int]func(client.Object){},
+		informed:   map[string]bool{},
+		watchers:   map[string]map[int]func(string){},
+		indexed:    map[schema.GroupVersionKind]bool{},
+		indexes:    indexes,
+		indexType:  indexType,
+	}, nil
+}
+
+// Reader reads the cache: the objects Options.Selector picks, and those
+// of Options.ByObject.
+func (h *Cache) Reader() client.Reader { return h.cache }
+
+// Start runs the cache's informers and hands out the host budget until ctx
+// ends.
+func (h *Cache) Start(ctx context.Context) error {
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		h.requests.Run(ctx)
+	}()
+	err := h.cache.Start(ctx)
+	<-done
+	return err
+}
+
+// Uncached reads the host itself, through the cache's connections.
+func (h *Cache) Uncached() client.Reader { return h.uncached }
+
+// Mapper is the host's REST mapper.
+func (h *Cache) Mapper() meta.RESTMapper { return h.mapper }
+
+// ClientFor returns a host client for one tenant's writes, whose requests
+// wait for the tenant's turn in the host budget. It shares the cache's
+// connections and REST mapper. Reads belong to Reader.
+func (h *Cache) ClientFor(cluster string) (client.Client, error) {
+	cfg := rest.CopyConfig(h.config)
+	limiter := fairqueue.Limiter{Queue: h.requests, Tenant: cluster, Fence: h.opts.Fence}
+	if h.opts.TenantQPS > 0 {
+		limiter.Ceiling = rate.NewLimiter(rate.Limit(h.opts.TenantQPS), h.opts.TenantBurst)
+	}
+	cfg.RateLimiter = limiter
+	// The shared connections, under the tenant's own User-Agent, which the
+	// host's audit log shows (the shared transport's own is set only where
+	// a request has none).
+	httpClient := *h.httpClient
+	if h.opts.RequestTimeout > 0 {
+		httpClient.Timeout = h.opts.RequestTimeout
+	}
+	httpClient.Transport = transport.NewUserAgentRoundTripper(
+		rest.DefaultKubernetesUserAgent()+" tenantry-syncer/"+cluster, h.httpClient.Transport)
+	c, err := client.New(cfg, client.Options{Scheme: h.opts.Scheme, Mapper: h.mapper, HTTPClient: &httpClient})
+	if err != nil {
+		return nil, fmt.Errorf("host client for cluster %s: %w", cluster, err)
+	}
+	return c, nil
+}
+
+// ClusterIndex indexes the cache of every routed type by
+// Options.ClusterLabel, so that one tenant's objects are found in time
+// proportional to their number, not to every tenant's: list them with
+// client.MatchingFields{ClusterIndex: cluster}.
+const ClusterIndex = "tenantry.dev/cluster"
+
+// index adds ClusterIndex to the informer of gvk, once.
+func (h *Cache) index(ctx context.Context, gvk schema.GroupVersionKind, obj client.Object) error {
+	h.indexOnce.Lock()
+	defer h.indexOnce.Unlock()
+	if h.indexed[gvk] {
+		return nil
+	}
+	if err := h.cache.IndexField(ctx, obj, ClusterIndex, h.clusterOf); err != nil {
+		return fmt.Errorf("indexing host %s by cluster: %w", gvk.Kind, err)
+	}
+	for _, idx := range h.indexes[gvk] {
+		if err := h.cache.IndexField(ctx, obj, idx.Name, idx.Values); err != nil {
+			return fmt.Errorf("indexing host %s by %s: %w", gvk.Kind, idx.Name, err)
+		}
+	}
+	h.indexed[gvk] = true
+	return nil
+}
+
+// ListBy lists into list the objects of the cache's cache that index (one
+// of Options.Indexes) finds under value. While no tenant routes the
+// index's type, the cache has no informer of it and ListBy reports false,
+// without starting one.
+func (h *Cache) ListBy(ctx context.Context, list client.ObjectList, index, value string) (informed bool, err error) {
+	gvk, ok := h.indexType[index]
+	if !ok {
+		return false, fmt.Errorf("the cache has no index %q: add it to the hub's Indexes", index)
+	}
+	h.indexOnce.Lock()
+	informed = h.indexed[gvk]
+	h.indexOnce.Unlock()
+	if !informed {
+		return false, nil
+	}
+	if err := h.cache.List(ctx, list, client.MatchingFields{index: value}); err != nil {
+		return true, fmt.Errorf("listing host %s by %s: %w", gvk.Kind, index, err)
+	}
+	return true, nil
+}
+
+// clusterOf is the ClusterIndex value of a host object.
+func (h *Cache) clusterOf(o client.Object) []string {
+	if c, ok := o.GetLabels()[h.opts.ClusterLabel]; ok {
+		return []string{c}
+	}
+	return nil
+}
+
+// Route sends the events of host objects of obj's type that belong to
+// cluster to handle (and to every other handler routed for them), until
+// the returned cancel is called. It first hands handle every such object
+// the host has now, as the informer did for the first route of the type:
+// a tenant that starts late (re-spawned, or after the manager restarted)
+// learns of its copies at once, orphans among them. The first route for a
+// type starts its informer and waits for it to sync.
+func (h *Cache) Route(ctx context.Context, obj client.Object, cluster string, handle func(client.Object)) (cancel func(), err error) {
+	gvk, err := GVKOf(obj, h.opts.Scheme)
+	if err != nil {
+		return nil, err
+	}
+	if err := h.Inform(ctx, gvk, obj); err != nil {
+		return nil, err
+	}
+	key := routeKey{gvk: gvk, cluster: cluster}
+	h.mu.Lock()
+	h.nextID++
+	id := h.nextID
+	if h.routes[key] == nil {
+		h.routes[key] = map[int]func(client.Object){}
+	}
+	h.routes[key][id] = handle
+	h.mu.Unlock()
+	cancel = func() {
+		h.mu.Lock()
+		delete(h.routes[key], id)
+		if len(h.routes[key]) == 0 {
+			delete(h.routes, key)
+		}
+		h.mu.Unlock()
+	}
+	list := NewList(obj, gvk, h.opts.Scheme)
+	if err := h.cache.List(ctx, list, client.MatchingFields{ClusterIndex: cluster}); err != nil {
+		cancel()
+		return nil, fmt.Errorf("listing cluster %s's host %s: %w", cluster, gvk.Kind, err)
+	}
+	_ = meta.EachListItem(list, func(o runtime.Object) error {
+		handle(o.(client.Object))
+		return nil
+	})
+	return cancel, nil
+}
+
+// Inform makes sure the type's informer runs, indexed by cluster, with the
+// cache's dispatcher, which routes each event by the object's cluster label.
+func (h *Cache) Inform(ctx context.Context, gvk schema.GroupVersionKind, obj client.Object) error {
+	if err := h.index(ctx, gvk, obj); err != nil {
+		return err
+	}
+	return h.handleOnce(ctx, gvk.String(), obj, func(o client.Object) {
+		h.mu.RLock()
+		routes := h.routes[routeKey{gvk: gvk, cluster: o.GetLabels()[h.opts.ClusterLabel]}]
+		handlers := make([]func(client.Object), 0, len(routes))
+		for _, handle := range routes {
+			handlers = append(handlers, handle)
+		}
+		h.mu.RUnlock()
+		for _, handle := range handlers {
+			handle(o)
+		}
+	})
+}
+
+// handleOnce adds handle to the informer of obj's type, once per key, for
+// every add, update and delete (tombstones unwrapped).
+func (h *Cache) handleOnce(ctx context.Context, key string, obj client.Object, handle func(client.Object)) error {
+	h.mu.RLock()
+	done := h.informed[key]
+	h.mu.RUnlock()
+	if done {
+		return nil
+	}
+	informer, err := h.cache.GetInformer(ctx, obj)
+	if err != nil {
+		return fmt.Errorf("host informer for %s: %w", key, err)
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.informed[key] {
+		return nil
+	}
+	event := func(o any) {
+		if tombstone, ok := o.(toolscache.DeletedFinalStateUnknown); ok {
+			o = tombstone.Obj
+		}
+		if obj, ok := o.(client.Object); ok {
+			handle(obj)
+		}
+	}
+	if _, err := informer.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
+		AddFunc:    event,
+		UpdateFunc: func(_, o any) { event(o) },
+		DeleteFunc: event,
+	}); err != nil {
+		return fmt.Errorf("host event handler for %s: %w", key, err)
+	}
+	h.informed[key] = true
+	return nil
+}
+
+// GVKOf is the type of obj, resolved against scheme (an unstructured
+// object brings its own).
+func GVKOf(obj client.Object, scheme *runtime.Scheme) (schema.GroupVersionKind, error) {
+	gvk, err := apiutil.GVKForObject(obj, scheme)
+	if err != nil {
+		return schema.GroupVersionKind{}, fmt.Errorf("type of %T: %w", obj, err)
+	}
+	return gvk, nil
+}
+
+// Watch tells handle the name of every object of obj's type (list is its
+// list type) in the cache's cache now and of every one that changes later,
+// under kind, until the returned cancel is called.
+func (h *Cache) Watch(ctx context.Context, kind string, obj client.Object, list client.ObjectList, handle func(name string)) (cancel func(), err error) {
+	err = h.handleOnce(ctx, kind, obj, func(o client.Object) {
+		h.mu.RLock()
+		watchers := make([]func(string), 0, len(h.watchers[kind]))
+		for _, w := range h.watchers[kind] {
+			watchers = append(watchers, w)
+		}
+		h.mu.RUnlock()
+		for _, w := range watchers {
+			w(o.GetName())
+		}
+	})
+	if err != nil {
+		return nil, err
+	}
+	h.mu.Lock()
+	h.nextID++
+	id := h.nextID
+	if h.watchers[kind] == nil {
+		h.watchers[kind] = map[int]func(string){}
+	}
+	h.watchers[kind][id] = handle
+	h.mu.Unlock()
+	if err := h.cache.List(ctx, list); err != nil {
+		h.mu.Lock()
+		delete(h.watchers[kind], id)
+		h.mu.Unlock()
+		return nil, fmt.Errorf("listing host %s: %w", kind, err)
+	}
+	if err := meta.EachListItem(list, func(o runtime.Object) error {
+		handle(o.(client.Object).GetName())
+		return nil
+	}); err != nil {
+		return nil, err
+	}
+	return func() {
+		h.mu.Lock()
+		delete(h.watchers[kind], id)
+		h.mu.Unlock()
+	}, nil
+}
