@@ -1,5 +1,9 @@
 package syncers
 
+// What the syncers write to their VirtualCluster's status: status.budget
+// here, status.sync in syncstatus.go, each one field whole
+// (patchStatusField).
+
 import (
 	"context"
 	"encoding/json"
