@@ -74,6 +74,12 @@
 //     share by fair queuing: a tenant that creates thousands of objects
 //     waits behind its own requests, and a tenant alone gets the whole
 //     budget.
+//   - Budget: with Options.Budget, a write of a host copy that would take
+//     the tenant over it, over all its host namespaces, is refused. Each
+//     copy counts as count/<resource>[.<group>], and as what its syncer
+//     declares (Syncer.Usage, in ResourceQuota's names: builtin declares
+//     Services', claims', ConfigMaps' and Secrets', package pods the Pods'
+//     compute).
 //
 // # Extending a syncer
 //
@@ -102,6 +108,11 @@
 // is the fx module to spawn every tenant with (see package clusterregistry):
 // it runs, in the tenant's manager, one controller per syncer fed by the
 // tenant's own watch, the hub and the patroller.
+//
+// The machinery has packages of its own, internal to this one: the host
+// cache behind the Hub (internal/hostcache), the fair request budget
+// (internal/fairqueue), the budget's accounting (internal/quota) and the
+// tenants' on-demand controllers (internal/ondemand).
 //
 // A tenant's controllers keep no goroutine while idle: each starts its
 // workers (Options.Workers at most) as work arrives and ends them when
