@@ -201,55 +201,6 @@ func statesWhatItCounts(pod *corev1.Pod, budget corev1.ResourceList) error {
 	return nil
 }
 
-// terminal says whether obj is a Pod that ended: a quota counts it no more.
-func terminal(obj client.Object) bool {
-	p, ok := obj.(*corev1.Pod)
-	return ok && (p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed)
-}
-
-// objectUsage is what obj takes by ResourceQuota's object and compute
-// names; count/ names are usage's.
-func objectUsage(obj client.Object) corev1.ResourceList {
-	one := *resource.NewQuantity(1, resource.DecimalSI)
-	out := corev1.ResourceList{}
-	switch o := obj.(type) {
-	case *corev1.Pod:
-		if terminal(o) {
-			return out
-		}
-		out[corev1.ResourcePods] = one
-		requests, limits := podResources(&o.Spec)
-		for name, q := range requests {
-			out[corev1.ResourceName("requests."+string(name))] = q
-			if name == corev1.ResourceCPU || name == corev1.ResourceMemory || name == corev1.ResourceEphemeralStorage {
-				out[name] = q // the short names are requests
-			}
-		}
-		for name, q := range limits {
-			out[corev1.ResourceName("limits."+string(name))] = q
-		}
-	case *corev1.Service:
-		out[corev1.ResourceServices] = one
-		switch o.Spec.Type {
-		case corev1.ServiceTypeLoadBalancer:
-			out[corev1.ResourceServicesLoadBalancers] = one
-			fallthrough
-		case corev1.ServiceTypeNodePort:
-			out[corev1.ResourceServicesNodePorts] = *resource.NewQuantity(int64(len(o.Spec.Ports)), resource.DecimalSI)
-		}
-	case *corev1.PersistentVolumeClaim:
-		out[corev1.ResourcePersistentVolumeClaims] = one
-		if q, ok := o.Spec.Resources.Requests[corev1.ResourceStorage]; ok {
-			out[corev1.ResourceRequestsStorage] = q
-		}
-	case *corev1.ConfigMap:
-		out[corev1.ResourceConfigMaps] = one
-	case *corev1.Secret:
-		out[corev1.ResourceSecrets] = one
-	}
-	return out
-}
-
 // podResources are a Pod's requests and limits as a quota counts them: its
 // pod-level resources where set, else the larger of its containers' sum
 // (sidecars included) and any one init container's (with the sidecars
