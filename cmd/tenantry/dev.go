@@ -1,97 +1,77 @@
 package main
 
 import (
-	"context"
-	"flag"
+	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"runtime/debug"
+	"strings"
 
 	"github.com/tenantry/tenantry/cmd/internal/cli"
-	tenantrytest "github.com/tenantry/tenantry/pkg/testing"
 )
 
+// devBinary is the program of the development tools (cmd/tenantry-dev),
+// which `tenantry dev` runs.
+const devBinary = "tenantry-dev"
+
+// devCommand is the contract's `tenantry dev`: it runs `tenantry-dev up`
+// with the same arguments in its place, so that the operator's binary
+// links none of the test harness.
 var devCommand = cli.Command{
 	Name: "dev",
-	Summary: "Start a local host that runs Pods on real nodes (simulated ones where this machine cannot run real ones), tenants with their own kube-controller-manager, " +
-		"Tenantry's controller-manager with every built-in syncer, and a VirtualCluster per tenant; " +
-		"print a kubeconfig per cluster and run until interrupted.",
-	Flags: func(fs *flag.FlagSet) func(context.Context, cli.Invocation) error {
-		o := bindDevFlags(fs)
-		fs.BoolVar(&o.controlPlanesOnly, "control-planes-only", false,
-			"Start only the clusters: no CRDs, no Tenantry controller-manager, no VirtualClusters (to run bin/manager yourself).")
-		return func(ctx context.Context, in cli.Invocation) error { return runDev(ctx, *o, in.Out) }
+	Summary: "Start a local host, tenants with their own kube-controller-manager, Tenantry's controller-manager and a VirtualCluster per tenant, " +
+		"until interrupted: runs `" + devBinary + " up` with the same flags (" + devBinary + " up --help lists them).",
+	Exec: func(args []string, _, stderr io.Writer) int {
+		path, err := findDev()
+		if err != nil {
+			fmt.Fprintf(stderr, "tenantry dev: %v\n", err)
+			return 1
+		}
+		code, err := execDev(path, append([]string{"up"}, args...))
+		if err != nil {
+			fmt.Fprintf(stderr, "tenantry dev: running %s: %v\n", path, err)
+			return 1
+		}
+		return code
 	},
 }
 
-// bindDevFlags registers the flags that dev and demo share.
-func bindDevFlags(fs *flag.FlagSet) *devOptions {
-	o := &devOptions{}
-	fs.IntVar(&o.tenants, "tenants", 2, "Number of tenant clusters.")
-	fs.IntVar(&o.nodes, "nodes", 2, "Number of host nodes that run the tenants' Pods.")
-	fs.BoolVar(&o.simulatedNodes, "simulated-nodes", false,
-		"Simulated nodes (kwok) even where this machine can run real ones (kubelet, containerd and runc; they need root and `make node`): "+
-			"Pods are Running at once, and nothing runs in them.")
-	fs.StringVar(&o.dir, "dir", "", "Directory for the kubeconfigs and the logs of the manager and of every control-plane process "+
-		"(default: a new temporary directory, removed on exit unless something failed).")
-	fs.StringVar(&o.assets, "assets", "", "Directory holding kube-apiserver, etcd, kube-controller-manager, kube-scheduler and kwok, and what `make node` builds "+
-		"(default: $"+tenantrytest.AssetsEnv+", else this binary's own directory).")
-	fs.StringVar(&o.metricsBindAddress, "metrics-bind-address", "0", `Address of the manager's metrics endpoint; "0" turns it off.`)
-	fs.StringVar(&o.healthProbeBindAddress, "health-probe-bind-address", "0", `Address of the manager's /healthz and /readyz; "0" turns them off.`)
-	o.logger.BindFlags(fs)
-	return o
-}
-
-func runDev(ctx context.Context, o devOptions, out io.Writer) error {
-	return withDev(ctx, o, out, func(d *devEnv) error {
-		return showDev(ctx, d, o, out)
-	})
-}
-
-// withDev runs f in a dev environment, reporting each step to out, and
-// stops the environment when f returns.
-func withDev(ctx context.Context, o devOptions, out io.Writer, f func(*devEnv) error) error {
-	if o.assets == "" {
-		o.assets = defaultAssets()
-	}
-	d, err := startDev(ctx, o, func(step string) { fmt.Fprintln(out, "==>", step) })
-	if err != nil {
-		return err
-	}
-	err = f(d)
-	fmt.Fprintln(out, "==> stopping")
-	return d.finish(err)
-}
-
-// showDev prints where the clusters are and waits for ctx to end.
-func showDev(ctx context.Context, d *devEnv, o devOptions, out io.Writer) error {
-	fmt.Fprintln(out)
-	for _, cp := range d.env.ControlPlanes() {
-		fmt.Fprintf(out, "%-10s https://%-21s KUBECONFIG=%s\n", cp.Name(), cp.Address(), d.kubeconfigs[cp.Name()])
-	}
-	if !o.controlPlanesOnly {
-		fmt.Fprintf(out, "\nEvery tenant is a Ready VirtualCluster; try:\n  kubectl --kubeconfig %s get virtualclusters\n", d.kubeconfigs["host"])
-	}
-	fmt.Fprintln(out, "Ready. Press Ctrl-C to stop.")
-	<-ctx.Done()
-	return nil
-}
-
-// defaultAssets is $KUBEBUILDER_ASSETS, or else the directory of this
-// binary when kube-apiserver sits beside it, as `make build envtest` leaves
-// them in bin/.
-func defaultAssets() string {
-	if dir := os.Getenv(tenantrytest.AssetsEnv); dir != "" {
-		return dir
-	}
+// findDev finds tenantry-dev beside this binary, where `make build` puts
+// both, or else on $PATH.
+func findDev() (string, error) {
+	var beside string
 	self, err := os.Executable()
-	if err != nil {
-		return ""
+	if err == nil {
+		self, err = filepath.EvalSymlinks(self)
 	}
-	dir := filepath.Dir(self)
-	if _, err := os.Stat(filepath.Join(dir, "kube-apiserver")); err != nil {
-		return ""
+	if err == nil {
+		path := filepath.Join(filepath.Dir(self), devBinary)
+		if _, err = exec.LookPath(path); err == nil {
+			return path, nil
+		}
+		beside = path
 	}
-	return dir
+	if !errors.Is(err, fs.ErrNotExist) {
+		beside = strings.TrimPrefix(beside+": ", ": ") + err.Error()
+	}
+	if path, err := exec.LookPath(devBinary); err == nil {
+		return path, nil
+	}
+	return "", fmt.Errorf("no %s to run `%s up` with: not beside this binary (%s) nor on $PATH. "+
+		"`make build` builds it into bin/ beside bin/tenantry; or install it with `go install github.com/tenantry/tenantry/cmd/%s@%s`",
+		devBinary, devBinary, beside, devBinary, moduleVersion())
+}
+
+// moduleVersion is the version of Tenantry this binary was built from,
+// for a `go install` of the same: "latest" when it does not know
+// (a build from a checkout).
+func moduleVersion() string {
+	if info, ok := debug.ReadBuildInfo(); ok && info.Main.Version != "" && info.Main.Version != "(devel)" {
+		return info.Main.Version
+	}
+	return "latest"
 }

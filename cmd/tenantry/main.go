@@ -1,16 +1,21 @@
-// Command tenantry is Tenantry's command-line tool.
+// Command tenantry is Tenantry's command-line tool, what an operator runs.
 //
 //	tenantry register NAME --kubeconfig FILE   register a tenant cluster
 //	tenantry list                              the VirtualClusters at a glance
-//	tenantry dev    start a local host, tenants and the controller-manager
-//	tenantry demo   the same, with a sample workload synced end to end
+//	tenantry dev                               start a local host, tenants and the controller-manager
 //
-// Run `tenantry <command> --help` for a command's flags.
+// Run `tenantry <command> --help` for a command's flags. `tenantry dev`
+// runs `tenantry-dev up` (cmd/tenantry-dev, the development tools: the
+// dev environment, the demo, the bench and the conformance runner),
+// found beside this binary or on $PATH: this binary links none of them.
 package main
 
 import (
+	"fmt"
 	"io"
 	"os"
+	"slices"
+	"strings"
 
 	"github.com/go-logr/logr"
 
@@ -21,17 +26,24 @@ import (
 // program is bin/tenantry's commands.
 var program = cli.Program{
 	Name:     "tenantry",
-	Commands: []cli.Command{registerCommand, listCommand, devCommand, demoCommand, benchCommand, conformanceCommand},
-	Hidden:   []cli.Command{benchFloorCommand},
+	Commands: []cli.Command{registerCommand, listCommand, devCommand},
+	Note:     "The development tools (the dev environment, demo, bench, conformance) are " + devBinary + "'s: run '" + devBinary + " help'.",
 }
 
+// devVerbs were bin/tenantry's and are bin/tenantry-dev's.
+var devVerbs = []string{"demo", "bench", "conformance"}
+
 func main() {
-	// Until a command routes them somewhere (dev and demo: into the
-	// manager's log), client-go's and controller-runtime's logs go nowhere.
+	// client-go's and controller-runtime's logs go nowhere: the commands
+	// say what went wrong themselves.
 	providers.SetProcessLoggers(logr.Discard())
 	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
 }
 
 func run(args []string, stdout, stderr io.Writer) int {
+	if len(args) > 0 && slices.Contains(devVerbs, args[0]) {
+		fmt.Fprintf(stderr, "tenantry: %s is a development tool, in %s: run '%s %s' (make build builds it into bin/)\n", args[0], devBinary, devBinary, strings.Join(args, " "))
+		return 2
+	}
 	return program.Run(args, stdout, stderr)
 }

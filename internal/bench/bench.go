@@ -1,7 +1,7 @@
-// Package bench is what `make bench` (bin/tenantry bench) runs: it measures,
-// on local control planes that pkg/testing starts, what Tenantry costs and
-// how fast it syncs. Its steps run in the order of Steps, each in a file of
-// its own:
+// Package bench is what `make bench` (bin/tenantry-dev bench) runs: it
+// measures, on local control planes that pkg/testing starts, what Tenantry
+// costs and how fast it syncs. Its steps run in the order of Steps, each in
+// a file of its own:
 //
 //	starts    the test clusters' start times (clusters.go)
 //	spawn     the registry's Spawn and Stop, in this process (library.go)
@@ -34,7 +34,8 @@ import (
 )
 
 // Options select a bench run's steps and size them. DefaultOptions holds
-// what `make bench` runs with; each field has a flag of bin/tenantry bench.
+// what `make bench` runs with; each field has a flag of bin/tenantry-dev
+// bench.
 type Options struct {
 	// Out is the directory for results.json and results.md (and the scale
 	// run's scale.svg).
@@ -43,7 +44,7 @@ type Options struct {
 	// kube-controller-manager, kube-scheduler and kwok. The memory figures
 	// of the control-plane processes count those run from it. Empty, the
 	// test clusters take $KUBEBUILDER_ASSETS and those figures are left
-	// out: bin/tenantry fills it (with this binary's own directory when
+	// out: bin/tenantry-dev fills it (with this binary's own directory when
 	// $KUBEBUILDER_ASSETS is not set).
 	Assets string
 	// Nodes is how many simulated host nodes run the Pods.
@@ -118,7 +119,7 @@ type Options struct {
 	// (goroutines-before-spawns.txt, goroutines-after-stops.txt).
 	Profiles string
 	// Args are the command-line flags the run was given, for the command
-	// the report records: make bench (bin/tenantry bench Args...).
+	// the report records: make bench (bin/tenantry-dev bench Args...).
 	Args []string
 }
 
@@ -265,7 +266,7 @@ func Run(ctx context.Context, o Options, out io.Writer) error {
 
 	rep := report{
 		Date:    time.Now().UTC().Format(time.RFC3339),
-		Command: "make bench (bin/tenantry bench " + strings.Join(o.Args, " ") + ")",
+		Command: "make bench (bin/tenantry-dev bench " + strings.Join(o.Args, " ") + ")",
 		Machine: machine(),
 		Results: results,
 		Scale:   points,

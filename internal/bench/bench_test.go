@@ -130,10 +130,10 @@ func TestBenchSmall(t *testing.T) {
 }
 
 func TestMain(m *testing.M) {
-	// As bin/tenantry does: the library's own loggers are quiet.
+	// As bin/tenantry-dev does: the library's own loggers are quiet.
 	providers.SetProcessLoggers(logr.Discard())
 	// The sync step starts the floor pipeline from this binary, as it
-	// does from bin/tenantry.
+	// does from bin/tenantry-dev.
 	if len(os.Args) > 1 && os.Args[1] == FloorCommand {
 		var o FloorOptions
 		fs := flag.NewFlagSet(FloorCommand, flag.ExitOnError)

@@ -72,7 +72,7 @@ type FloorOptions struct {
 }
 
 // FloorCommand is the command of this binary that runs the floor pipeline
-// (bin/tenantry's, and the bench's tests' own), with the flags of
+// (bin/tenantry-dev's, and the bench's tests' own), with the flags of
 // FloorOptions.BindFlags.
 const FloorCommand = "bench-floor"
 

@@ -1,9 +1,8 @@
-package main
+package devenv
 
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -22,21 +21,9 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/tenantry/tenantry/cmd/internal/cli"
 	"github.com/tenantry/tenantry/pkg/syncer"
 	tenantrytest "github.com/tenantry/tenantry/pkg/testing"
 )
-
-var demoCommand = cli.Command{
-	Name: "demo",
-	Summary: "Run the dev environment, apply a sample workload (a Deployment, Service, ConfigMap, Secret, Job and Foo) " +
-		"in each tenant, show what syncs where and runs on which host node, then exit (non-zero naming what did not converge).",
-	Flags: func(fs *flag.FlagSet) func(context.Context, cli.Invocation) error {
-		o := bindDevFlags(fs)
-		timeout := fs.Duration("timeout", 2*time.Minute, "How long the workload may take to converge.")
-		return func(ctx context.Context, in cli.Invocation) error { return runDemo(ctx, *o, *timeout, in.Out) }
-	},
-}
 
 // demoNamespace is the tenant namespace of the sample workload.
 const demoNamespace = "demo"
@@ -55,13 +42,17 @@ type item struct {
 	detail string // what was last seen: why it is done, or what it waits for
 }
 
-func runDemo(ctx context.Context, o devOptions, timeout time.Duration, out io.Writer) error {
-	return withDev(ctx, o, out, func(d *devEnv) error { return demo(ctx, d, timeout, out) })
+// Demo runs a dev environment, applies a sample workload in each tenant and
+// follows it until every object converged, within timeout, or fails
+// naming what did not; then it stops the environment. It is what
+// `tenantry-dev demo` (and `make demo`) runs.
+func Demo(ctx context.Context, o Options, timeout time.Duration, out io.Writer) error {
+	return With(ctx, o, out, func(d *Env) error { return demo(ctx, d, timeout, out) })
 }
 
 // demo applies the workload in d's tenants and follows it until every
 // item converged.
-func demo(ctx context.Context, d *devEnv, timeout time.Duration, out io.Writer) error {
+func demo(ctx context.Context, d *Env, timeout time.Duration, out io.Writer) error {
 	fmt.Fprintln(out, "==> applying a Namespace, Deployment, Service, ConfigMap, Secret, Job and Foo in each tenant")
 	var items []*item
 	for _, name := range sortedKeys(d.tenants) {
@@ -229,7 +220,7 @@ func applyWorkload(ctx context.Context, c client.Client) error {
 }
 
 // converged says whether an item is where it should be, and what to show.
-func (d *devEnv) converged(ctx context.Context, it *item) (bool, string) {
+func (d *Env) converged(ctx context.Context, it *item) (bool, string) {
 	tenant := d.tenants[it.tenant]
 	hostKey := client.ObjectKey{Namespace: it.where, Name: it.name}
 	switch it.kind {
@@ -258,7 +249,7 @@ func (d *devEnv) converged(ctx context.Context, it *item) (bool, string) {
 
 // deploymentRuns: the tenant's Deployment is fully available, and each of
 // its Pods runs in the host on the node and with the IP the tenant sees.
-func (d *devEnv) deploymentRuns(ctx context.Context, it *item) (bool, string) {
+func (d *Env) deploymentRuns(ctx context.Context, it *item) (bool, string) {
 	var deploy appsv1.Deployment
 	if err := d.tenants[it.tenant].Get(ctx, client.ObjectKey{Namespace: demoNamespace, Name: it.name}, &deploy); err != nil {
 		return false, err.Error()
@@ -309,7 +300,7 @@ func virtualNodeReady(ctx context.Context, tenant client.Client, name string) bo
 
 // jobCompleted: the tenant's Job is Complete, its Pod having run in the
 // host.
-func (d *devEnv) jobCompleted(ctx context.Context, it *item) (bool, string) {
+func (d *Env) jobCompleted(ctx context.Context, it *item) (bool, string) {
 	var job batchv1.Job
 	if err := d.tenants[it.tenant].Get(ctx, client.ObjectKey{Namespace: demoNamespace, Name: it.name}, &job); err != nil {
 		return false, err.Error()

@@ -1,4 +1,15 @@
-package main
+// Package devenv is Tenantry's local development environment, which
+// `tenantry-dev up` (and so `tenantry dev`), `tenantry-dev demo` and
+// `tenantry-dev conformance` run: a host cluster whose nodes run Pods
+// (real ones where this machine can, else kwok's), tenant clusters with
+// their own kube-controller-manager, all started by pkg/testing, and
+// Tenantry's controller-manager in this process with every built-in
+// syncer and a VirtualCluster per tenant. Demo applies a sample workload
+// in it and follows it until it converged.
+//
+// It is a development tool, not the library: bin/tenantry-dev links it,
+// bin/tenantry and bin/manager do not.
+package devenv
 
 import (
 	"context"
@@ -39,28 +50,32 @@ const secretsNamespace = "tenantry-system"
 // readyTimeout bounds the wait for every VirtualCluster to be Ready.
 const readyTimeout = 2 * time.Minute
 
-// devOptions configure a dev environment.
-type devOptions struct {
-	tenants int
-	nodes   int // host nodes
-	// simulatedNodes keeps kwok's nodes where real ones could run.
-	simulatedNodes         bool
-	dir                    string // kubeconfigs and logs; "" for a new temporary one
-	assets                 string
-	metricsBindAddress     string
-	healthProbeBindAddress string
-	logger                 providers.LoggerOptions
-	// controlPlanesOnly starts the clusters alone: no CRDs, no manager,
+// HostName is the host's name among the clusters of a dev environment
+// (the tenants are tenant-1, tenant-2, ...).
+const HostName = "host"
+
+// Options configure a dev environment.
+type Options struct {
+	Tenants int
+	Nodes   int // host nodes
+	// SimulatedNodes keeps kwok's nodes where real ones could run.
+	SimulatedNodes         bool
+	Dir                    string // kubeconfigs and logs; "" for a new temporary one
+	Assets                 string // the control-plane binaries; "" for DefaultAssets
+	MetricsBindAddress     string
+	HealthProbeBindAddress string
+	Logger                 providers.LoggerOptions
+	// ControlPlanesOnly starts the clusters alone: no CRDs, no manager,
 	// no VirtualClusters (to run bin/manager by hand against them).
-	controlPlanesOnly bool
+	ControlPlanesOnly bool
 }
 
-// devEnv is a running dev environment: a host whose scheduler,
-// controller-manager and kwok run Pods on simulated nodes, tenants that run
+// Env is a running dev environment: a host whose scheduler and
+// controller-manager run Pods on its nodes (real ones, or kwok's), tenants that run
 // their own controller-manager, Tenantry's controller-manager in this
 // process with every built-in syncer and the Foo example type, and a
 // VirtualCluster per tenant.
-type devEnv struct {
+type Env struct {
 	dir         string
 	ownDir      bool
 	env         *tenantrytest.Environment
@@ -75,9 +90,16 @@ type devEnv struct {
 	log       logr.Logger // into logFile
 }
 
-// startDev brings a dev environment up, or nothing at all.
-func startDev(ctx context.Context, o devOptions, progress func(string)) (_ *devEnv, retErr error) {
-	d := &devEnv{dir: o.dir, tenants: map[string]client.Client{}, kubeconfigs: map[string]string{}}
+// Kubeconfig is the kubeconfig file of the named cluster (HostName, or a
+// tenant's name), and whether the environment has that cluster.
+func (d *Env) Kubeconfig(cluster string) (string, bool) {
+	path, ok := d.kubeconfigs[cluster]
+	return path, ok
+}
+
+// start brings a dev environment up, or nothing at all.
+func start(ctx context.Context, o Options, progress func(string)) (_ *Env, retErr error) {
+	d := &Env{dir: o.Dir, tenants: map[string]client.Client{}, kubeconfigs: map[string]string{}}
 	defer func() {
 		if retErr != nil {
 			retErr = d.finish(retErr)
@@ -92,8 +114,8 @@ func startDev(ctx context.Context, o devOptions, progress func(string)) (_ *devE
 	} else if err := os.MkdirAll(d.dir, 0o700); err != nil {
 		return nil, fmt.Errorf("creating %s: %w", d.dir, err)
 	}
-	if o.nodes < 1 {
-		return nil, fmt.Errorf("--nodes must be at least 1, got %d: the host needs a node to run the tenants' Pods", o.nodes)
+	if o.Nodes < 1 {
+		return nil, fmt.Errorf("--nodes must be at least 1, got %d: the host needs a node to run the tenants' Pods", o.Nodes)
 	}
 	var err error
 	if d.scheme, err = providers.NewScheme(); err != nil {
@@ -101,7 +123,7 @@ func startDev(ctx context.Context, o devOptions, progress func(string)) (_ *devE
 	}
 
 	var crds []*apiextensionsv1.CustomResourceDefinition
-	if !o.controlPlanesOnly {
+	if !o.ControlPlanesOnly {
 		if crds, err = examplesconfig.HostCRDs(); err != nil {
 			return nil, err
 		}
@@ -110,31 +132,31 @@ func startDev(ctx context.Context, o devOptions, progress func(string)) (_ *devE
 		if d.logFile, err = os.Create(filepath.Join(d.dir, "manager.log")); err != nil {
 			return nil, fmt.Errorf("creating the manager log: %w", err)
 		}
-		o.logger.Output = d.logFile
-		if d.log, err = providers.NewLogger(o.logger); err != nil {
+		o.Logger.Output = d.logFile
+		if d.log, err = providers.NewLogger(o.Logger); err != nil {
 			return nil, err
 		}
 	}
 	envOpts := tenantrytest.Options{
-		Tenants:                 o.tenants,
+		Tenants:                 o.Tenants,
 		TenantControllerManager: true,
-		BinaryAssetsDirectory:   o.assets,
+		BinaryAssetsDirectory:   o.Assets,
 		HostCRDs:                crds,
 		LogDirectory:            d.dir,
 	}
-	switch why := tenantrytest.RealNodesSupported(o.assets); {
-	case o.simulatedNodes:
-		envOpts.HostNodes = o.nodes
-		progress(fmt.Sprintf("%d simulated nodes (kwok), as --simulated-nodes asks: Pods run, but nothing runs in them", o.nodes))
+	switch why := tenantrytest.RealNodesSupported(o.Assets); {
+	case o.SimulatedNodes:
+		envOpts.HostNodes = o.Nodes
+		progress(fmt.Sprintf("%d simulated nodes (kwok), as --simulated-nodes asks: Pods run, but nothing runs in them", o.Nodes))
 	case why != nil:
-		envOpts.HostNodes = o.nodes
-		progress(fmt.Sprintf("%d simulated nodes (kwok), since %v", o.nodes, why))
+		envOpts.HostNodes = o.Nodes
+		progress(fmt.Sprintf("%d simulated nodes (kwok), since %v", o.Nodes, why))
 	default:
-		envOpts.HostKubelets = o.nodes
+		envOpts.HostKubelets = o.Nodes
 		d.realNodes = true
-		progress(fmt.Sprintf("%d real nodes (kubelet, containerd, runc, kube-proxy): Pods run containers (--simulated-nodes for kwok's)", o.nodes))
+		progress(fmt.Sprintf("%d real nodes (kubelet, containerd, runc, kube-proxy): Pods run containers (--simulated-nodes for kwok's)", o.Nodes))
 	}
-	progress(fmt.Sprintf("starting a host with %d nodes and %d tenants, each with its controller-manager (logs: %s)", o.nodes, o.tenants, d.dir))
+	progress(fmt.Sprintf("starting a host with %d nodes and %d tenants, each with its controller-manager (logs: %s)", o.Nodes, o.Tenants, d.dir))
 	d.env, err = tenantrytest.Start(ctx, envOpts)
 	if err != nil {
 		return nil, err
@@ -156,7 +178,7 @@ func startDev(ctx context.Context, o devOptions, progress func(string)) (_ *devE
 		}
 	}
 
-	if o.controlPlanesOnly {
+	if o.ControlPlanesOnly {
 		return d, nil
 	}
 	progress("starting Tenantry's controller-manager (log: " + filepath.Join(d.dir, "manager.log") + ")")
@@ -165,13 +187,13 @@ func startDev(ctx context.Context, o devOptions, progress func(string)) (_ *devE
 	providers.SetProcessLoggers(d.log)
 	opts := managerapp.Options{
 		Options: providers.Options{
-			Kubeconfig:         d.kubeconfigs["host"],
-			MetricsBindAddress: o.metricsBindAddress,
+			Kubeconfig:         d.kubeconfigs[HostName],
+			MetricsBindAddress: o.MetricsBindAddress,
 			// A development environment's metrics, on the address its
 			// user gives (off by default), over plain HTTP.
 			InsecureMetrics:        true,
-			HealthProbeBindAddress: o.healthProbeBindAddress,
-			Logger:                 o.logger,
+			HealthProbeBindAddress: o.HealthProbeBindAddress,
+			Logger:                 o.Logger,
 		},
 	}
 	opts.Syncers.Resources = builtin.Names()
@@ -207,7 +229,7 @@ func startDev(ctx context.Context, o devOptions, progress func(string)) (_ *devE
 
 // registerTenants creates a Secret and a VirtualCluster per tenant, each
 // seeing every host node (nodeSync: All), and waits until all are Ready.
-func (d *devEnv) registerTenants(ctx context.Context) error {
+func (d *Env) registerTenants(ctx context.Context) error {
 	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: secretsNamespace}}
 	if err := d.host.Create(ctx, ns); err != nil && !apierrors.IsAlreadyExists(err) {
 		return fmt.Errorf("creating namespace %s: %w", secretsNamespace, err)
@@ -256,7 +278,7 @@ func (d *devEnv) registerTenants(ctx context.Context) error {
 	return nil
 }
 
-func (d *devEnv) waitReady(ctx context.Context, name string) error {
+func (d *Env) waitReady(ctx context.Context, name string) error {
 	err := tenantrytest.Poll(ctx, 100*time.Millisecond, 0, func(ctx context.Context) (bool, error) {
 		var vc tenantryv1alpha1.VirtualCluster
 		if err := d.host.Get(ctx, client.ObjectKey{Name: name}, &vc); err != nil {
@@ -276,7 +298,7 @@ func (d *devEnv) waitReady(ctx context.Context, name string) error {
 
 // finish stops d once its work returned err. After a failure, a temporary
 // directory that holds logs is kept, and err says where.
-func (d *devEnv) finish(err error) error {
+func (d *Env) finish(err error) error {
 	keep := err != nil && d.ownDir && hasLogs(d.dir)
 	if serr := d.stop(keep); serr != nil {
 		err = errors.Join(err, fmt.Errorf("stopping: %w", serr))
@@ -301,7 +323,7 @@ func hasLogs(dir string) bool {
 // stop stops the manager (every tenant's controllers first), then the
 // control planes, and removes a temporary directory unless keepDir asks to
 // keep its logs.
-func (d *devEnv) stop(keepDir bool) error {
+func (d *Env) stop(keepDir bool) error {
 	var errs []error
 	if d.app != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)

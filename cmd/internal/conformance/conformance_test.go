@@ -1,4 +1,4 @@
-package main
+package conformance
 
 import (
 	"context"
@@ -68,7 +68,7 @@ func TestCompareReports(t *testing.T) {
 	host := write("host.xml", junitCase{Name: watch, Status: "passed"}, junitCase{Name: rollover, Status: "passed"})
 	tenant := write("tenant.xml", junitCase{Name: watch, Status: "passed"}, junitCase{Name: rollover, Status: "failed"})
 	var out strings.Builder
-	err := runConformance(context.Background(), conformanceOptions{tiers: "1,2", reports: "tenant-1=" + tenant + ",host=" + host}, &out)
+	err := Run(context.Background(), Options{Tiers: "1,2", Reports: "tenant-1=" + tenant + ",host=" + host}, &out)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -81,7 +81,7 @@ func TestCompareReports(t *testing.T) {
 			t.Errorf("output\n%s\nwant a line %q", out.String(), want)
 		}
 	}
-	if err := runConformance(context.Background(), conformanceOptions{tiers: "1", reports: "tenant-1"}, &out); err == nil {
+	if err := Run(context.Background(), Options{Tiers: "1", Reports: "tenant-1"}, &out); err == nil {
 		t.Error("a report without its cluster: want an error")
 	}
 }

@@ -7,11 +7,12 @@ import (
 	"strings"
 
 	"github.com/tenantry/tenantry/cmd/internal/cli"
+	"github.com/tenantry/tenantry/cmd/internal/devenv"
 	"github.com/tenantry/tenantry/internal/bench"
 	tenantrytest "github.com/tenantry/tenantry/pkg/testing"
 )
 
-// benchCommand binds the flags of `tenantry bench` onto bench.Options and
+// benchCommand binds the flags of `tenantry-dev bench` onto bench.Options and
 // runs package bench, which holds the steps and what they measure.
 var benchCommand = cli.Command{
 	Name: "bench",
@@ -60,7 +61,7 @@ var benchCommand = cli.Command{
 			"and the goroutines around the spawn step's stops (read them with go tool pprof).")
 		return func(ctx context.Context, in cli.Invocation) error {
 			if o.Assets == "" {
-				o.Assets = defaultAssets()
+				o.Assets = devenv.DefaultAssets()
 			}
 			o.Args = os.Args[2:]
 			return bench.Run(ctx, o, in.Out)

@@ -1,9 +1,13 @@
-package main
+// Package conformance runs the upstream Kubernetes conformance suite
+// (bin/e2e.test, with ginkgo) against a tenant of a dev environment and,
+// as the control, against its host, and counts the results by tiers: what
+// `tenantry-dev conformance` (and `make conformance`) runs.
+// docs/conformance.md tells what the tiers hold and what they measured.
+package conformance
 
 import (
 	"context"
 	"encoding/xml"
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -15,44 +19,42 @@ import (
 	"strings"
 	"time"
 
-	"github.com/tenantry/tenantry/cmd/internal/cli"
+	"github.com/tenantry/tenantry/cmd/internal/devenv"
 )
 
-var conformanceCommand = cli.Command{
-	Name: "conformance",
-	Summary: "Run the upstream Kubernetes conformance suite (bin/e2e.test, built by make conformance) against a tenant " +
-		"of a dev environment and, as the control, against its host, in tiers; print one line per tier and cluster, " +
-		"and write the JUnit reports.",
-	Flags: func(fs *flag.FlagSet) func(context.Context, cli.Invocation) error {
-		// Tiers 1 and 2 are defined on simulated nodes: kwok's, wherever
-		// real ones could run.
-		o := conformanceOptions{dev: devOptions{tenants: 1, simulatedNodes: true, metricsBindAddress: "0", healthProbeBindAddress: "0"}}
-		fs.StringVar(&o.e2e, "e2e", "", "The e2e test binary (default: e2e.test beside this binary).")
-		fs.StringVar(&o.ginkgo, "ginkgo", "", "The ginkgo CLI that runs the suite's specs in parallel processes (default: ginkgo beside this binary).")
-		fs.IntVar(&o.procs, "procs", 4, "Parallel processes of the suite (its [Serial] specs run alone, at the end).")
-		fs.StringVar(&o.out, "out", "conformance-results", "Directory of the reports and logs.")
-		fs.StringVar(&o.tiers, "tiers", "1,2", "Comma-separated tiers to report: 1 (no container runtime needed), 2 (1 and Pods running on simulated nodes). "+
-			"Each cluster runs the suite once, for the widest tier asked.")
-		fs.StringVar(&o.clusters, "clusters", "host,tenant-1", "Comma-separated clusters to run the suite against.")
-		fs.IntVar(&o.dev.nodes, "nodes", 2, "Number of simulated host nodes.")
-		fs.StringVar(&o.dev.assets, "assets", "", "Directory holding the control-plane binaries (default: $KUBEBUILDER_ASSETS, else this binary's own directory).")
-		fs.DurationVar(&o.timeout, "timeout", 6*time.Hour, "Time the suite may take on one cluster.")
-		fs.StringVar(&o.reports, "reports", "", "Comma-separated cluster=junit.xml: run nothing, and count and compare these reports of earlier runs "+
-			"(of clusters run apart, say) as a run would.")
-		return func(ctx context.Context, in cli.Invocation) error { return runConformance(ctx, o, in.Out) }
-	},
+// Options configure a run of the suite.
+type Options struct {
+	// Dev is the dev environment the suite runs against.
+	Dev devenv.Options
+	// E2E and Ginkgo are the suite's binaries: bin/e2e.test and
+	// bin/ginkgo, which make conformance builds; "" for the one beside
+	// this binary.
+	E2E    string
+	Ginkgo string
+	// Procs is how many processes run the suite's specs in parallel.
+	Procs int
+	// Out is the directory of the reports and logs.
+	Out string
+	// Tiers are the tiers reported, comma-separated ("1,2"); each cluster
+	// runs the suite once, for the widest.
+	Tiers string
+	// Clusters are the dev environment's clusters the suite runs against,
+	// comma-separated.
+	Clusters string
+	// Timeout bounds the suite on one cluster.
+	Timeout time.Duration
+	// Reports, "cluster=junit.xml,...", are reports of earlier runs to
+	// count and compare as a run would, running nothing.
+	Reports string
 }
 
-type conformanceOptions struct {
-	dev      devOptions
-	e2e      string
-	ginkgo   string
-	procs    int
-	out      string
-	tiers    string
-	clusters string
-	timeout  time.Duration
-	reports  string
+// DefaultOptions are what `make conformance` runs with: one tenant, on
+// simulated nodes (the tiers are defined on kwok's, wherever real ones
+// could run), the suite against the host and the tenant.
+func DefaultOptions() Options {
+	dev := devenv.DefaultOptions()
+	dev.Tenants, dev.SimulatedNodes = 1, true
+	return Options{Dev: dev, Procs: 4, Out: "conformance-results", Tiers: "1,2", Clusters: devenv.HostName + ",tenant-1", Timeout: 6 * time.Hour}
 }
 
 // A conformanceTier is a share of the suite's conformance specs, chosen by
@@ -128,19 +130,22 @@ func beside(name string) (string, error) {
 	return filepath.Join(filepath.Dir(self), name), nil
 }
 
-func runConformance(ctx context.Context, o conformanceOptions, out io.Writer) error {
-	if o.reports != "" {
-		tiers, err := askedTiers(o.tiers)
+// Run runs the suite as o says, or, with o.Reports, compares earlier
+// runs' reports; it prints a line per tier and cluster to out, then the
+// tenants' shares of the host's passes.
+func Run(ctx context.Context, o Options, out io.Writer) error {
+	if o.Reports != "" {
+		tiers, err := askedTiers(o.Tiers)
 		if err != nil {
 			return err
 		}
-		return compareReports(o.reports, tiers, out)
+		return compareReports(o.Reports, tiers, out)
 	}
 	// The suite runs in its report's directory: every path absolute.
 	for _, p := range []struct {
 		path *string
 		name string
-	}{{&o.e2e, "e2e.test"}, {&o.ginkgo, "ginkgo"}} {
+	}{{&o.E2E, "e2e.test"}, {&o.Ginkgo, "ginkgo"}} {
 		if *p.path == "" {
 			var err error
 			if *p.path, err = beside(p.name); err != nil {
@@ -157,26 +162,26 @@ func runConformance(ctx context.Context, o conformanceOptions, out io.Writer) er
 		*p.path = abs
 	}
 	var err error
-	if o.out, err = filepath.Abs(o.out); err != nil {
+	if o.Out, err = filepath.Abs(o.Out); err != nil {
 		return err
 	}
-	if o.procs < 1 {
-		return fmt.Errorf("--procs %d: at least one process runs the suite", o.procs)
+	if o.Procs < 1 {
+		return fmt.Errorf("--procs %d: at least one process runs the suite", o.Procs)
 	}
-	tiers, err := askedTiers(o.tiers)
+	tiers, err := askedTiers(o.Tiers)
 	if err != nil {
 		return err
 	}
-	if err := os.MkdirAll(o.out, 0o755); err != nil {
+	if err := os.MkdirAll(o.Out, 0o755); err != nil {
 		return err
 	}
-	if o.dev.dir == "" {
-		o.dev.dir = filepath.Join(o.out, "dev")
+	if o.Dev.Dir == "" {
+		o.Dev.Dir = filepath.Join(o.Out, "dev")
 	}
-	return withDev(ctx, o.dev, out, func(d *devEnv) error {
+	return devenv.With(ctx, o.Dev, out, func(d *devenv.Env) error {
 		var results []tierResult
-		for _, cluster := range strings.Split(o.clusters, ",") {
-			kubeconfig, ok := d.kubeconfigs[cluster]
+		for _, cluster := range strings.Split(o.Clusters, ",") {
+			kubeconfig, ok := d.Kubeconfig(cluster)
 			if !ok {
 				return fmt.Errorf("no cluster %q in the dev environment", cluster)
 			}
@@ -250,14 +255,14 @@ func summarize(out io.Writer, results []tierResult) {
 }
 
 // runSuite runs tier's conformance specs against one cluster, in
-// o.procs parallel processes, and reads the suite's JUnit report.
-func runSuite(ctx context.Context, o conformanceOptions, tier conformanceTier, cluster, kubeconfig string) ([]junitCase, string, error) {
-	dir := filepath.Join(o.out, cluster)
+// o.Procs parallel processes, and reads the suite's JUnit report.
+func runSuite(ctx context.Context, o Options, tier conformanceTier, cluster, kubeconfig string) ([]junitCase, string, error) {
+	dir := filepath.Join(o.Out, cluster)
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, "", err
 	}
 	args := []string{
-		"--procs=" + strconv.Itoa(o.procs), "--timeout=" + o.timeout.String(), "--no-color",
+		"--procs=" + strconv.Itoa(o.Procs), "--timeout=" + o.Timeout.String(), "--no-color",
 		"--label-filter=Conformance",
 	}
 	for _, f := range tier.focus {
@@ -266,14 +271,14 @@ func runSuite(ctx context.Context, o conformanceOptions, tier conformanceTier, c
 	for _, s := range conformanceSkip {
 		args = append(args, "--skip="+s)
 	}
-	args = append(args, o.e2e, "--",
+	args = append(args, o.E2E, "--",
 		"--kubeconfig="+kubeconfig, "--provider=skeleton", "--report-dir="+dir)
 	log, err := os.Create(filepath.Join(dir, "e2e.log"))
 	if err != nil {
 		return nil, "", err
 	}
 	defer log.Close()
-	cmd := exec.CommandContext(ctx, o.ginkgo, args...)
+	cmd := exec.CommandContext(ctx, o.Ginkgo, args...)
 	cmd.Stdout, cmd.Stderr = log, log
 	cmd.Dir = dir
 	// A failed spec fails the run: the report says which.
@@ -350,13 +355,13 @@ func tierOf(tier conformanceTier, cases []junitCase) tierResult {
 func compareTiers(out io.Writer, results []tierResult) {
 	hosts := map[string]tierResult{}
 	for _, r := range results {
-		if r.cluster == hostName {
+		if r.cluster == devenv.HostName {
 			hosts[r.tier] = r
 		}
 	}
 	for _, r := range results {
 		host, ok := hosts[r.tier]
-		if r.cluster == hostName || !ok {
+		if r.cluster == devenv.HostName || !ok {
 			continue
 		}
 		var missing []string
@@ -376,6 +381,3 @@ func compareTiers(out io.Writer, results []tierResult) {
 		}
 	}
 }
-
-// hostName is the host's name in a dev environment.
-const hostName = "host"

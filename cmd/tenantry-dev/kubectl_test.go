@@ -20,15 +20,11 @@ import (
 	tenantrytest "github.com/tenantry/tenantry/pkg/testing"
 )
 
-// runCLIEnv makes the test binary run the CLI (TestMain): a test starts
-// `tenantry dev` as a process of its own, as a person does.
-const runCLIEnv = "TENANTRY_TEST_RUN_CLI"
-
-// What a person does with a tenant of `tenantry dev`, with the real
-// kubectl against the tenant's API server: run a Pod, then logs, logs -f,
-// exec with stdin, attach and port-forward, each through the virtual
-// node's kubelet API, the host API server, and kwok; Ctrl-C then stops it
-// all.
+// What a person does with a tenant of `tenantry dev` (which runs
+// `tenantry-dev up`), with the real kubectl against the tenant's API
+// server: run a Pod, then logs, logs -f, exec with stdin, attach and
+// port-forward, each through the virtual node's kubelet API, the host API
+// server, and kwok; Ctrl-C then stops it all.
 func TestDevKubectl(t *testing.T) {
 	k, err := tenantrytest.FindKubectl()
 	if err != nil {
@@ -41,7 +37,7 @@ func TestDevKubectl(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	dev := exec.Command(os.Args[0], "dev", "--tenants=1", "--nodes=1", "--simulated-nodes", "--dir="+dir, "--metrics-bind-address="+metricsAddr)
+	dev := exec.Command(os.Args[0], "up", "--tenants=1", "--nodes=1", "--simulated-nodes", "--dir="+dir, "--metrics-bind-address="+metricsAddr)
 	dev.Env = append(os.Environ(), runCLIEnv+"=1")
 	var devOut tenantrytest.Buffer
 	dev.Stdout, dev.Stderr = &devOut, &devOut
@@ -55,17 +51,17 @@ func TestDevKubectl(t *testing.T) {
 		select {
 		case err := <-exited:
 			if err != nil {
-				t.Errorf("tenantry dev after Ctrl-C: %v\n%s", err, devOut.String())
+				t.Errorf("tenantry-dev up after Ctrl-C: %v\n%s", err, devOut.String())
 			}
 		case <-time.After(time.Minute):
 			_ = dev.Process.Kill()
-			t.Errorf("tenantry dev still runs a minute after Ctrl-C:\n%s", devOut.String())
+			t.Errorf("tenantry-dev up still runs a minute after Ctrl-C:\n%s", devOut.String())
 		}
 	})
-	tenantrytest.Eventually(t, 3*time.Minute, "tenantry dev is ready", func(context.Context) (bool, error) {
+	tenantrytest.Eventually(t, 3*time.Minute, "tenantry-dev up is ready", func(context.Context) (bool, error) {
 		select {
 		case err := <-exited:
-			t.Fatalf("tenantry dev exited: %v\n%s", err, devOut.String())
+			t.Fatalf("tenantry-dev up exited: %v\n%s", err, devOut.String())
 		default:
 		}
 		return strings.Contains(devOut.String(), "Ready. Press Ctrl-C to stop."), errors.New("not yet")
