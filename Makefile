@@ -135,27 +135,27 @@ generate: $(CONTROLLER_GEN) ## Regenerate deepcopy code, CRDs and RBAC (and the 
 
 .PHONY: bench
 bench: build envtest ## Benchmarks (spawn, memory, Pods, sync through bin/manager, 1,000 VirtualClusters): bench/results/.
-	$(BIN)/tenantry bench --out bench/results
+	$(BIN)/tenantry-dev bench --out bench/results
 
 .PHONY: conformance
 conformance: build envtest $(BIN)/e2e.test $(BIN)/ginkgo ## The upstream conformance suite against a tenant and, as the control, its host, in two tiers (hours): conformance-results/.
-	$(BIN)/tenantry conformance --e2e $(BIN)/e2e.test --ginkgo $(BIN)/ginkgo --out conformance-results $(CONFORMANCE_ARGS)
+	$(BIN)/tenantry-dev conformance --e2e $(BIN)/e2e.test --ginkgo $(BIN)/ginkgo --out conformance-results $(CONFORMANCE_ARGS)
 
 .PHONY: fuzz
 fuzz: ## Fuzz the host namespace translation for a minute (FUZZTIME=1m).
 	$(GO) test ./pkg/syncer/ -run '^$$' -fuzz FuzzHostNamespace -fuzztime $(or $(FUZZTIME),1m)
 
 .PHONY: build
-build: ## Build the binaries into bin/.
+build: ## Build the binaries into bin/: manager, tenantry (the operator's CLI) and tenantry-dev (the development tools).
 	$(GO) build -o $(BIN)/ ./cmd/...
 
 .PHONY: dev
-dev: build envtest node ## A local host, two tenants and the controller-manager, until Ctrl-C.
+dev: build envtest node ## A local host, two tenants and the controller-manager, until Ctrl-C (tenantry dev, which runs tenantry-dev up).
 	$(BIN)/tenantry dev
 
 .PHONY: demo
 demo: build envtest node ## The end-to-end demo: sync a sample workload through two tenants, then exit.
-	$(BIN)/tenantry demo
+	$(BIN)/tenantry-dev demo
 
 .PHONY: image
 image: $(BIN)/image-builder ## The manager's OCI image, no Docker: bin/image/ (OCI layout), bin/manager-image.tar (docker load), named IMG.
