@@ -13,14 +13,19 @@
 // ReasonHostPodDeleted), a refused Pod shows PodScheduled=False, a Pod
 // evicted in the tenant is evicted in the host under its
 // PodDisruptionBudgets, and a deletion completes once the host Pod is gone.
+// The host scheduler's verdicts reach the tenant Pod as Events
+// (ReasonFailedScheduling, ReasonScheduled). What a Pod asks of node labels
+// and taints that the tenant set itself on its virtual nodes is resolved
+// against them, and the host Pod asks for the nodes that fit by name.
 //
 // # What a tenant gets beside its Pods' copies
 //
 // The Syncer's Extensions, set up in every tenant that syncs Pods:
 //
 //   - Virtual nodes: a Node for every host node that runs one of the
-//     tenant's Pods (labels, capacity, conditions and a Lease renewed as a
-//     kubelet would; removed with its last Pod), or, with
+//     tenant's Pods (the host node's labels, and those the tenant sets,
+//     capacity, conditions and a Lease renewed as a kubelet would; removed
+//     with its last Pod), or, with
 //     Options.AllNodes, for every host node Options.NodeSelector allows. A
 //     tenant's own Node of the same name is left alone
 //     (ReasonNodeConflict).

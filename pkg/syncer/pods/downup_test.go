@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
@@ -251,14 +252,20 @@ func TestUp(t *testing.T) {
 		wantBinding      string // node; "" for none
 		wantStatus       corev1.PodStatus
 		wantStatusWrites int
+		wantEvent        string // the reason of the Event the tenant Pod gets; "" for none
 	}{
 		{
-			name: "not scheduled in the host: its Pending status comes up", host: pending,
-			tenant: corev1.PodStatus{QOSClass: corev1.PodQOSBestEffort}, wantStatus: pending, wantStatusWrites: 1,
+			name: "not scheduled in the host: its Pending status comes up, told as the scheduler tells it", host: pending,
+			tenant: corev1.PodStatus{QOSClass: corev1.PodQOSBestEffort}, wantStatus: pending, wantStatusWrites: 1, wantEvent: ReasonFailedScheduling,
+		},
+		{
+			name: "still not scheduled, as the tenant Pod shows: told once", host: pending,
+			tenant: pending, wantStatus: pending,
 		},
 		{
 			name: "scheduled in the host: the tenant Pod is bound to the same node, the status waits", hostNode: "kwok-node-1", host: running,
 			tenant: corev1.PodStatus{QOSClass: corev1.PodQOSBestEffort}, wantBinding: "kwok-node-1", wantStatus: corev1.PodStatus{QOSClass: corev1.PodQOSBestEffort},
+			wantEvent: ReasonScheduled,
 		},
 		{
 			name: "bound: the host's status comes up, the tenant's QoS class stays", hostNode: "kwok-node-1", tenantNode: "kwok-node-1", host: running,
@@ -323,6 +330,20 @@ func TestUp(t *testing.T) {
 			}
 			if wantChanged := tc.wantBinding != "" || tc.wantStatusWrites > 0; changed != wantChanged {
 				t.Errorf("changed = %v, want %v", changed, wantChanged)
+			}
+			var events eventsv1.EventList
+			if err := c.List(t.Context(), &events); err != nil {
+				t.Fatal(err)
+			}
+			var reasons []string
+			for _, e := range events.Items {
+				reasons = append(reasons, e.Reason)
+				if !strings.HasPrefix(e.Name, tenant.Name+".") || e.Regarding.Name != tenant.Name || e.Action != "Scheduling" {
+					t.Errorf("Event %s regarding %s, action %s: want it named after the Pod, about it, of scheduling", e.Name, e.Regarding.Name, e.Action)
+				}
+			}
+			if want := []string{tc.wantEvent}; tc.wantEvent == "" && len(reasons) > 0 || tc.wantEvent != "" && !slices.Equal(reasons, want) {
+				t.Errorf("Events %v, want %q", reasons, tc.wantEvent)
 			}
 		})
 	}

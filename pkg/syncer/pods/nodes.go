@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"maps"
 	"net"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -22,6 +23,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	"sigs.k8s.io/controller-runtime/pkg/source"
@@ -90,6 +92,8 @@ type virtualNodes struct {
 // virtualNodesExtension runs virtualNodes in every tenant that syncs Pods.
 type virtualNodesExtension struct {
 	opts Options
+	// views hand the tenant's virtual nodes to the Pod syncer's Down.
+	views *nodeViews
 }
 
 // Setup runs the tenant's virtual nodes.
@@ -102,6 +106,17 @@ func (e *virtualNodesExtension) Setup(scope *syncer.TenantScope) error {
 		return nil
 	}); err != nil {
 		return fmt.Errorf("indexing tenant Pods by node: %w", err)
+	}
+	if e.views != nil {
+		unregister := e.views.register(scope.Cluster(), mgr.GetClient())
+		if err := mgr.Add(manager.RunnableFunc(func(ctx context.Context) error {
+			<-ctx.Done()
+			unregister()
+			return nil
+		})); err != nil {
+			unregister()
+			return fmt.Errorf("handing the tenant's nodes to the Pod syncer: %w", err)
+		}
 	}
 	r := &virtualNodes{
 		scope: scope, tenant: mgr.GetClient(), recorder: mgr.GetEventRecorder("tenantry-syncer"),
@@ -303,21 +318,56 @@ func (r *virtualNodes) update(ctx context.Context, host, tenant *corev1.Node) er
 
 // setSpec sets what a virtual node takes from its host node beyond status:
 // the labels (Tenantry's own and the host node's, less Tenantry's reserved
-// ones) and whether it is cordoned. Taints are not copied: the host already
-// placed the Pod where its policy allows, and the tenant's taint manager
-// would evict Pods for taints that the host Pod tolerates through host
-// policy; the tenant's own node lifecycle controller sets the taints of
-// readiness from the copied conditions.
+// ones) and whether it is cordoned. Labels the tenant set itself stay, but
+// for a key the host node has, whose value is the host's: the virtual
+// node records (syncer.AnnotationCopiedLabels) which keys are the host
+// node's, so that one the host drops goes. The tenant's own labels steer
+// its Pods (see placement). Taints are not copied: the host already placed
+// the Pod where its policy allows, and the tenant's taint manager would
+// evict Pods for taints that the host Pod tolerates through host policy;
+// the tenant's own node lifecycle controller sets the taints of readiness
+// from the copied conditions.
 func (r *virtualNodes) setSpec(host, node *corev1.Node) {
-	labels := map[string]string{}
+	labels := ownLabels(node)
+	if labels == nil {
+		labels = map[string]string{}
+	}
+	copied := make([]string, 0, len(host.Labels))
 	for k, v := range host.Labels {
 		if !strings.HasPrefix(k, tenantryPrefix) {
 			labels[k] = v
+			copied = append(copied, k)
 		}
 	}
 	labels[syncer.LabelManagedBy] = syncer.ManagedByValue
 	node.Labels = labels
+	if node.Annotations == nil {
+		node.Annotations = map[string]string{}
+	}
+	slices.Sort(copied)
+	node.Annotations[syncer.AnnotationCopiedLabels] = strings.Join(copied, ",")
 	node.Spec.Unschedulable = host.Spec.Unschedulable
+}
+
+// ownLabels are the labels of virtual node node that the tenant set
+// itself; nil for a node without a record of its host's (new, or made
+// before records were kept: all its labels were the host's then).
+func ownLabels(node *corev1.Node) map[string]string {
+	record, recorded := node.Annotations[syncer.AnnotationCopiedLabels]
+	if !recorded {
+		return nil
+	}
+	fromHost := map[string]bool{}
+	for _, k := range strings.Split(record, ",") {
+		fromHost[k] = true
+	}
+	own := map[string]string{}
+	for k, v := range node.Labels {
+		if !fromHost[k] && k != syncer.LabelManagedBy {
+			own[k] = v
+		}
+	}
+	return own
 }
 
 // status is the virtual node's status for host's; current is what the

@@ -55,3 +55,40 @@ func TestVirtualNodeCopiesWhatTheTenantMaySee(t *testing.T) {
 		}
 	}
 }
+
+// A virtual node keeps the labels its tenant set, but for a key its host
+// node has (the host's value wins); a label the host node drops goes; and
+// a node made before records were kept takes the host's labels alone.
+func TestVirtualNodeKeepsTheTenantsOwnLabels(t *testing.T) {
+	r := &virtualNodes{}
+	host := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-1", Labels: map[string]string{
+		corev1.LabelTopologyZone: "zone-a", "disk": "ssd",
+	}}}
+	node := &corev1.Node{}
+	r.setSpec(host, node)
+	node.ResourceVersion = "1"
+	if got := node.Annotations[syncer.AnnotationCopiedLabels]; got != "disk,"+corev1.LabelTopologyZone {
+		t.Fatalf("record of the host's labels %q", got)
+	}
+	// The tenant labels the node, and tries to move it to another zone.
+	node.Labels["team"] = "blue"
+	node.Labels[corev1.LabelTopologyZone] = "zone-b"
+	// The host node drops a label.
+	delete(host.Labels, "disk")
+	r.setSpec(host, node)
+	want := map[string]string{corev1.LabelTopologyZone: "zone-a", "team": "blue", syncer.LabelManagedBy: syncer.ManagedByValue}
+	if !equality.Semantic.DeepEqual(node.Labels, want) {
+		t.Errorf("labels %v; want %v", node.Labels, want)
+	}
+	if own := ownLabels(node); !equality.Semantic.DeepEqual(own, map[string]string{"team": "blue"}) {
+		t.Errorf("the tenant's own labels %v; want team=blue", own)
+	}
+
+	old := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-1", ResourceVersion: "7", Labels: map[string]string{
+		"disk": "ssd", corev1.LabelTopologyZone: "zone-a", syncer.LabelManagedBy: syncer.ManagedByValue,
+	}}}
+	r.setSpec(host, old)
+	if want := map[string]string{corev1.LabelTopologyZone: "zone-a", syncer.LabelManagedBy: syncer.ManagedByValue}; !equality.Semantic.DeepEqual(old.Labels, want) {
+		t.Errorf("a node without a record: labels %v; want the host's alone, %v", old.Labels, want)
+	}
+}

@@ -94,6 +94,7 @@ type Options struct {
 func Syncer(opts Options) syncer.Syncer {
 	policy := opts.Policy
 	hostIP := shownHostIP(opts)
+	views := &nodeViews{}
 	return syncer.Syncer{
 		Name:                      "pods",
 		Usage:                     usage,
@@ -103,7 +104,12 @@ func Syncer(opts Options) syncer.Syncer {
 		Down: func(t, h client.Object) error {
 			tenant, host := t.(*corev1.Pod), h.(*corev1.Pod)
 			if host.ResourceVersion == "" {
-				spec, err := specDown(tenant, host.Labels[syncer.LabelCluster], policy, opts.DNSConfig)
+				cluster := host.Labels[syncer.LabelCluster]
+				nodes, err := views.virtualNodesOf(cluster)
+				if err != nil {
+					return err
+				}
+				spec, err := specDown(tenant, cluster, nodes, policy, opts.DNSConfig)
 				if hostIP != nil {
 					showHostIP(&spec, hostIP())
 				}
@@ -130,14 +136,14 @@ func Syncer(opts Options) syncer.Syncer {
 		},
 		Up:         upWith(hostIP),
 		Lifecycle:  lifecycle{},
-		Extensions: extensions(opts),
+		Extensions: extensions(opts, views),
 	}
 }
 
 // extensions are what a tenant that syncs Pods gets beside their copies.
-func extensions(opts Options) []syncer.Extension {
+func extensions(opts Options, views *nodeViews) []syncer.Extension {
 	out := []syncer.Extension{
-		&virtualNodesExtension{opts: opts},
+		&virtualNodesExtension{opts: opts, views: views},
 		&apiAccessExtension{inClusterServer: opts.InClusterServer},
 	}
 	if opts.KubeletAPI != nil {
@@ -263,8 +269,10 @@ func (lifecycle) HostRejected(ctx context.Context, c client.Client, t client.Obj
 // specDown is the host Pod spec for a tenant Pod of VirtualCluster
 // cluster: scheduled by the host under policy, resolving through dns (nil:
 // the host's DNS), and reaching its own tenant's API server (APIAccess).
-func specDown(tenant *corev1.Pod, cluster string, policy Policy, dns *DNSConfig) (corev1.PodSpec, error) {
+func specDown(tenant *corev1.Pod, cluster string, nodes []corev1.Node, policy Policy, dns *DNSConfig) (corev1.PodSpec, error) {
 	spec := *tenant.Spec.DeepCopy()
+	// Before the host policy, whose node selector goes on top.
+	place(&spec, nodes)
 	spec.NodeName = "" // the host schedules
 	// The host's token would be the host's credential; the tenant's comes
 	// from the API access Secret.
@@ -354,6 +362,8 @@ func up(ctx context.Context, c client.Client, h, t client.Object, copyStatus fun
 		if err := c.SubResource("binding").Create(ctx, tenant, binding); err != nil {
 			return false, fmt.Errorf("binding tenant Pod to node %s: %w", host.Spec.NodeName, err)
 		}
+		tellScheduling(ctx, c, tenant, corev1.EventTypeNormal, ReasonScheduled,
+			fmt.Sprintf("Successfully assigned %s/%s to %s", tenant.Namespace, tenant.Name, host.Spec.NodeName))
 		return true, nil // the binding changes the tenant Pod: its event brings the status
 	}
 	// Only for the node the host Pod runs on, which the virtual nodes
@@ -365,7 +375,12 @@ func up(ctx context.Context, c client.Client, h, t client.Object, copyStatus fun
 			return false, fmt.Errorf("reading the Pod's tenant Node %s: %w", tenant.Spec.NodeName, err)
 		}
 	}
-	return copyStatus(ctx, c, h, t)
+	unschedulable, tell := newlyUnschedulable(host, tenant)
+	changed, err := copyStatus(ctx, c, h, t)
+	if err == nil && changed && tell {
+		tellScheduling(ctx, c, tenant, corev1.EventTypeWarning, ReasonFailedScheduling, unschedulable)
+	}
+	return changed, err
 }
 
 // statusCopier brings the host Pod's status up, with hostIP, if set, for

@@ -217,3 +217,63 @@ func TestRefusedPodIsExplained(t *testing.T) {
 	t.Logf("tenant event: %s", event.Note)
 	expectNoHostCopy(t, "tenant-1", pod)
 }
+
+// The host scheduler's verdicts on a tenant Pod reach the tenant as a
+// cluster's scheduler tells them: a Warning Event FailedScheduling, named
+// after the Pod, with the scheduler's message while no host node fits it,
+// and a Normal Event Scheduled once it is placed.
+func TestSchedulerVerdictsReachTheTenant(t *testing.T) {
+	useWorld(t)
+	ctx := t.Context()
+	tenant := shared.Tenants["tenant-2"]
+	newPod := func(name string, nodeSelector map[string]string) *corev1.Pod {
+		pod := &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: name},
+			Spec: corev1.PodSpec{
+				NodeSelector: nodeSelector,
+				Containers:   []corev1.Container{{Name: "app", Image: "registry.k8s.io/pause:3.10"}},
+			},
+		}
+		if err := tenant.Create(ctx, pod); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = tenant.Delete(context.Background(), pod) })
+		return pod
+	}
+	eventOf := func(pod *corev1.Pod, reason string) corev1.Event {
+		var found corev1.Event
+		eventually(t, 30*time.Second, "Event "+reason+" of tenant Pod "+pod.Name, func(ctx context.Context) (bool, error) {
+			var events corev1.EventList
+			if err := tenant.List(ctx, &events, client.InNamespace(pod.Namespace)); err != nil {
+				return false, err
+			}
+			var seen []string
+			for _, e := range events.Items {
+				if e.InvolvedObject.Name == pod.Name {
+					seen = append(seen, e.Reason)
+				}
+				if strings.HasPrefix(e.Name, pod.Name) && e.InvolvedObject.UID == pod.UID && e.Reason == reason {
+					found = e
+					return true, nil
+				}
+			}
+			return false, fmt.Errorf("the Pod's Events are %v", seen)
+		})
+		return found
+	}
+
+	unplaceable := newPod(unique("unplaceable"), map[string]string{"tenantry.test/no-such-node": "x"})
+	if e := eventOf(unplaceable, "FailedScheduling"); e.Type != corev1.EventTypeWarning || !strings.Contains(e.Message, "nodes are available") {
+		t.Errorf("FailedScheduling Event: type %s, message %q; want a Warning with the scheduler's message", e.Type, e.Message)
+	}
+
+	placed := newPod(unique("placed"), nil)
+	e := eventOf(placed, "Scheduled")
+	var bound corev1.Pod
+	if err := tenant.Get(ctx, client.ObjectKeyFromObject(placed), &bound); err != nil {
+		t.Fatal(err)
+	}
+	if want := fmt.Sprintf("Successfully assigned default/%s to %s", placed.Name, bound.Spec.NodeName); e.Type != corev1.EventTypeNormal || e.Message != want {
+		t.Errorf("Scheduled Event: type %s, message %q; want a Normal one, %q", e.Type, e.Message, want)
+	}
+}

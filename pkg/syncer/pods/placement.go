@@ -1,0 +1,253 @@
+package pods
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/go-logr/logr"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/selection"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/tenantry/tenantry/pkg/syncer"
+)
+
+// A tenant's own node labels and taints steer its Pods, as on a cluster
+// of its own: a label the tenant sets on a virtual node never reaches the
+// host node, so the host's scheduler cannot read it. Where a Pod's node
+// selector or required node affinity names a label the tenant set itself,
+// the Pod syncer resolves what the Pod asks of its node against the
+// tenant's virtual nodes (their labels, the host's and the tenant's own,
+// and their taints, which are all the tenant's) and gives the host Pod the
+// names of the nodes that fit, as a node affinity the host's scheduler
+// reads. Nothing the tenant writes reaches a host Node, and the host
+// policy's node selector still applies on top. What a Pod asks only of the
+// host's labels goes to the host as it is.
+//
+// The nodes are resolved once, when the host Pod is made (a host Pod's
+// node affinity cannot change): a Pod that no node fits then keeps the
+// tenant's label in its node selector, which no host node has, and stays
+// Pending with the host scheduler's FailedScheduling.
+
+// nodeViews give the Pod syncer's Down, which runs for every tenant, each
+// tenant's virtual nodes: the virtual nodes extension registers the tenant
+// cluster's node reader as the tenant starts, and takes it back as it
+// stops.
+type nodeViews struct {
+	mu   sync.Mutex
+	next int
+	// byCluster holds each cluster's readers by registration: a cluster
+	// re-spawned while its old app stops has two, the newest last.
+	byCluster map[string][]nodeView
+}
+
+type nodeView struct {
+	id     int
+	reader client.Reader
+}
+
+// register makes reader cluster's node view until unregister is called.
+func (v *nodeViews) register(cluster string, reader client.Reader) (unregister func()) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if v.byCluster == nil {
+		v.byCluster = map[string][]nodeView{}
+	}
+	v.next++
+	id := v.next
+	v.byCluster[cluster] = append(v.byCluster[cluster], nodeView{id: id, reader: reader})
+	return func() {
+		v.mu.Lock()
+		defer v.mu.Unlock()
+		v.byCluster[cluster] = slices.DeleteFunc(v.byCluster[cluster], func(n nodeView) bool { return n.id == id })
+		if len(v.byCluster[cluster]) == 0 {
+			delete(v.byCluster, cluster)
+		}
+	}
+}
+
+// nodeListTimeout bounds a read of a tenant's virtual nodes from its cache.
+const nodeListTimeout = 10 * time.Second
+
+// virtualNodesOf are cluster's virtual nodes, from its newest registered
+// reader; none when it has no reader (its virtual nodes do not run).
+func (v *nodeViews) virtualNodesOf(cluster string) ([]corev1.Node, error) {
+	v.mu.Lock()
+	views := v.byCluster[cluster]
+	v.mu.Unlock()
+	if len(views) == 0 {
+		return nil, nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), nodeListTimeout)
+	defer cancel()
+	var nodes corev1.NodeList
+	// Read only (place never writes a node): the cache's own objects.
+	if err := views[len(views)-1].reader.List(ctx, &nodes, client.MatchingLabels{syncer.LabelManagedBy: syncer.ManagedByValue}, client.UnsafeDisableDeepCopy); err != nil {
+		return nil, fmt.Errorf("reading the tenant's virtual nodes: %w", err)
+	}
+	return nodes.Items, nil
+}
+
+// place resolves, in spec (a tenant Pod's, before the host policy), what
+// the Pod asks of its node by the tenant's own labels against nodes, the
+// tenant's virtual nodes: the node selector's and the required node
+// affinity's terms go, for a required node affinity naming the nodes that
+// fit, and preferred terms on the tenant's labels become preferences for
+// the nodes they name. A Pod that asks nothing of the tenant's own labels,
+// or that no node fits, is left as it is.
+func place(spec *corev1.PodSpec, nodes []corev1.Node) {
+	own := map[string]bool{}
+	for i := range nodes {
+		for k := range ownLabels(&nodes[i]) {
+			own[k] = true
+		}
+	}
+	if len(own) == 0 || spec.NodeName != "" {
+		return
+	}
+	var required *corev1.NodeSelector
+	if a := spec.Affinity; a != nil && a.NodeAffinity != nil {
+		required = a.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution
+	}
+	asks := slices.ContainsFunc(slices.Collect(maps.Keys(spec.NodeSelector)), func(k string) bool { return own[k] })
+	if required != nil {
+		for _, term := range required.NodeSelectorTerms {
+			asks = asks || namesOwn(term, own)
+		}
+	}
+	if !asks {
+		placePreferred(spec, nodes, own)
+		return
+	}
+	var fit []string
+	for i := range nodes {
+		n := &nodes[i]
+		if labels.SelectorFromSet(spec.NodeSelector).Matches(labels.Set(n.Labels)) &&
+			(required == nil || slices.ContainsFunc(required.NodeSelectorTerms, func(t corev1.NodeSelectorTerm) bool { return termMatches(t, n) })) &&
+			tolerated(spec.Tolerations, n.Spec.Taints) {
+			fit = append(fit, n.Name)
+		}
+	}
+	if len(fit) == 0 {
+		return // no node fits: the host's scheduler says so
+	}
+	slices.Sort(fit)
+	maps.DeleteFunc(spec.NodeSelector, func(k, _ string) bool { return own[k] })
+	if spec.Affinity == nil {
+		spec.Affinity = &corev1.Affinity{}
+	}
+	if spec.Affinity.NodeAffinity == nil {
+		spec.Affinity.NodeAffinity = &corev1.NodeAffinity{}
+	}
+	spec.Affinity.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution = &corev1.NodeSelector{NodeSelectorTerms: nodeTerms(fit)}
+	placePreferred(spec, nodes, own)
+}
+
+// placePreferred turns each preferred node affinity term of spec that
+// names the tenant's own labels into preferences, of the same weight, for
+// the nodes it matches.
+func placePreferred(spec *corev1.PodSpec, nodes []corev1.Node, own map[string]bool) {
+	if spec.Affinity == nil || spec.Affinity.NodeAffinity == nil {
+		return
+	}
+	var out []corev1.PreferredSchedulingTerm
+	for _, p := range spec.Affinity.NodeAffinity.PreferredDuringSchedulingIgnoredDuringExecution {
+		if !namesOwn(p.Preference, own) {
+			out = append(out, p)
+			continue
+		}
+		for i := range nodes {
+			if termMatches(p.Preference, &nodes[i]) {
+				out = append(out, corev1.PreferredSchedulingTerm{Weight: p.Weight, Preference: nodeTerms([]string{nodes[i].Name})[0]})
+			}
+		}
+	}
+	spec.Affinity.NodeAffinity.PreferredDuringSchedulingIgnoredDuringExecution = out
+}
+
+// nodeTerms are node selector terms, ORed, for nodes by name: one term per
+// node, as a field requirement on metadata.name takes one value.
+func nodeTerms(names []string) []corev1.NodeSelectorTerm {
+	terms := make([]corev1.NodeSelectorTerm, 0, len(names))
+	for _, name := range names {
+		terms = append(terms, corev1.NodeSelectorTerm{MatchFields: []corev1.NodeSelectorRequirement{{
+			Key: metav1ObjectNameField, Operator: corev1.NodeSelectorOpIn, Values: []string{name},
+		}}})
+	}
+	return terms
+}
+
+// metav1ObjectNameField is the one field a node selector term can match.
+const metav1ObjectNameField = "metadata.name"
+
+// namesOwn says whether term asks anything of a label in own.
+func namesOwn(term corev1.NodeSelectorTerm, own map[string]bool) bool {
+	return slices.ContainsFunc(term.MatchExpressions, func(r corev1.NodeSelectorRequirement) bool { return own[r.Key] })
+}
+
+// termMatches says whether node fits term, as the scheduler reads it: all
+// its requirements hold, and a term with none matches no node.
+func termMatches(term corev1.NodeSelectorTerm, node *corev1.Node) bool {
+	if len(term.MatchExpressions) == 0 && len(term.MatchFields) == 0 {
+		return false
+	}
+	for _, r := range term.MatchExpressions {
+		if !requirementHolds(r, labels.Set(node.Labels)) {
+			return false
+		}
+	}
+	for _, r := range term.MatchFields {
+		if r.Key != metav1ObjectNameField || !requirementHolds(r, labels.Set{metav1ObjectNameField: node.Name}) {
+			return false
+		}
+	}
+	return true
+}
+
+// conditionTaintPrefix is the prefix of the taints Kubernetes sets from a
+// node's conditions.
+const conditionTaintPrefix = "node.kubernetes.io/"
+
+// nodeOperators are the label selection operators of node selector
+// requirements.
+var nodeOperators = map[corev1.NodeSelectorOperator]selection.Operator{
+	corev1.NodeSelectorOpIn: selection.In, corev1.NodeSelectorOpNotIn: selection.NotIn,
+	corev1.NodeSelectorOpExists: selection.Exists, corev1.NodeSelectorOpDoesNotExist: selection.DoesNotExist,
+	corev1.NodeSelectorOpGt: selection.GreaterThan, corev1.NodeSelectorOpLt: selection.LessThan,
+}
+
+// requirementHolds says whether r holds of set; a requirement that is not
+// valid holds of nothing.
+func requirementHolds(r corev1.NodeSelectorRequirement, set labels.Set) bool {
+	op, ok := nodeOperators[r.Operator]
+	if !ok {
+		return false
+	}
+	req, err := labels.NewRequirement(r.Key, op, r.Values)
+	return err == nil && req.Matches(set)
+}
+
+// tolerated says whether tolerations tolerate every taint of taints that
+// keeps a Pod off a node (NoSchedule, NoExecute), but for the taints of a
+// node's conditions (node.kubernetes.io/: not-ready, unreachable, memory
+// pressure, ...), which the tenant's node lifecycle controller sets from
+// the host node's conditions as it sees them: whether the host node is
+// fit is the host scheduler's to judge, by the host's own.
+func tolerated(tolerations []corev1.Toleration, taints []corev1.Taint) bool {
+	for i := range taints {
+		t := &taints[i]
+		if t.Effect != corev1.TaintEffectNoSchedule && t.Effect != corev1.TaintEffectNoExecute || strings.HasPrefix(t.Key, conditionTaintPrefix) {
+			continue
+		}
+		if !slices.ContainsFunc(tolerations, func(tol corev1.Toleration) bool { return tol.ToleratesTaint(logr.Discard(), t, false) }) {
+			return false
+		}
+	}
+	return true
+}

@@ -1,0 +1,143 @@
+package pods
+
+import (
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// virtualNode is a tenant's virtual node of a host node with hostLabels,
+// on which the tenant set own.
+func virtualNode(name string, hostLabels, own map[string]string, taints ...corev1.Taint) corev1.Node {
+	r := &virtualNodes{}
+	n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}}
+	r.setSpec(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: hostLabels}}, n)
+	for k, v := range own {
+		n.Labels[k] = v
+	}
+	n.Spec.Taints = taints
+	return *n
+}
+
+func requiredNames(spec *corev1.PodSpec) []string {
+	if spec.Affinity == nil || spec.Affinity.NodeAffinity == nil || spec.Affinity.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution == nil {
+		return nil
+	}
+	var names []string
+	for _, t := range spec.Affinity.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms {
+		if len(t.MatchExpressions) != 0 || len(t.MatchFields) != 1 || t.MatchFields[0].Key != "metadata.name" || len(t.MatchFields[0].Values) != 1 {
+			return append(names, "unexpected term")
+		}
+		names = append(names, t.MatchFields[0].Values[0])
+	}
+	return names
+}
+
+// What a Pod asks of the tenant's own node labels (and taints) is resolved
+// against its virtual nodes into the names of the nodes that fit; what it
+// asks of the host's labels alone goes to the host as it is.
+func TestPlaceByTheTenantsOwnLabels(t *testing.T) {
+	zone := map[string]string{corev1.LabelTopologyZone: "a"}
+	tainted := corev1.Taint{Key: "dedicated", Value: "db", Effect: corev1.TaintEffectNoSchedule}
+	nodes := []corev1.Node{
+		virtualNode("n1", zone, map[string]string{"team": "blue"}),
+		virtualNode("n2", zone, map[string]string{"team": "blue"}, tainted),
+		virtualNode("n3", zone, map[string]string{"team": "red"}),
+		virtualNode("n4", map[string]string{corev1.LabelTopologyZone: "b"}, nil,
+			// The tenant's view of the host node's readiness is not the
+			// host scheduler's: it judges by the host's own.
+			corev1.Taint{Key: corev1.TaintNodeNotReady, Effect: corev1.TaintEffectNoSchedule}),
+	}
+	inZoneA := corev1.NodeSelectorRequirement{Key: corev1.LabelTopologyZone, Operator: corev1.NodeSelectorOpIn, Values: []string{"a"}}
+	for _, tc := range []struct {
+		name          string
+		spec          corev1.PodSpec
+		want          []string
+		wantSelector  map[string]string
+		wantPreferred int // preferred terms after
+	}{
+		{
+			name: "a selector of the tenant's label: the nodes that have it and whose taints it tolerates",
+			spec: corev1.PodSpec{NodeSelector: map[string]string{"team": "blue"}},
+			want: []string{"n1"}, wantSelector: map[string]string{},
+		},
+		{
+			name: "tolerating the taint: both",
+			spec: corev1.PodSpec{NodeSelector: map[string]string{"team": "blue"},
+				Tolerations: []corev1.Toleration{{Key: "dedicated", Operator: corev1.TolerationOpEqual, Value: "db", Effect: corev1.TaintEffectNoSchedule}}},
+			want: []string{"n1", "n2"}, wantSelector: map[string]string{},
+		},
+		{
+			name: "the host's labels beside: both hold, and the host's stay for the host",
+			spec: corev1.PodSpec{NodeSelector: map[string]string{"team": "red", corev1.LabelTopologyZone: "a"}},
+			want: []string{"n3"}, wantSelector: map[string]string{corev1.LabelTopologyZone: "a"},
+		},
+		{
+			name: "required node affinity on the tenant's label, terms ORed",
+			spec: corev1.PodSpec{Affinity: &corev1.Affinity{NodeAffinity: &corev1.NodeAffinity{
+				RequiredDuringSchedulingIgnoredDuringExecution: &corev1.NodeSelector{NodeSelectorTerms: []corev1.NodeSelectorTerm{
+					{MatchExpressions: []corev1.NodeSelectorRequirement{{Key: "team", Operator: corev1.NodeSelectorOpIn, Values: []string{"red"}}, inZoneA}},
+					{MatchExpressions: []corev1.NodeSelectorRequirement{{Key: corev1.LabelTopologyZone, Operator: corev1.NodeSelectorOpIn, Values: []string{"b"}}}},
+				}},
+			}}},
+			want: []string{"n3", "n4"},
+		},
+		{
+			name: "a daemon Pod's node name and the tenant's label: the one node, if it has the label",
+			spec: corev1.PodSpec{NodeSelector: map[string]string{"team": "red"}, Affinity: &corev1.Affinity{NodeAffinity: &corev1.NodeAffinity{
+				RequiredDuringSchedulingIgnoredDuringExecution: &corev1.NodeSelector{NodeSelectorTerms: []corev1.NodeSelectorTerm{
+					{MatchFields: []corev1.NodeSelectorRequirement{{Key: "metadata.name", Operator: corev1.NodeSelectorOpIn, Values: []string{"n3"}}}},
+				}},
+			}}},
+			want: []string{"n3"}, wantSelector: map[string]string{},
+		},
+		{
+			name:         "no node fits: the selector stays, for the host's scheduler to refuse",
+			spec:         corev1.PodSpec{NodeSelector: map[string]string{"team": "green"}},
+			wantSelector: map[string]string{"team": "green"},
+		},
+		{
+			name:         "the host's labels alone: as it is",
+			spec:         corev1.PodSpec{NodeSelector: map[string]string{corev1.LabelTopologyZone: "b"}},
+			wantSelector: map[string]string{corev1.LabelTopologyZone: "b"},
+		},
+		{
+			name: "a preference for the tenant's label: one for each node it names, the others kept",
+			spec: corev1.PodSpec{Affinity: &corev1.Affinity{NodeAffinity: &corev1.NodeAffinity{
+				PreferredDuringSchedulingIgnoredDuringExecution: []corev1.PreferredSchedulingTerm{
+					{Weight: 10, Preference: corev1.NodeSelectorTerm{MatchExpressions: []corev1.NodeSelectorRequirement{{Key: "team", Operator: corev1.NodeSelectorOpExists}}}},
+					{Weight: 5, Preference: corev1.NodeSelectorTerm{MatchExpressions: []corev1.NodeSelectorRequirement{inZoneA}}},
+				},
+			}}},
+			wantPreferred: 4, // n1, n2, n3, and the zone's
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			spec := *tc.spec.DeepCopy()
+			place(&spec, nodes)
+			if got := requiredNames(&spec); !equality.Semantic.DeepEqual(got, tc.want) {
+				t.Errorf("required nodes %v, want %v", got, tc.want)
+			}
+			if tc.wantSelector != nil && !equality.Semantic.DeepEqual(spec.NodeSelector, tc.wantSelector) {
+				t.Errorf("node selector %v, want %v", spec.NodeSelector, tc.wantSelector)
+			}
+			if spec.Affinity != nil && spec.Affinity.NodeAffinity != nil {
+				if got := len(spec.Affinity.NodeAffinity.PreferredDuringSchedulingIgnoredDuringExecution); got != tc.wantPreferred {
+					t.Errorf("%d preferred terms, want %d", got, tc.wantPreferred)
+				}
+			}
+		})
+	}
+	// Without any label of the tenant's own, nothing is resolved.
+	plain := []corev1.Node{virtualNode("n1", zone, nil)}
+	spec := corev1.PodSpec{NodeSelector: map[string]string{corev1.LabelTopologyZone: "a"}}
+	place(&spec, plain)
+	if spec.Affinity != nil || spec.NodeSelector[corev1.LabelTopologyZone] != "a" {
+		t.Errorf("a Pod on host labels, no tenant labels anywhere: %+v", spec)
+	}
+	if got := ownLabels(&plain[0]); len(got) != 0 {
+		t.Errorf("own labels of a plain virtual node: %v", got)
+	}
+}
