@@ -198,47 +198,47 @@ func New(config *rest.Config, opts Options) (*Cache, error) {
 
 // Reader reads the cache: the objects Options.Selector picks, and those
 // of Options.ByObject.
-func (h *Cache) Reader() client.Reader { return h.cache }
+func (hc *Cache) Reader() client.Reader { return hc.cache }
 
 // Start runs the cache's informers and hands out the host budget until ctx
 // ends.
-func (h *Cache) Start(ctx context.Context) error {
+func (hc *Cache) Start(ctx context.Context) error {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		h.requests.Run(ctx)
+		hc.requests.Run(ctx)
 	}()
-	err := h.cache.Start(ctx)
+	err := hc.cache.Start(ctx)
 	<-done
 	return err
 }
 
 // Uncached reads the host itself, through the cache's connections.
-func (h *Cache) Uncached() client.Reader { return h.uncached }
+func (hc *Cache) Uncached() client.Reader { return hc.uncached }
 
 // Mapper is the host's REST mapper.
-func (h *Cache) Mapper() meta.RESTMapper { return h.mapper }
+func (hc *Cache) Mapper() meta.RESTMapper { return hc.mapper }
 
 // ClientFor returns a host client for one tenant's writes, whose requests
 // wait for the tenant's turn in the host budget. It shares the cache's
 // connections and REST mapper. Reads belong to Reader.
-func (h *Cache) ClientFor(cluster string) (client.Client, error) {
-	cfg := rest.CopyConfig(h.config)
-	limiter := fairqueue.Limiter{Queue: h.requests, Tenant: cluster, Fence: h.opts.Fence}
-	if h.opts.TenantQPS > 0 {
-		limiter.Ceiling = rate.NewLimiter(rate.Limit(h.opts.TenantQPS), h.opts.TenantBurst)
+func (hc *Cache) ClientFor(cluster string) (client.Client, error) {
+	cfg := rest.CopyConfig(hc.config)
+	limiter := fairqueue.Limiter{Queue: hc.requests, Tenant: cluster, Fence: hc.opts.Fence}
+	if hc.opts.TenantQPS > 0 {
+		limiter.Ceiling = rate.NewLimiter(rate.Limit(hc.opts.TenantQPS), hc.opts.TenantBurst)
 	}
 	cfg.RateLimiter = limiter
 	// The shared connections, under the tenant's own User-Agent, which the
 	// host's audit log shows (the shared transport's own is set only where
 	// a request has none).
-	httpClient := *h.httpClient
-	if h.opts.RequestTimeout > 0 {
-		httpClient.Timeout = h.opts.RequestTimeout
+	httpClient := *hc.httpClient
+	if hc.opts.RequestTimeout > 0 {
+		httpClient.Timeout = hc.opts.RequestTimeout
 	}
 	httpClient.Transport = transport.NewUserAgentRoundTripper(
-		rest.DefaultKubernetesUserAgent()+" tenantry-syncer/"+cluster, h.httpClient.Transport)
-	c, err := client.New(cfg, client.Options{Scheme: h.opts.Scheme, Mapper: h.mapper, HTTPClient: &httpClient})
+		rest.DefaultKubernetesUserAgent()+" tenantry-syncer/"+cluster, hc.httpClient.Transport)
+	c, err := client.New(cfg, client.Options{Scheme: hc.opts.Scheme, Mapper: hc.mapper, HTTPClient: &httpClient})
 	if err != nil {
 		return nil, fmt.Errorf("host client for cluster %s: %w", cluster, err)
 	}
@@ -252,48 +252,48 @@ func (h *Cache) ClientFor(cluster string) (client.Client, error) {
 const ClusterIndex = "tenantry.dev/cluster"
 
 // index adds ClusterIndex to the informer of gvk, once.
-func (h *Cache) index(ctx context.Context, gvk schema.GroupVersionKind, obj client.Object) error {
-	h.indexOnce.Lock()
-	defer h.indexOnce.Unlock()
-	if h.indexed[gvk] {
+func (hc *Cache) index(ctx context.Context, gvk schema.GroupVersionKind, obj client.Object) error {
+	hc.indexOnce.Lock()
+	defer hc.indexOnce.Unlock()
+	if hc.indexed[gvk] {
 		return nil
 	}
-	if err := h.cache.IndexField(ctx, obj, ClusterIndex, h.clusterOf); err != nil {
+	if err := hc.cache.IndexField(ctx, obj, ClusterIndex, hc.clusterOf); err != nil {
 		return fmt.Errorf("indexing host %s by cluster: %w", gvk.Kind, err)
 	}
-	for _, idx := range h.indexes[gvk] {
-		if err := h.cache.IndexField(ctx, obj, idx.Name, idx.Values); err != nil {
+	for _, idx := range hc.indexes[gvk] {
+		if err := hc.cache.IndexField(ctx, obj, idx.Name, idx.Values); err != nil {
 			return fmt.Errorf("indexing host %s by %s: %w", gvk.Kind, idx.Name, err)
 		}
 	}
-	h.indexed[gvk] = true
+	hc.indexed[gvk] = true
 	return nil
 }
 
-// ListBy lists into list the objects of the cache's cache that index (one
+// ListBy lists into list the objects in the cache that index (one
 // of Options.Indexes) finds under value. While no tenant routes the
 // index's type, the cache has no informer of it and ListBy reports false,
 // without starting one.
-func (h *Cache) ListBy(ctx context.Context, list client.ObjectList, index, value string) (informed bool, err error) {
-	gvk, ok := h.indexType[index]
+func (hc *Cache) ListBy(ctx context.Context, list client.ObjectList, index, value string) (informed bool, err error) {
+	gvk, ok := hc.indexType[index]
 	if !ok {
 		return false, fmt.Errorf("the cache has no index %q: add it to the hub's Indexes", index)
 	}
-	h.indexOnce.Lock()
-	informed = h.indexed[gvk]
-	h.indexOnce.Unlock()
+	hc.indexOnce.Lock()
+	informed = hc.indexed[gvk]
+	hc.indexOnce.Unlock()
 	if !informed {
 		return false, nil
 	}
-	if err := h.cache.List(ctx, list, client.MatchingFields{index: value}); err != nil {
+	if err := hc.cache.List(ctx, list, client.MatchingFields{index: value}); err != nil {
 		return true, fmt.Errorf("listing host %s by %s: %w", gvk.Kind, index, err)
 	}
 	return true, nil
 }
 
 // clusterOf is the ClusterIndex value of a host object.
-func (h *Cache) clusterOf(o client.Object) []string {
-	if c, ok := o.GetLabels()[h.opts.ClusterLabel]; ok {
+func (hc *Cache) clusterOf(o client.Object) []string {
+	if c, ok := o.GetLabels()[hc.opts.ClusterLabel]; ok {
 		return []string{c}
 	}
 	return nil
@@ -306,33 +306,33 @@ func (h *Cache) clusterOf(o client.Object) []string {
 // a tenant that starts late (re-spawned, or after the manager restarted)
 // learns of its copies at once, orphans among them. The first route for a
 // type starts its informer and waits for it to sync.
-func (h *Cache) Route(ctx context.Context, obj client.Object, cluster string, handle func(client.Object)) (cancel func(), err error) {
-	gvk, err := GVKOf(obj, h.opts.Scheme)
+func (hc *Cache) Route(ctx context.Context, obj client.Object, cluster string, handle func(client.Object)) (cancel func(), err error) {
+	gvk, err := GVKOf(obj, hc.opts.Scheme)
 	if err != nil {
 		return nil, err
 	}
-	if err := h.Inform(ctx, gvk, obj); err != nil {
+	if err := hc.Inform(ctx, gvk, obj); err != nil {
 		return nil, err
 	}
 	key := routeKey{gvk: gvk, cluster: cluster}
-	h.mu.Lock()
-	h.nextID++
-	id := h.nextID
-	if h.routes[key] == nil {
-		h.routes[key] = map[int]func(client.Object){}
+	hc.mu.Lock()
+	hc.nextID++
+	id := hc.nextID
+	if hc.routes[key] == nil {
+		hc.routes[key] = map[int]func(client.Object){}
 	}
-	h.routes[key][id] = handle
-	h.mu.Unlock()
+	hc.routes[key][id] = handle
+	hc.mu.Unlock()
 	cancel = func() {
-		h.mu.Lock()
-		delete(h.routes[key], id)
-		if len(h.routes[key]) == 0 {
-			delete(h.routes, key)
+		hc.mu.Lock()
+		delete(hc.routes[key], id)
+		if len(hc.routes[key]) == 0 {
+			delete(hc.routes, key)
 		}
-		h.mu.Unlock()
+		hc.mu.Unlock()
 	}
-	list := NewList(obj, gvk, h.opts.Scheme)
-	if err := h.cache.List(ctx, list, client.MatchingFields{ClusterIndex: cluster}); err != nil {
+	list := NewList(obj, gvk, hc.opts.Scheme)
+	if err := hc.cache.List(ctx, list, client.MatchingFields{ClusterIndex: cluster}); err != nil {
 		cancel()
 		return nil, fmt.Errorf("listing cluster %s's host %s: %w", cluster, gvk.Kind, err)
 	}
@@ -345,18 +345,18 @@ func (h *Cache) Route(ctx context.Context, obj client.Object, cluster string, ha
 
 // Inform makes sure the type's informer runs, indexed by cluster, with the
 // cache's dispatcher, which routes each event by the object's cluster label.
-func (h *Cache) Inform(ctx context.Context, gvk schema.GroupVersionKind, obj client.Object) error {
-	if err := h.index(ctx, gvk, obj); err != nil {
+func (hc *Cache) Inform(ctx context.Context, gvk schema.GroupVersionKind, obj client.Object) error {
+	if err := hc.index(ctx, gvk, obj); err != nil {
 		return err
 	}
-	return h.handleOnce(ctx, gvk.String(), obj, func(o client.Object) {
-		h.mu.RLock()
-		routes := h.routes[routeKey{gvk: gvk, cluster: o.GetLabels()[h.opts.ClusterLabel]}]
+	return hc.handleOnce(ctx, gvk.String(), obj, func(o client.Object) {
+		hc.mu.RLock()
+		routes := hc.routes[routeKey{gvk: gvk, cluster: o.GetLabels()[hc.opts.ClusterLabel]}]
 		handlers := make([]func(client.Object), 0, len(routes))
 		for _, handle := range routes {
 			handlers = append(handlers, handle)
 		}
-		h.mu.RUnlock()
+		hc.mu.RUnlock()
 		for _, handle := range handlers {
 			handle(o)
 		}
@@ -365,20 +365,20 @@ func (h *Cache) Inform(ctx context.Context, gvk schema.GroupVersionKind, obj cli
 
 // handleOnce adds handle to the informer of obj's type, once per key, for
 // every add, update and delete (tombstones unwrapped).
-func (h *Cache) handleOnce(ctx context.Context, key string, obj client.Object, handle func(client.Object)) error {
-	h.mu.RLock()
-	done := h.informed[key]
-	h.mu.RUnlock()
+func (hc *Cache) handleOnce(ctx context.Context, key string, obj client.Object, handle func(client.Object)) error {
+	hc.mu.RLock()
+	done := hc.informed[key]
+	hc.mu.RUnlock()
 	if done {
 		return nil
 	}
-	informer, err := h.cache.GetInformer(ctx, obj)
+	informer, err := hc.cache.GetInformer(ctx, obj)
 	if err != nil {
 		return fmt.Errorf("host informer for %s: %w", key, err)
 	}
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if h.informed[key] {
+	hc.mu.Lock()
+	defer hc.mu.Unlock()
+	if hc.informed[key] {
 		return nil
 	}
 	event := func(o any) {
@@ -396,7 +396,7 @@ func (h *Cache) handleOnce(ctx context.Context, key string, obj client.Object, h
 	}); err != nil {
 		return fmt.Errorf("host event handler for %s: %w", key, err)
 	}
-	h.informed[key] = true
+	hc.informed[key] = true
 	return nil
 }
 
@@ -413,14 +413,14 @@ func GVKOf(obj client.Object, scheme *runtime.Scheme) (schema.GroupVersionKind, 
 // Watch tells handle the name of every object of obj's type (list is its
 // list type) in the cache's cache now and of every one that changes later,
 // under kind, until the returned cancel is called.
-func (h *Cache) Watch(ctx context.Context, kind string, obj client.Object, list client.ObjectList, handle func(name string)) (cancel func(), err error) {
-	err = h.handleOnce(ctx, kind, obj, func(o client.Object) {
-		h.mu.RLock()
-		watchers := make([]func(string), 0, len(h.watchers[kind]))
-		for _, w := range h.watchers[kind] {
+func (hc *Cache) Watch(ctx context.Context, kind string, obj client.Object, list client.ObjectList, handle func(name string)) (cancel func(), err error) {
+	err = hc.handleOnce(ctx, kind, obj, func(o client.Object) {
+		hc.mu.RLock()
+		watchers := make([]func(string), 0, len(hc.watchers[kind]))
+		for _, w := range hc.watchers[kind] {
 			watchers = append(watchers, w)
 		}
-		h.mu.RUnlock()
+		hc.mu.RUnlock()
 		for _, w := range watchers {
 			w(o.GetName())
 		}
@@ -428,18 +428,18 @@ func (h *Cache) Watch(ctx context.Context, kind string, obj client.Object, list 
 	if err != nil {
 		return nil, err
 	}
-	h.mu.Lock()
-	h.nextID++
-	id := h.nextID
-	if h.watchers[kind] == nil {
-		h.watchers[kind] = map[int]func(string){}
+	hc.mu.Lock()
+	hc.nextID++
+	id := hc.nextID
+	if hc.watchers[kind] == nil {
+		hc.watchers[kind] = map[int]func(string){}
 	}
-	h.watchers[kind][id] = handle
-	h.mu.Unlock()
-	if err := h.cache.List(ctx, list); err != nil {
-		h.mu.Lock()
-		delete(h.watchers[kind], id)
-		h.mu.Unlock()
+	hc.watchers[kind][id] = handle
+	hc.mu.Unlock()
+	if err := hc.cache.List(ctx, list); err != nil {
+		hc.mu.Lock()
+		delete(hc.watchers[kind], id)
+		hc.mu.Unlock()
 		return nil, fmt.Errorf("listing host %s: %w", kind, err)
 	}
 	if err := meta.EachListItem(list, func(o runtime.Object) error {
@@ -449,8 +449,8 @@ func (h *Cache) Watch(ctx context.Context, kind string, obj client.Object, list 
 		return nil, err
 	}
 	return func() {
-		h.mu.Lock()
-		delete(h.watchers[kind], id)
-		h.mu.Unlock()
+		hc.mu.Lock()
+		delete(hc.watchers[kind], id)
+		hc.mu.Unlock()
 	}, nil
 }
