@@ -78,17 +78,21 @@ const nodeListTimeout = 10 * time.Second
 // virtualNodesOf are cluster's virtual nodes, from its newest registered
 // reader; none when it has no reader (its virtual nodes do not run).
 func (v *nodeViews) virtualNodesOf(cluster string) ([]corev1.Node, error) {
+	// The reader is taken under the lock: unregister deletes in place.
 	v.mu.Lock()
-	views := v.byCluster[cluster]
+	var reader client.Reader
+	if views := v.byCluster[cluster]; len(views) > 0 {
+		reader = views[len(views)-1].reader
+	}
 	v.mu.Unlock()
-	if len(views) == 0 {
+	if reader == nil {
 		return nil, nil
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), nodeListTimeout)
 	defer cancel()
 	var nodes corev1.NodeList
 	// Read only (place never writes a node): the cache's own objects.
-	if err := views[len(views)-1].reader.List(ctx, &nodes, client.MatchingLabels{syncer.LabelManagedBy: syncer.ManagedByValue}, client.UnsafeDisableDeepCopy); err != nil {
+	if err := reader.List(ctx, &nodes, client.MatchingLabels{syncer.LabelManagedBy: syncer.ManagedByValue}, client.UnsafeDisableDeepCopy); err != nil {
 		return nil, fmt.Errorf("reading the tenant's virtual nodes: %w", err)
 	}
 	return nodes.Items, nil

@@ -1,11 +1,16 @@
 package pods
 
 import (
+	"context"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 )
 
 // virtualNode is a tenant's virtual node of a host node with hostLabels,
@@ -139,5 +144,59 @@ func TestPlaceByTheTenantsOwnLabels(t *testing.T) {
 	}
 	if got := ownLabels(&plain[0]); len(got) != 0 {
 		t.Errorf("own labels of a plain virtual node: %v", got)
+	}
+}
+
+// A cluster re-spawned while its old app stops has two node views: the
+// newest answers, either going leaves the other, and reads go on while one
+// goes. (A read once took the views outside the lock, and read the one
+// being deleted as a nil reader: fresh-clone CI hit it, in a patrol round
+// of an app that was stopping. This test did not reproduce that on its
+// own; the read now takes its reader under the lock.)
+func TestNodeViewsAcrossARespawn(t *testing.T) {
+	node := virtualNode("n1", map[string]string{"zone": "a"}, nil)
+	c := fake.NewClientBuilder().WithObjects(&node).Build()
+	var v nodeViews
+	stopOld := v.register("vc", c)
+	stopNew := v.register("vc", c)
+	var reads atomic.Int64
+	stop, done := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			if _, err := v.virtualNodesOf("vc"); err != nil {
+				t.Error(err)
+				return
+			}
+			reads.Add(1)
+		}
+	}()
+	waitReads := func(n int64) {
+		t.Helper()
+		if err := wait.PollUntilContextTimeout(t.Context(), time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+			return reads.Load() >= n, nil
+		}); err != nil {
+			t.Fatalf("%d reads of the node views, want %d", reads.Load(), n)
+		}
+	}
+	waitReads(10)
+	stopNew()
+	waitReads(reads.Load() + 10)
+	close(stop)
+	<-done
+	if nodes, err := v.virtualNodesOf("vc"); err != nil || len(nodes) != 1 {
+		t.Errorf("with the old view left: %d nodes (%v); want its one", len(nodes), err)
+	}
+	stopOld()
+	if nodes, err := v.virtualNodesOf("vc"); err != nil || nodes != nil {
+		t.Errorf("with no view: %v (%v); want none", nodes, err)
+	}
+	if nodes, err := v.virtualNodesOf("other"); err != nil || nodes != nil {
+		t.Errorf("a cluster never registered: %v (%v); want none", nodes, err)
 	}
 }
