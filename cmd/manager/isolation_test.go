@@ -145,10 +145,18 @@ func TestHostPolicyII(t *testing.T) {
 			}
 			return all, nil
 		}
-		eventually(t, 30*time.Second, "three host Pods, two tenant Pods refused on the budget's pods", func(ctx context.Context) (bool, error) {
+		// Which three get in is the race's: a Pod admitted whose host
+		// namespace is not ready yet gives its room back until it is, and
+		// may find it taken (refused once, then let in, while another is
+		// refused). The two left out have each been told why.
+		eventually(t, 30*time.Second, "three host Pods, the two other tenant Pods refused on the budget's pods", func(ctx context.Context) (bool, error) {
 			pods, err := hostPods(ctx)
 			if err != nil {
 				return false, err
+			}
+			copied := map[string]bool{}
+			for _, p := range pods {
+				copied[p.Name] = true
 			}
 			refused := 0
 			for _, ns := range []string{"team-a", "team-b"} {
@@ -159,13 +167,13 @@ func TestHostPolicyII(t *testing.T) {
 				seen := map[string]bool{}
 				for _, e := range events.Items {
 					if e.Reason == syncer.ReasonHostRejected && strings.Contains(e.Note, "pods would be 4, over 3") &&
-						strings.Contains(e.Note, "spec.hostPolicy.budget") && !seen[e.Regarding.Name] {
+						strings.Contains(e.Note, "spec.hostPolicy.budget") && !seen[e.Regarding.Name] && !copied[e.Regarding.Name] {
 						seen[e.Regarding.Name] = true
 						refused++
 					}
 				}
 			}
-			return len(pods) == 3 && refused == 2, fmt.Errorf("%d host Pods, %d refused", len(pods), refused)
+			return len(pods) == 3 && refused == 2, fmt.Errorf("%d host Pods, %d of the others refused", len(pods), refused)
 		})
 		// Held, not just reached.
 		tenantrytest.Consistently(t, 5*time.Second, 500*time.Millisecond, "three host Pods", func(ctx context.Context) (bool, error) {

@@ -1,9 +1,12 @@
 package pods_test
 
 import (
+	"context"
 	"testing"
 
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	utilrand "k8s.io/apimachinery/pkg/util/rand"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -36,6 +39,25 @@ var eventually = tenantrytest.Eventually
 func unique(prefix string) string { return prefix + "-" + utilrand.String(5) }
 
 func hostNS(cluster, ns string) string { return syncer.HostNamespace(cluster, ns) }
+
+// createPausePod creates, in tenant's namespace default, a Pod of one
+// pause container that asks nodeSelector of its node, and deletes it when
+// the test ends.
+func createPausePod(t *testing.T, tenant client.Client, name string, nodeSelector map[string]string) *corev1.Pod {
+	t.Helper()
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: name},
+		Spec: corev1.PodSpec{
+			NodeSelector: nodeSelector,
+			Containers:   []corev1.Container{{Name: "app", Image: "registry.k8s.io/pause:3.10"}},
+		},
+	}
+	if err := tenant.Create(t.Context(), pod); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = tenant.Delete(context.Background(), pod) })
+	return pod
+}
 
 // expectNoHostCopy checks that tenant object obj of cluster has no copy in
 // the host.

@@ -8,7 +8,6 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
@@ -20,20 +19,6 @@ func TestTenantNodeLabelsSteerPods(t *testing.T) {
 	useWorld(t)
 	ctx := t.Context()
 	tenant := shared.Tenants["tenant-1"]
-	newPod := func(name string, nodeSelector map[string]string) *corev1.Pod {
-		pod := &corev1.Pod{
-			ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: name},
-			Spec: corev1.PodSpec{
-				NodeSelector: nodeSelector,
-				Containers:   []corev1.Container{{Name: "app", Image: "registry.k8s.io/pause:3.10"}},
-			},
-		}
-		if err := tenant.Create(ctx, pod); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = tenant.Delete(context.Background(), pod) })
-		return pod
-	}
 	boundNode := func(pod *corev1.Pod) string {
 		var node string
 		eventually(t, 30*time.Second, "tenant Pod "+pod.Name+" bound", func(ctx context.Context) (bool, error) {
@@ -46,7 +31,7 @@ func TestTenantNodeLabelsSteerPods(t *testing.T) {
 	}
 
 	// A Pod anywhere gives the tenant a virtual node, which it labels.
-	anchor := newPod(unique("anchor"), nil)
+	anchor := createPausePod(t, tenant, unique("anchor"), nil)
 	nodeName := boundNode(anchor)
 	team := unique("team")
 	eventually(t, 20*time.Second, "the tenant's label on its virtual node "+nodeName, func(ctx context.Context) (bool, error) {
@@ -62,7 +47,7 @@ func TestTenantNodeLabelsSteerPods(t *testing.T) {
 		return false, tenant.Patch(ctx, &node, patch)
 	})
 
-	steered := newPod(unique("steered"), map[string]string{"team": team})
+	steered := createPausePod(t, tenant, unique("steered"), map[string]string{"team": team})
 	hostKey := client.ObjectKey{Namespace: hostNS("tenant-1", "default"), Name: steered.Name}
 	var hostPod corev1.Pod
 	eventually(t, 20*time.Second, "host Pod of "+steered.Name, func(ctx context.Context) (bool, error) {
@@ -94,7 +79,7 @@ func TestTenantNodeLabelsSteerPods(t *testing.T) {
 		t.Errorf("host node %s has the tenant's label: %v", nodeName, hostNode.Labels)
 	}
 
-	unfit := newPod(unique("unfit"), map[string]string{"team": team + "-none"})
+	unfit := createPausePod(t, tenant, unique("unfit"), map[string]string{"team": team + "-none"})
 	eventually(t, 30*time.Second, "FailedScheduling of "+unfit.Name, func(ctx context.Context) (bool, error) {
 		var events corev1.EventList
 		if err := tenant.List(ctx, &events, client.InNamespace("default")); err != nil {

@@ -226,20 +226,6 @@ func TestSchedulerVerdictsReachTheTenant(t *testing.T) {
 	useWorld(t)
 	ctx := t.Context()
 	tenant := shared.Tenants["tenant-2"]
-	newPod := func(name string, nodeSelector map[string]string) *corev1.Pod {
-		pod := &corev1.Pod{
-			ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: name},
-			Spec: corev1.PodSpec{
-				NodeSelector: nodeSelector,
-				Containers:   []corev1.Container{{Name: "app", Image: "registry.k8s.io/pause:3.10"}},
-			},
-		}
-		if err := tenant.Create(ctx, pod); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = tenant.Delete(context.Background(), pod) })
-		return pod
-	}
 	eventOf := func(pod *corev1.Pod, reason string) corev1.Event {
 		var found corev1.Event
 		eventually(t, 30*time.Second, "Event "+reason+" of tenant Pod "+pod.Name, func(ctx context.Context) (bool, error) {
@@ -262,12 +248,12 @@ func TestSchedulerVerdictsReachTheTenant(t *testing.T) {
 		return found
 	}
 
-	unplaceable := newPod(unique("unplaceable"), map[string]string{"tenantry.test/no-such-node": "x"})
+	unplaceable := createPausePod(t, tenant, unique("unplaceable"), map[string]string{"tenantry.test/no-such-node": "x"})
 	if e := eventOf(unplaceable, "FailedScheduling"); e.Type != corev1.EventTypeWarning || !strings.Contains(e.Message, "nodes are available") {
 		t.Errorf("FailedScheduling Event: type %s, message %q; want a Warning with the scheduler's message", e.Type, e.Message)
 	}
 
-	placed := newPod(unique("placed"), nil)
+	placed := createPausePod(t, tenant, unique("placed"), nil)
 	e := eventOf(placed, "Scheduled")
 	var bound corev1.Pod
 	if err := tenant.Get(ctx, client.ObjectKeyFromObject(placed), &bound); err != nil {
