@@ -98,6 +98,19 @@ func (v *nodeViews) virtualNodesOf(cluster string) ([]corev1.Node, error) {
 	return nodes.Items, nil
 }
 
+// nodesFor are cluster's virtual nodes for placing a Pod of spec; none,
+// without a read, when the Pod asks nothing of node labels: most Pods, and
+// a patrol round builds every Pod's copy.
+func (v *nodeViews) nodesFor(cluster string, spec *corev1.PodSpec) ([]corev1.Node, error) {
+	a := spec.Affinity
+	asks := len(spec.NodeSelector) > 0 || a != nil && a.NodeAffinity != nil &&
+		(a.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution != nil || len(a.NodeAffinity.PreferredDuringSchedulingIgnoredDuringExecution) > 0)
+	if !asks || spec.NodeName != "" {
+		return nil, nil
+	}
+	return v.virtualNodesOf(cluster)
+}
+
 // place resolves, in spec (a tenant Pod's, before the host policy), what
 // the Pod asks of its node by the tenant's own labels against nodes, the
 // tenant's virtual nodes: the node selector's and the required node

@@ -10,7 +10,9 @@ import (
 	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 )
 
 // virtualNode is a tenant's virtual node of a host node with hostLabels,
@@ -198,5 +200,25 @@ func TestNodeViewsAcrossARespawn(t *testing.T) {
 	}
 	if nodes, err := v.virtualNodesOf("other"); err != nil || nodes != nil {
 		t.Errorf("a cluster never registered: %v (%v); want none", nodes, err)
+	}
+}
+
+// A Pod that asks nothing of node labels costs no read of the nodes.
+func TestNodesForReadsOnlyForPodsThatAsk(t *testing.T) {
+	node := virtualNode("n1", map[string]string{"zone": "a"}, nil)
+	var lists atomic.Int64
+	c := fake.NewClientBuilder().WithObjects(&node).WithInterceptorFuncs(interceptor.Funcs{
+		List: func(ctx context.Context, c client.WithWatch, list client.ObjectList, opts ...client.ListOption) error {
+			lists.Add(1)
+			return c.List(ctx, list, opts...)
+		},
+	}).Build()
+	var v nodeViews
+	defer v.register("vc", c)()
+	if nodes, err := v.nodesFor("vc", &corev1.PodSpec{}); err != nil || nodes != nil || lists.Load() != 0 {
+		t.Errorf("a Pod asking nothing: %v (%v), %d reads; want none, no read", nodes, err, lists.Load())
+	}
+	if nodes, err := v.nodesFor("vc", &corev1.PodSpec{NodeSelector: map[string]string{"zone": "a"}}); err != nil || len(nodes) != 1 || lists.Load() != 1 {
+		t.Errorf("a Pod with a node selector: %d nodes (%v), %d reads; want its one node, one read", len(nodes), err, lists.Load())
 	}
 }

@@ -105,7 +105,7 @@ func Syncer(opts Options) syncer.Syncer {
 			tenant, host := t.(*corev1.Pod), h.(*corev1.Pod)
 			if host.ResourceVersion == "" {
 				cluster := host.Labels[syncer.LabelCluster]
-				nodes, err := views.virtualNodesOf(cluster)
+				nodes, err := views.nodesFor(cluster, &tenant.Spec)
 				if err != nil {
 					return err
 				}
