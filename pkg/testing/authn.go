@@ -42,14 +42,23 @@ type clientCertAuthn struct {
 var _ envtest.Authn = (*clientCertAuthn)(nil)
 
 func newClientCertAuthn() (*clientCertAuthn, error) {
+	ca, key, err := newCA("tenantry-test-client-ca")
+	if err != nil {
+		return nil, fmt.Errorf("client CA: %w", err)
+	}
+	return &clientCertAuthn{ca: ca, caKey: key}, nil
+}
+
+// newCA makes a self-signed CA of commonName, valid for ten years.
+func newCA(commonName string) (*x509.Certificate, *ecdsa.PrivateKey, error) {
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
-		return nil, fmt.Errorf("client CA key: %w", err)
+		return nil, nil, err
 	}
 	now := time.Now()
 	tmpl := &x509.Certificate{
 		SerialNumber:          big.NewInt(1),
-		Subject:               pkix.Name{CommonName: "tenantry-test-client-ca"},
+		Subject:               pkix.Name{CommonName: commonName},
 		NotBefore:             now.Add(-time.Hour),
 		NotAfter:              now.Add(10 * 365 * 24 * time.Hour),
 		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature,
@@ -58,13 +67,24 @@ func newClientCertAuthn() (*clientCertAuthn, error) {
 	}
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
 	if err != nil {
-		return nil, fmt.Errorf("client CA: %w", err)
+		return nil, nil, err
 	}
 	ca, err := x509.ParseCertificate(der)
 	if err != nil {
-		return nil, fmt.Errorf("client CA: %w", err)
+		return nil, nil, err
 	}
-	return &clientCertAuthn{ca: ca, caKey: key}, nil
+	return ca, key, nil
+}
+
+// CACertificatePEM is the PEM CERTIFICATE block of a new self-signed CA
+// of commonName, for tests that need a certificate, such as the trust
+// anchors of a ClusterTrustBundle; its key is thrown away.
+func CACertificatePEM(commonName string) ([]byte, error) {
+	ca, _, err := newCA(commonName)
+	if err != nil {
+		return nil, fmt.Errorf("a CA certificate of %s: %w", commonName, err)
+	}
+	return pemBlock("CERTIFICATE", ca.Raw), nil
 }
 
 func (a *clientCertAuthn) caPath() string { return filepath.Join(a.dir, "client-ca.crt") }

@@ -14,18 +14,24 @@ import (
 	"time"
 
 	authenticationv1 "k8s.io/api/authentication/v1"
+	certificatesv1 "k8s.io/api/certificates/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	"github.com/tenantry/tenantry/pkg/syncer"
 )
@@ -78,7 +84,10 @@ const (
 //     tenant Pod's, not the host copy's, and its metadata.labels and
 //     metadata.annotations files come from the same Secret, which holds
 //     the tenant Pod's own (the host copy's carry Tenantry's labels, and
-//     lack the annotations that the policy did not copy).
+//     lack the annotations that the policy did not copy);
+//   - a clusterTrustBundle projection becomes the same file from the same
+//     Secret, which holds what the tenant's bundles hold, never the
+//     host's (see trustBundles).
 //
 // The Secret is made by the Pod syncer once the host Pod exists (the kubelet
 // waits for it), owned by the host Pod, so that the host removes it with
@@ -88,10 +97,8 @@ const (
 // token is logged or put in an annotation.
 //
 // It refuses (see syncer.Refuse) a spec that names a Secret ending in
-// APIAccessSecretSuffix, one with a podCertificate projection, which the
-// host would fill with a certificate of its own identity, and one with a
-// clusterTrustBundle projection, which the host's kubelet would fill with
-// the host's bundles.
+// APIAccessSecretSuffix, and one with a podCertificate projection, which
+// the host would fill with a certificate of its own identity.
 func APIAccess(podName string, spec *corev1.PodSpec) error {
 	if err := refuseCredentialSources(spec); err != nil {
 		return err
@@ -113,6 +120,11 @@ func APIAccess(podName string, spec *corev1.PodSpec) error {
 					*src = corev1.VolumeProjection{Secret: &corev1.SecretProjection{
 						LocalObjectReference: corev1.LocalObjectReference{Name: secret},
 						Items:                caItems(src.ConfigMap.Items),
+					}}
+				case src.ClusterTrustBundle != nil:
+					*src = corev1.VolumeProjection{Secret: &corev1.SecretProjection{
+						LocalObjectReference: corev1.LocalObjectReference{Name: secret},
+						Items:                []corev1.KeyToPath{{Key: trustBundleKey(src.ClusterTrustBundle), Path: src.ClusterTrustBundle.Path}},
 					}}
 				case src.DownwardAPI != nil:
 					tenantFieldRefs(src.DownwardAPI.Items)
@@ -150,8 +162,8 @@ func APIAccess(podName string, spec *corev1.PodSpec) error {
 }
 
 // refuseCredentialSources refuses a tenant Pod spec that would read
-// credentials it must not: another Pod's API access Secret, a certificate
-// the host issues, or the host's trust bundles.
+// credentials it must not: another Pod's API access Secret, or a
+// certificate the host issues.
 func refuseCredentialSources(spec *corev1.PodSpec) error {
 	reserved := func(secret string) error {
 		if strings.HasSuffix(secret, APIAccessSecretSuffix) {
@@ -176,9 +188,6 @@ func refuseCredentialSources(spec *corev1.PodSpec) error {
 			}
 			if src.PodCertificate != nil {
 				return syncer.Refuse("volume %s projects a podCertificate: not supported, since the host would issue it for its own identity", v.Name)
-			}
-			if src.ClusterTrustBundle != nil {
-				return syncer.Refuse("volume %s projects ClusterTrustBundles: not supported, since the host's kubelet would mount the host's bundles, not the tenant's", v.Name)
 			}
 		}
 	}
@@ -472,7 +481,16 @@ func (e *apiAccessExtension) Setup(scope *syncer.TenantScope) error {
 	if err != nil {
 		return err
 	}
-	r := &apiAccess{scope: scope, tenant: scope.Manager().GetClient(), server: server}
+	mgr := scope.Manager()
+	served, err := servesTrustBundles(mgr.GetRESTMapper())
+	if err != nil {
+		return err
+	}
+	r := &apiAccess{
+		scope: scope, tenant: mgr.GetClient(), server: server,
+		bundles:  trustBundles{tenant: mgr.GetClient(), served: served},
+		recorder: mgr.GetEventRecorder("tenantry-syncer"),
+	}
 	// The host Pod brings its tenant Pod; so does its Secret, when changed
 	// or deleted by someone else.
 	hostPod := func(o client.Object) (types.NamespacedName, bool) {
@@ -483,7 +501,7 @@ func (e *apiAccessExtension) Setup(scope *syncer.TenantScope) error {
 		key, ok := scope.TenantKey(o)
 		return key, ok && o.GetName() == apiAccessSecretName(key.Name)
 	}
-	return scope.RunController("pod-api-access", 1, r,
+	sources := []source.TypedSource[reconcile.Request]{
 		scope.TenantObjects(&corev1.Pod{}, predicate.Funcs{
 			// The host Pod's events tell of the rest; the Secret holds the
 			// tenant Pod's own labels and annotations, which the host Pod
@@ -495,7 +513,33 @@ func (e *apiAccessExtension) Setup(scope *syncer.TenantScope) error {
 			},
 		}),
 		scope.HostEvents(&corev1.Pod{}, hostPod),
-		scope.HostEvents(&corev1.Secret{}, accessSecret))
+		scope.HostEvents(&corev1.Secret{}, accessSecret),
+	}
+	if served {
+		// A bundle's change reaches every Pod that projects bundles.
+		sources = append(sources, source.Kind(mgr.GetCache(), &certificatesv1.ClusterTrustBundle{},
+			handler.TypedEnqueueRequestsFromMapFunc(func(ctx context.Context, _ *certificatesv1.ClusterTrustBundle) []reconcile.Request {
+				requests, err := podsProjectingBundles(ctx, mgr.GetClient())
+				if err != nil {
+					scope.Logger().Error(err, "finding the Pods that project a changed ClusterTrustBundle")
+				}
+				return requests
+			})))
+	}
+	return scope.RunController("pod-api-access", 1, r, sources...)
+}
+
+// servesTrustBundles says whether a tenant serves certificates.k8s.io/v1
+// ClusterTrustBundles (GA since Kubernetes 1.37).
+func servesTrustBundles(mapper meta.RESTMapper) (bool, error) {
+	_, err := mapper.RESTMapping(schema.GroupKind{Group: certificatesv1.GroupName, Kind: "ClusterTrustBundle"}, certificatesv1.SchemeGroupVersion.Version)
+	switch {
+	case meta.IsNoMatchError(err):
+		return false, nil
+	case err != nil:
+		return false, fmt.Errorf("asking whether the tenant serves ClusterTrustBundles: %w", err)
+	}
+	return true, nil
 }
 
 // apiAccess keeps, for one tenant, the API access Secret of each of its
@@ -503,9 +547,11 @@ func (e *apiAccessExtension) Setup(scope *syncer.TenantScope) error {
 // the tokens, writes the Secret owned by the host Pod, and renews the
 // tokens before they expire.
 type apiAccess struct {
-	scope  *syncer.TenantScope
-	tenant client.Client // the tenant's cached client
-	server tenantServer
+	scope    *syncer.TenantScope
+	tenant   client.Client // the tenant's cached client
+	server   tenantServer
+	bundles  trustBundles
+	recorder events.EventRecorder
 }
 
 func (r *apiAccess) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
@@ -546,6 +592,16 @@ func (r *apiAccess) Reconcile(ctx context.Context, req reconcile.Request) (recon
 	if err != nil {
 		return reconcile.Result{}, err
 	}
+	unfilled, err := r.fillTrustAnchors(ctx, &pod, desired.Data)
+	if err != nil {
+		return reconcile.Result{}, err
+	}
+	if current == nil || !equality.Semantic.DeepEqual(current, desired) {
+		// Told once for each write that leaves it out, not at each renewal.
+		for _, why := range unfilled {
+			r.recorder.Eventf(&pod, nil, corev1.EventTypeWarning, ReasonFailedMount, "MountVolume", "%s", why)
+		}
+	}
 	switch {
 	case current == nil:
 		if err := r.scope.HostClient().Create(ctx, desired); err != nil {
@@ -566,6 +622,33 @@ func (r *apiAccess) Reconcile(ctx context.Context, req reconcile.Request) (recon
 		ctrl.LoggerFrom(ctx).V(1).Info("renewed the Pod's API access Secret", "secret", name, "refreshAt", refreshAt)
 	}
 	return reconcile.Result{RequeueAfter: max(time.Until(refreshAt), time.Second)}, nil
+}
+
+// fillTrustAnchors puts into data, an API access Secret's, the trust
+// anchors of each of pod's clusterTrustBundle projections (see
+// trustBundles), and says why each it leaves out is left out.
+func (r *apiAccess) fillTrustAnchors(ctx context.Context, pod *corev1.Pod, data map[string][]byte) (unfilled []string, err error) {
+	size := 0
+	for _, p := range trustBundleProjections(&pod.Spec) {
+		key := trustBundleKey(p)
+		if _, done := data[key]; done {
+			continue
+		}
+		anchors, found, err := r.bundles.trustAnchors(ctx, p)
+		if err != nil {
+			return nil, err
+		}
+		switch {
+		case !found && !ptr.Deref(p.Optional, false):
+			unfilled = append(unfilled, fmt.Sprintf("clusterTrustBundle projection to %s: %s, and it is not optional", p.Path, r.bundles.nothingMatches(p)))
+		case size+len(anchors) > maxTrustAnchorBytes:
+			unfilled = append(unfilled, fmt.Sprintf("clusterTrustBundle projection to %s: the Pod's trust anchors exceed %d KiB, more than the host holds for a Pod", p.Path, maxTrustAnchorBytes>>10))
+		default:
+			size += len(anchors)
+			data[key] = anchors
+		}
+	}
+	return unfilled, nil
 }
 
 // isAccessSecret says whether s is Tenantry's API access Secret of a Pod

@@ -147,7 +147,7 @@ func TestAPIAccessSecretName(t *testing.T) {
 }
 
 // A Pod may not read another Pod's API access Secret, nor ask the host for
-// a certificate or its trust bundles.
+// a certificate.
 func TestAPIAccessRefusesCredentialsNotItsOwn(t *testing.T) {
 	other := corev1.LocalObjectReference{Name: "db-0" + APIAccessSecretSuffix}
 	for name, spec := range map[string]corev1.PodSpec{
@@ -159,12 +159,9 @@ func TestAPIAccessRefusesCredentialsNotItsOwn(t *testing.T) {
 		"envFrom": {InitContainers: []corev1.Container{{Name: "init", EnvFrom: []corev1.EnvFromSource{{SecretRef: &corev1.SecretEnvSource{LocalObjectReference: other}}}}}},
 		"podCertificate": {Volumes: []corev1.Volume{{Name: "cert", VolumeSource: corev1.VolumeSource{Projected: &corev1.ProjectedVolumeSource{
 			Sources: []corev1.VolumeProjection{{PodCertificate: &corev1.PodCertificateProjection{SignerName: "example.com/signer"}}}}}}}},
-		"clusterTrustBundle": {Volumes: []corev1.Volume{{Name: "trust", VolumeSource: corev1.VolumeSource{Projected: &corev1.ProjectedVolumeSource{
-			Sources: []corev1.VolumeProjection{{ClusterTrustBundle: &corev1.ClusterTrustBundleProjection{SignerName: ptr.To("example.com/signer"), Path: "ca.pem"}}}}}}}},
 	} {
 		err := APIAccess("web", &spec)
-		if err == nil || !strings.Contains(err.Error(), "reserved for Pods' API access") && !strings.Contains(err.Error(), "podCertificate") &&
-			!strings.Contains(err.Error(), "ClusterTrustBundles") {
+		if err == nil || !strings.Contains(err.Error(), "reserved for Pods' API access") && !strings.Contains(err.Error(), "podCertificate") {
 			t.Errorf("%s: APIAccess = %v, want a refusal saying why", name, err)
 		}
 	}

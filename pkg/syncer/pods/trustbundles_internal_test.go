@@ -1,0 +1,140 @@
+package pods
+
+import (
+	"bytes"
+	"encoding/pem"
+	"testing"
+
+	certificatesv1 "k8s.io/api/certificates/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/utils/ptr"
+
+	tenantrytest "github.com/tenantry/tenantry/pkg/testing"
+)
+
+// A clusterTrustBundle projection becomes an item of the Pod's API access
+// Secret, under a key that names what it asks, at the path it asked for;
+// the other sources of its volume stay as they were.
+func TestAPIAccessProjectsTheTenantsTrustBundles(t *testing.T) {
+	byName := &corev1.ClusterTrustBundleProjection{Name: ptr.To("corp-root"), Path: "root.pem"}
+	bySigner := &corev1.ClusterTrustBundleProjection{SignerName: ptr.To("example.com/signer"), LabelSelector: &metav1.LabelSelector{}, Path: "all.pem", Optional: ptr.To(true)}
+	spec := corev1.PodSpec{
+		Containers: []corev1.Container{{Name: "app"}},
+		Volumes: []corev1.Volume{{Name: "trust", VolumeSource: corev1.VolumeSource{Projected: &corev1.ProjectedVolumeSource{
+			Sources: []corev1.VolumeProjection{
+				{ClusterTrustBundle: byName},
+				{ConfigMap: &corev1.ConfigMapProjection{LocalObjectReference: corev1.LocalObjectReference{Name: "cfg"}}},
+				{ClusterTrustBundle: bySigner},
+			},
+		}}}},
+	}
+	if err := APIAccess("web", &spec); err != nil {
+		t.Fatal(err)
+	}
+	secret := apiAccessSecretName("web")
+	got := spec.Volumes[0].Projected.Sources
+	want := []corev1.VolumeProjection{
+		{Secret: &corev1.SecretProjection{LocalObjectReference: corev1.LocalObjectReference{Name: secret}, Items: []corev1.KeyToPath{{Key: trustBundleKey(byName), Path: "root.pem"}}}},
+		{ConfigMap: &corev1.ConfigMapProjection{LocalObjectReference: corev1.LocalObjectReference{Name: "cfg"}}},
+		{Secret: &corev1.SecretProjection{LocalObjectReference: corev1.LocalObjectReference{Name: secret}, Items: []corev1.KeyToPath{{Key: trustBundleKey(bySigner), Path: "all.pem"}}}},
+	}
+	if len(got) != len(want) {
+		t.Fatalf("sources %+v, want %+v", got, want)
+	}
+	for i := range want {
+		if got[i].String() != want[i].String() {
+			t.Errorf("source %d = %s, want %s", i, got[i].String(), want[i].String())
+		}
+	}
+	if !usesAPIAccess(&spec, secret) {
+		t.Error("the host Pod does not read its API access Secret")
+	}
+}
+
+// Two projections that ask the same share a key; any two that ask
+// something else do not, a nil label selector (nothing) and an empty one
+// (everything) included; and every key is a valid Secret key.
+func TestTrustBundleKeys(t *testing.T) {
+	signer := ptr.To("example.com/signer")
+	asks := map[string]*corev1.ClusterTrustBundleProjection{
+		"name":                  {Name: ptr.To("a")},
+		"other name":            {Name: ptr.To("b")},
+		"signer, nil selector":  {SignerName: signer},
+		"signer, everything":    {SignerName: signer, LabelSelector: &metav1.LabelSelector{}},
+		"signer, labelled":      {SignerName: signer, LabelSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"live": "true"}}},
+		"other signer":          {SignerName: ptr.To("example.com/other"), LabelSelector: &metav1.LabelSelector{}},
+		"name like a signer":    {Name: ptr.To("example.com/signer")},
+		"signer with a \\x00":   {SignerName: ptr.To("a\x00selector")},
+		"signer, matchExpr":     {SignerName: signer, LabelSelector: &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{{Key: "live", Operator: metav1.LabelSelectorOpExists}}}},
+		"signer, other labels":  {SignerName: signer, LabelSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"live": "false"}}},
+		"signer, nil, optional": {SignerName: ptr.To("example.com/third")},
+	}
+	seen := map[string]string{}
+	for what, p := range asks {
+		key := trustBundleKey(p)
+		if other, ok := seen[key]; ok {
+			t.Errorf("%s and %s share key %s", what, other, key)
+		}
+		seen[key] = what
+		if errs := validation.IsConfigMapKey(key); len(errs) > 0 {
+			t.Errorf("%s: key %q is not a Secret key: %v", what, key, errs)
+		}
+		same := *p
+		same.Path, same.Optional = "elsewhere.pem", ptr.To(true)
+		if trustBundleKey(&same) != key {
+			t.Errorf("%s: the path or optional changed the key", what)
+		}
+	}
+}
+
+// The anchors are those a kubelet writes: each certificate once, as a PEM
+// CERTIFICATE block, whatever bundle brought it; in one order whatever
+// the order of the bundles.
+func TestNormalizeTrustAnchors(t *testing.T) {
+	a, b, c := testCertPEM(t, "a"), testCertPEM(t, "b"), testCertPEM(t, "c")
+	bundle := func(pems ...[]byte) certificatesv1.ClusterTrustBundle {
+		return certificatesv1.ClusterTrustBundle{Spec: certificatesv1.ClusterTrustBundleSpec{TrustBundle: string(bytes.Join(pems, []byte("\n")))}}
+	}
+	one := normalizeTrustAnchors([]certificatesv1.ClusterTrustBundle{bundle(a, b), bundle(b, c)})
+	other := normalizeTrustAnchors([]certificatesv1.ClusterTrustBundle{bundle(c), bundle(b, a, a)})
+	if !bytes.Equal(one, other) {
+		t.Errorf("the order of the bundles changed the anchors:\n%s\n---\n%s", one, other)
+	}
+	var ders [][]byte
+	for rest := one; ; {
+		var block *pem.Block
+		if block, rest = pem.Decode(rest); block == nil {
+			if len(bytes.TrimSpace(rest)) > 0 {
+				t.Errorf("left over after the PEM blocks: %q", rest)
+			}
+			break
+		}
+		if block.Type != "CERTIFICATE" {
+			t.Errorf("a %s block", block.Type)
+		}
+		ders = append(ders, block.Bytes)
+	}
+	if len(ders) != 3 {
+		t.Fatalf("%d certificates, want a, b and c once each", len(ders))
+	}
+	for _, want := range [][]byte{a, b, c} {
+		block, _ := pem.Decode(want)
+		if !bytes.Contains(one, pem.EncodeToMemory(block)) {
+			t.Errorf("a certificate is missing:\n%s", want)
+		}
+	}
+	if got := normalizeTrustAnchors(nil); got == nil || len(got) != 0 {
+		t.Errorf("no bundles: %q, want an empty file", got)
+	}
+}
+
+func testCertPEM(t *testing.T, cn string) []byte {
+	t.Helper()
+	crt, err := tenantrytest.CACertificatePEM(cn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return crt
+}
