@@ -202,6 +202,7 @@ func TestTenantPodsOnRealNodes(t *testing.T) {
 	t.Run("the environment names the tenant's Services and API server", func(t *testing.T) { k.environment(t, svc) })
 	t.Run("ConfigMap, Secret, projected and emptyDir volumes, with subPath", k.volumes)
 	t.Run("ClusterTrustBundle projections read the tenant's bundles", k.trustBundles)
+	t.Run("podCertificate projections hold what the tenant's signer issued", k.podCertificates)
 	t.Run("readiness reaches the tenant's EndpointSlices, liveness restarts", func(t *testing.T) { k.probes(t, web) })
 	t.Run("exit codes, termination messages, CrashLoopBackOff and Jobs reach the tenant", k.lifecycle)
 	t.Run("kubectl logs -f, exec -i and -it, attach and port-forward", func(t *testing.T) { k.streams(t, web) })

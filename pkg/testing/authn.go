@@ -42,15 +42,17 @@ type clientCertAuthn struct {
 var _ envtest.Authn = (*clientCertAuthn)(nil)
 
 func newClientCertAuthn() (*clientCertAuthn, error) {
-	ca, key, err := newCA("tenantry-test-client-ca")
+	ca, key, err := NewCA("tenantry-test-client-ca")
 	if err != nil {
 		return nil, fmt.Errorf("client CA: %w", err)
 	}
 	return &clientCertAuthn{ca: ca, caKey: key}, nil
 }
 
-// newCA makes a self-signed CA of commonName, valid for ten years.
-func newCA(commonName string) (*x509.Certificate, *ecdsa.PrivateKey, error) {
+// NewCA makes a self-signed CA of commonName and its key (ECDSA P-256),
+// valid from an hour ago for ten years, for tests that issue
+// certificates, such as a signer of PodCertificateRequests.
+func NewCA(commonName string) (*x509.Certificate, *ecdsa.PrivateKey, error) {
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
 		return nil, nil, err
@@ -80,7 +82,7 @@ func newCA(commonName string) (*x509.Certificate, *ecdsa.PrivateKey, error) {
 // of commonName, for tests that need a certificate, such as the trust
 // anchors of a ClusterTrustBundle; its key is thrown away.
 func CACertificatePEM(commonName string) ([]byte, error) {
-	ca, _, err := newCA(commonName)
+	ca, _, err := NewCA(commonName)
 	if err != nil {
 		return nil, fmt.Errorf("a CA certificate of %s: %w", commonName, err)
 	}

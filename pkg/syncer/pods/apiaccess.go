@@ -44,6 +44,14 @@ import (
 // Pod could read another Pod's token through them.
 const APIAccessSecretSuffix = "-tenantry-api-access"
 
+// ReasonFailedMount is the reason of the Warning Event on a tenant Pod whose
+// projection cannot be filled from its API access Secret: a
+// clusterTrustBundle projection that matches nothing and is not optional,
+// or whose bundles do not fit into the Secret; a podCertificate projection
+// whose request the tenant's signer denied or failed. The host's kubelet
+// holds the Pod back until the files can be written.
+const ReasonFailedMount = "FailedMount"
+
 // The keys of a Pod's API access Secret.
 const (
 	apiAccessTokenKey = "token"
@@ -87,7 +95,10 @@ const (
 //     lack the annotations that the policy did not copy);
 //   - a clusterTrustBundle projection becomes the same file from the same
 //     Secret, which holds what the tenant's bundles hold, never the
-//     host's (see trustBundles).
+//     host's (see trustBundles); a podCertificate projection becomes the
+//     same files from the same Secret, which holds a key and a
+//     certificate that the tenant's signer issued for the tenant Pod,
+//     never the host's (see podCertificates).
 //
 // The Secret is made by the Pod syncer once the host Pod exists (the kubelet
 // waits for it), owned by the host Pod, so that the host removes it with
@@ -97,8 +108,7 @@ const (
 // token is logged or put in an annotation.
 //
 // It refuses (see syncer.Refuse) a spec that names a Secret ending in
-// APIAccessSecretSuffix, and one with a podCertificate projection, which
-// the host would fill with a certificate of its own identity.
+// APIAccessSecretSuffix.
 func APIAccess(podName string, spec *corev1.PodSpec) error {
 	if err := refuseCredentialSources(spec); err != nil {
 		return err
@@ -120,6 +130,11 @@ func APIAccess(podName string, spec *corev1.PodSpec) error {
 					*src = corev1.VolumeProjection{Secret: &corev1.SecretProjection{
 						LocalObjectReference: corev1.LocalObjectReference{Name: secret},
 						Items:                caItems(src.ConfigMap.Items),
+					}}
+				case src.PodCertificate != nil:
+					*src = corev1.VolumeProjection{Secret: &corev1.SecretProjection{
+						LocalObjectReference: corev1.LocalObjectReference{Name: secret},
+						Items:                podCertificateItems(podCertificateKey(v.Name, j), src.PodCertificate),
 					}}
 				case src.ClusterTrustBundle != nil:
 					*src = corev1.VolumeProjection{Secret: &corev1.SecretProjection{
@@ -162,8 +177,7 @@ func APIAccess(podName string, spec *corev1.PodSpec) error {
 }
 
 // refuseCredentialSources refuses a tenant Pod spec that would read
-// credentials it must not: another Pod's API access Secret, or a
-// certificate the host issues.
+// credentials it must not: another Pod's API access Secret.
 func refuseCredentialSources(spec *corev1.PodSpec) error {
 	reserved := func(secret string) error {
 		if strings.HasSuffix(secret, APIAccessSecretSuffix) {
@@ -185,9 +199,6 @@ func refuseCredentialSources(spec *corev1.PodSpec) error {
 				if err := reserved(src.Secret.Name); err != nil {
 					return err
 				}
-			}
-			if src.PodCertificate != nil {
-				return syncer.Refuse("volume %s projects a podCertificate: not supported, since the host would issue it for its own identity", v.Name)
 			}
 		}
 	}
@@ -482,13 +493,19 @@ func (e *apiAccessExtension) Setup(scope *syncer.TenantScope) error {
 		return err
 	}
 	mgr := scope.Manager()
-	served, err := servesTrustBundles(mgr.GetRESTMapper())
+	servesBundles, err := serves(mgr.GetRESTMapper(), "ClusterTrustBundle")
+	if err != nil {
+		return err
+	}
+	servesRequests, err := serves(mgr.GetRESTMapper(), "PodCertificateRequest")
 	if err != nil {
 		return err
 	}
 	r := &apiAccess{
 		scope: scope, tenant: mgr.GetClient(), server: server,
-		bundles:  trustBundles{tenant: mgr.GetClient(), served: served},
+		bundles: trustBundles{tenant: mgr.GetClient(), served: servesBundles},
+		certificates: podCertificates{tenant: mgr.GetClient(), live: mgr.GetAPIReader(), served: servesRequests,
+			count: func(verb string) { scope.CountWrite("podcertificaterequests", "up", verb) }},
 		recorder: mgr.GetEventRecorder("tenantry-syncer"),
 	}
 	// The host Pod brings its tenant Pod; so does its Secret, when changed
@@ -515,7 +532,7 @@ func (e *apiAccessExtension) Setup(scope *syncer.TenantScope) error {
 		scope.HostEvents(&corev1.Pod{}, hostPod),
 		scope.HostEvents(&corev1.Secret{}, accessSecret),
 	}
-	if served {
+	if servesBundles {
 		// A bundle's change reaches every Pod that projects bundles.
 		sources = append(sources, source.Kind(mgr.GetCache(), &certificatesv1.ClusterTrustBundle{},
 			handler.TypedEnqueueRequestsFromMapFunc(func(ctx context.Context, _ *certificatesv1.ClusterTrustBundle) []reconcile.Request {
@@ -526,18 +543,24 @@ func (e *apiAccessExtension) Setup(scope *syncer.TenantScope) error {
 				return requests
 			})))
 	}
+	if servesRequests {
+		// A request's change reaches the Pod that made it.
+		sources = append(sources, source.Kind(mgr.GetCache(), &certificatesv1.PodCertificateRequest{},
+			handler.TypedEnqueueRequestsFromMapFunc(podsOfRequest)))
+	}
 	return scope.RunController("pod-api-access", 1, r, sources...)
 }
 
-// servesTrustBundles says whether a tenant serves certificates.k8s.io/v1
-// ClusterTrustBundles (GA since Kubernetes 1.37).
-func servesTrustBundles(mapper meta.RESTMapper) (bool, error) {
-	_, err := mapper.RESTMapping(schema.GroupKind{Group: certificatesv1.GroupName, Kind: "ClusterTrustBundle"}, certificatesv1.SchemeGroupVersion.Version)
+// serves says whether a tenant serves kind of certificates.k8s.io/v1
+// (ClusterTrustBundle and PodCertificateRequest are GA since Kubernetes
+// 1.37).
+func serves(mapper meta.RESTMapper, kind string) (bool, error) {
+	_, err := mapper.RESTMapping(schema.GroupKind{Group: certificatesv1.GroupName, Kind: kind}, certificatesv1.SchemeGroupVersion.Version)
 	switch {
 	case meta.IsNoMatchError(err):
 		return false, nil
 	case err != nil:
-		return false, fmt.Errorf("asking whether the tenant serves ClusterTrustBundles: %w", err)
+		return false, fmt.Errorf("asking whether the tenant serves %s: %w", kind, err)
 	}
 	return true, nil
 }
@@ -547,11 +570,12 @@ func servesTrustBundles(mapper meta.RESTMapper) (bool, error) {
 // the tokens, writes the Secret owned by the host Pod, and renews the
 // tokens before they expire.
 type apiAccess struct {
-	scope    *syncer.TenantScope
-	tenant   client.Client // the tenant's cached client
-	server   tenantServer
-	bundles  trustBundles
-	recorder events.EventRecorder
+	scope        *syncer.TenantScope
+	tenant       client.Client // the tenant's cached client
+	server       tenantServer
+	bundles      trustBundles
+	certificates podCertificates
+	recorder     events.EventRecorder
 }
 
 func (r *apiAccess) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
@@ -595,6 +619,18 @@ func (r *apiAccess) Reconcile(ctx context.Context, req reconcile.Request) (recon
 	unfilled, err := r.fillTrustAnchors(ctx, &pod, desired.Data)
 	if err != nil {
 		return reconcile.Result{}, err
+	}
+	var old map[string][]byte
+	if current != nil && current.Annotations[syncer.AnnotationTenantUID] == string(pod.UID) {
+		old = current.Data // never an earlier Pod's key, which its ServiceAccount may not have had
+	}
+	certsAt, notIssued, err := r.certificates.fill(ctx, &pod, old, desired.Data)
+	if err != nil {
+		return reconcile.Result{}, err
+	}
+	unfilled = append(unfilled, notIssued...)
+	if !certsAt.IsZero() && certsAt.Before(refreshAt) {
+		refreshAt = certsAt
 	}
 	if current == nil || !equality.Semantic.DeepEqual(current, desired) {
 		// Told once for each write that leaves it out, not at each renewal.

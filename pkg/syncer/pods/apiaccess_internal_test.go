@@ -146,8 +146,7 @@ func TestAPIAccessSecretName(t *testing.T) {
 	}
 }
 
-// A Pod may not read another Pod's API access Secret, nor ask the host for
-// a certificate.
+// A Pod may not read another Pod's API access Secret.
 func TestAPIAccessRefusesCredentialsNotItsOwn(t *testing.T) {
 	other := corev1.LocalObjectReference{Name: "db-0" + APIAccessSecretSuffix}
 	for name, spec := range map[string]corev1.PodSpec{
@@ -157,11 +156,9 @@ func TestAPIAccessRefusesCredentialsNotItsOwn(t *testing.T) {
 		"env": {Containers: []corev1.Container{{Name: "app", Env: []corev1.EnvVar{{Name: "T", ValueFrom: &corev1.EnvVarSource{
 			SecretKeyRef: &corev1.SecretKeySelector{LocalObjectReference: other, Key: "token"}}}}}}},
 		"envFrom": {InitContainers: []corev1.Container{{Name: "init", EnvFrom: []corev1.EnvFromSource{{SecretRef: &corev1.SecretEnvSource{LocalObjectReference: other}}}}}},
-		"podCertificate": {Volumes: []corev1.Volume{{Name: "cert", VolumeSource: corev1.VolumeSource{Projected: &corev1.ProjectedVolumeSource{
-			Sources: []corev1.VolumeProjection{{PodCertificate: &corev1.PodCertificateProjection{SignerName: "example.com/signer"}}}}}}}},
 	} {
 		err := APIAccess("web", &spec)
-		if err == nil || !strings.Contains(err.Error(), "reserved for Pods' API access") && !strings.Contains(err.Error(), "podCertificate") {
+		if err == nil || !strings.Contains(err.Error(), "reserved for Pods' API access") {
 			t.Errorf("%s: APIAccess = %v, want a refusal saying why", name, err)
 		}
 	}

@@ -33,12 +33,6 @@ import (
 // trustBundleKeyPrefix begins the API access Secret's keys of trust anchors.
 const trustBundleKeyPrefix = "clustertrustbundle-"
 
-// ReasonFailedMount is the reason of the Warning Event on a tenant Pod whose
-// clusterTrustBundle projection cannot be filled: nothing it names exists
-// and it is not optional, or the bundles do not fit into the Pod's API
-// access Secret. The host's kubelet holds the Pod back until it can be.
-const ReasonFailedMount = "FailedMount"
-
 // maxTrustAnchorBytes is how much of a Pod's API access Secret its trust
 // anchors may fill: a Secret holds at most 1 MiB, and the rest of it
 // (tokens, CA, the Pod's labels and annotations) is left room.
@@ -144,18 +138,30 @@ func (b trustBundles) trustAnchors(ctx context.Context, p *corev1.ClusterTrustBu
 func normalizeTrustAnchors(bundles []certificatesv1.ClusterTrustBundle) []byte {
 	var ders []string
 	for _, ctb := range bundles {
-		rest := []byte(ctb.Spec.TrustBundle)
-		for {
-			var block *pem.Block
-			if block, rest = pem.Decode(rest); block == nil {
-				break
-			}
-			ders = append(ders, string(block.Bytes))
-		}
+		ders = append(ders, certificateDERs([]byte(ctb.Spec.TrustBundle))...)
 	}
 	slices.Sort(ders)
+	return encodeCertificates(slices.Compact(ders))
+}
+
+// certificateDERs are the bytes of each PEM block of in, in order; what
+// is around and between the blocks is dropped.
+func certificateDERs(in []byte) []string {
+	var ders []string
+	for rest := in; ; {
+		var block *pem.Block
+		if block, rest = pem.Decode(rest); block == nil {
+			return ders
+		}
+		ders = append(ders, string(block.Bytes))
+	}
+}
+
+// encodeCertificates is ders as PEM CERTIFICATE blocks (empty, not nil,
+// for none).
+func encodeCertificates(ders []string) []byte {
 	out := []byte{}
-	for _, der := range slices.Compact(ders) {
+	for _, der := range ders {
 		out = append(out, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: []byte(der)})...)
 	}
 	return out
