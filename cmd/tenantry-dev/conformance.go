@@ -3,6 +3,9 @@ package main
 import (
 	"context"
 	"flag"
+	"maps"
+	"slices"
+	"strings"
 
 	"github.com/tenantry/tenantry/cmd/internal/cli"
 	"github.com/tenantry/tenantry/cmd/internal/conformance"
@@ -21,14 +24,16 @@ var conformanceCommand = cli.Command{
 		fs.StringVar(&o.Ginkgo, "ginkgo", o.Ginkgo, "The ginkgo CLI that runs the suite's specs in parallel processes (default: ginkgo beside this binary).")
 		fs.IntVar(&o.Procs, "procs", o.Procs, "Parallel processes of the suite (its [Serial] specs run alone, at the end).")
 		fs.StringVar(&o.Out, "out", o.Out, "Directory of the reports and logs.")
-		fs.StringVar(&o.Tiers, "tiers", o.Tiers, "Comma-separated tiers to report: 1 (no container runtime needed), 2 (1 and Pods running on simulated nodes). "+
-			"Each cluster runs the suite once, for the widest tier asked.")
+		fs.StringVar(&o.Tiers, "tiers", o.Tiers, "Comma-separated tiers to report: 1 (no container runtime needed), 2 (1 and Pods running on simulated nodes), "+
+			"3 (every conformance spec, on real nodes; asked for alone). Each cluster runs the suite once, for the widest tier asked.")
+		fs.StringVar(&o.Part, "part", o.Part, "With --tiers 3, run one part of it: "+strings.Join(slices.Sorted(maps.Keys(conformance.Tier3Parts)), ", ")+
+			" (by SIG); compare the parts' reports as one with --reports.")
 		fs.StringVar(&o.Clusters, "clusters", o.Clusters, "Comma-separated clusters to run the suite against.")
-		fs.IntVar(&o.Dev.Nodes, "nodes", o.Dev.Nodes, "Number of simulated host nodes.")
+		fs.IntVar(&o.Dev.Nodes, "nodes", o.Dev.Nodes, "Number of host nodes: simulated for tiers 1 and 2, real for tier 3.")
 		fs.StringVar(&o.Dev.Assets, "assets", o.Dev.Assets, "Directory holding the control-plane binaries (default: $KUBEBUILDER_ASSETS, else this binary's own directory).")
 		fs.DurationVar(&o.Timeout, "timeout", o.Timeout, "Time the suite may take on one cluster.")
 		fs.StringVar(&o.Reports, "reports", o.Reports, "Comma-separated cluster=junit.xml: run nothing, and count and compare these reports of earlier runs "+
-			"(of clusters run apart, say) as a run would.")
+			"(of clusters or parts run apart, say) as a run would; a cluster's reports are joined.")
 		return func(ctx context.Context, in cli.Invocation) error { return conformance.Run(ctx, o, in.Out) }
 	},
 }

@@ -10,6 +10,7 @@ import (
 	"encoding/xml"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -36,33 +37,42 @@ type Options struct {
 	// Out is the directory of the reports and logs.
 	Out string
 	// Tiers are the tiers reported, comma-separated ("1,2"); each cluster
-	// runs the suite once, for the widest.
+	// runs the suite once, for the widest. Tier 3 runs on real nodes, the
+	// others on simulated ones: it is asked for alone.
 	Tiers string
+	// Part, with tier 3, runs one part of it (a key of Tier3Parts); ""
+	// runs all of it. Parts run apart compare as one with Reports.
+	Part string
 	// Clusters are the dev environment's clusters the suite runs against,
 	// comma-separated.
 	Clusters string
 	// Timeout bounds the suite on one cluster.
 	Timeout time.Duration
 	// Reports, "cluster=junit.xml,...", are reports of earlier runs to
-	// count and compare as a run would, running nothing.
+	// count and compare as a run would, running nothing. A cluster named
+	// more than once has its reports joined (the parts of tier 3, say): a
+	// spec counts as it ran in any of them.
 	Reports string
 }
 
-// DefaultOptions are what `make conformance` runs with: one tenant, on
-// simulated nodes (the tiers are defined on kwok's, wherever real ones
-// could run), the suite against the host and the tenant.
+// DefaultOptions are what `make conformance` runs with: one tenant, two
+// host nodes (simulated for tiers 1 and 2, which are defined on kwok's
+// wherever real ones could run; real for tier 3), the suite against the
+// host and the tenant.
 func DefaultOptions() Options {
 	dev := devenv.DefaultOptions()
-	dev.Tenants, dev.SimulatedNodes = 1, true
+	dev.Tenants = 1
 	return Options{Dev: dev, Procs: 4, Out: "conformance-results", Tiers: "1,2", Clusters: devenv.HostName + ",tenant-1", Timeout: 6 * time.Hour}
 }
 
 // A conformanceTier is a share of the suite's conformance specs, chosen by
 // the text of their names: those that match any of focus (all, when
-// focus is empty).
+// focus is empty), less those that match any of skip.
 type conformanceTier struct {
-	name  string
-	focus []string
+	name        string
+	focus, skip []string
+	// realNodes: the tier's specs need containers that run.
+	realNodes bool
 }
 
 // selector says whether the spec named spec (its full text, as in the
@@ -74,10 +84,11 @@ func (t conformanceTier) selector() func(spec string) bool {
 	return regexp.MustCompile(strings.Join(t.focus, "|")).MatchString
 }
 
-// conformanceSkip are the conformance specs that cannot pass on simulated
-// nodes, on a host as on a tenant: each needs a container that really runs.
-// docs/conformance.md lists them with the reason.
-var conformanceSkip = []string{
+// simulatedSkip are the conformance specs of tiers 1 and 2 that cannot
+// pass on simulated nodes, on a host as on a tenant: each needs a
+// container that really runs. docs/conformance.md lists them with the
+// reason.
+var simulatedSkip = []string{
 	// An API server or webhook served from a Pod: kwok runs no container.
 	`Aggregator`, `AdmissionWebhook`, `CustomResourceConversionWebhook`,
 }
@@ -92,13 +103,26 @@ var conformanceSkip = []string{
 // ReplicationControllers, DaemonSets and the scheduler's NodeSelector
 // predicates. The specs that read what a container does (its output, its
 // files, its network) are in neither: no container runs on a simulated
-// node.
+// node. Tier 3 is every conformance spec, on real nodes.
 var conformanceTiers = []conformanceTier{
-	{name: "tier 1", focus: tier1Focus},
+	{name: "tier 1", focus: tier1Focus, skip: simulatedSkip},
 	{name: "tier 2", focus: append(slices.Clone(tier1Focus),
 		`\[sig-node\] Pods `, `\[sig-apps\] Deployment`, `\[sig-apps\] ReplicaSet`, `\[sig-apps\] ReplicationController`,
 		`\[sig-apps\] Daemon ?[Ss]et`, `\[sig-scheduling\] SchedulerPredicates`,
-	)},
+	), skip: simulatedSkip},
+	{name: "tier 3", realNodes: true},
+}
+
+// Tier3Parts split tier 3 by SIG into runs that each fit into a few hours
+// of this project's machine: the keys name the parts, the values select
+// their specs as a tier's focus does. Together they hold every SIG with
+// conformance specs in the pinned release.
+var Tier3Parts = map[string][]string{
+	"api":     {`\[sig-api-machinery\]`, `\[sig-architecture\]`, `\[sig-auth\]`, `\[sig-instrumentation\]`, `\[sig-cli\]`},
+	"apps":    {`\[sig-apps\]`, `\[sig-scheduling\]`},
+	"network": {`\[sig-network\]`},
+	"node":    {`\[sig-node\]`},
+	"storage": {`\[sig-storage\]`},
 }
 
 // tier1Focus selects tier 1's specs.
@@ -141,6 +165,10 @@ func Run(ctx context.Context, o Options, out io.Writer) error {
 		}
 		return compareReports(o.Reports, tiers, out)
 	}
+	tiers, run, err := plan(o)
+	if err != nil {
+		return err
+	}
 	// The suite runs in its report's directory: every path absolute.
 	for _, p := range []struct {
 		path *string
@@ -161,17 +189,15 @@ func Run(ctx context.Context, o Options, out io.Writer) error {
 		}
 		*p.path = abs
 	}
-	var err error
 	if o.Out, err = filepath.Abs(o.Out); err != nil {
 		return err
 	}
 	if o.Procs < 1 {
 		return fmt.Errorf("--procs %d: at least one process runs the suite", o.Procs)
 	}
-	tiers, err := askedTiers(o.Tiers)
-	if err != nil {
-		return err
-	}
+	// Tiers 1 and 2 are defined on simulated nodes, wherever real ones
+	// could run; tier 3 needs real ones.
+	o.Dev.SimulatedNodes = !run.realNodes
 	if err := os.MkdirAll(o.Out, 0o755); err != nil {
 		return err
 	}
@@ -185,9 +211,8 @@ func Run(ctx context.Context, o Options, out io.Writer) error {
 			if !ok {
 				return fmt.Errorf("no cluster %q in the dev environment", cluster)
 			}
-			widest := tiers[len(tiers)-1]
-			fmt.Fprintf(out, "==> the conformance suite (%s) against %s\n", widest.name, cluster)
-			cases, report, err := runSuite(ctx, o, widest, cluster, kubeconfig)
+			fmt.Fprintf(out, "==> the conformance suite (%s) against %s\n", run.name, cluster)
+			cases, report, err := runSuite(ctx, o, run, cluster, kubeconfig)
 			if err != nil {
 				return err
 			}
@@ -203,6 +228,26 @@ func Run(ctx context.Context, o Options, out io.Writer) error {
 	})
 }
 
+// plan says which tiers a run reports, and the share of the suite it runs:
+// the widest tier asked, or the part of tier 3 asked.
+func plan(o Options) (tiers []conformanceTier, run conformanceTier, err error) {
+	if tiers, err = askedTiers(o.Tiers); err != nil {
+		return nil, run, err
+	}
+	run = tiers[len(tiers)-1]
+	if run.realNodes && len(tiers) > 1 {
+		return nil, run, fmt.Errorf("--tiers %s: tier 3 runs on real nodes, tiers 1 and 2 on simulated ones; run them apart, and compare their reports with --reports", o.Tiers)
+	}
+	if o.Part != "" {
+		focus, ok := Tier3Parts[o.Part]
+		if !run.realNodes || !ok {
+			return nil, run, fmt.Errorf("--part %q: only tier 3 has parts: %s", o.Part, strings.Join(slices.Sorted(maps.Keys(Tier3Parts)), ", "))
+		}
+		run.name, run.focus = run.name+", part "+o.Part, focus
+	}
+	return tiers, run, nil
+}
+
 // askedTiers are the tiers named in list ("1,2"), in conformanceTiers'
 // order: a suite runs the widest, the last.
 func askedTiers(list string) ([]conformanceTier, error) {
@@ -216,32 +261,69 @@ func askedTiers(list string) ([]conformanceTier, error) {
 		}
 	}
 	if len(asked) > 0 {
-		return nil, fmt.Errorf("unknown tier %q: tiers are 1 and 2", asked[0])
+		return nil, fmt.Errorf("unknown tier %q: tiers are 1, 2 and 3", asked[0])
 	}
 	return tiers, nil
 }
 
 // compareReports counts and compares reports, "cluster=junit.xml,...", by
-// tiers.
+// tiers; a cluster's reports are joined (see joinCases).
 func compareReports(reports string, tiers []conformanceTier, out io.Writer) error {
-	var results []tierResult
+	var clusters []string
+	cases, paths := map[string][]junitCase{}, map[string][]string{}
 	for _, r := range strings.Split(reports, ",") {
 		cluster, path, ok := strings.Cut(r, "=")
 		if !ok {
 			return fmt.Errorf("--reports: %q is not cluster=junit.xml", r)
 		}
-		cases, err := readJUnit(path)
+		read, err := readJUnit(path)
 		if err != nil {
 			return err
 		}
+		if _, seen := cases[cluster]; !seen {
+			clusters = append(clusters, cluster)
+		}
+		cases[cluster] = joinCases(cases[cluster], read)
+		paths[cluster] = append(paths[cluster], path)
+	}
+	var results []tierResult
+	for _, cluster := range clusters {
 		for _, t := range tiers {
-			tr := tierOf(t, cases)
-			tr.cluster, tr.report = cluster, path
+			tr := tierOf(t, cases[cluster])
+			tr.cluster, tr.report = cluster, strings.Join(paths[cluster], " ")
 			results = append(results, tr)
 		}
 	}
 	summarize(out, results)
 	return nil
+}
+
+// joinCases joins the cases of two reports of one cluster, each spec once:
+// as it ran in either (a part's report lists the specs of the other parts
+// as skipped), else as the first says; a setup node of each report is
+// kept.
+func joinCases(a, b []junitCase) []junitCase {
+	at := map[string]int{}
+	for i, c := range a {
+		at[c.Name] = i
+	}
+	for _, c := range b {
+		i, ok := at[c.Name]
+		switch {
+		case !ok || isSetup(c.Name):
+			at[c.Name] = len(a)
+			a = append(a, c)
+		case a[i].Status == "skipped" || a[i].Status == "pending":
+			a[i] = c
+		}
+	}
+	return a
+}
+
+// isSetup says whether a case is one of the suite's own setup nodes, not a
+// spec.
+func isSetup(name string) bool {
+	return strings.HasPrefix(name, "[") && strings.Contains(name, "Suite]")
 }
 
 // summarize prints a line per tier and cluster, then the tenants' shares
@@ -268,7 +350,7 @@ func runSuite(ctx context.Context, o Options, tier conformanceTier, cluster, kub
 	for _, f := range tier.focus {
 		args = append(args, "--focus="+f)
 	}
-	for _, s := range conformanceSkip {
+	for _, s := range tier.skip {
 		args = append(args, "--skip="+s)
 	}
 	args = append(args, o.E2E, "--",
@@ -329,7 +411,7 @@ func tierOf(tier conformanceTier, cases []junitCase) tierResult {
 	r := tierResult{tier: tier.name}
 	selects := tier.selector()
 	for _, c := range cases {
-		setup := strings.HasPrefix(c.Name, "[") && strings.Contains(c.Name, "Suite]")
+		setup := isSetup(c.Name)
 		switch {
 		case setup && c.Status != "passed" && c.Status != "skipped":
 			r.failed++

@@ -81,7 +81,52 @@ func TestCompareReports(t *testing.T) {
 			t.Errorf("output\n%s\nwant a line %q", out.String(), want)
 		}
 	}
+	// Parts of one cluster join: the rollover that failed in one part and
+	// is skipped in the other still fails.
+	part := write("tenant-part.xml", junitCase{Name: watch, Status: "skipped"}, junitCase{Name: rollover, Status: "skipped"})
+	out.Reset()
+	if err := Run(context.Background(), Options{Tiers: "3", Reports: "tenant-1=" + tenant + ",host=" + host + ",tenant-1=" + part}, &out); err != nil {
+		t.Fatal(err)
+	}
+	if want := "tier 3: tenant-1 passes 1 of the 2 specs the host passes (50.0%)"; !strings.Contains(out.String(), want) {
+		t.Errorf("output\n%s\nwant a line %q", out.String(), want)
+	}
 	if err := Run(context.Background(), Options{Tiers: "1", Reports: "tenant-1"}, &out); err == nil {
 		t.Error("a report without its cluster: want an error")
+	}
+}
+
+// Tier 3 is every conformance spec, run on real nodes, alone or by parts;
+// the parts' reports of a cluster join into one, each spec counted as it
+// ran in its part.
+func TestTier3Parts(t *testing.T) {
+	for _, o := range []Options{
+		{Tiers: "1,3"},
+		{Tiers: "2", Part: "node"},
+		{Tiers: "3", Part: "kubelet"},
+		{Tiers: "4"},
+	} {
+		if _, _, err := plan(o); err == nil {
+			t.Errorf("tiers %q, part %q: want an error", o.Tiers, o.Part)
+		}
+	}
+	tiers, run, err := plan(Options{Tiers: "3", Part: "storage"})
+	if err != nil || len(tiers) != 1 || !run.realNodes || run.name != "tier 3, part storage" {
+		t.Fatalf("tier 3, part storage: %v, %+v, %v", tiers, run, err)
+	}
+	configMap := "[It] [sig-storage] ConfigMap should be consumable from pods in volume [NodeConformance] [Conformance]"
+	dns := "[It] [sig-network] DNS should provide DNS for services [Conformance]"
+	if !run.selector()(configMap) || run.selector()(dns) {
+		t.Error("part storage selects sig-storage's specs only")
+	}
+	if !tiers[0].selector()(dns) || len(tiers[0].skip) > 0 {
+		t.Error("tier 3 selects every spec, and skips none")
+	}
+
+	storage := []junitCase{{Name: "[SynchronizedBeforeSuite]", Status: "passed"}, {Name: configMap, Status: "passed"}, {Name: dns, Status: "skipped"}}
+	network := []junitCase{{Name: "[SynchronizedBeforeSuite]", Status: "failed"}, {Name: configMap, Status: "skipped"}, {Name: dns, Status: "failed"}}
+	r := tierOf(tiers[0], joinCases(storage, network))
+	if r.passed != 1 || r.failed != 2 || r.selected != 3 || r.skipped != 0 {
+		t.Errorf("joined parts: passed %d failed %d skipped %d selected %d, want 1 2 0 3 (the second part's setup failed)", r.passed, r.failed, r.skipped, r.selected)
 	}
 }
