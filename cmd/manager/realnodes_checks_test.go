@@ -415,12 +415,37 @@ func (k *tenantKit) dns(t *testing.T, web *corev1.Pod) {
 		{"ext.app.svc.cluster.local", "web.app.svc.cluster.local.\n" + svc.Spec.ClusterIP},
 		{strings.ReplaceAll(web.Status.PodIP, ".", "-") + ".app.pod.cluster.local", web.Status.PodIP},
 		{"upstream.kit.test", upstreamAnswer},
+		{"+tcp db-0.db.app.svc.cluster.local", db0.Status.PodIP},
+		{"-x " + db0.Status.PodIP, "db-0.db.app.svc.cluster.local."},
+		{"-x " + svc.Spec.ClusterIP, "web.app.svc.cluster.local."},
 	} {
 		args := append([]string{"dig", "+short"}, strings.Fields(c.query)...)
 		eventually(t, 30*time.Second, "dig "+c.query, func(ctx context.Context) (bool, error) {
 			out, err := k.shellExec(ctx, args...)
 			return strings.TrimSpace(out) == c.want, fmt.Errorf("%q, want %q (%v)", out, c.want, err)
 		})
+	}
+
+	// A Pod's own name, as its /etc/hosts would give it, though no Service
+	// serves its subdomain: for itself, not for others; its hostname is
+	// its own.
+	solo := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "app", Name: "solo"},
+		Spec: corev1.PodSpec{
+			Hostname: "solo", Subdomain: "nosvc", TerminationGracePeriodSeconds: new(int64),
+			Containers: []corev1.Container{{Name: "solo", Image: agnhostImage, Args: []string{"pause"}}},
+		},
+	}
+	solo = k.run(t, solo, "running", func(p *corev1.Pod) (bool, error) {
+		return p.Status.Phase == corev1.PodRunning && p.Status.PodIP != "", nil
+	})
+	const fqdn = "solo.nosvc.app.svc.cluster.local"
+	out := k.kubectl.MustRun(t, k.kubeconfig, "", "-n", "app", "exec", "solo", "--", "sh", "-c", "hostname; getent hosts "+fqdn)
+	if lines := strings.Fields(out); len(lines) < 3 || lines[0] != "solo" || lines[1] != solo.Status.PodIP || lines[2] != fqdn {
+		t.Errorf("in the Pod, hostname and getent hosts %s: %q; want solo, then %s %s", fqdn, out, solo.Status.PodIP, fqdn)
+	}
+	if out, _ := k.shellExec(ctx, "dig", "+short", fqdn); strings.TrimSpace(out) != "" {
+		t.Errorf("another Pod resolves %s to %q; want nothing", fqdn, out)
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"slices"
 	"strings"
 	"time"
 
@@ -94,7 +95,7 @@ func (s *Server) serve(ctx context.Context, w dns.ResponseWriter, req *dns.Msg) 
 	kind = "cluster"
 	resp.SetReply(req)
 	resp.Authoritative = true
-	answers, extra, err := s.resolve(ctx, t, strings.TrimSuffix(qname, s.domain), q)
+	answers, extra, err := s.resolve(ctx, t, strings.TrimSuffix(qname, s.domain), ip, q)
 	switch {
 	case errors.Is(err, errNoName):
 		resp.SetRcode(req, dns.RcodeNameError)
@@ -155,16 +156,16 @@ func (s *Server) clusterOf(ctx context.Context, ip string) (string, bool, error)
 // errNoName: the name does not exist in the tenant.
 var errNoName = errors.New("no such name")
 
-// resolve answers q for the name in the cluster domain, given without the
-// domain ("web.default.svc").
-func (s *Server) resolve(ctx context.Context, t *tenantEntry, name string, q dns.Question) (answers, extra []dns.RR, err error) {
+// resolve answers q, asked from the Pod address from, for the name in the
+// cluster domain, given without the domain ("web.default.svc").
+func (s *Server) resolve(ctx context.Context, t *tenantEntry, name, from string, q dns.Question) (answers, extra []dns.RR, err error) {
 	labels := strings.Split(name, ".")
 	n := len(labels)
 	switch {
 	case n == 3 && labels[2] == "svc":
 		return s.service(ctx, t, labels[1], labels[0], q)
 	case n == 4 && labels[3] == "svc":
-		return s.endpointHost(ctx, t, labels[2], labels[1], labels[0], q)
+		return s.endpointHost(ctx, t, labels[2], labels[1], labels[0], from, q)
 	case n == 5 && labels[4] == "svc" && strings.HasPrefix(labels[0], "_") && strings.HasPrefix(labels[1], "_"):
 		return s.srv(ctx, t, labels[3], labels[2], labels[0][1:], labels[1][1:], q)
 	case n == 3 && labels[2] == "pod":
@@ -184,7 +185,7 @@ func (s *Server) service(ctx context.Context, t *tenantEntry, ns, name string, q
 	}
 	switch {
 	case svc.Spec.Type == corev1.ServiceTypeExternalName:
-		return s.alias(ctx, t, svc, q, 0), nil, nil
+		return s.alias(ctx, t, svc, q, 0, ""), nil, nil
 	case svc.Spec.ClusterIP == corev1.ClusterIPNone:
 		eps, err := s.endpoints(ctx, t, ns, name)
 		if err != nil {
@@ -216,7 +217,7 @@ const maxAliasChain = 8
 // address. A name in the cluster domain is the tenant's own; any other is
 // asked of the upstream resolvers. Nothing found (no such name, no
 // upstream answer, a chain too long) leaves the CNAME alone.
-func (s *Server) alias(ctx context.Context, t *tenantEntry, svc *corev1.Service, q dns.Question, depth int) []dns.RR {
+func (s *Server) alias(ctx context.Context, t *tenantEntry, svc *corev1.Service, q dns.Question, depth int, from string) []dns.RR {
 	target := dns.Fqdn(svc.Spec.ExternalName)
 	out := []dns.RR{&dns.CNAME{Hdr: header(q.Name, dns.TypeCNAME), Target: target}}
 	if depth >= maxAliasChain || (q.Qtype != dns.TypeA && q.Qtype != dns.TypeAAAA && q.Qtype != dns.TypeANY) {
@@ -235,18 +236,22 @@ func (s *Server) alias(ctx context.Context, t *tenantEntry, svc *corev1.Service,
 	name := strings.TrimSuffix(lower, s.domain)
 	if labels := strings.Split(name, "."); len(labels) == 3 && labels[2] == "svc" {
 		if svc, err := s.getService(ctx, t, labels[1], labels[0]); err == nil && svc.Spec.Type == corev1.ServiceTypeExternalName {
-			return append(out, s.alias(ctx, t, svc, next, depth+1)...)
+			return append(out, s.alias(ctx, t, svc, next, depth+1, from)...)
 		}
 	}
-	if answers, _, err := s.resolve(ctx, t, name, next); err == nil {
+	if answers, _, err := s.resolve(ctx, t, name, from, next); err == nil {
 		out = append(out, answers...)
 	}
 	return out
 }
 
 // endpointHost answers for one endpoint of headless Service ns/svc, by its
-// hostname or dashed IP.
-func (s *Server) endpointHost(ctx context.Context, t *tenantEntry, ns, svc, host string, q dns.Question) ([]dns.RR, []dns.RR, error) {
+// hostname or dashed IP; or, asked from the Pod address from, for that
+// Pod's own name, if it is hostname host in subdomain svc (see ownName).
+func (s *Server) endpointHost(ctx context.Context, t *tenantEntry, ns, svc, host, from string, q dns.Question) ([]dns.RR, []dns.RR, error) {
+	if ips, err := s.ownName(ctx, t, ns, svc, host, from); err != nil || len(ips) > 0 {
+		return addressRecords(q, ips), nil, err
+	}
 	if _, err := s.getService(ctx, t, ns, svc); err != nil {
 		return nil, nil, err
 	}
@@ -260,6 +265,33 @@ func (s *Server) endpointHost(ctx context.Context, t *tenantEntry, ns, svc, host
 		}
 	}
 	return nil, nil, errNoName
+}
+
+// ownName is the addresses of the tenant Pod at address from, if it is
+// Pod hostname host in subdomain svc of namespace ns: its own fully
+// qualified name, which its kubelet would write into its /etc/hosts. The
+// host's kubelet would write the host's name there instead, so a host Pod
+// has no subdomain (see package pods) and asks this server; no other Pod
+// gets the answer, as no other Pod reads that /etc/hosts.
+func (s *Server) ownName(ctx context.Context, t *tenantEntry, ns, svc, host, from string) ([]string, error) {
+	if from == "" {
+		return nil, nil
+	}
+	var pods corev1.PodList
+	if err := t.Reader.List(ctx, &pods, client.InNamespace(ns)); err != nil {
+		return nil, fmt.Errorf("listing the tenant's Pods in %s: %w", ns, err)
+	}
+	for _, p := range pods.Items {
+		if p.Spec.Hostname != host || p.Spec.Subdomain != svc || !slices.ContainsFunc(p.Status.PodIPs, func(ip corev1.PodIP) bool { return ip.IP == from }) {
+			continue
+		}
+		ips := make([]string, 0, len(p.Status.PodIPs))
+		for _, ip := range p.Status.PodIPs {
+			ips = append(ips, ip.IP)
+		}
+		return ips, nil
+	}
+	return nil, nil
 }
 
 // srv answers SRV for the named port of Service ns/svc.

@@ -79,7 +79,11 @@ func TestTenantPodsResolveTheirTenantsNames(t *testing.T) {
 		Spec:       corev1.PodSpec{Hostname: "db-0", Subdomain: "db", Containers: []corev1.Container{{Name: "pg", Image: "postgres"}}},
 	}
 	asker := pod("default", "asker")
-	for _, o := range []client.Object{web, db, ext, dbPod, asker} {
+	// A Pod of a subdomain that no Service serves: its kubelet's /etc/hosts
+	// would name it, for itself alone.
+	self := pod("default", "self")
+	self.Spec.Hostname, self.Spec.Subdomain = "me", "alone"
+	for _, o := range []client.Object{web, db, ext, dbPod, asker, self} {
 		if err := tenant.Create(ctx, o); err != nil {
 			t.Fatal(err)
 		}
@@ -103,7 +107,14 @@ func TestTenantPodsResolveTheirTenantsNames(t *testing.T) {
 	}
 	asAsker := askAs(t, w, host, "127.0.0.77")
 	asAsker2 := askAs(t, w, runningHostPod(t, w, "tenant-2", asker2), "127.0.0.78")
-	dbIP := runningHostPod(t, w, "tenant-1", dbPod).Status.PodIP
+	dbHost := runningHostPod(t, w, "tenant-1", dbPod)
+	dbIP := dbHost.Status.PodIP
+	selfHost := runningHostPod(t, w, "tenant-1", self)
+	if dbHost.Spec.Subdomain != "" || selfHost.Spec.Subdomain != "" || selfHost.Spec.Hostname != "me" {
+		t.Errorf("host Pods: subdomains %q and %q, hostname %q; want no subdomain (the host's kubelet would name them in the host namespace), the hostname kept",
+			dbHost.Spec.Subdomain, selfHost.Spec.Subdomain, selfHost.Spec.Hostname)
+	}
+	asSelf := askAs(t, w, selfHost, "127.0.0.79")
 	if err := tenant.Get(ctx, client.ObjectKeyFromObject(web), web); err != nil {
 		t.Fatal(err)
 	}
@@ -127,6 +138,9 @@ func TestTenantPodsResolveTheirTenantsNames(t *testing.T) {
 	expect(asAsker, "db.other"+domain, dns.TypeA, dns.RcodeSuccess, dbIP)
 	expect(asAsker, "db-0.db.other"+domain, dns.TypeA, dns.RcodeSuccess, dbIP)
 	expect(asAsker, "_pg._tcp.db.other"+domain, dns.TypeSRV, dns.RcodeSuccess, "0 100 5432 db-0.db.other"+domain)
+	// A Pod's own name, for that Pod alone.
+	expect(asSelf, "me.alone.default"+domain, dns.TypeA, dns.RcodeSuccess, "127.0.0.79")
+	expect(asAsker, "me.alone.default"+domain, dns.TypeA, dns.RcodeNameError)
 	// The alias, and its address from upstream, as CoreDNS answers.
 	expect(asAsker, "ext.other"+domain, dns.TypeA, dns.RcodeSuccess, "192.0.2.1", "example.org.")
 	expect(asAsker, "10-1-2-3.other.pod.cluster.local.", dns.TypeA, dns.RcodeSuccess, "10.1.2.3")

@@ -13,6 +13,14 @@ import (
 // search path and ndots of its own tenant namespace, as on a cluster of its
 // own; its own dnsConfig adds to them, as a kubelet merges it. A Pod with
 // dnsPolicy Default or None keeps what it asked for.
+//
+// Such a host Pod has no subdomain (nor setHostnameAsFQDN): the host's
+// kubelet would write the host's name of it into its /etc/hosts
+// ("<hostname>.<subdomain>.<host namespace>.svc..."). The Pod's own
+// fully qualified name in its tenant resolves through the server instead,
+// for the Pod itself, as its /etc/hosts would give it, and for every
+// Pod through its headless Service, as in any cluster; its hostname is
+// its short name.
 type DNSConfig struct {
 	// Nameserver is the IP of the tenant DNS server, on port 53.
 	Nameserver string
@@ -59,4 +67,5 @@ func (d *DNSConfig) apply(spec *corev1.PodSpec, ns string) {
 		}
 	}
 	spec.DNSPolicy, spec.DNSConfig = corev1.DNSNone, cfg
+	spec.Subdomain, spec.SetHostnameAsFQDN = "", nil
 }

@@ -40,10 +40,15 @@ func TestDNSConfig(t *testing.T) {
 		{"Default stays", corev1.DNSDefault, nil, corev1.DNSDefault, nil},
 		{"None stays", corev1.DNSNone, own, corev1.DNSNone, own},
 	} {
-		spec := &corev1.PodSpec{DNSPolicy: tc.policy, DNSConfig: tc.config.DeepCopy()}
+		spec := &corev1.PodSpec{DNSPolicy: tc.policy, DNSConfig: tc.config.DeepCopy(), Hostname: "db-0", Subdomain: "db", SetHostnameAsFQDN: ptr.To(true)}
 		dns.apply(spec, "shop")
 		if spec.DNSPolicy != tc.wantPolicy || !reflect.DeepEqual(spec.DNSConfig, tc.want) {
 			t.Errorf("%s: %s %+v, want %s %+v", tc.name, spec.DNSPolicy, spec.DNSConfig, tc.wantPolicy, tc.want)
+		}
+		// The host's kubelet would write the host's name for a subdomain.
+		resolves := spec.DNSConfig != nil && spec.DNSConfig.Nameservers[0] == dns.Nameserver
+		if resolves != (spec.Subdomain == "" && spec.SetHostnameAsFQDN == nil) || spec.Hostname != "db-0" {
+			t.Errorf("%s: subdomain %q, setHostnameAsFQDN %v, hostname %q; want the subdomain gone exactly when the server resolves", tc.name, spec.Subdomain, spec.SetHostnameAsFQDN, spec.Hostname)
 		}
 	}
 }
