@@ -28,6 +28,7 @@ var conformanceCommand = cli.Command{
 			"3 (every conformance spec, on real nodes; asked for alone). Each cluster runs the suite once, for the widest tier asked.")
 		fs.StringVar(&o.Part, "part", o.Part, "With --tiers 3, run one part of it: "+strings.Join(slices.Sorted(maps.Keys(conformance.Tier3Parts)), ", ")+
 			" (by SIG); compare the parts' reports as one with --reports.")
+		fs.StringVar(&o.Focus, "focus", o.Focus, "With --tiers 3 and no --part, run only the specs whose names match this regular expression.")
 		fs.StringVar(&o.Clusters, "clusters", o.Clusters, "Comma-separated clusters to run the suite against.")
 		fs.IntVar(&o.Dev.Nodes, "nodes", o.Dev.Nodes, "Number of host nodes: simulated for tiers 1 and 2, real for tier 3.")
 		fs.StringVar(&o.Dev.Assets, "assets", o.Dev.Assets, "Directory holding the control-plane binaries (default: $KUBEBUILDER_ASSETS, else this binary's own directory).")

@@ -43,6 +43,10 @@ type Options struct {
 	// Part, with tier 3, runs one part of it (a key of Tier3Parts); ""
 	// runs all of it. Parts run apart compare as one with Reports.
 	Part string
+	// Focus, with tier 3 and no Part, runs only its specs whose names
+	// match this regular expression (ginkgo's --focus): to look again at
+	// a few specs.
+	Focus string
 	// Clusters are the dev environment's clusters the suite runs against,
 	// comma-separated.
 	Clusters string
@@ -238,12 +242,20 @@ func plan(o Options) (tiers []conformanceTier, run conformanceTier, err error) {
 	if run.realNodes && len(tiers) > 1 {
 		return nil, run, fmt.Errorf("--tiers %s: tier 3 runs on real nodes, tiers 1 and 2 on simulated ones; run them apart, and compare their reports with --reports", o.Tiers)
 	}
-	if o.Part != "" {
+	switch {
+	case o.Part != "" && o.Focus != "":
+		return nil, run, fmt.Errorf("--part %q and --focus %q: ask for one", o.Part, o.Focus)
+	case o.Part != "":
 		focus, ok := Tier3Parts[o.Part]
 		if !run.realNodes || !ok {
 			return nil, run, fmt.Errorf("--part %q: only tier 3 has parts: %s", o.Part, strings.Join(slices.Sorted(maps.Keys(Tier3Parts)), ", "))
 		}
 		run.name, run.focus = run.name+", part "+o.Part, focus
+	case o.Focus != "":
+		if _, err := regexp.Compile(o.Focus); err != nil || !run.realNodes {
+			return nil, run, fmt.Errorf("--focus %q: a regular expression, with tier 3 alone (%v)", o.Focus, err)
+		}
+		run.name, run.focus = run.name+", focus "+o.Focus, []string{o.Focus}
 	}
 	return tiers, run, nil
 }

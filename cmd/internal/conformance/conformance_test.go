@@ -105,6 +105,9 @@ func TestTier3Parts(t *testing.T) {
 		{Tiers: "2", Part: "node"},
 		{Tiers: "3", Part: "kubelet"},
 		{Tiers: "4"},
+		{Tiers: "1", Focus: "DNS"},
+		{Tiers: "3", Focus: "DNS", Part: "network"},
+		{Tiers: "3", Focus: "DNS ("},
 	} {
 		if _, _, err := plan(o); err == nil {
 			t.Errorf("tiers %q, part %q: want an error", o.Tiers, o.Part)
@@ -113,6 +116,10 @@ func TestTier3Parts(t *testing.T) {
 	tiers, run, err := plan(Options{Tiers: "3", Part: "storage"})
 	if err != nil || len(tiers) != 1 || !run.realNodes || run.name != "tier 3, part storage" {
 		t.Fatalf("tier 3, part storage: %v, %+v, %v", tiers, run, err)
+	}
+	if _, focused, err := plan(Options{Tiers: "3", Focus: "ClusterTrustBundle"}); err != nil || !focused.selector()("[It] [sig-auth] [Feature:ClusterTrustBundle] should be able to mount a single ClusterTrustBundle by name [Conformance]") ||
+		focused.selector()("[It] [sig-network] DNS should provide DNS for services [Conformance]") {
+		t.Errorf("tier 3, focus ClusterTrustBundle: %+v, %v", focused, err)
 	}
 	configMap := "[It] [sig-storage] ConfigMap should be consumable from pods in volume [NodeConformance] [Conformance]"
 	dns := "[It] [sig-network] DNS should provide DNS for services [Conformance]"
