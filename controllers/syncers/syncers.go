@@ -341,7 +341,8 @@ func newTenantDNS(p dnsParams) (*tenantdns.Server, error) {
 		return nil, nil
 	}
 	o := p.Options.DNS
-	o.ClusterOf, o.Logger = pods.Addresses{Hub: p.Hub}.PodCluster, p.Logger.WithName("dns")
+	addresses := pods.Addresses{Hub: p.Hub}
+	o.ClusterOf, o.PodOf, o.Logger = addresses.PodCluster, addresses.PodAt, p.Logger.WithName("dns")
 	return tenantdns.New(o)
 }
 

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"slices"
 	"strings"
 	"time"
 
@@ -249,49 +248,73 @@ func (s *Server) alias(ctx context.Context, t *tenantEntry, svc *corev1.Service,
 // hostname or dashed IP; or, asked from the Pod address from, for that
 // Pod's own name, if it is hostname host in subdomain svc (see ownName).
 func (s *Server) endpointHost(ctx context.Context, t *tenantEntry, ns, svc, host, from string, q dns.Question) ([]dns.RR, []dns.RR, error) {
+	answers, err := s.serviceEndpointHost(ctx, t, ns, svc, host, q)
+	if !errors.Is(err, errNoName) {
+		return answers, nil, err
+	}
 	if ips, err := s.ownName(ctx, t, ns, svc, host, from); err != nil || len(ips) > 0 {
 		return addressRecords(q, ips), nil, err
-	}
-	if _, err := s.getService(ctx, t, ns, svc); err != nil {
-		return nil, nil, err
-	}
-	eps, err := s.endpoints(ctx, t, ns, svc)
-	if err != nil {
-		return nil, nil, err
-	}
-	for _, e := range eps {
-		if e.host == host {
-			return addressRecords(q, e.ips), nil, nil
-		}
 	}
 	return nil, nil, errNoName
 }
 
-// ownName is the addresses of the tenant Pod at address from, if it is
-// Pod hostname host in subdomain svc of namespace ns: its own fully
-// qualified name, which its kubelet would write into its /etc/hosts. The
-// host's kubelet would write the host's name there instead, so a host Pod
-// has no subdomain (see package pods) and asks this server; no other Pod
-// gets the answer, as no other Pod reads that /etc/hosts.
+// serviceEndpointHost answers for the endpoint of headless Service ns/svc
+// of hostname or dashed IP host.
+func (s *Server) serviceEndpointHost(ctx context.Context, t *tenantEntry, ns, svc, host string, q dns.Question) ([]dns.RR, error) {
+	if _, err := s.getService(ctx, t, ns, svc); err != nil {
+		return nil, err
+	}
+	eps, err := s.endpoints(ctx, t, ns, svc)
+	if err != nil {
+		return nil, err
+	}
+	for _, e := range eps {
+		if e.host == host {
+			return addressRecords(q, e.ips), nil
+		}
+	}
+	return nil, errNoName
+}
+
+// ownName is the addresses of the tenant Pod at address from, if its
+// own fully qualified name is hostname host in subdomain svc of namespace
+// ns: the name its kubelet would write into its /etc/hosts. The host's
+// kubelet would write the host's name there instead, so a host Pod has
+// no subdomain (see package pods) and asks this server; no other Pod gets
+// the answer, as no other Pod reads that /etc/hosts.
 func (s *Server) ownName(ctx context.Context, t *tenantEntry, ns, svc, host, from string) ([]string, error) {
-	if from == "" {
+	if s.opts.PodOf == nil || from == "" {
 		return nil, nil
 	}
-	var pods corev1.PodList
-	if err := t.Reader.List(ctx, &pods, client.InNamespace(ns)); err != nil {
-		return nil, fmt.Errorf("listing the tenant's Pods in %s: %w", ns, err)
+	cluster, key, ok, err := s.opts.PodOf(ctx, from)
+	if err != nil || !ok || cluster != t.Name || key.Namespace != ns {
+		return nil, err
 	}
-	for _, p := range pods.Items {
-		if p.Spec.Hostname != host || p.Spec.Subdomain != svc || !slices.ContainsFunc(p.Status.PodIPs, func(ip corev1.PodIP) bool { return ip.IP == from }) {
-			continue
-		}
-		ips := make([]string, 0, len(p.Status.PodIPs))
-		for _, ip := range p.Status.PodIPs {
-			ips = append(ips, ip.IP)
-		}
-		return ips, nil
+	var p corev1.Pod
+	if err := t.Reader.Get(ctx, key, &p); err != nil {
+		return nil, client.IgnoreNotFound(err)
 	}
-	return nil, nil
+	if p.Spec.Subdomain != svc || p.Spec.HostnameOverride != nil || podHostname(&p) != host {
+		return nil, nil
+	}
+	ips := make([]string, 0, len(p.Status.PodIPs))
+	for _, ip := range p.Status.PodIPs {
+		ips = append(ips, ip.IP)
+	}
+	return ips, nil
+}
+
+// podHostname is a Pod's hostname as its kubelet gives it: spec.hostname,
+// else its name, cut to 63 characters without a trailing "-" or ".".
+func podHostname(p *corev1.Pod) string {
+	if p.Spec.Hostname != "" {
+		return p.Spec.Hostname
+	}
+	name := p.Name
+	if len(name) > 63 {
+		name = strings.TrimRight(name[:63], "-.")
+	}
+	return name
 }
 
 // srv answers SRV for the named port of Service ns/svc.

@@ -33,6 +33,7 @@ import (
 
 	"github.com/go-logr/logr"
 	"github.com/miekg/dns"
+	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
@@ -62,6 +63,10 @@ type Options struct {
 	// ClusterOf says which tenant cluster runs the host Pod of a source IP;
 	// ok is false for none. Required.
 	ClusterOf func(ctx context.Context, ip string) (cluster string, ok bool, err error)
+	// PodOf says which tenant Pod a source IP is, for the answer to a
+	// Pod's own name (<hostname>.<subdomain>.<ns>.svc, which its kubelet
+	// would write into its /etc/hosts); nil: no such answers.
+	PodOf func(ctx context.Context, ip string) (cluster string, pod types.NamespacedName, ok bool, err error)
 	// Logger logs failures; each line carries the key cluster when the
 	// tenant is known.
 	Logger logr.Logger

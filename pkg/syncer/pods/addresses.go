@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/tenantry/tenantry/pkg/syncer"
@@ -64,6 +65,28 @@ func (a Addresses) TenantPodAt(ctx context.Context, ip string) (cluster string, 
 		}
 	}
 	return "", false, nil
+}
+
+// PodAt says which tenant Pod the running host Pod of IP ip is a copy of:
+// its cluster, and its namespace and name in the tenant. ok is false as
+// for PodCluster, and also when two Pods claim the address.
+func (a Addresses) PodAt(ctx context.Context, ip string) (cluster string, pod types.NamespacedName, ok bool, err error) {
+	pods, err := a.at(ctx, ip)
+	if err != nil {
+		return "", pod, false, err
+	}
+	for _, p := range pods {
+		c := p.Labels[syncer.LabelCluster]
+		if p.Spec.HostNetwork || !p.DeletionTimestamp.IsZero() || c == "" {
+			continue
+		}
+		if ok {
+			return "", types.NamespacedName{}, false, nil // claimed twice
+		}
+		cluster, ok = c, true
+		pod = types.NamespacedName{Namespace: p.Annotations[syncer.AnnotationTenantNamespace], Name: p.Annotations[syncer.AnnotationTenantName]}
+	}
+	return cluster, pod, ok && pod.Name != "", nil
 }
 
 // PodCluster says which tenant cluster's Pod the running host Pod of IP

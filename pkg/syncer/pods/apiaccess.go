@@ -48,9 +48,23 @@ const APIAccessSecretSuffix = "-tenantry-api-access"
 // projection cannot be filled from its API access Secret: a
 // clusterTrustBundle projection that matches nothing and is not optional,
 // or whose bundles do not fit into the Secret; a podCertificate projection
-// whose request the tenant's signer denied or failed. The host's kubelet
-// holds the Pod back until the files can be written.
+// whose request the tenant's signer denied or failed, or that could not be
+// asked for; either, when the tenant does not serve the API it needs. The
+// host's kubelet holds the Pod back until the files can be written.
 const ReasonFailedMount = "FailedMount"
+
+// maxAPIAccessBytes is how much a Pod's API access Secret holds at most:
+// a Secret holds 1 MiB, less room for its metadata.
+const maxAPIAccessBytes = 1<<20 - 32<<10
+
+// dataSize is the size of a Secret's data.
+func dataSize(data map[string][]byte) int {
+	n := 0
+	for k, v := range data {
+		n += len(k) + len(v)
+	}
+	return n
+}
 
 // The keys of a Pod's API access Secret.
 const (
@@ -118,13 +132,17 @@ func APIAccess(podName string, spec *corev1.PodSpec) error {
 		v := &spec.Volumes[i]
 		switch {
 		case v.Projected != nil:
+			credential := func(key, path string, user *int64) corev1.KeyToPath {
+				return credentialItem(spec, v.Projected, key, path, user)
+			}
 			for j := range v.Projected.Sources {
 				src := &v.Projected.Sources[j]
 				switch {
 				case src.ServiceAccountToken != nil:
+					tp := src.ServiceAccountToken
 					*src = corev1.VolumeProjection{Secret: &corev1.SecretProjection{
 						LocalObjectReference: corev1.LocalObjectReference{Name: secret},
-						Items:                []corev1.KeyToPath{{Key: tokenKey(src.ServiceAccountToken.Audience), Path: src.ServiceAccountToken.Path}},
+						Items:                []corev1.KeyToPath{credential(tokenKey(tp.Audience), tp.Path, tp.User)},
 					}}
 				case src.ConfigMap != nil && src.ConfigMap.Name == rootCAConfigMap:
 					*src = corev1.VolumeProjection{Secret: &corev1.SecretProjection{
@@ -134,12 +152,12 @@ func APIAccess(podName string, spec *corev1.PodSpec) error {
 				case src.PodCertificate != nil:
 					*src = corev1.VolumeProjection{Secret: &corev1.SecretProjection{
 						LocalObjectReference: corev1.LocalObjectReference{Name: secret},
-						Items:                podCertificateItems(podCertificateKey(v.Name, j), src.PodCertificate),
+						Items:                podCertificateItems(podCertificateKey(v.Name, j), src.PodCertificate, credential),
 					}}
 				case src.ClusterTrustBundle != nil:
 					*src = corev1.VolumeProjection{Secret: &corev1.SecretProjection{
 						LocalObjectReference: corev1.LocalObjectReference{Name: secret},
-						Items:                []corev1.KeyToPath{{Key: trustBundleKey(src.ClusterTrustBundle), Path: src.ClusterTrustBundle.Path}},
+						Items:                []corev1.KeyToPath{credential(trustBundleKey(src.ClusterTrustBundle), src.ClusterTrustBundle.Path, src.ClusterTrustBundle.User)},
 					}}
 				case src.DownwardAPI != nil:
 					tenantFieldRefs(src.DownwardAPI.Items)
@@ -174,6 +192,23 @@ func APIAccess(podName string, spec *corev1.PodSpec) error {
 		}
 	}
 	return nil
+}
+
+// credentialItem is the Secret item, key to path, that stands in for a
+// credential's projection (a token, trust anchors, a key and certificate)
+// in projected volume v of spec, written as a kubelet writes that
+// projection: owned by user (else the volume's defaultUser), and 0600
+// rather than the volume's defaultMode when a user owns it or the Pod has
+// an fsGroup (whose group the kubelet then gives read access).
+func credentialItem(spec *corev1.PodSpec, v *corev1.ProjectedVolumeSource, key, path string, user *int64) corev1.KeyToPath {
+	item := corev1.KeyToPath{Key: key, Path: path, User: user}
+	if user == nil {
+		user = v.DefaultUser
+	}
+	if user != nil || spec.SecurityContext != nil && spec.SecurityContext.FSGroup != nil {
+		item.Mode = ptr.To[int32](0o600)
+	}
+	return item
 }
 
 // refuseCredentialSources refuses a tenant Pod spec that would read
@@ -601,7 +636,13 @@ func (r *apiAccess) Reconcile(ctx context.Context, req reconcile.Request) (recon
 
 	var current *corev1.Secret
 	existing := &corev1.Secret{}
-	switch err := r.scope.HostReader().Get(ctx, client.ObjectKey{Namespace: hostPod.Namespace, Name: name}, existing); {
+	read := r.scope.HostReader()
+	if len(podCertificateProjections(&pod.Spec)) > 0 {
+		// The request that the last write recorded must be seen, which the
+		// cache may not have yet: a new key would be asked for again.
+		read = r.scope.HostClient()
+	}
+	switch err := read.Get(ctx, client.ObjectKey{Namespace: hostPod.Namespace, Name: name}, existing); {
 	case err == nil:
 		current = existing
 	case !apierrors.IsNotFound(err):
@@ -616,7 +657,10 @@ func (r *apiAccess) Reconcile(ctx context.Context, req reconcile.Request) (recon
 	if err != nil {
 		return reconcile.Result{}, err
 	}
-	unfilled, err := r.fillTrustAnchors(ctx, &pod, desired.Data)
+	// The Pod's certificates have room first: trust anchors may take what
+	// they leave.
+	certRoom := podCertRoom * len(podCertificateProjections(&pod.Spec))
+	unfilled, err := r.fillTrustAnchors(ctx, &pod, desired.Data, maxAPIAccessBytes-dataSize(desired.Data)-certRoom)
 	if err != nil {
 		return reconcile.Result{}, err
 	}
@@ -624,16 +668,13 @@ func (r *apiAccess) Reconcile(ctx context.Context, req reconcile.Request) (recon
 	if current != nil && current.Annotations[syncer.AnnotationTenantUID] == string(pod.UID) {
 		old = current.Data // never an earlier Pod's key, which its ServiceAccount may not have had
 	}
-	certsAt, notIssued, err := r.certificates.fill(ctx, &pod, old, desired.Data)
-	if err != nil {
-		return reconcile.Result{}, err
-	}
+	certsAt, notIssued := r.certificates.fill(ctx, &pod, old, desired.Data, maxAPIAccessBytes-dataSize(desired.Data))
 	unfilled = append(unfilled, notIssued...)
 	if !certsAt.IsZero() && certsAt.Before(refreshAt) {
 		refreshAt = certsAt
 	}
-	if current == nil || !equality.Semantic.DeepEqual(current, desired) {
-		// Told once for each write that leaves it out, not at each renewal.
+	if current == nil || !equality.Semantic.DeepEqual(current.Data, desired.Data) {
+		// Told when what the Secret holds changes, not at each retry.
 		for _, why := range unfilled {
 			r.recorder.Eventf(&pod, nil, corev1.EventTypeWarning, ReasonFailedMount, "MountVolume", "%s", why)
 		}
@@ -663,8 +704,8 @@ func (r *apiAccess) Reconcile(ctx context.Context, req reconcile.Request) (recon
 // fillTrustAnchors puts into data, an API access Secret's, the trust
 // anchors of each of pod's clusterTrustBundle projections (see
 // trustBundles), and says why each it leaves out is left out.
-func (r *apiAccess) fillTrustAnchors(ctx context.Context, pod *corev1.Pod, data map[string][]byte) (unfilled []string, err error) {
-	size := 0
+func (r *apiAccess) fillTrustAnchors(ctx context.Context, pod *corev1.Pod, data map[string][]byte, room int) (unfilled []string, err error) {
+	size, limit := 0, min(room, maxTrustAnchorBytes)
 	for _, p := range trustBundleProjections(&pod.Spec) {
 		key := trustBundleKey(p)
 		if _, done := data[key]; done {
@@ -677,11 +718,11 @@ func (r *apiAccess) fillTrustAnchors(ctx context.Context, pod *corev1.Pod, data 
 		switch {
 		case !found && !ptr.Deref(p.Optional, false):
 			unfilled = append(unfilled, fmt.Sprintf("clusterTrustBundle projection to %s: %s, and it is not optional", p.Path, r.bundles.nothingMatches(p)))
-		case size+len(anchors) > maxTrustAnchorBytes:
-			unfilled = append(unfilled, fmt.Sprintf("clusterTrustBundle projection to %s: the Pod's trust anchors exceed %d KiB, more than the host holds for a Pod", p.Path, maxTrustAnchorBytes>>10))
+		case size+len(anchors) > limit:
+			unfilled = append(unfilled, fmt.Sprintf("clusterTrustBundle projection to %s: the Pod's trust anchors exceed %d KiB, more than the host holds for a Pod", p.Path, max(limit, 0)>>10))
 		default:
 			size += len(anchors)
-			data[key] = anchors
+			data[key] = append([]byte{}, anchors...) // empty, not nil, when optional and missing
 		}
 	}
 	return unfilled, nil
@@ -769,10 +810,7 @@ func (r *apiAccess) desired(ctx context.Context, pod, hostPod *corev1.Pod, curre
 // issue asks the tenant for a token of pod's ServiceAccount for audience,
 // bound to pod, and says when to renew it.
 func (r *apiAccess) issue(ctx context.Context, pod *corev1.Pod, audience string, seconds int64) ([]byte, time.Time, error) {
-	sa := pod.Spec.ServiceAccountName
-	if sa == "" {
-		sa = "default"
-	}
+	sa := serviceAccountOf(pod)
 	request := &authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{
 		ExpirationSeconds: ptr.To(seconds),
 		BoundObjectRef:    &authenticationv1.BoundObjectReference{APIVersion: "v1", Kind: "Pod", Name: pod.Name, UID: pod.UID},
@@ -787,6 +825,15 @@ func (r *apiAccess) issue(ctx context.Context, pod *corev1.Pod, audience string,
 	}
 	r.scope.CountWrite("serviceaccounts/token", "up", "create")
 	return []byte(request.Status.Token), issued.Add(renewAfter(request.Status.ExpirationTimestamp.Sub(issued))), nil
+}
+
+// serviceAccountOf is the name of pod's ServiceAccount ("default" when
+// the spec names none, as the API server defaults it).
+func serviceAccountOf(pod *corev1.Pod) string {
+	if pod.Spec.ServiceAccountName == "" {
+		return "default"
+	}
+	return pod.Spec.ServiceAccountName
 }
 
 // renewAfter is how long after it was issued a token of lifetime life is

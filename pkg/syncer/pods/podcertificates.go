@@ -33,9 +33,12 @@ import (
 // key, asks with a PodCertificateRequest in the tenant Pod's namespace,
 // owned by the tenant Pod, naming the Pod, its ServiceAccount and its
 // (virtual) node, writes the issued chain and the key into the Secret, and
-// asks again from the time the signer said to (beginRefreshAt). Until a
-// certificate is issued the host's kubelet holds the Pod back, as a kubelet
-// would.
+// asks again from the time the signer said to (beginRefreshAt), the old
+// certificate serving until the new one is issued. Until a certificate is
+// issued the host's kubelet holds the Pod back, as a kubelet would; a
+// request that the signer denies or fails is final for the projection, as
+// for a kubelet. A request that cannot be made (no ServiceAccount yet, a
+// refusal of the tenant's API server) is tried again a minute later.
 
 // podCertificateKeyPrefix begins the API access Secret's keys of a
 // podCertificate projection.
@@ -51,12 +54,23 @@ const (
 	podCertRefreshAt   = "-refresh-at"      // when to ask again (RFC 3339)
 	podCertPendingKey  = "-pending-key"     // the key of a request not issued yet
 	podCertPendingName = "-pending-request" // the name of that request
-	podCertRetryAt     = "-retry-at"        // when to ask again after a denial
+	podCertRefused     = "-refused"         // why the signer refused, for good
+	podCertRetryAt     = "-retry-at"        // when to try again to make a request
 )
 
-// podCertRetryAfter is how long a denied or failed request holds before
-// Tenantry asks again.
-const podCertRetryAfter = 5 * time.Minute
+// podCertRetryAfter is how long Tenantry waits to try again to make a
+// request that could not be made.
+const podCertRetryAfter = time.Minute
+
+// podCertUnbound is how soon Tenantry looks again at a Pod that is not on
+// a node yet: its request names the node.
+const podCertUnbound = 2 * time.Second
+
+// podCertRoom is the room in the API access Secret that one podCertificate
+// projection takes: its key twice (alone, and in the bundle), its chain
+// twice, and its state. A projection is not asked for when the Secret
+// has no such room left.
+const podCertRoom = 24 << 10
 
 // podCertWarnPrefix begins what a Warning Event says of a podCertificate
 // projection.
@@ -71,14 +85,14 @@ func podCertificateKey(volume string, index int) string {
 }
 
 // podCertificateItems are the Secret items that put the projection's files
-// where it asked.
-func podCertificateItems(key string, p *corev1.PodCertificateProjection) []corev1.KeyToPath {
+// where it asked, each made by credential (see credentialItem).
+func podCertificateItems(key string, p *corev1.PodCertificateProjection, credential func(key, path string, user *int64) corev1.KeyToPath) []corev1.KeyToPath {
 	var items []corev1.KeyToPath
 	for _, f := range []struct{ suffix, path string }{
 		{podCertBundle, p.CredentialBundlePath}, {podCertKey, p.KeyPath}, {podCertChain, p.CertificateChainPath},
 	} {
 		if f.path != "" {
-			items = append(items, corev1.KeyToPath{Key: key + f.suffix, Path: f.path})
+			items = append(items, credential(key+f.suffix, f.path, p.User))
 		}
 	}
 	return items
@@ -120,16 +134,17 @@ type podCertificates struct {
 // fill puts into data, the API access Secret of pod being built on old
 // (the data of the Secret of this Pod, nil if none), the credentials of
 // pod's podCertificate projections: those still fresh, those issued since,
-// and the state of the requests it makes for the others. It says when to
-// look again (zero: when a request changes) and why each projection that
-// will stay empty is.
-func (c podCertificates) fill(ctx context.Context, pod *corev1.Pod, old, data map[string][]byte) (next time.Time, unfilled []string, err error) {
+// and the state of the requests it makes for the others, while room (the
+// bytes the Secret can still take) allows. It says when to look again
+// (zero: when a request changes) and, for the Pod's Warning Events, why
+// each projection that stays empty does.
+func (c podCertificates) fill(ctx context.Context, pod *corev1.Pod, old, data map[string][]byte, room int) (next time.Time, unfilled []string) {
 	projections := podCertificateProjections(&pod.Spec)
 	if len(projections) == 0 {
-		return time.Time{}, nil, nil
+		return time.Time{}, nil
 	}
 	if !c.served {
-		return time.Time{}, []string{podCertWarnPrefix + ": the cluster does not serve certificates.k8s.io/v1 PodCertificateRequests"}, nil
+		return time.Time{}, []string{podCertWarnPrefix + ": the cluster does not serve certificates.k8s.io/v1 PodCertificateRequests"}
 	}
 	now := time.Now()
 	soonest := func(t time.Time) {
@@ -144,9 +159,18 @@ func (c podCertificates) fill(ctx context.Context, pod *corev1.Pod, old, data ma
 			}
 		}
 	}
+	retry := func(p podCertificateProjection, why string) {
+		unfilled = append(unfilled, fmt.Sprintf("%s of signer %s: %s; trying again in %s", podCertWarnPrefix, p.SignerName, why, podCertRetryAfter))
+		at := now.Add(podCertRetryAfter)
+		data[p.key+podCertRetryAt] = []byte(at.UTC().Format(time.RFC3339))
+		soonest(at)
+	}
 	for _, p := range projections {
 		// A credential serves until its successor is issued.
-		keep(p.key, podCertKey, podCertChain, podCertBundle, podCertRefreshAt)
+		keep(p.key, podCertKey, podCertChain, podCertBundle, podCertRefreshAt, podCertRefused)
+		if len(old[p.key+podCertRefused]) > 0 {
+			continue // final, as for a kubelet
+		}
 		if at, err := time.Parse(time.RFC3339, string(old[p.key+podCertRefreshAt])); err == nil && len(old[p.key+podCertChain]) > 0 && now.Before(at) {
 			soonest(at)
 			continue
@@ -154,7 +178,10 @@ func (c podCertificates) fill(ctx context.Context, pod *corev1.Pod, old, data ma
 		if name := string(old[p.key+podCertPendingName]); name != "" {
 			pcr, err := c.request(ctx, pod.Namespace, name)
 			if err != nil {
-				return time.Time{}, nil, err
+				keep(p.key, podCertPendingKey, podCertPendingName)
+				unfilled = append(unfilled, fmt.Sprintf("%s of signer %s: %v", podCertWarnPrefix, p.SignerName, err))
+				soonest(now.Add(podCertRetryAfter))
+				continue
 			}
 			switch state, why := requestState(pcr); state {
 			case requestIssued:
@@ -168,13 +195,11 @@ func (c podCertificates) fill(ctx context.Context, pod *corev1.Pod, old, data ma
 				continue
 			case requestPending:
 				keep(p.key, podCertPendingKey, podCertPendingName)
-				continue
+				continue // the request's change brings the Pod back
 			case requestRefused:
-				unfilled = append(unfilled, fmt.Sprintf("%s of signer %s: PodCertificateRequest %s %s; asking again in %s",
-					podCertWarnPrefix, p.SignerName, name, why, podCertRetryAfter))
-				retryAt := now.Add(podCertRetryAfter)
-				data[p.key+podCertRetryAt] = []byte(retryAt.UTC().Format(time.RFC3339))
-				soonest(retryAt)
+				refused := fmt.Sprintf("%s of signer %s: PodCertificateRequest %s %s", podCertWarnPrefix, p.SignerName, name, why)
+				unfilled = append(unfilled, refused)
+				data[p.key+podCertRefused] = []byte(refused)
 				continue
 			}
 			// Gone (the tenant cleans up old requests): ask again.
@@ -184,16 +209,23 @@ func (c podCertificates) fill(ctx context.Context, pod *corev1.Pod, old, data ma
 			soonest(at)
 			continue
 		}
+		if pod.Spec.NodeName == "" {
+			soonest(now.Add(podCertUnbound)) // the request names the node
+			continue
+		}
+		if room < podCertRoom {
+			retry(p, fmt.Sprintf("the Pod's credentials exceed what the host holds for a Pod (%d KiB)", maxAPIAccessBytes>>10))
+			continue
+		}
 		key, name, err := c.ask(ctx, pod, p.PodCertificateProjection)
 		if err != nil {
-			return time.Time{}, nil, err
+			retry(p, err.Error())
+			continue
 		}
-		if name == "" {
-			continue // not on a node yet: its binding brings it back
-		}
+		room -= podCertRoom
 		data[p.key+podCertPendingKey], data[p.key+podCertPendingName] = key, []byte(name)
 	}
-	return next, unfilled, nil
+	return next, unfilled
 }
 
 // request reads a PodCertificateRequest of the tenant, from the cache, or
@@ -243,16 +275,10 @@ func requestState(pcr *certificatesv1.PodCertificateRequest) (state int, why str
 }
 
 // ask makes a key and asks the tenant's signer for a certificate of it
-// for pod, as a kubelet does: it returns the key (PEM) and the name of the
-// request, or no name if pod is not on a node yet.
+// for pod, on its node, as a kubelet does: it returns the key (PEM) and
+// the name of the request.
 func (c podCertificates) ask(ctx context.Context, pod *corev1.Pod, p *corev1.PodCertificateProjection) (keyPEM []byte, name string, err error) {
-	if pod.Spec.NodeName == "" {
-		return nil, "", nil
-	}
-	saName := pod.Spec.ServiceAccountName
-	if saName == "" {
-		saName = "default"
-	}
+	saName := serviceAccountOf(pod)
 	var sa corev1.ServiceAccount
 	if err := c.tenant.Get(ctx, types.NamespacedName{Namespace: pod.Namespace, Name: saName}, &sa); err != nil {
 		return nil, "", fmt.Errorf("reading ServiceAccount %s/%s of Pod %s for its certificate: %w", pod.Namespace, saName, pod.Name, err)

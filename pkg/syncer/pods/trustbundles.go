@@ -13,6 +13,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 )
@@ -34,15 +35,21 @@ import (
 const trustBundleKeyPrefix = "clustertrustbundle-"
 
 // maxTrustAnchorBytes is how much of a Pod's API access Secret its trust
-// anchors may fill: a Secret holds at most 1 MiB, and the rest of it
-// (tokens, CA, the Pod's labels and annotations) is left room.
+// anchors may fill at most (see maxAPIAccessBytes): less when the rest of
+// the Secret (tokens, CA, the Pod's labels and annotations, its
+// certificates) leaves less.
 const maxTrustAnchorBytes = 768 << 10
 
 // trustBundleKey is the key of the API access Secret that holds the trust
 // anchors a clusterTrustBundle projection asks for: the same for two
-// projections that ask the same, another for any other.
+// projections that ask the same, another for any other. Whether it is
+// optional is part of what it asks: nothing found, an optional projection
+// is an empty file, and another one holds the Pod back.
 func trustBundleKey(p *corev1.ClusterTrustBundleProjection) string {
 	h := sha256.New()
+	if ptr.Deref(p.Optional, false) {
+		h.Write([]byte("optional\x00"))
+	}
 	switch {
 	case p.Name != nil:
 		fmt.Fprintf(h, "name\x00%s", *p.Name)

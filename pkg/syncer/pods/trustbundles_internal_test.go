@@ -55,7 +55,9 @@ func TestAPIAccessProjectsTheTenantsTrustBundles(t *testing.T) {
 
 // Two projections that ask the same share a key; any two that ask
 // something else do not, a nil label selector (nothing) and an empty one
-// (everything) included; and every key is a valid Secret key.
+// (everything) included, and an optional projection and one that is not
+// (nothing found, one is an empty file, the other holds the Pod back);
+// every key is a valid Secret key.
 func TestTrustBundleKeys(t *testing.T) {
 	signer := ptr.To("example.com/signer")
 	asks := map[string]*corev1.ClusterTrustBundleProjection{
@@ -69,7 +71,8 @@ func TestTrustBundleKeys(t *testing.T) {
 		"signer with a \\x00":   {SignerName: ptr.To("a\x00selector")},
 		"signer, matchExpr":     {SignerName: signer, LabelSelector: &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{{Key: "live", Operator: metav1.LabelSelectorOpExists}}}},
 		"signer, other labels":  {SignerName: signer, LabelSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"live": "false"}}},
-		"signer, nil, optional": {SignerName: ptr.To("example.com/third")},
+		"signer, nil, optional": {SignerName: signer, Optional: ptr.To(true)},
+		"name, optional":        {Name: ptr.To("a"), Optional: ptr.To(true)},
 	}
 	seen := map[string]string{}
 	for what, p := range asks {
@@ -82,9 +85,9 @@ func TestTrustBundleKeys(t *testing.T) {
 			t.Errorf("%s: key %q is not a Secret key: %v", what, key, errs)
 		}
 		same := *p
-		same.Path, same.Optional = "elsewhere.pem", ptr.To(true)
+		same.Path = "elsewhere.pem"
 		if trustBundleKey(&same) != key {
-			t.Errorf("%s: the path or optional changed the key", what)
+			t.Errorf("%s: the path changed the key", what)
 		}
 	}
 }

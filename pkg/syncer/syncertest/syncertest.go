@@ -211,8 +211,9 @@ func StartWorld(ctx context.Context, opts WorldOptions) (_ *World, stop func() e
 	}
 	if opts.DNS {
 		if w.DNS, err = tenantdns.New(tenantdns.Options{
-			BindAddress: "127.0.0.1:0", ClusterOf: pods.Addresses{Hub: w.Hub}.PodCluster, Upstream: opts.DNSUpstream,
-			Logger: opts.Logger.WithName("dns"),
+			BindAddress: "127.0.0.1:0", ClusterOf: pods.Addresses{Hub: w.Hub}.PodCluster, PodOf: pods.Addresses{Hub: w.Hub}.PodAt,
+			Upstream: opts.DNSUpstream,
+			Logger:   opts.Logger.WithName("dns"),
 		}); err != nil {
 			return fail(err)
 		}
