@@ -35,7 +35,9 @@ func TestRunUsage(t *testing.T) {
 		{args: []string{"bench", "--help"}, wantCode: 0, wantOut: "-scale-tenants"},
 		{args: []string{"bench", "--steps", "nonsense"}, wantCode: 2, wantOut: "nonsense"},
 		{args: []string{"conformance", "--help"}, wantCode: 0, wantOut: "-tiers"},
-		{args: []string{"conformance", "--tiers", "3", "--reports", "host=/dev/null"}, wantCode: 1, wantOut: `unknown tier "3"`},
+		{args: []string{"conformance", "--tiers", "4", "--reports", "host=/dev/null"}, wantCode: 1, wantOut: `unknown tier "4"`},
+		{args: []string{"conformance", "--help"}, wantCode: 0, wantOut: "-part"},
+		{args: []string{"conformance", "--tiers", "1", "--part", "node"}, wantCode: 1, wantOut: "only tier 3 has parts"},
 		{args: []string{"bench-floor", "--help"}, wantCode: 0, wantOut: "-host-kubeconfig"},
 	} {
 		var out bytes.Buffer
