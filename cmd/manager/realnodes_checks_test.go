@@ -569,6 +569,28 @@ func (k *tenantKit) isolation(t *testing.T, host client.Client, other *corev1.Po
 	tenantrytest.Consistently(t, 3*time.Second, time.Second, "the tenant's container kept from the kubelet API", closed)
 }
 
+// controlPlaneIngress: a tenant API server reaches its own Pods through
+// pods/proxy and services/proxy (the way webhooks and aggregated APIs go:
+// to the Pod's address) from the addresses its VirtualCluster's
+// hostPolicy.network.controlPlaneCIDRs lets in; another tenant's API
+// server, whose VirtualCluster lets none in, is kept from its own Pod
+// other by the isolation policy.
+func (k *tenantKit) controlPlaneIngress(t *testing.T, otherKubeconfig string, other *corev1.Pod) {
+	for _, path := range []string{"/api/v1/namespaces/app/pods/web:8080/proxy/hostname", "/api/v1/namespaces/app/services/web:http/proxy/hostname"} {
+		eventually(t, 30*time.Second, "GET "+path+" through the tenant API server", func(ctx context.Context) (bool, error) {
+			out, err := k.kubectl.Run(ctx, k.kubeconfig, "", "get", "--raw", path, "--request-timeout=10s")
+			return strings.TrimSpace(out) == "web", fmt.Errorf("%q, %v", out, err)
+		})
+	}
+	path := "/api/v1/namespaces/" + other.Namespace + "/pods/" + other.Name + ":8080/proxy/hostname"
+	kept := func(ctx context.Context) (bool, error) {
+		out, err := k.kubectl.Run(ctx, otherKubeconfig, "", "get", "--raw", path, "--request-timeout=5s")
+		return err != nil && !strings.Contains(out, other.Name), fmt.Errorf("GET %s: %q, %v", path, out, err)
+	}
+	eventually(t, 30*time.Second, "the other tenant's API server kept from its Pod", kept)
+	tenantrytest.Consistently(t, 10*time.Second, time.Second, "the other tenant's API server kept from its Pod", kept)
+}
+
 // freeAddrOn is ip with a port free on it.
 func freeAddrOn(t *testing.T, ip string) string {
 	t.Helper()

@@ -68,6 +68,11 @@ func TestTenantPodsOnRealNodes(t *testing.T) {
 				InClusterServer: "https://" + env.Tenants[i].Address(),
 			},
 		}
+		if i == 0 {
+			// alpha's API server calls its Pods from this machine; beta's
+			// VirtualCluster lets no control plane in.
+			v.Spec.HostPolicy = &tenantryv1alpha1.HostPolicy{Network: &tenantryv1alpha1.NetworkPolicy{ControlPlaneCIDRs: []string{env.KitIP() + "/32"}}}
+		}
 		if err := host.Create(t.Context(), v); err != nil {
 			t.Fatal(err)
 		}
@@ -150,9 +155,10 @@ func TestTenantPodsOnRealNodes(t *testing.T) {
 	k := &tenantKit{tenant: tenant, kubectl: kubectl, kubeconfig: tenantKubeconfig, shellExec: exec,
 		tenantServer: vc.Spec.InClusterServer, hostKubeconfig: hostKubeconfig}
 	// First: every check after it runs under an enforced isolation policy.
+	var other *corev1.Pod // beta's
 	t.Run("the isolation policy keeps a tenant's container from the host API server, cloud metadata, other tenants and the kubelet API", func(t *testing.T) {
 		beta := newHostClient(t, env.Tenants[1])
-		other := &corev1.Pod{
+		other = &corev1.Pod{
 			ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "betaweb"},
 			Spec: corev1.PodSpec{TerminationGracePeriodSeconds: new(int64), Containers: []corev1.Container{{
 				Name: "web", Image: agnhostImage, Args: []string{"netexec", "--http-port=8080"},
@@ -170,6 +176,16 @@ func TestTenantPodsOnRealNodes(t *testing.T) {
 			return err == nil && other.Status.Phase == corev1.PodRunning && other.Status.PodIP != "", err
 		})
 		k.isolation(t, host, other, listenAt(t, env.CloudMetadataIP()), kubeletAddr)
+	})
+	t.Run("the tenant API server reaches its Pods from hostPolicy.network.controlPlaneCIDRs, and without them does not", func(t *testing.T) {
+		if other == nil {
+			t.Fatal("beta's Pod did not start")
+		}
+		betaKubeconfig, err := env.Tenants[1].KubeconfigFile(t.TempDir())
+		if err != nil {
+			t.Fatal(err)
+		}
+		k.controlPlaneIngress(t, betaKubeconfig, other)
 	})
 
 	t.Run("kubectl logs and exec reach the container through the tenant", func(t *testing.T) {

@@ -67,6 +67,11 @@ func validateHostPolicy(p tenantryv1alpha1.HostPolicy) error {
 				return fmt.Errorf("network.deniedEgressCIDRs: %w", err)
 			}
 		}
+		for _, cidr := range p.Network.ControlPlaneCIDRs {
+			if _, err := syncer.CanonicalCIDR(cidr); err != nil {
+				return fmt.Errorf("network.controlPlaneCIDRs: %w", err)
+			}
+		}
 	}
 	if err := syncer.ValidateBudget(p.Budget); err != nil {
 		return fmt.Errorf("budget: %w", err)
@@ -97,8 +102,8 @@ var serviceTypes = []corev1.ServiceType{corev1.ServiceTypeClusterIP, corev1.Serv
 var optionalVolumeTypes = []string{"hostPath", "nfs", "csi", "iscsi"}
 
 // overDefault is the policy of a VirtualCluster whose spec.hostPolicy is
-// vc: each field vc sets replaces def's, but metadata.deniedPrefixes, which
-// add to def's.
+// vc: each field vc sets replaces def's, but metadata.deniedPrefixes and
+// network.deniedEgressCIDRs, which add to def's.
 func overDefault(def tenantryv1alpha1.HostPolicy, vc *tenantryv1alpha1.HostPolicy) tenantryv1alpha1.HostPolicy {
 	if vc == nil {
 		return def
@@ -139,6 +144,7 @@ func overDefault(def tenantryv1alpha1.HostPolicy, vc *tenantryv1alpha1.HostPolic
 			network = *def.Network
 		}
 		network.DeniedEgressCIDRs = append(slices.Clone(network.DeniedEgressCIDRs), n.DeniedEgressCIDRs...)
+		network.ControlPlaneCIDRs = either(n.ControlPlaneCIDRs, network.ControlPlaneCIDRs)
 		out.Network = &network
 	}
 	if vc.ResourceQuota != nil {

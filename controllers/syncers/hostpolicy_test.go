@@ -51,6 +51,16 @@ func TestVirtualClusterPolicyOverDefault(t *testing.T) {
 	if !slices.Equal(def.Network.DeniedEgressCIDRs, []string{"10.99.0.0/16"}) {
 		t.Error("the default policy's denied egress was changed")
 	}
+	// The control plane's addresses are the VirtualCluster's own: its list
+	// replaces the default's.
+	def.Network.ControlPlaneCIDRs = []string{"10.98.0.1/32"}
+	if network := overDefault(def, &tenantryv1alpha1.HostPolicy{Network: &tenantryv1alpha1.NetworkPolicy{}}).Network; !slices.Equal(network.ControlPlaneCIDRs, []string{"10.98.0.1/32"}) {
+		t.Errorf("control plane addresses %v: want the default policy's", network.ControlPlaneCIDRs)
+	}
+	network = overDefault(def, &tenantryv1alpha1.HostPolicy{Network: &tenantryv1alpha1.NetworkPolicy{ControlPlaneCIDRs: []string{"10.98.0.2/32"}}}).Network
+	if !slices.Equal(network.ControlPlaneCIDRs, []string{"10.98.0.2/32"}) {
+		t.Errorf("control plane addresses %v: want the VirtualCluster's alone", network.ControlPlaneCIDRs)
+	}
 
 	denied, allowed := metadataPrefixes(nil, nil, got)
 	if !slices.Contains(denied, "team.example.com/") || !slices.Contains(denied, "billing.example.com/") ||
@@ -97,6 +107,7 @@ func TestReadHostPolicy(t *testing.T) {
 		"not a CIDR":    {"network:\n  deniedEgressCIDRs: [10.0.0.1]\n", `network.deniedEgressCIDRs: "10.0.0.1" is not a CIDR`},
 		"v4-mapped":     {"network:\n  deniedEgressCIDRs: [\"::ffff:0:0/96\"]\n", `::ffff:0:0/96 is an IPv4-mapped IPv6 prefix`},
 		"every address": {"network:\n  deniedEgressCIDRs: [\"::/0\"]\n", `::/0 is every address`},
+		"control plane": {"network:\n  controlPlaneCIDRs: [10.0.0.5]\n", `network.controlPlaneCIDRs: "10.0.0.5" is not a CIDR`},
 	} {
 		if _, err := readHostPolicy(write(name, c.content)); err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%s: %v; want an error naming %q", name, err, c.want)

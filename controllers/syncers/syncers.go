@@ -380,6 +380,7 @@ func newTenants(p tenantParams) (*Tenants, error) {
 		opts.ResourceQuota, opts.LimitRange = policy.ResourceQuota, policy.LimitRange
 		if policy.Network != nil {
 			opts.DeniedEgressCIDRs = policy.Network.DeniedEgressCIDRs
+			opts.ControlPlaneCIDRs = policy.Network.ControlPlaneCIDRs
 		}
 		opts.Budget = policy.Budget
 		opts.CacheLimits = cacheLimits(policy)

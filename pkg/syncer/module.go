@@ -38,6 +38,14 @@ type Options struct {
 	// API server's and DefaultDeniedEgressCIDRs, which it always denies.
 	DeniedEgressCIDRs []string
 
+	// ControlPlaneCIDRs are the addresses (IPv4 or IPv6 CIDRs) that the
+	// tenant's own API server connects from when it calls into the
+	// tenant's Pods (webhooks, aggregated APIs, pods/proxy): the isolation
+	// NetworkPolicy lets them in. They must be this tenant's alone: a
+	// tenant commands its API server, and another tenant's API server at
+	// one of them would reach this tenant's Pods.
+	ControlPlaneCIDRs []string
+
 	// DisablePublicCRDs turns off copying the host's public CRDs into
 	// tenants.
 	DisablePublicCRDs bool

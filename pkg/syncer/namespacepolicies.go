@@ -24,8 +24,9 @@ import (
 // IsolationPolicyName is the NetworkPolicy that Tenantry puts in every host
 // namespace: its Pods take traffic only from Pods of the same
 // VirtualCluster (every host namespace of it carries its
-// tenantry.dev/cluster label) and of the host's own namespaces (ingress
-// controllers, monitoring), never from another tenant's. They reach every
+// tenantry.dev/cluster label), from the host's own namespaces (ingress
+// controllers, monitoring) and from the tenant's control plane
+// (Options.ControlPlaneCIDRs), never from another tenant's. They reach every
 // Pod (another tenant's Pods are kept out by that tenant's own isolation
 // policy) and every address outside the cluster (DNS, their tenant API
 // server, the internet) but the host API server's (the kubernetes
@@ -93,6 +94,16 @@ func newNamespacePolicies(tr translator, hostRead client.Reader, host client.Cli
 	if err != nil {
 		return nil, err
 	}
+	var controlPlane []string
+	for _, cidr := range opts.ControlPlaneCIDRs {
+		prefix, err := CanonicalCIDR(cidr)
+		if err != nil {
+			return nil, fmt.Errorf("control plane addresses: %w", err)
+		}
+		if c := prefix.String(); !slices.Contains(controlPlane, c) {
+			controlPlane = append(controlPlane, c)
+		}
+	}
 	// The quota first: it counts what follows.
 	p.policies = append(p.policies, namespacePolicy{
 		resource: "resourcequotas", name: QuotaName,
@@ -118,7 +129,7 @@ func newNamespacePolicies(tr translator, hostRead client.Reader, host client.Cli
 		resource: "networkpolicies", name: IsolationPolicyName,
 		newObject: func() client.Object { return &networkingv1.NetworkPolicy{} },
 		fill: func(o client.Object) bool {
-			o.(*networkingv1.NetworkPolicy).Spec = isolationPolicy(tr.Cluster, deniedEgress)
+			o.(*networkingv1.NetworkPolicy).Spec = isolationPolicy(tr.Cluster, controlPlane, deniedEgress)
 			return !opts.DisableNetworkIsolation
 		},
 	})
@@ -360,10 +371,10 @@ func CanonicalCIDR(cidr string) (netip.Prefix, error) {
 
 // isolationPolicy is the spec of the isolation NetworkPolicy of cluster's
 // host namespaces (see IsolationPolicyName): all Pods; ingress from the
-// VirtualCluster's host namespaces and from the host's own, not from other
-// tenants'; egress to every Pod, and to every address but the denied
-// CIDRs (egressDenials).
-func isolationPolicy(cluster string, denied []string) networkingv1.NetworkPolicySpec {
+// VirtualCluster's host namespaces, from the host's own and from the
+// tenant's control plane's addresses, not from other tenants'; egress to
+// every Pod, and to every address but the denied CIDRs (egressDenials).
+func isolationPolicy(cluster string, controlPlane, denied []string) networkingv1.NetworkPolicySpec {
 	var v4, v6 []string
 	for _, cidr := range denied {
 		if netip.MustParsePrefix(cidr).Addr().Is4() {
@@ -372,19 +383,21 @@ func isolationPolicy(cluster string, denied []string) networkingv1.NetworkPolicy
 			v6 = append(v6, cidr)
 		}
 	}
+	from := []networkingv1.NetworkPolicyPeer{
+		{NamespaceSelector: &metav1.LabelSelector{
+			MatchLabels: map[string]string{LabelManagedBy: ManagedByValue, LabelCluster: cluster},
+		}},
+		{NamespaceSelector: &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{
+			{Key: LabelManagedBy, Operator: metav1.LabelSelectorOpDoesNotExist},
+		}}},
+	}
+	for _, cidr := range controlPlane {
+		from = append(from, networkingv1.NetworkPolicyPeer{IPBlock: &networkingv1.IPBlock{CIDR: cidr}})
+	}
 	return networkingv1.NetworkPolicySpec{
 		PodSelector: metav1.LabelSelector{},
 		PolicyTypes: []networkingv1.PolicyType{networkingv1.PolicyTypeIngress, networkingv1.PolicyTypeEgress},
-		Ingress: []networkingv1.NetworkPolicyIngressRule{{
-			From: []networkingv1.NetworkPolicyPeer{
-				{NamespaceSelector: &metav1.LabelSelector{
-					MatchLabels: map[string]string{LabelManagedBy: ManagedByValue, LabelCluster: cluster},
-				}},
-				{NamespaceSelector: &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{
-					{Key: LabelManagedBy, Operator: metav1.LabelSelectorOpDoesNotExist},
-				}}},
-			},
-		}},
+		Ingress:     []networkingv1.NetworkPolicyIngressRule{{From: from}},
 		Egress: []networkingv1.NetworkPolicyEgressRule{
 			{To: []networkingv1.NetworkPolicyPeer{{NamespaceSelector: &metav1.LabelSelector{}}}},
 			{To: []networkingv1.NetworkPolicyPeer{

@@ -136,6 +136,16 @@ func startControlPlane(ctx context.Context, name string, ip net.IP, opts *Option
 		// then takes its host copy's cluster IP, which kube-proxy serves.
 		apiServer.Configure().Set("service-cluster-ip-range", kit.serviceCIDR())
 	}
+	if !cp.isHost() && kit != nil {
+		// A tenant API server runs outside the host's network, as one
+		// elsewhere would: it reaches a webhook's or an aggregated API's
+		// Service at its endpoints, the Pods, from this machine's address
+		// (KitIP), which the VirtualCluster's
+		// hostPolicy.network.controlPlaneCIDRs then lets in. Through a
+		// cluster IP, a node's kube-proxy would put the node's address in
+		// place of its own.
+		apiServer.Configure().Set("enable-aggregator-routing", "true")
+	}
 	if cp.isHost() && kit != nil {
 		// As a real cluster: the host's Pods reach it at the kit address
 		// (the kubernetes Service), and kubelets are held to their own

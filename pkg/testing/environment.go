@@ -255,7 +255,10 @@ func New(t testing.TB, opts Options) *Environment {
 // (Options.HostKubelets), where the kit's registry listens, and where any
 // server of the test's own that Pods reach should (a DNS server, for
 // example). The API servers listen on addresses of their own there
-// (ControlPlane.Address). Empty without real nodes.
+// (ControlPlane.Address), but connect to Pods from this one, like every
+// process of this machine: a VirtualCluster whose tenant API server calls
+// its Pods (webhooks, aggregated APIs, pods/proxy) lets it in with
+// hostPolicy.network.controlPlaneCIDRs. Empty without real nodes.
 func (e *Environment) KitIP() string {
 	if e.kit == nil {
 		return ""

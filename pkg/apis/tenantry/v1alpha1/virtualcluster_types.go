@@ -205,7 +205,8 @@ type CachePolicy struct {
 	MaxBytes *resource.Quantity `json:"maxBytes,omitempty"`
 }
 
-// NetworkPolicy says what the tenant's Pods may reach. The tenantry-isolation
+// NetworkPolicy says what the tenant's Pods may reach, and what may reach
+// them. The tenantry-isolation
 // NetworkPolicy of every host namespace always denies egress to the host
 // API server and to where the major clouds serve instance metadata and
 // credentials (IPv4 169.254.0.0/16, 100.100.100.200 and 168.63.129.16;
@@ -221,6 +222,30 @@ type NetworkPolicy struct {
 	// +kubebuilder:validation:items:XValidation:rule="isCIDR(self) && cidr(self).prefixLength() > 0",message="must be an IPv4 or IPv6 CIDR narrower than all addresses, such as 10.0.0.0/8 or fd00::/8"
 	// +optional
 	DeniedEgressCIDRs []string `json:"deniedEgressCIDRs,omitempty"`
+
+	// ControlPlaneCIDRs are the addresses, IPv4 or IPv6 in CIDR notation,
+	// that the tenant's own API server connects from when it calls into
+	// the tenant's Pods: admission and conversion webhooks, aggregated
+	// APIs, and the pods/proxy and services/proxy subresources. The
+	// tenant's Pods take traffic from them. Without them the isolation
+	// policy admits only the VirtualCluster's own Pods and the host's, and
+	// those calls fail.
+	//
+	// A tenant commands its API server (a webhook's URL, an APIService, a
+	// Pod's status), so list only addresses that this tenant's control
+	// plane alone connects from: another tenant's API server connecting
+	// from one of them would reach this tenant's Pods. An API server run
+	// outside the cluster's network should reach Services at their
+	// endpoints (kube-apiserver's --enable-aggregator-routing), not
+	// through a node's kube-proxy, which would hide its address behind
+	// the node's. A VirtualCluster's list replaces the manager's default
+	// policy's.
+	// +listType=set
+	// +kubebuilder:validation:MaxItems=16
+	// +kubebuilder:validation:items:MaxLength=43
+	// +kubebuilder:validation:items:XValidation:rule="isCIDR(self) && cidr(self).prefixLength() > 0",message="must be an IPv4 or IPv6 CIDR narrower than all addresses, such as 10.0.0.5/32 or fd00::5/128"
+	// +optional
+	ControlPlaneCIDRs []string `json:"controlPlaneCIDRs,omitempty"`
 }
 
 // StoragePolicy says which host storage a tenant's claims may ask for. A
