@@ -213,7 +213,7 @@ func (r *reconciler) sync(ctx context.Context, key types.NamespacedName, tenant,
 		}
 		// The update carries the host object's resourceVersion: if someone
 		// changed it since our cache saw it, it fails and we retry.
-		err = r.host.Update(ctx, desired)
+		err = r.withSecondChoice(ctx, desired, func() error { return r.host.Update(ctx, desired) })
 		settle(err)
 		if err != nil {
 			return false, reconcile.Result{}, fmt.Errorf("updating host %s %s: %w", r.syncer.Name, client.ObjectKeyFromObject(desired), err)
@@ -260,7 +260,7 @@ func (r *reconciler) createHost(ctx context.Context, tenant client.Object) (bool
 			return false, reconcile.Result{}, err
 		}
 	}
-	err = r.host.Create(ctx, desired)
+	err = r.withSecondChoice(ctx, desired, func() error { return r.host.Create(ctx, desired) })
 	settle(err)
 	switch {
 	case apierrors.IsAlreadyExists(err):
@@ -272,6 +272,18 @@ func (r *reconciler) createHost(ctx context.Context, tenant client.Object) (bool
 	writes.WithLabelValues(r.translator.Cluster, r.syncer.Name, "down", "create").Inc()
 	ctrl.LoggerFrom(ctx).V(1).Info("created host copy", "host", client.ObjectKeyFromObject(desired))
 	return true, reconcile.Result{}, nil
+}
+
+// withSecondChoice runs write, of desired, and once more when the host
+// refuses desired as invalid and the syncer's SecondChoice changes it.
+func (r *reconciler) withSecondChoice(ctx context.Context, desired client.Object, write func() error) error {
+	err := write()
+	if apierrors.IsInvalid(err) && r.syncer.SecondChoice != nil && r.syncer.SecondChoice(desired, err) {
+		ctrl.LoggerFrom(ctx).V(1).Info("the host refused the copy as asked; asking again for the host's choice",
+			"host", client.ObjectKeyFromObject(desired), "error", err.Error())
+		err = write()
+	}
+	return err
 }
 
 // wrote records host, just written, as an echo to skip, if echoes are.

@@ -257,30 +257,86 @@ func TestCopyThatLostItsClusterLabelIsTakenBack(t *testing.T) {
 	})
 }
 
+// A tenant Service keeps its own cluster IP: its host copy asks for it.
+// Where the host has given that IP to another Service, the host copy takes
+// one the host picks, and the tenant Service is given it.
 func TestServiceGetsHostClusterIP(t *testing.T) {
 	useWorld(t)
 	ctx := t.Context()
-	name := unique("svc")
-	svc := &corev1.Service{
-		ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: name},
-		Spec: corev1.ServiceSpec{
-			Selector:    map[string]string{"app": "web"},
-			Ports:       []corev1.ServicePort{{Name: "http", Port: 80, Protocol: corev1.ProtocolTCP}},
-			ExternalIPs: []string{"203.0.113.9"},
-		},
-	}
 	tenant := shared.Tenants["tenant-2"]
-	if err := tenant.Create(ctx, svc); err != nil {
+	// Two IPs free in the host and the tenant (envtest's range,
+	// 10.0.0.0/24, is both's), from the top, where allocations rarely go.
+	var free []string
+	taken := map[string]bool{}
+	for _, c := range []client.Client{shared.Host, tenant} {
+		var list corev1.ServiceList
+		if err := c.List(ctx, &list); err != nil {
+			t.Fatal(err)
+		}
+		for _, s := range list.Items {
+			taken[s.Spec.ClusterIP] = true
+		}
+	}
+	for i := 254; i > 200 && len(free) < 2; i-- {
+		if ip := fmt.Sprintf("10.0.0.%d", i); !taken[ip] {
+			free = append(free, ip)
+		}
+	}
+	if len(free) < 2 {
+		t.Fatalf("no two free IPs in 10.0.0.201-254: %v", taken)
+	}
+	service := func(name, ip string) *corev1.Service {
+		return &corev1.Service{
+			ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: name},
+			Spec: corev1.ServiceSpec{
+				ClusterIP:   ip,
+				Selector:    map[string]string{"app": "web"},
+				Ports:       []corev1.ServicePort{{Name: "http", Port: 80, Protocol: corev1.ProtocolTCP}},
+				ExternalIPs: []string{"203.0.113.9"},
+			},
+		}
+	}
+
+	kept := service(unique("svc"), free[0])
+	if err := tenant.Create(ctx, kept); err != nil {
 		t.Fatal(err)
 	}
-	tenantUID := svc.UID
-	hostSvc := shared.ExpectHostCopy(t, &corev1.Service{}, "tenant-2", "default", name).(*corev1.Service)
+	hostSvc := shared.ExpectHostCopy(t, &corev1.Service{}, "tenant-2", "default", kept.Name).(*corev1.Service)
 	if len(hostSvc.Spec.ExternalIPs) != 0 {
 		t.Errorf("host Service claims external IPs %v", hostSvc.Spec.ExternalIPs)
 	}
+	if hostSvc.Spec.ClusterIP != free[0] {
+		t.Errorf("host copy's cluster IP %s, want the tenant's, %s", hostSvc.Spec.ClusterIP, free[0])
+	}
+	// The tenant Service never changed: no swap through ExternalName.
+	tenantrytest.Consistently(t, 2*time.Second, 200*time.Millisecond, "the tenant Service as created", func(ctx context.Context) (bool, error) {
+		var s corev1.Service
+		if err := tenant.Get(ctx, client.ObjectKeyFromObject(kept), &s); err != nil {
+			return false, err
+		}
+		return s.ResourceVersion == kept.ResourceVersion && s.Spec.ClusterIP == free[0] && s.Spec.Type == corev1.ServiceTypeClusterIP,
+			fmt.Errorf("tenant: resourceVersion %s (created at %s), type %s, IP %s, annotations %v", s.ResourceVersion, kept.ResourceVersion, s.Spec.Type, s.Spec.ClusterIP, s.Annotations)
+	})
+
+	// The host's own Service takes the second IP first.
+	squatter := service(unique("host-own"), free[1])
+	squatter.Spec.ExternalIPs = nil
+	if err := shared.Host.Create(ctx, squatter); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = shared.Host.Delete(context.Background(), squatter) })
+	moved := service(unique("svc"), free[1])
+	if err := tenant.Create(ctx, moved); err != nil {
+		t.Fatal(err)
+	}
+	tenantUID := moved.UID
+	hostSvc = shared.ExpectHostCopy(t, &corev1.Service{}, "tenant-2", "default", moved.Name).(*corev1.Service)
+	if hostSvc.Spec.ClusterIP == free[1] || hostSvc.Spec.ClusterIP == "" {
+		t.Fatalf("host copy's cluster IP %q: want one the host picked", hostSvc.Spec.ClusterIP)
+	}
 	eventually(t, 10*time.Second, "tenant Service has the host's cluster IP "+hostSvc.Spec.ClusterIP, func(ctx context.Context) (bool, error) {
 		var s corev1.Service
-		if err := tenant.Get(ctx, client.ObjectKeyFromObject(svc), &s); err != nil {
+		if err := tenant.Get(ctx, client.ObjectKeyFromObject(moved), &s); err != nil {
 			return false, err
 		}
 		ok := s.Spec.ClusterIP == hostSvc.Spec.ClusterIP && s.Spec.Type == corev1.ServiceTypeClusterIP && s.UID == tenantUID

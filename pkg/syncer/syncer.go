@@ -52,6 +52,13 @@ type Syncer struct {
 	// set the host copy's name, namespace, labels and annotations.
 	Down func(tenant, host client.Object) error
 
+	// SecondChoice, if set, is asked when the host refuses a copy that
+	// Down wrote as invalid (refusal): Down may have asked for what the
+	// tenant already has (a Service's cluster IP), which the host may have
+	// given another. SecondChoice changes desired to leave that to the
+	// host and says whether it did; the write is then tried once more.
+	SecondChoice func(desired client.Object, refusal error) bool
+
 	// Up brings what the host filled in back to the tenant object: status,
 	// and fields such as a Service's cluster IP. It writes through c, the
 	// tenant's client, and reports whether it changed anything. Nil: nothing

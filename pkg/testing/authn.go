@@ -33,11 +33,24 @@ const kubeletClientBinding = "tenantry-kit:kube-apiserver-kubelet-client"
 // (--kubelet-client-certificate), as a kubeadm cluster has: a kubelet of
 // the cluster, or Tenantry's kubelet API of virtual nodes, then knows the
 // API server by it.
+//
+// It also sets up the aggregation layer as kubeadm does: a front proxy CA
+// of its own, whose client certificate (frontProxyUser) the API server
+// presents to aggregated API servers and webhooks that read
+// extension-apiserver-authentication, and whose requests carry the user
+// in X-Remote-* headers.
 type clientCertAuthn struct {
 	ca    *x509.Certificate
 	caKey *ecdsa.PrivateKey
-	dir   string
+	// frontProxyCA and its key sign frontProxyUser's certificate.
+	frontProxyCA    *x509.Certificate
+	frontProxyCAKey *ecdsa.PrivateKey
+	dir             string
 }
+
+// frontProxyUser is the identity the API server presents to aggregated
+// API servers, as kubeadm names it.
+var frontProxyUser = envtest.User{Name: "front-proxy-client"}
 
 var _ envtest.Authn = (*clientCertAuthn)(nil)
 
@@ -46,7 +59,11 @@ func newClientCertAuthn() (*clientCertAuthn, error) {
 	if err != nil {
 		return nil, fmt.Errorf("client CA: %w", err)
 	}
-	return &clientCertAuthn{ca: ca, caKey: key}, nil
+	proxyCA, proxyKey, err := NewCA("tenantry-test-front-proxy-ca")
+	if err != nil {
+		return nil, fmt.Errorf("front proxy CA: %w", err)
+	}
+	return &clientCertAuthn{ca: ca, caKey: key, frontProxyCA: proxyCA, frontProxyCAKey: proxyKey}, nil
 }
 
 // NewCA makes a self-signed CA of commonName and its key (ECDSA P-256),
@@ -98,6 +115,13 @@ func (a *clientCertAuthn) Configure(dir string, args *envtest.Arguments) error {
 	args.Set("client-ca-file", a.caPath())
 	args.Set("kubelet-client-certificate", filepath.Join(dir, "kubelet-client.crt"))
 	args.Set("kubelet-client-key", filepath.Join(dir, "kubelet-client.key"))
+	args.Set("requestheader-client-ca-file", filepath.Join(dir, "front-proxy-ca.crt"))
+	args.Set("requestheader-allowed-names", frontProxyUser.Name)
+	args.Set("requestheader-username-headers", "X-Remote-User")
+	args.Set("requestheader-group-headers", "X-Remote-Group")
+	args.Set("requestheader-extra-headers-prefix", "X-Remote-Extra-")
+	args.Set("proxy-client-cert-file", filepath.Join(dir, "front-proxy-client.crt"))
+	args.Set("proxy-client-key-file", filepath.Join(dir, "front-proxy-client.key"))
 	return nil
 }
 
@@ -110,22 +134,36 @@ func (a *clientCertAuthn) Start() error {
 	if err := os.WriteFile(a.caPath(), pemBlock("CERTIFICATE", a.ca.Raw), 0o600); err != nil {
 		return fmt.Errorf("writing the client CA: %w", err)
 	}
-	crt, key, err := a.issue(kubeletClientUser)
-	if err != nil {
-		return err
+	if err := os.WriteFile(filepath.Join(a.dir, "front-proxy-ca.crt"), pemBlock("CERTIFICATE", a.frontProxyCA.Raw), 0o600); err != nil {
+		return fmt.Errorf("writing the front proxy CA: %w", err)
 	}
-	if err := os.WriteFile(filepath.Join(a.dir, "kubelet-client.crt"), crt, 0o600); err != nil {
-		return fmt.Errorf("writing the kubelet client certificate: %w", err)
-	}
-	if err := os.WriteFile(filepath.Join(a.dir, "kubelet-client.key"), key, 0o600); err != nil {
-		return fmt.Errorf("writing the kubelet client key: %w", err)
+	for _, c := range []struct {
+		file  string
+		user  envtest.User
+		ca    *x509.Certificate
+		caKey *ecdsa.PrivateKey
+		what  string
+	}{
+		{"kubelet-client", kubeletClientUser, a.ca, a.caKey, "kubelet client"},
+		{"front-proxy-client", frontProxyUser, a.frontProxyCA, a.frontProxyCAKey, "front proxy client"},
+	} {
+		crt, key, err := issueClientCertificate(c.user, c.ca, c.caKey)
+		if err != nil {
+			return err
+		}
+		if err := os.WriteFile(filepath.Join(a.dir, c.file+".crt"), crt, 0o600); err != nil {
+			return fmt.Errorf("writing the %s certificate: %w", c.what, err)
+		}
+		if err := os.WriteFile(filepath.Join(a.dir, c.file+".key"), key, 0o600); err != nil {
+			return fmt.Errorf("writing the %s key: %w", c.what, err)
+		}
 	}
 	return nil
 }
 
 // AddUser gives base a client certificate for user.
 func (a *clientCertAuthn) AddUser(user envtest.User, base *rest.Config) (*rest.Config, error) {
-	crt, key, err := a.issue(user)
+	crt, key, err := issueClientCertificate(user, a.ca, a.caKey)
 	if err != nil {
 		return nil, err
 	}
@@ -136,8 +174,9 @@ func (a *clientCertAuthn) AddUser(user envtest.User, base *rest.Config) (*rest.C
 
 func (a *clientCertAuthn) Stop() error { return nil }
 
-// issue signs a client certificate for user, in PEM.
-func (a *clientCertAuthn) issue(user envtest.User) (crt, key []byte, err error) {
+// issueClientCertificate signs a client certificate for user with ca, in
+// PEM.
+func issueClientCertificate(user envtest.User, ca *x509.Certificate, caKey *ecdsa.PrivateKey) (crt, key []byte, err error) {
 	k, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
 		return nil, nil, fmt.Errorf("client key of %s: %w", user.Name, err)
@@ -155,7 +194,7 @@ func (a *clientCertAuthn) issue(user envtest.User) (crt, key []byte, err error) 
 		KeyUsage:     x509.KeyUsageDigitalSignature,
 		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
 	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, a.ca, &k.PublicKey, a.caKey)
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca, &k.PublicKey, caKey)
 	if err != nil {
 		return nil, nil, fmt.Errorf("client certificate of %s: %w", user.Name, err)
 	}

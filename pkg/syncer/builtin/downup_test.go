@@ -91,15 +91,27 @@ func TestServicesDown(t *testing.T) {
 		want         corev1.ServiceSpec
 	}{
 		{
-			name: "created: the tenant's cluster IP and node ports left for the host to allocate",
+			name: "created: the tenant's cluster IP asked for, node ports left for the host to allocate",
 			tenant: corev1.Service{Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeNodePort, ClusterIP: "10.0.0.7", ClusterIPs: []string{"10.0.0.7"},
 				Ports: []corev1.ServicePort{port("http", 80, 30080)}, Selector: map[string]string{"app": "web"}}},
-			want: corev1.ServiceSpec{Type: corev1.ServiceTypeNodePort, Ports: []corev1.ServicePort{port("http", 80, 0)}, Selector: map[string]string{"app": "web"}},
+			want: corev1.ServiceSpec{Type: corev1.ServiceTypeNodePort, ClusterIP: "10.0.0.7", ClusterIPs: []string{"10.0.0.7"},
+				Ports: []corev1.ServicePort{port("http", 80, 0)}, Selector: map[string]string{"app": "web"}},
 		},
 		{
 			name:   "created headless: None stays, it is no allocation",
 			tenant: corev1.Service{Spec: corev1.ServiceSpec{ClusterIP: corev1.ClusterIPNone, Ports: []corev1.ServicePort{port("dns", 53, 0)}}},
 			want:   corev1.ServiceSpec{ClusterIP: corev1.ClusterIPNone, Ports: []corev1.ServicePort{port("dns", 53, 0)}},
+		},
+		{
+			name: "updated from ExternalName: the tenant's new cluster IP asked for",
+			tenant: corev1.Service{Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeClusterIP, ClusterIP: "10.0.0.8", ClusterIPs: []string{"10.0.0.8"},
+				IPFamilies: []corev1.IPFamily{corev1.IPv4Protocol}, IPFamilyPolicy: ptr.To(corev1.IPFamilyPolicySingleStack),
+				Ports: []corev1.ServicePort{port("http", 80, 0)}}},
+			host: corev1.Service{ObjectMeta: metav1.ObjectMeta{ResourceVersion: "7"}, Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeExternalName,
+				ExternalName: "web.example.com", Ports: []corev1.ServicePort{port("http", 80, 0)}}},
+			want: corev1.ServiceSpec{Type: corev1.ServiceTypeClusterIP, ClusterIP: "10.0.0.8", ClusterIPs: []string{"10.0.0.8"},
+				IPFamilies: []corev1.IPFamily{corev1.IPv4Protocol}, IPFamilyPolicy: ptr.To(corev1.IPFamilyPolicySingleStack),
+				Ports: []corev1.ServicePort{port("http", 80, 0)}},
 		},
 		{
 			name: "host addresses and the host's load balancer class stripped",

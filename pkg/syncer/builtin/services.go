@@ -63,6 +63,16 @@ func Services(types []corev1.ServiceType) syncer.Syncer {
 			host.Spec = serviceSpecDown(tenant.Spec, host.Spec, host.ResourceVersion == "")
 			return nil
 		},
+		SecondChoice: func(desired client.Object, _ error) bool {
+			spec := &desired.(*corev1.Service).Spec
+			if spec.ClusterIP == "" || spec.ClusterIP == corev1.ClusterIPNone {
+				return false
+			}
+			// Taken in the host, or outside its range: the host picks one,
+			// and Up gives it to the tenant Service.
+			spec.ClusterIP, spec.ClusterIPs = "", nil
+			return true
+		},
 		Stripped: func(t client.Object) string {
 			var out []string
 			if ips := t.(*corev1.Service).Spec.ExternalIPs; len(ips) > 0 {
@@ -111,17 +121,22 @@ func serviceSpecDown(tenant, host corev1.ServiceSpec, creating bool) corev1.Serv
 		spec.ExternalTrafficPolicy = "" // set only because of external IPs, which are gone
 	}
 	if creating {
-		if spec.ClusterIP != corev1.ClusterIPNone {
-			spec.ClusterIP, spec.ClusterIPs = "", nil
-		}
+		// The host copy asks for the tenant's own cluster IPs (the host
+		// gives any free one of its range, as to a Service of its own
+		// that names one), so that the tenant Service keeps its IP and
+		// never passes through ExternalName to take the host's, which
+		// its API server's webhook and aggregator calls would see. Where
+		// the host refuses them, SecondChoice leaves them to the host.
 		spec.HealthCheckNodePort = 0
 		for i := range spec.Ports {
 			spec.Ports[i].NodePort = 0
 		}
 		return spec
 	}
-	spec.ClusterIP, spec.ClusterIPs = host.ClusterIP, host.ClusterIPs
-	spec.IPFamilies, spec.IPFamilyPolicy = host.IPFamilies, host.IPFamilyPolicy
+	if host.ClusterIP != "" || spec.ClusterIP == "" {
+		spec.ClusterIP, spec.ClusterIPs = host.ClusterIP, host.ClusterIPs
+		spec.IPFamilies, spec.IPFamilyPolicy = host.IPFamilies, host.IPFamilyPolicy
+	} // else turning from ExternalName: the tenant's IPs asked for, as by a new copy
 	spec.HealthCheckNodePort = host.HealthCheckNodePort
 	spec.LoadBalancerClass = host.LoadBalancerClass
 	for i := range spec.Ports {

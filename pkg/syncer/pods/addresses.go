@@ -3,6 +3,7 @@ package pods
 import (
 	"context"
 	"fmt"
+	"slices"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -67,26 +68,29 @@ func (a Addresses) TenantPodAt(ctx context.Context, ip string) (cluster string, 
 	return "", false, nil
 }
 
+// claimants are the host Pods of a tenant that hold IP ip and are not
+// being deleted, without those with host networking.
+func (a Addresses) claimants(ctx context.Context, ip string) ([]corev1.Pod, error) {
+	pods, err := a.at(ctx, ip)
+	if err != nil {
+		return nil, err
+	}
+	return slices.DeleteFunc(pods, func(p corev1.Pod) bool {
+		return p.Spec.HostNetwork || !p.DeletionTimestamp.IsZero() || p.Labels[syncer.LabelCluster] == ""
+	}), nil
+}
+
 // PodAt says which tenant Pod the running host Pod of IP ip is a copy of:
 // its cluster, and its namespace and name in the tenant. ok is false as
 // for PodCluster, and also when two Pods claim the address.
 func (a Addresses) PodAt(ctx context.Context, ip string) (cluster string, pod types.NamespacedName, ok bool, err error) {
-	pods, err := a.at(ctx, ip)
-	if err != nil {
+	pods, err := a.claimants(ctx, ip)
+	if err != nil || len(pods) != 1 {
 		return "", pod, false, err
 	}
-	for _, p := range pods {
-		c := p.Labels[syncer.LabelCluster]
-		if p.Spec.HostNetwork || !p.DeletionTimestamp.IsZero() || c == "" {
-			continue
-		}
-		if ok {
-			return "", types.NamespacedName{}, false, nil // claimed twice
-		}
-		cluster, ok = c, true
-		pod = types.NamespacedName{Namespace: p.Annotations[syncer.AnnotationTenantNamespace], Name: p.Annotations[syncer.AnnotationTenantName]}
-	}
-	return cluster, pod, ok && pod.Name != "", nil
+	p := pods[0]
+	pod = types.NamespacedName{Namespace: p.Annotations[syncer.AnnotationTenantNamespace], Name: p.Annotations[syncer.AnnotationTenantName]}
+	return p.Labels[syncer.LabelCluster], pod, pod.Name != "", nil
 }
 
 // PodCluster says which tenant cluster's Pod the running host Pod of IP
@@ -95,15 +99,12 @@ func (a Addresses) PodAt(ctx context.Context, ip string) (cluster string, pod ty
 // Pods with host networking share their node's IP, and are not told
 // apart.
 func (a Addresses) PodCluster(ctx context.Context, ip string) (cluster string, ok bool, err error) {
-	pods, err := a.at(ctx, ip)
+	pods, err := a.claimants(ctx, ip)
 	if err != nil {
 		return "", false, err
 	}
 	for _, p := range pods {
 		c := p.Labels[syncer.LabelCluster]
-		if p.Spec.HostNetwork || !p.DeletionTimestamp.IsZero() || c == "" {
-			continue
-		}
 		if cluster != "" && cluster != c {
 			// An IP that two tenants' Pods claim (one reused before the
 			// other's status caught up): neither is told the other's.

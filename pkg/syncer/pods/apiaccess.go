@@ -568,12 +568,16 @@ func (e *apiAccessExtension) Setup(scope *syncer.TenantScope) error {
 		scope.HostEvents(&corev1.Secret{}, accessSecret),
 	}
 	if servesBundles {
-		// A bundle's change reaches every Pod that projects bundles.
+		// A bundle's change reaches the Pods that project it, by its name
+		// or its signer.
+		if err := mgr.GetFieldIndexer().IndexField(context.Background(), &corev1.Pod{}, podBundleIndex, bundlesRead); err != nil {
+			return fmt.Errorf("indexing tenant Pods by the ClusterTrustBundles they project: %w", err)
+		}
 		sources = append(sources, source.Kind(mgr.GetCache(), &certificatesv1.ClusterTrustBundle{},
-			handler.TypedEnqueueRequestsFromMapFunc(func(ctx context.Context, _ *certificatesv1.ClusterTrustBundle) []reconcile.Request {
-				requests, err := podsProjectingBundles(ctx, mgr.GetClient())
+			handler.TypedEnqueueRequestsFromMapFunc(func(ctx context.Context, bundle *certificatesv1.ClusterTrustBundle) []reconcile.Request {
+				requests, err := podsReadingBundle(ctx, mgr.GetClient(), bundle)
 				if err != nil {
-					scope.Logger().Error(err, "finding the Pods that project a changed ClusterTrustBundle")
+					scope.Logger().Error(err, "finding the Pods that project a changed ClusterTrustBundle", "clusterTrustBundle", bundle.Name)
 				}
 				return requests
 			})))
@@ -679,25 +683,26 @@ func (r *apiAccess) Reconcile(ctx context.Context, req reconcile.Request) (recon
 			r.recorder.Eventf(&pod, nil, corev1.EventTypeWarning, ReasonFailedMount, "MountVolume", "%s", why)
 		}
 	}
+	var write, verb string
+	var writeErr error
 	switch {
 	case current == nil:
-		if err := r.scope.HostClient().Create(ctx, desired); err != nil {
-			if why, after := r.scope.Transient(err); why != "" {
-				// Made a moment ago, and not in the cache yet, say.
-				ctrl.LoggerFrom(ctx).V(1).Info("retrying the Pod's API access Secret: "+why, "error", err.Error())
-				return reconcile.Result{RequeueAfter: after}, nil
-			}
-			return reconcile.Result{}, fmt.Errorf("creating the API access Secret of Pod %s: %w", req.NamespacedName, err)
-		}
-		r.scope.CountWrite("pod-api-access", "down", "create")
-		ctrl.LoggerFrom(ctx).V(1).Info("created the Pod's API access Secret", "secret", name)
+		write, verb, writeErr = "create", "creating", r.scope.HostClient().Create(ctx, desired)
 	case !equality.Semantic.DeepEqual(current, desired):
-		if err := r.scope.HostClient().Update(ctx, desired); err != nil {
-			return reconcile.Result{}, fmt.Errorf("updating the API access Secret of Pod %s: %w", req.NamespacedName, err)
-		}
-		r.scope.CountWrite("pod-api-access", "down", "update")
-		ctrl.LoggerFrom(ctx).V(1).Info("renewed the Pod's API access Secret", "secret", name, "refreshAt", refreshAt)
+		write, verb, writeErr = "update", "updating", r.scope.HostClient().Update(ctx, desired)
+	default:
+		return reconcile.Result{RequeueAfter: max(time.Until(refreshAt), time.Second)}, nil
 	}
+	if writeErr != nil {
+		if why, after := r.scope.Transient(writeErr); why != "" {
+			// Made or changed a moment ago, and not in the cache yet, say.
+			ctrl.LoggerFrom(ctx).V(1).Info("retrying the Pod's API access Secret: "+why, "error", writeErr.Error())
+			return reconcile.Result{RequeueAfter: after}, nil
+		}
+		return reconcile.Result{}, fmt.Errorf("%s the API access Secret of Pod %s: %w", verb, req.NamespacedName, writeErr)
+	}
+	r.scope.CountWrite("pod-api-access", "down", write)
+	ctrl.LoggerFrom(ctx).V(1).Info("wrote the Pod's API access Secret", "secret", name, "write", write, "refreshAt", refreshAt)
 	return reconcile.Result{RequeueAfter: max(time.Until(refreshAt), time.Second)}, nil
 }
 

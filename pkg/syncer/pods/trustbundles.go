@@ -174,18 +174,41 @@ func encodeCertificates(ders []string) []byte {
 	return out
 }
 
-// podsProjectingBundles are the requests for the tenant's Pods that
-// project ClusterTrustBundles: a bundle's change may change what each of
-// them holds.
-func podsProjectingBundles(ctx context.Context, tenant client.Reader) ([]reconcile.Request, error) {
-	var pods corev1.PodList
-	if err := tenant.List(ctx, &pods); err != nil {
-		return nil, fmt.Errorf("listing the tenant's Pods: %w", err)
+// podBundleIndex indexes a tenant's Pods by the ClusterTrustBundles their
+// projections read: "name/<bundle>" for one named, "signer/<signer>" for
+// those selected by signer.
+const podBundleIndex = "tenantry.dev/trust-bundles"
+
+// bundlesRead are a Pod's podBundleIndex values.
+func bundlesRead(o client.Object) []string {
+	var out []string
+	for _, p := range trustBundleProjections(&o.(*corev1.Pod).Spec) {
+		key := "signer/" + ptrString(p.SignerName)
+		if p.Name != nil {
+			key = "name/" + *p.Name
+		}
+		if !slices.Contains(out, key) {
+			out = append(out, key)
+		}
 	}
+	return out
+}
+
+// podsReadingBundle are the requests for the tenant's Pods whose
+// projections may read bundle, by its name or its signer: its change may
+// change what each of them holds. tenant's Pods carry podBundleIndex.
+func podsReadingBundle(ctx context.Context, tenant client.Reader, bundle *certificatesv1.ClusterTrustBundle) ([]reconcile.Request, error) {
 	var out []reconcile.Request
-	for i := range pods.Items {
-		if p := &pods.Items[i]; len(trustBundleProjections(&p.Spec)) > 0 {
-			out = append(out, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(p)})
+	for _, key := range []string{"name/" + bundle.Name, "signer/" + bundle.Spec.SignerName} {
+		var pods corev1.PodList
+		if err := tenant.List(ctx, &pods, client.MatchingFields{podBundleIndex: key}); err != nil {
+			return nil, fmt.Errorf("listing the tenant's Pods that read ClusterTrustBundle %s: %w", bundle.Name, err)
+		}
+		for i := range pods.Items {
+			r := reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&pods.Items[i])}
+			if !slices.Contains(out, r) {
+				out = append(out, r)
+			}
 		}
 	}
 	return out, nil

@@ -3,6 +3,7 @@ package pods
 import (
 	"bytes"
 	"encoding/pem"
+	"slices"
 	"testing"
 
 	certificatesv1 "k8s.io/api/certificates/v1"
@@ -10,6 +11,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	tenantrytest "github.com/tenantry/tenantry/pkg/testing"
 )
@@ -140,4 +143,54 @@ func testCertPEM(t *testing.T, cn string) []byte {
 		t.Fatal(err)
 	}
 	return crt
+}
+
+// A ClusterTrustBundle's change reaches the Pods that project it by its
+// name or by its signer, each once, and no other Pod.
+func TestABundleReachesThePodsThatReadIt(t *testing.T) {
+	pod := func(name string, projections ...*corev1.ClusterTrustBundleProjection) *corev1.Pod {
+		var sources []corev1.VolumeProjection
+		for _, p := range projections {
+			sources = append(sources, corev1.VolumeProjection{ClusterTrustBundle: p})
+		}
+		return &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Namespace: "app", Name: name},
+			Spec: corev1.PodSpec{Volumes: []corev1.Volume{{Name: "trust", VolumeSource: corev1.VolumeSource{
+				Projected: &corev1.ProjectedVolumeSource{Sources: sources},
+			}}}},
+		}
+	}
+	byName := &corev1.ClusterTrustBundleProjection{Name: ptr.To("corp-root"), Path: "a.pem"}
+	bySigner := &corev1.ClusterTrustBundleProjection{SignerName: ptr.To("example.com/signer"), LabelSelector: &metav1.LabelSelector{}, Path: "b.pem"}
+	otherSigner := &corev1.ClusterTrustBundleProjection{SignerName: ptr.To("example.com/other"), Path: "c.pem"}
+	tenant := fake.NewClientBuilder().WithIndex(&corev1.Pod{}, podBundleIndex, bundlesRead).WithObjects(
+		pod("named", byName),
+		pod("signed", bySigner, bySigner),
+		pod("both", byName, bySigner),
+		pod("other", otherSigner),
+		&corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "app", Name: "plain"}},
+	).Build()
+
+	for _, c := range []struct {
+		bundle *certificatesv1.ClusterTrustBundle
+		want   []string
+	}{
+		{&certificatesv1.ClusterTrustBundle{ObjectMeta: metav1.ObjectMeta{Name: "corp-root"}}, []string{"both", "named"}},
+		{&certificatesv1.ClusterTrustBundle{ObjectMeta: metav1.ObjectMeta{Name: "example.com:signer:abc"}, Spec: certificatesv1.ClusterTrustBundleSpec{SignerName: "example.com/signer"}}, []string{"both", "signed"}},
+		{&certificatesv1.ClusterTrustBundle{ObjectMeta: metav1.ObjectMeta{Name: "corp-root"}, Spec: certificatesv1.ClusterTrustBundleSpec{SignerName: "example.com/signer"}}, []string{"both", "named", "signed"}},
+		{&certificatesv1.ClusterTrustBundle{ObjectMeta: metav1.ObjectMeta{Name: "unread"}, Spec: certificatesv1.ClusterTrustBundleSpec{SignerName: "example.com/unused"}}, nil},
+	} {
+		requests, err := podsReadingBundle(t.Context(), tenant, c.bundle)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []string
+		for _, r := range requests {
+			got = append(got, r.Name)
+		}
+		slices.Sort(got)
+		if !slices.Equal(got, c.want) || slices.ContainsFunc(requests, func(r reconcile.Request) bool { return r.Namespace != "app" }) {
+			t.Errorf("bundle %s of signer %q reaches %v; want %v", c.bundle.Name, c.bundle.Spec.SignerName, requests, c.want)
+		}
+	}
 }
