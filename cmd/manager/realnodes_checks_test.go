@@ -22,6 +22,7 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/tenantry/tenantry/pkg/syncer/syncertest"
 	tenantrytest "github.com/tenantry/tenantry/pkg/testing"
 )
 
@@ -589,6 +590,47 @@ func (k *tenantKit) controlPlaneIngress(t *testing.T, otherKubeconfig string, ot
 	}
 	eventually(t, 30*time.Second, "the other tenant's API server kept from its Pod", kept)
 	tenantrytest.Consistently(t, 10*time.Second, time.Second, "the other tenant's API server kept from its Pod", kept)
+}
+
+// manualEndpoints: a tenant Service without a selector, and the
+// EndpointSlice the tenant makes for it naming web, reach web from the
+// tenant's container; a slice naming the host API server's endpoint is
+// refused (HostRejected), and never copied to the host.
+func (k *tenantKit) manualEndpoints(t *testing.T, web *corev1.Pod, host client.Client) {
+	ctx := t.Context()
+	var apiServer discoveryv1.EndpointSlice
+	if err := host.Get(ctx, client.ObjectKey{Namespace: "default", Name: "kubernetes"}, &apiServer); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct{ name, ip string }{{"manual", web.Status.PodIP}, {"sneaky", apiServer.Endpoints[0].Addresses[0]}} {
+		svc := &corev1.Service{
+			ObjectMeta: metav1.ObjectMeta{Namespace: "app", Name: c.name},
+			Spec:       corev1.ServiceSpec{Ports: []corev1.ServicePort{{Name: "http", Port: 80, TargetPort: intstr.FromInt32(8080)}}},
+		}
+		slice := &discoveryv1.EndpointSlice{
+			ObjectMeta:  metav1.ObjectMeta{Namespace: "app", Name: c.name + "-1", Labels: map[string]string{discoveryv1.LabelServiceName: c.name}},
+			AddressType: discoveryv1.AddressTypeIPv4,
+			Endpoints:   []discoveryv1.Endpoint{{Addresses: []string{c.ip}, Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(true)}}},
+			Ports:       []discoveryv1.EndpointPort{{Name: ptr.To("http"), Port: ptr.To[int32](8080), Protocol: ptr.To(corev1.ProtocolTCP)}},
+		}
+		for _, o := range []client.Object{svc, slice} {
+			if err := k.tenant.Create(ctx, o); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	eventually(t, 60*time.Second, "GET http://manual.app/hostname from the container", func(ctx context.Context) (bool, error) {
+		out, err := k.shellExec(ctx, "curl", "-sS", "-m", "5", "http://manual.app/hostname")
+		return strings.TrimSpace(out) == "web", fmt.Errorf("%q, %v", out, err)
+	})
+	syncertest.ExpectHostRejected(t, k.tenant, "app", "sneaky-1", "is not the address of a running Pod of this cluster")
+	var copies discoveryv1.EndpointSliceList
+	if err := host.List(ctx, &copies, client.MatchingLabels{discoveryv1.LabelServiceName: "sneaky"}); err != nil {
+		t.Fatal(err)
+	}
+	if len(copies.Items) != 0 {
+		t.Errorf("the slice naming the host API server reached the host: %+v", copies.Items)
+	}
 }
 
 // freeAddrOn is ip with a port free on it.

@@ -224,6 +224,10 @@ func TestTenantPodsOnRealNodes(t *testing.T) {
 	t.Run("kubectl logs -f, exec -i and -it, attach and port-forward", func(t *testing.T) { k.streams(t, web) })
 	t.Run("DNS: headless Services, SRV, ExternalName and Pod records", func(t *testing.T) { k.dns(t, web) })
 
+	t.Run("a Service without a selector reaches the Pod its EndpointSlice names, and no address of the host's", func(t *testing.T) {
+		k.manualEndpoints(t, web, host)
+	})
+
 	t.Run("the container calls its tenant API server with its own token and CA", func(t *testing.T) {
 		var out string
 		eventually(t, 30*time.Second, "a SelfSubjectReview from the container", func(ctx context.Context) (bool, error) {

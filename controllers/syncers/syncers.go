@@ -54,7 +54,7 @@ import (
 // +kubebuilder:rbac:groups="",resources=pods/exec;pods/attach;pods/portforward,verbs=get;create
 // +kubebuilder:rbac:groups=networking.k8s.io,resources=networkpolicies,verbs=get;list;watch;create;update;delete
 // +kubebuilder:rbac:groups="",resources=resourcequotas;limitranges,verbs=get;list;watch;create;update;delete
-// +kubebuilder:rbac:groups=discovery.k8s.io,resources=endpointslices,verbs=list
+// +kubebuilder:rbac:groups=discovery.k8s.io,resources=endpointslices,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups=node.k8s.io,resources=runtimeclasses,verbs=list;watch
 
 // Options choose and tune the built-in syncers.
@@ -413,7 +413,7 @@ func newTenants(p tenantParams) (*Tenants, error) {
 			}
 			podOpts.DNSConfig = dns
 		}
-		builtinOpts := builtin.Options{Pods: podOpts}
+		builtinOpts := builtin.Options{Pods: podOpts, PodCluster: pods.Addresses{Hub: p.Hub}.PodCluster}
 		if policy.Services != nil {
 			builtinOpts.ServiceTypes = policy.Services.AllowedTypes
 		}

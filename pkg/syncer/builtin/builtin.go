@@ -1,6 +1,6 @@
 // Package builtin declares Tenantry's syncers for Kubernetes' built-in
-// types: ConfigMaps, Secrets, ServiceAccounts, Services and
-// PersistentVolumeClaims here, and Pods, with what a tenant's Pods need
+// types: ConfigMaps, Secrets, ServiceAccounts, Services, the EndpointSlices
+// a tenant makes itself and PersistentVolumeClaims here, and Pods, with what a tenant's Pods need
 // beside their copies, in package pods. (Namespaces are synced by the
 // framework itself, for every tenant.) Each is a plain syncer.Syncer
 // value; pick them by name with ByName.
@@ -26,6 +26,9 @@ type Options struct {
 	// ServiceTypes are the types of Service the host serves for the
 	// tenant; nil: DefaultServiceTypes.
 	ServiceTypes []corev1.ServiceType
+	// PodCluster says whose Pod an address is, for EndpointSlices; nil:
+	// every EndpointSlice is refused.
+	PodCluster PodClusterFunc
 }
 
 // All returns every built-in syncer under the default Options, in an
@@ -35,7 +38,8 @@ func All() []syncer.Syncer { return all(Options{}) }
 // all is All under opts.
 func all(opts Options) []syncer.Syncer {
 	return []syncer.Syncer{ConfigMaps(), Secrets(), ServiceAccounts(),
-		PersistentVolumeClaims(opts.Pods.Policy.Storage), Services(opts.ServiceTypes), pods.Syncer(opts.Pods)}
+		PersistentVolumeClaims(opts.Pods.Policy.Storage), Services(opts.ServiceTypes), pods.Syncer(opts.Pods),
+		EndpointSlices(opts.PodCluster)}
 }
 
 // Names lists the built-in syncers' names.
