@@ -89,9 +89,11 @@ NODE_BINS := $(addprefix $(BIN)/,kubelet kube-proxy containerd containerd-shim-r
              $(addprefix $(BIN)/cni/,$(CNI_PLUGINS)) $(BIN)/kit-images/index.json
 BUSYBOX ?= /bin/busybox
 # This machine's programs that the e2e suite runs in the agnhost image, as
-# its upstream image has them (Debian: curl, bind9-dnsutils,
-# netcat-openbsd, socat, libc-bin).
-AGNHOST_TOOLS ?= /usr/bin/curl /usr/bin/dig /usr/bin/nslookup /usr/bin/nc=/bin/nc.openbsd /usr/bin/socat /usr/bin/getent
+# its upstream image has them (Debian: dash as /bin/sh, curl,
+# bind9-dnsutils, netcat-openbsd, socat, libc-bin). dash finds a command
+# on PATH, where busybox's sh would run its own applet first (its nc knows
+# no -v).
+AGNHOST_TOOLS ?= /bin/sh=/bin/dash /usr/bin/curl /usr/bin/dig /usr/bin/nslookup /usr/bin/nc=/bin/nc.openbsd /usr/bin/socat /usr/bin/getent
 
 CONTROLLER_GEN := $(BIN)/controller-gen
 # What `make envtest` builds: the test control planes' programs, and the

@@ -71,7 +71,7 @@ func TestTenantPodsOnRealNodes(t *testing.T) {
 		if i == 0 {
 			// alpha's API server calls its Pods from this machine; beta's
 			// VirtualCluster lets no control plane in.
-			v.Spec.HostPolicy = &tenantryv1alpha1.HostPolicy{Network: &tenantryv1alpha1.NetworkPolicy{ControlPlaneCIDRs: []string{env.KitIP() + "/32"}}}
+			v.Spec.HostPolicy = &tenantryv1alpha1.HostPolicy{Network: &tenantryv1alpha1.NetworkPolicy{ControlPlaneCIDRs: env.ControlPlaneCIDRs()}}
 		}
 		if err := host.Create(t.Context(), v); err != nil {
 			t.Fatal(err)

@@ -31,6 +31,11 @@ func readHostPolicy(path string) (tenantryv1alpha1.HostPolicy, error) {
 	if err := validateHostPolicy(p); err != nil {
 		return p, fmt.Errorf("host policy %s: %w", path, err)
 	}
+	if p.Network != nil && len(p.Network.ControlPlaneCIDRs) > 0 {
+		// A default is every tenant's: each tenant's API server would
+		// reach every tenant's Pods.
+		return p, fmt.Errorf("host policy %s: network.controlPlaneCIDRs belongs to one VirtualCluster's control plane: set it in that VirtualCluster's spec.hostPolicy, never in the default", path)
+	}
 	return p, nil
 }
 
@@ -62,15 +67,11 @@ func validateHostPolicy(p tenantryv1alpha1.HostPolicy) error {
 		}
 	}
 	if p.Network != nil {
-		for _, cidr := range p.Network.DeniedEgressCIDRs {
-			if _, err := syncer.CanonicalCIDR(cidr); err != nil {
-				return fmt.Errorf("network.deniedEgressCIDRs: %w", err)
-			}
+		if _, err := syncer.CanonicalCIDRs(p.Network.DeniedEgressCIDRs); err != nil {
+			return fmt.Errorf("network.deniedEgressCIDRs: %w", err)
 		}
-		for _, cidr := range p.Network.ControlPlaneCIDRs {
-			if _, err := syncer.CanonicalCIDR(cidr); err != nil {
-				return fmt.Errorf("network.controlPlaneCIDRs: %w", err)
-			}
+		if _, err := syncer.CanonicalCIDRs(p.Network.ControlPlaneCIDRs); err != nil {
+			return fmt.Errorf("network.controlPlaneCIDRs: %w", err)
 		}
 	}
 	if err := syncer.ValidateBudget(p.Budget); err != nil {
@@ -106,7 +107,7 @@ var optionalVolumeTypes = []string{"hostPath", "nfs", "csi", "iscsi"}
 // network.deniedEgressCIDRs, which add to def's.
 func overDefault(def tenantryv1alpha1.HostPolicy, vc *tenantryv1alpha1.HostPolicy) tenantryv1alpha1.HostPolicy {
 	if vc == nil {
-		return def
+		vc = &tenantryv1alpha1.HostPolicy{}
 	}
 	out := def
 	pods := tenantryv1alpha1.PodPolicy{}
@@ -137,14 +138,19 @@ func overDefault(def tenantryv1alpha1.HostPolicy, vc *tenantryv1alpha1.HostPolic
 		metadata.CopyUnprefixedPodAnnotations = metadata.CopyUnprefixedPodAnnotations || m.CopyUnprefixedPodAnnotations
 	}
 	out.Metadata = &metadata
-	if n := vc.Network; n != nil {
-		// Denials add up, as metadata's do.
+	if def.Network != nil || vc.Network != nil {
 		network := tenantryv1alpha1.NetworkPolicy{}
 		if def.Network != nil {
 			network = *def.Network
 		}
-		network.DeniedEgressCIDRs = append(slices.Clone(network.DeniedEgressCIDRs), n.DeniedEgressCIDRs...)
-		network.ControlPlaneCIDRs = either(n.ControlPlaneCIDRs, network.ControlPlaneCIDRs)
+		// The control plane's addresses are the VirtualCluster's own,
+		// never a default's, which every tenant would share.
+		network.ControlPlaneCIDRs = nil
+		if n := vc.Network; n != nil {
+			// Denials add up, as metadata's do.
+			network.DeniedEgressCIDRs = append(slices.Clone(network.DeniedEgressCIDRs), n.DeniedEgressCIDRs...)
+			network.ControlPlaneCIDRs = n.ControlPlaneCIDRs
+		}
 		out.Network = &network
 	}
 	if vc.ResourceQuota != nil {

@@ -51,11 +51,11 @@ func TestVirtualClusterPolicyOverDefault(t *testing.T) {
 	if !slices.Equal(def.Network.DeniedEgressCIDRs, []string{"10.99.0.0/16"}) {
 		t.Error("the default policy's denied egress was changed")
 	}
-	// The control plane's addresses are the VirtualCluster's own: its list
-	// replaces the default's.
+	// The control plane's addresses are the VirtualCluster's own, never a
+	// default's (which readHostPolicy refuses).
 	def.Network.ControlPlaneCIDRs = []string{"10.98.0.1/32"}
-	if network := overDefault(def, &tenantryv1alpha1.HostPolicy{Network: &tenantryv1alpha1.NetworkPolicy{}}).Network; !slices.Equal(network.ControlPlaneCIDRs, []string{"10.98.0.1/32"}) {
-		t.Errorf("control plane addresses %v: want the default policy's", network.ControlPlaneCIDRs)
+	if network := overDefault(def, &tenantryv1alpha1.HostPolicy{Network: &tenantryv1alpha1.NetworkPolicy{}}).Network; len(network.ControlPlaneCIDRs) != 0 {
+		t.Errorf("control plane addresses %v: want none but the VirtualCluster's", network.ControlPlaneCIDRs)
 	}
 	network = overDefault(def, &tenantryv1alpha1.HostPolicy{Network: &tenantryv1alpha1.NetworkPolicy{ControlPlaneCIDRs: []string{"10.98.0.2/32"}}}).Network
 	if !slices.Equal(network.ControlPlaneCIDRs, []string{"10.98.0.2/32"}) {
@@ -108,6 +108,8 @@ func TestReadHostPolicy(t *testing.T) {
 		"v4-mapped":     {"network:\n  deniedEgressCIDRs: [\"::ffff:0:0/96\"]\n", `::ffff:0:0/96 is an IPv4-mapped IPv6 prefix`},
 		"every address": {"network:\n  deniedEgressCIDRs: [\"::/0\"]\n", `::/0 is every address`},
 		"control plane": {"network:\n  controlPlaneCIDRs: [10.0.0.5]\n", `network.controlPlaneCIDRs: "10.0.0.5" is not a CIDR`},
+		"shared control plane addresses": {"network:\n  controlPlaneCIDRs: [10.0.0.5/32]\n",
+			"network.controlPlaneCIDRs belongs to one VirtualCluster's control plane: set it in that VirtualCluster's spec.hostPolicy, never in the default"},
 	} {
 		if _, err := readHostPolicy(write(name, c.content)); err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%s: %v; want an error naming %q", name, err, c.want)

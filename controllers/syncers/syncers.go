@@ -9,6 +9,7 @@ import (
 	"flag"
 	"fmt"
 	"net"
+	"net/netip"
 	"strconv"
 	"strings"
 	"sync"
@@ -17,7 +18,9 @@ import (
 	"github.com/go-logr/logr"
 	"go.uber.org/fx"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/validation"
@@ -55,6 +58,7 @@ import (
 // +kubebuilder:rbac:groups=networking.k8s.io,resources=networkpolicies,verbs=get;list;watch;create;update;delete
 // +kubebuilder:rbac:groups="",resources=resourcequotas;limitranges,verbs=get;list;watch;create;update;delete
 // +kubebuilder:rbac:groups=discovery.k8s.io,resources=endpointslices,verbs=get;list;watch;create;update;patch;delete
+// +kubebuilder:rbac:groups=networking.k8s.io,resources=servicecidrs,verbs=list
 // +kubebuilder:rbac:groups=node.k8s.io,resources=runtimeclasses,verbs=list;watch
 
 // Options choose and tune the built-in syncers.
@@ -364,7 +368,12 @@ func newTenants(p tenantParams) (*Tenants, error) {
 	if _, err := builtin.ByName(o.Resources, builtin.Options{}); err != nil {
 		return nil, err
 	}
-	dnsService := &dnsServiceReader{}
+	dnsService := &sharedRead[*pods.DNSConfig]{read: func(ctx context.Context) (*pods.DNSConfig, error) {
+		return podDNS(ctx, p.Manager.GetAPIReader(), o)
+	}}
+	serviceRanges := &sharedRead[[]netip.Prefix]{read: func(ctx context.Context) ([]netip.Prefix, error) {
+		return hostServiceRanges(ctx, p.Manager.GetAPIReader())
+	}}
 	return &Tenants{kubelet: p.Kubelet, dns: p.DNS, module: syncer.TenantModulePerCluster(p.Hub, func(ctx context.Context, cluster string) (syncer.Options, []syncer.Syncer, error) {
 		// Read from the same cache as the VirtualCluster's reconciler,
 		// after it: the tenant runs with the spec that made the reconciler
@@ -407,13 +416,20 @@ func newTenants(p tenantParams) (*Tenants, error) {
 		}
 		if p.DNS != nil {
 			podOpts.DNS = p.DNS
-			dns, err := dnsService.read(ctx, p.Manager.GetAPIReader(), o)
+			dns, err := dnsService.get(ctx)
 			if err != nil {
 				return syncer.Options{}, nil, err
 			}
-			podOpts.DNSConfig = dns
+			if dns != nil {
+				own := *dns // each tenant's own
+				podOpts.DNSConfig = &own
+			}
 		}
-		builtinOpts := builtin.Options{Pods: podOpts, PodCluster: pods.Addresses{Hub: p.Hub}.PodCluster}
+		ranges, err := serviceRanges.get(ctx)
+		if err != nil {
+			return syncer.Options{}, nil, err
+		}
+		builtinOpts := builtin.Options{Pods: podOpts, PodCluster: pods.Addresses{Hub: p.Hub}.PodCluster, HostServiceRanges: ranges}
 		if policy.Services != nil {
 			builtinOpts.ServiceTypes = policy.Services.AllowedTypes
 		}
@@ -429,34 +445,58 @@ func newTenants(p tenantParams) (*Tenants, error) {
 	})}, nil
 }
 
-// dnsServiceTTL is how long the DNS Service's answer, read as a tenant
-// starts, is reused for the tenants that start next.
-const dnsServiceTTL = time.Minute
+// sharedReadTTL is how long an answer of a sharedRead is reused for the
+// tenants that start next.
+const sharedReadTTL = time.Minute
 
-// dnsServiceReader reads podDNS, and keeps its answer for dnsServiceTTL:
-// it is the same for every tenant, and a thousand tenants that start
-// together would otherwise each read the Service.
-type dnsServiceReader struct {
+// sharedRead is a read of the host whose answer is the same for every
+// tenant: the tenants that start within sharedReadTTL of it reuse it,
+// since a thousand tenants that start together would otherwise each make
+// it.
+type sharedRead[T any] struct {
+	read   func(ctx context.Context) (T, error)
 	mu     sync.Mutex
-	dns    *pods.DNSConfig
+	value  T
 	readAt time.Time
 }
 
-func (r *dnsServiceReader) read(ctx context.Context, host client.Reader, o Options) (*pods.DNSConfig, error) {
+func (r *sharedRead[T]) get(ctx context.Context) (T, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.readAt.IsZero() || time.Since(r.readAt) >= dnsServiceTTL {
-		dns, err := podDNS(ctx, host, o)
+	if r.readAt.IsZero() || time.Since(r.readAt) >= sharedReadTTL {
+		v, err := r.read(ctx)
 		if err != nil {
-			return nil, err
+			var zero T
+			return zero, err
 		}
-		r.dns, r.readAt = dns, time.Now()
+		r.value, r.readAt = v, time.Now()
 	}
-	if r.dns == nil {
-		return nil, nil
+	return r.value, nil
+}
+
+// hostServiceRanges are the host's service ranges: the CIDRs of its
+// ServiceCIDRs (networking.k8s.io/v1); none where the host serves no
+// ServiceCIDRs.
+func hostServiceRanges(ctx context.Context, host client.Reader) ([]netip.Prefix, error) {
+	var list networkingv1.ServiceCIDRList
+	if err := host.List(ctx, &list); err != nil {
+		if meta.IsNoMatchError(err) || apierrors.IsNotFound(err) {
+			return nil, nil
+		}
+		return nil, fmt.Errorf("reading the host's service ranges (ServiceCIDRs): %w", err)
 	}
-	dns := *r.dns // each tenant's own
-	return &dns, nil
+	var out []netip.Prefix
+	for _, sc := range list.Items {
+		if !sc.DeletionTimestamp.IsZero() {
+			continue // being drained: no new IPs from it
+		}
+		for _, cidr := range sc.Spec.CIDRs {
+			if p, err := netip.ParsePrefix(cidr); err == nil {
+				out = append(out, p.Masked())
+			}
+		}
+	}
+	return out, nil
 }
 
 // podDNS is the DNS that host Pods get: the tenant DNS server at the

@@ -94,15 +94,9 @@ func newNamespacePolicies(tr translator, hostRead client.Reader, host client.Cli
 	if err != nil {
 		return nil, err
 	}
-	var controlPlane []string
-	for _, cidr := range opts.ControlPlaneCIDRs {
-		prefix, err := CanonicalCIDR(cidr)
-		if err != nil {
-			return nil, fmt.Errorf("control plane addresses: %w", err)
-		}
-		if c := prefix.String(); !slices.Contains(controlPlane, c) {
-			controlPlane = append(controlPlane, c)
-		}
+	controlPlane, err := CanonicalCIDRs(opts.ControlPlaneCIDRs)
+	if err != nil {
+		return nil, fmt.Errorf("control plane addresses: %w", err)
 	}
 	// The quota first: it counts what follows.
 	p.policies = append(p.policies, namespacePolicy{
@@ -143,29 +137,32 @@ func newNamespacePolicies(tr translator, hostRead client.Reader, host client.Cli
 // host API server's addresses, DefaultDeniedEgressCIDRs and more, each
 // in its canonical form, once.
 func egressDenials(apiServerIPs, more []string) ([]string, error) {
-	var out []string
-	add := func(cidr string) error {
-		prefix, err := CanonicalCIDR(cidr)
-		if err != nil {
-			return fmt.Errorf("denied egress: %w", err)
-		}
-		if c := prefix.String(); !slices.Contains(out, c) {
-			out = append(out, c)
-		}
-		return nil
-	}
+	var all []string
 	for _, ip := range apiServerIPs {
 		bits := 32
 		if net.ParseIP(ip).To4() == nil {
 			bits = 128
 		}
-		if err := add(fmt.Sprintf("%s/%d", ip, bits)); err != nil {
+		all = append(all, fmt.Sprintf("%s/%d", ip, bits))
+	}
+	out, err := CanonicalCIDRs(slices.Concat(all, DefaultDeniedEgressCIDRs, more))
+	if err != nil {
+		return nil, fmt.Errorf("denied egress: %w", err)
+	}
+	return out, nil
+}
+
+// CanonicalCIDRs are cidrs each in its canonical form (CanonicalCIDR),
+// once, in their order; the first that is not a CIDR is an error.
+func CanonicalCIDRs(cidrs []string) ([]string, error) {
+	var out []string
+	for _, cidr := range cidrs {
+		prefix, err := CanonicalCIDR(cidr)
+		if err != nil {
 			return nil, err
 		}
-	}
-	for _, cidr := range append(slices.Clone(DefaultDeniedEgressCIDRs), more...) {
-		if err := add(cidr); err != nil {
-			return nil, err
+		if c := prefix.String(); !slices.Contains(out, c) {
+			out = append(out, c)
 		}
 	}
 	return out, nil

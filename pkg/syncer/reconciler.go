@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"strings"
 	"sync"
 	"time"
 
@@ -213,7 +214,7 @@ func (r *reconciler) sync(ctx context.Context, key types.NamespacedName, tenant,
 		}
 		// The update carries the host object's resourceVersion: if someone
 		// changed it since our cache saw it, it fails and we retry.
-		err = r.withSecondChoice(ctx, desired, func() error { return r.host.Update(ctx, desired) })
+		desired, err = r.writePreferred(ctx, tenant, desired, func(o client.Object) error { return r.host.Update(ctx, o) })
 		settle(err)
 		if err != nil {
 			return false, reconcile.Result{}, fmt.Errorf("updating host %s %s: %w", r.syncer.Name, client.ObjectKeyFromObject(desired), err)
@@ -260,7 +261,7 @@ func (r *reconciler) createHost(ctx context.Context, tenant client.Object) (bool
 			return false, reconcile.Result{}, err
 		}
 	}
-	err = r.withSecondChoice(ctx, desired, func() error { return r.host.Create(ctx, desired) })
+	desired, err = r.writePreferred(ctx, tenant, desired, func(o client.Object) error { return r.host.Create(ctx, o) })
 	settle(err)
 	switch {
 	case apierrors.IsAlreadyExists(err):
@@ -274,16 +275,45 @@ func (r *reconciler) createHost(ctx context.Context, tenant client.Object) (bool
 	return true, reconcile.Result{}, nil
 }
 
-// withSecondChoice runs write, of desired, and once more when the host
-// refuses desired as invalid and the syncer's SecondChoice changes it.
-func (r *reconciler) withSecondChoice(ctx context.Context, desired client.Object, write func() error) error {
-	err := write()
-	if apierrors.IsInvalid(err) && r.syncer.SecondChoice != nil && r.syncer.SecondChoice(desired, err) {
-		ctrl.LoggerFrom(ctx).V(1).Info("the host refused the copy as asked; asking again for the host's choice",
-			"host", client.ObjectKeyFromObject(desired), "error", err.Error())
-		err = write()
+// writePreferred writes desired, a host copy of tenant, through write,
+// with what the syncer's Prefer asks for; when the host refuses that,
+// it writes desired as it was. It returns the object it wrote last.
+func (r *reconciler) writePreferred(ctx context.Context, tenant, desired client.Object, write func(client.Object) error) (client.Object, error) {
+	if r.syncer.Prefer == nil {
+		return desired, write(desired)
 	}
-	return err
+	preferred := desired.DeepCopyObject().(client.Object)
+	fields := r.syncer.Prefer(tenant, preferred)
+	if len(fields) == 0 {
+		return desired, write(desired)
+	}
+	err := write(preferred)
+	if !refusedFor(err, fields) {
+		return preferred, err
+	}
+	ctrl.LoggerFrom(ctx).V(1).Info("the host refused what the copy asked for; leaving it to the host",
+		"host", client.ObjectKeyFromObject(desired), "fields", fields, "error", err.Error())
+	return desired, write(desired)
+}
+
+// refusedFor says whether err is the host refusing an object as invalid
+// for one of fields (or for no field it names).
+func refusedFor(err error, fields []string) bool {
+	if !apierrors.IsInvalid(err) {
+		return false
+	}
+	var status apierrors.APIStatus
+	if !errors.As(err, &status) || status.Status().Details == nil || len(status.Status().Details.Causes) == 0 {
+		return true
+	}
+	for _, cause := range status.Status().Details.Causes {
+		for _, f := range fields {
+			if cause.Field == f || strings.HasPrefix(cause.Field, f+"[") || strings.HasPrefix(cause.Field, f+".") {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // wrote records host, just written, as an echo to skip, if echoes are.

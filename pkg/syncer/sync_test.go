@@ -3,6 +3,7 @@ package syncer_test
 import (
 	"context"
 	"fmt"
+	"net/netip"
 	"slices"
 	"strings"
 	"sync"
@@ -32,8 +33,19 @@ import (
 // installation looks like. Tests that need no API server (the fuzz
 // target's workers among them) start none.
 var sharedWorld = syncertest.Share(syncertest.WorldOptions{
-	Tenants: 2, HostNodes: 2, TenantControllerManager: true, Syncers: builtin.All(),
+	Tenants: 2, HostNodes: 2, TenantControllerManager: true, Syncers: allSyncers(),
 })
+
+// allSyncers are every built-in syncer, told the host's service range as
+// the manager tells them: envtest's, 10.0.0.0/24, which is every tenant's
+// too.
+func allSyncers() []syncer.Syncer {
+	s, err := builtin.ByName(builtin.Names(), builtin.Options{HostServiceRanges: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/24")}})
+	if err != nil {
+		panic(err)
+	}
+	return s
+}
 
 // shared is sharedWorld, once useWorld started it.
 var shared *syncertest.World

@@ -52,12 +52,16 @@ type Syncer struct {
 	// set the host copy's name, namespace, labels and annotations.
 	Down func(tenant, host client.Object) error
 
-	// SecondChoice, if set, is asked when the host refuses a copy that
-	// Down wrote as invalid (refusal): Down may have asked for what the
-	// tenant already has (a Service's cluster IP), which the host may have
-	// given another. SecondChoice changes desired to leave that to the
-	// host and says whether it did; the write is then tried once more.
-	SecondChoice func(desired client.Object, refusal error) bool
+	// Prefer, if set, asks the host, in desired (the copy about to be
+	// created or updated, as Down made it), for what the tenant object
+	// already holds where the host would otherwise allocate itself (a
+	// Service's cluster IP), and returns the field paths it set (none: it
+	// asked for nothing). If the host refuses desired as invalid for one
+	// of those fields (or for none named), the write is tried once more as
+	// Down made it. What Prefer sets is no part of what the copy must keep
+	// holding (AnnotationSyncedDigest), and must not change what a budget
+	// counts.
+	Prefer func(tenant, desired client.Object) (fields []string)
 
 	// Up brings what the host filled in back to the tenant object: status,
 	// and fields such as a Service's cluster IP. It writes through c, the

@@ -125,8 +125,10 @@ func (a *clientCertAuthn) Configure(dir string, args *envtest.Arguments) error {
 	return nil
 }
 
-// Start writes the CA and the kubelet client certificate, once: an API
-// server restarted on the same directory keeps them.
+// Start writes the client CA, the front proxy CA and the client
+// certificates the API server presents (to kubelets, and to aggregated API
+// servers), anew at each start, from the same CAs: an API server restarted
+// on the same directory trusts and is trusted as before.
 func (a *clientCertAuthn) Start() error {
 	if a.dir == "" {
 		return fmt.Errorf("client certificate authn started before it was configured")

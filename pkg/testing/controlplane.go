@@ -136,14 +136,14 @@ func startControlPlane(ctx context.Context, name string, ip net.IP, opts *Option
 		// then takes its host copy's cluster IP, which kube-proxy serves.
 		apiServer.Configure().Set("service-cluster-ip-range", kit.serviceCIDR())
 	}
-	if !cp.isHost() && kit != nil {
+	if !cp.isHost() && kit != nil && cp.runsControllerManager(opts) {
 		// A tenant API server runs outside the host's network, as one
 		// elsewhere would: it reaches a webhook's or an aggregated API's
 		// Service at its endpoints, the Pods, from this machine's address
 		// (KitIP), which the VirtualCluster's
 		// hostPolicy.network.controlPlaneCIDRs then lets in. Through a
 		// cluster IP, a node's kube-proxy would put the node's address in
-		// place of its own.
+		// place of its own. Its controller-manager makes the endpoints.
 		apiServer.Configure().Set("enable-aggregator-routing", "true")
 	}
 	if cp.isHost() && kit != nil {

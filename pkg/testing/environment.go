@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"strings"
@@ -256,14 +257,25 @@ func New(t testing.TB, opts Options) *Environment {
 // server of the test's own that Pods reach should (a DNS server, for
 // example). The API servers listen on addresses of their own there
 // (ControlPlane.Address), but connect to Pods from this one, like every
-// process of this machine: a VirtualCluster whose tenant API server calls
-// its Pods (webhooks, aggregated APIs, pods/proxy) lets it in with
-// hostPolicy.network.controlPlaneCIDRs. Empty without real nodes.
+// process of this machine (see ControlPlaneCIDRs). Empty without real
+// nodes.
 func (e *Environment) KitIP() string {
 	if e.kit == nil {
 		return ""
 	}
 	return e.kit.gatewayIP()
+}
+
+// ControlPlaneCIDRs are where the kit's API servers connect to Pods from
+// (KitIP, as a CIDR of one address), for a VirtualCluster's
+// hostPolicy.network.controlPlaneCIDRs. Every API server of the kit shares
+// it: a tenant's reaches every tenant's Pods that let it in. Empty without
+// real nodes.
+func (e *Environment) ControlPlaneCIDRs() []string {
+	if e.kit == nil {
+		return nil
+	}
+	return []string{netip.PrefixFrom(netip.MustParseAddr(e.kit.gatewayIP()), 32).String()}
 }
 
 // CloudMetadataIP stands for where clouds serve instance metadata: an

@@ -262,13 +262,13 @@ func (d *Env) registerTenants(ctx context.Context) error {
 				}}},
 			},
 		}
-		if ip := d.env.KitIP(); ip != "" {
+		if cidrs := d.env.ControlPlaneCIDRs(); len(cidrs) > 0 {
 			// The tenant API server calls its Pods (webhooks, aggregated
 			// APIs, pods/proxy) from this machine's address. Every
 			// tenant's does: on this dev machine one tenant's API server
 			// reaches every tenant's Pods, as a shared host must not let
 			// it (see docs/host-policy.md).
-			vc.Spec.HostPolicy.Network = &tenantryv1alpha1.NetworkPolicy{ControlPlaneCIDRs: []string{ip + "/32"}}
+			vc.Spec.HostPolicy.Network = &tenantryv1alpha1.NetworkPolicy{ControlPlaneCIDRs: cidrs}
 		}
 		for _, o := range []client.Object{secret, vc} {
 			if err := d.host.Create(ctx, o); err != nil {

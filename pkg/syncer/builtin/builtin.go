@@ -8,6 +8,7 @@ package builtin
 
 import (
 	"fmt"
+	"net/netip"
 	"slices"
 	"sort"
 	"strings"
@@ -29,6 +30,10 @@ type Options struct {
 	// PodCluster says whose Pod an address is, for EndpointSlices; nil:
 	// every EndpointSlice is refused.
 	PodCluster PodClusterFunc
+	// HostServiceRanges are the host's service ranges, in which a
+	// Service's host copy may ask for the tenant Service's own cluster IP
+	// (see Services); nil: the host picks every IP.
+	HostServiceRanges []netip.Prefix
 }
 
 // All returns every built-in syncer under the default Options, in an
@@ -38,7 +43,7 @@ func All() []syncer.Syncer { return all(Options{}) }
 // all is All under opts.
 func all(opts Options) []syncer.Syncer {
 	return []syncer.Syncer{ConfigMaps(), Secrets(), ServiceAccounts(),
-		PersistentVolumeClaims(opts.Pods.Policy.Storage), Services(opts.ServiceTypes), pods.Syncer(opts.Pods),
+		PersistentVolumeClaims(opts.Pods.Policy.Storage), Services(opts.ServiceTypes, opts.HostServiceRanges), pods.Syncer(opts.Pods),
 		EndpointSlices(opts.PodCluster)}
 }
 

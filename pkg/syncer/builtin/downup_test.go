@@ -2,6 +2,8 @@ package builtin
 
 import (
 	"context"
+	"net/netip"
+	"slices"
 	"strings"
 	"testing"
 
@@ -38,7 +40,7 @@ func TestServicesRefuseTypesNotAllowed(t *testing.T) {
 		{[]corev1.ServiceType{corev1.ServiceTypeNodePort}, corev1.ServiceTypeExternalName, true},
 	} {
 		tenant := &corev1.Service{Spec: corev1.ServiceSpec{Type: tc.typ, ExternalName: "example.com"}}
-		err := Services(tc.types).Down(tenant, &corev1.Service{})
+		err := Services(tc.types, nil).Down(tenant, &corev1.Service{})
 		switch {
 		case tc.refused && (err == nil || !strings.Contains(err.Error(), "spec.hostPolicy.services.allowedTypes")):
 			t.Errorf("type %q under %v: %v; want a refusal naming spec.hostPolicy.services.allowedTypes", tc.typ, tc.types, err)
@@ -91,11 +93,10 @@ func TestServicesDown(t *testing.T) {
 		want         corev1.ServiceSpec
 	}{
 		{
-			name: "created: the tenant's cluster IP asked for, node ports left for the host to allocate",
+			name: "created: the tenant's cluster IP and node ports left for the host to allocate",
 			tenant: corev1.Service{Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeNodePort, ClusterIP: "10.0.0.7", ClusterIPs: []string{"10.0.0.7"},
 				Ports: []corev1.ServicePort{port("http", 80, 30080)}, Selector: map[string]string{"app": "web"}}},
-			want: corev1.ServiceSpec{Type: corev1.ServiceTypeNodePort, ClusterIP: "10.0.0.7", ClusterIPs: []string{"10.0.0.7"},
-				Ports: []corev1.ServicePort{port("http", 80, 0)}, Selector: map[string]string{"app": "web"}},
+			want: corev1.ServiceSpec{Type: corev1.ServiceTypeNodePort, Ports: []corev1.ServicePort{port("http", 80, 0)}, Selector: map[string]string{"app": "web"}},
 		},
 		{
 			name:   "created headless: None stays, it is no allocation",
@@ -103,13 +104,13 @@ func TestServicesDown(t *testing.T) {
 			want:   corev1.ServiceSpec{ClusterIP: corev1.ClusterIPNone, Ports: []corev1.ServicePort{port("dns", 53, 0)}},
 		},
 		{
-			name: "updated from ExternalName: the tenant's new cluster IP asked for",
+			name: "updated from ExternalName: the cluster IP left for the host, under the tenant's families",
 			tenant: corev1.Service{Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeClusterIP, ClusterIP: "10.0.0.8", ClusterIPs: []string{"10.0.0.8"},
 				IPFamilies: []corev1.IPFamily{corev1.IPv4Protocol}, IPFamilyPolicy: ptr.To(corev1.IPFamilyPolicySingleStack),
 				Ports: []corev1.ServicePort{port("http", 80, 0)}}},
 			host: corev1.Service{ObjectMeta: metav1.ObjectMeta{ResourceVersion: "7"}, Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeExternalName,
 				ExternalName: "web.example.com", Ports: []corev1.ServicePort{port("http", 80, 0)}}},
-			want: corev1.ServiceSpec{Type: corev1.ServiceTypeClusterIP, ClusterIP: "10.0.0.8", ClusterIPs: []string{"10.0.0.8"},
+			want: corev1.ServiceSpec{Type: corev1.ServiceTypeClusterIP,
 				IPFamilies: []corev1.IPFamily{corev1.IPv4Protocol}, IPFamilyPolicy: ptr.To(corev1.IPFamilyPolicySingleStack),
 				Ports: []corev1.ServicePort{port("http", 80, 0)}},
 		},
@@ -136,7 +137,7 @@ func TestServicesDown(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			host := tc.host.DeepCopy()
-			if err := Services(allTypes).Down(tc.tenant.DeepCopy(), host); err != nil {
+			if err := Services(allTypes, nil).Down(tc.tenant.DeepCopy(), host); err != nil {
 				t.Fatal(err)
 			}
 			if !equality.Semantic.DeepEqual(host.Spec, tc.want) {
@@ -171,7 +172,7 @@ func TestStatusUp(t *testing.T) {
 			status: func(o client.Object) any { return o.(*corev1.PersistentVolumeClaim).Status },
 		},
 		{
-			name: "a load balancer's address, the cluster IPs alike", up: Services(nil).Up,
+			name: "a load balancer's address, the cluster IPs alike", up: Services(nil, nil).Up,
 			tenant: &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "web"}, Spec: corev1.ServiceSpec{ClusterIP: "10.96.0.9"}},
 			host:   &corev1.Service{Spec: corev1.ServiceSpec{ClusterIP: "10.96.0.9"}, Status: balanced},
 			status: func(o client.Object) any { return o.(*corev1.Service).Status }, wantChanged: true,
@@ -194,5 +195,56 @@ func TestStatusUp(t *testing.T) {
 				t.Errorf("tenant status stored %+v, want the host's %+v", tc.status(stored), tc.status(tc.host))
 			}
 		})
+	}
+}
+
+// A Service's host copy asks for the tenant Service's own cluster IPs only
+// where the host allocates them itself: in one of its ranges, past the
+// first addresses that host admins pin by hand; a copy that has IPs, a
+// headless or ExternalName one, asks for nothing.
+func TestServicesPreferTheTenantsIPs(t *testing.T) {
+	ranges := []netip.Prefix{netip.MustParsePrefix("10.96.0.0/20"), netip.MustParsePrefix("fd00:96::/96")}
+	tenant := func(ips ...string) *corev1.Service {
+		s := &corev1.Service{Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeClusterIP, ClusterIPs: ips,
+			IPFamilyPolicy: ptr.To(corev1.IPFamilyPolicyPreferDualStack)}}
+		if len(ips) > 0 {
+			s.Spec.ClusterIP = ips[0]
+		}
+		return s
+	}
+	for _, tc := range []struct {
+		what   string
+		tenant *corev1.Service
+		host   corev1.ServiceSpec
+		ask    bool
+	}{
+		{"in the range, past its first 256", tenant("10.96.1.9"), corev1.ServiceSpec{}, true},
+		{"both families", tenant("10.96.1.9", "fd00:96::1:9"), corev1.ServiceSpec{}, true},
+		{"one of the first 256, where admins pin the DNS", tenant("10.96.0.10"), corev1.ServiceSpec{}, false},
+		{"the last of the first 256", tenant("10.96.1.0"), corev1.ServiceSpec{}, false},
+		{"outside the host's ranges", tenant("10.0.0.99"), corev1.ServiceSpec{}, false},
+		{"one family outside", tenant("10.96.1.9", "fd00:97::1:9"), corev1.ServiceSpec{}, false},
+		{"headless", tenant(corev1.ClusterIPNone), corev1.ServiceSpec{}, false},
+		{"the copy has the host's IP", tenant("10.96.1.9"), corev1.ServiceSpec{ClusterIP: "10.96.2.2"}, false},
+		{"an ExternalName copy", tenant("10.96.1.9"), corev1.ServiceSpec{Type: corev1.ServiceTypeExternalName}, false},
+	} {
+		host := &corev1.Service{Spec: tc.host}
+		fields := preferTenantIPs(tc.tenant, host, ranges)
+		if asked := len(fields) > 0; asked != tc.ask {
+			t.Errorf("%s: asked %v (%v), want %v", tc.what, asked, fields, tc.ask)
+			continue
+		}
+		if tc.ask && (host.Spec.ClusterIP != tc.tenant.Spec.ClusterIP || !slices.Equal(host.Spec.ClusterIPs, tc.tenant.Spec.ClusterIPs) ||
+			*host.Spec.IPFamilyPolicy != corev1.IPFamilyPolicyPreferDualStack) {
+			t.Errorf("%s: host copy asks for %+v; want the tenant's IPs and families", tc.what, host.Spec)
+		}
+		if !tc.ask && !equality.Semantic.DeepEqual(host.Spec, tc.host) {
+			t.Errorf("%s: host copy changed to %+v", tc.what, host.Spec)
+		}
+	}
+	// A small range keeps 16 (a /24: 256/16 = 16).
+	small := netip.MustParsePrefix("10.0.0.0/24")
+	if dynamicPart(small, netip.MustParseAddr("10.0.0.16")) || !dynamicPart(small, netip.MustParseAddr("10.0.0.17")) {
+		t.Error("a /24 keeps its first 16 addresses for Services that name their IP")
 	}
 }

@@ -26,7 +26,7 @@ func TestEndpointSlicesDown(t *testing.T) {
 	s := EndpointSlices(podCluster)
 	slice := func(managedBy string, ips ...string) *discoveryv1.EndpointSlice {
 		e := &discoveryv1.EndpointSlice{
-			ObjectMeta: metav1.ObjectMeta{Namespace: "app", Name: "manual-1", Labels: map[string]string{discoveryv1.LabelServiceName: "manual"}},
+			ObjectMeta:  metav1.ObjectMeta{Namespace: "app", Name: "manual-1", Labels: map[string]string{discoveryv1.LabelServiceName: "manual"}},
 			AddressType: discoveryv1.AddressTypeIPv4,
 			Ports:       []discoveryv1.EndpointPort{{Name: ptr.To("http"), Port: ptr.To[int32](8080)}},
 		}

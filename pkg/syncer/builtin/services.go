@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net/netip"
 	"slices"
 	"strings"
 
@@ -39,7 +40,14 @@ var DefaultServiceTypes = []corev1.ServiceType{corev1.ServiceTypeClusterIP, core
 // IPs, a load balancer IP and a load balancer class are left out (and the
 // tenant told): a tenant must not claim host addresses, nor pick the
 // host's load balancer.
-func Services(types []corev1.ServiceType) syncer.Syncer {
+//
+// hostRanges are the host's service ranges (its ServiceCIDRs): a host copy
+// asks for the tenant Service's own cluster IPs where they lie in the part
+// of a range that the host hands out to any Service (see
+// preferTenantIPs), never the first addresses that host admins pin, so
+// that the tenant Service keeps them. Elsewhere (nil: everywhere) the host
+// picks the IPs, and the tenant Service takes them (serviceClusterIPUp).
+func Services(types []corev1.ServiceType, hostRanges []netip.Prefix) syncer.Syncer {
 	if types == nil {
 		types = DefaultServiceTypes
 	}
@@ -63,15 +71,8 @@ func Services(types []corev1.ServiceType) syncer.Syncer {
 			host.Spec = serviceSpecDown(tenant.Spec, host.Spec, host.ResourceVersion == "")
 			return nil
 		},
-		SecondChoice: func(desired client.Object, _ error) bool {
-			spec := &desired.(*corev1.Service).Spec
-			if spec.ClusterIP == "" || spec.ClusterIP == corev1.ClusterIPNone {
-				return false
-			}
-			// Taken in the host, or outside its range: the host picks one,
-			// and Up gives it to the tenant Service.
-			spec.ClusterIP, spec.ClusterIPs = "", nil
-			return true
+		Prefer: func(t, h client.Object) []string {
+			return preferTenantIPs(t.(*corev1.Service), h.(*corev1.Service), hostRanges)
 		},
 		Stripped: func(t client.Object) string {
 			var out []string
@@ -110,6 +111,60 @@ func allowedType(s *corev1.Service, types []corev1.ServiceType) error {
 		"allow it in the VirtualCluster's spec.hostPolicy.services.allowedTypes", t, strings.Join(names, ", "))
 }
 
+// preferTenantIPs asks, in host, the copy of tenant about to be written
+// with no cluster IP (a new one, or one turning from ExternalName), for
+// tenant's own cluster IPs, when each lies in one of hostRanges past its
+// first addresses (see dynamicPart). It says which fields it set, none if
+// it asked for nothing.
+//
+// The tenant Service then keeps its IPs, rather than passing through
+// ExternalName for a moment to take the host's, which its API server's
+// webhook and aggregator calls, and its clients, would see. The first
+// addresses of a range are where a host admin pins Services by hand (the
+// cluster DNS's, say): a tenant never asks for one of those, lest it take
+// one before the admin does. Beyond them, it asks for a free IP as any
+// namespace of the host may.
+func preferTenantIPs(tenant, host *corev1.Service, hostRanges []netip.Prefix) []string {
+	if host.Spec.ClusterIP != "" || host.Spec.Type == corev1.ServiceTypeExternalName ||
+		tenant.Spec.ClusterIP == "" || tenant.Spec.ClusterIP == corev1.ClusterIPNone {
+		return nil
+	}
+	ips := clusterIPs(tenant.Spec)
+	for _, ip := range ips {
+		addr, err := netip.ParseAddr(ip)
+		if err != nil || !slices.ContainsFunc(hostRanges, func(r netip.Prefix) bool { return dynamicPart(r, addr) }) {
+			return nil
+		}
+	}
+	host.Spec.ClusterIP, host.Spec.ClusterIPs = ips[0], slices.Clone(ips)
+	host.Spec.IPFamilies, host.Spec.IPFamilyPolicy = slices.Clone(tenant.Spec.IPFamilies), tenant.Spec.IPFamilyPolicy
+	return []string{"spec.clusterIP", "spec.clusterIPs", "spec.ipFamilies", "spec.ipFamilyPolicy"}
+}
+
+// dynamicPart says whether addr lies in r past the addresses that
+// Kubernetes' allocator keeps for Services that name their IP (the first
+// min(max(16, size/16), 256) after the network's own), which it hands out
+// only when the rest is full.
+func dynamicPart(r netip.Prefix, addr netip.Addr) bool {
+	if !r.Contains(addr) {
+		return false
+	}
+	hostBits := r.Addr().BitLen() - r.Bits()
+	reserved := 256
+	if hostBits < 12 {
+		size := 1 << hostBits
+		reserved = min(max(16, size/16), 256)
+		if size < 16 {
+			reserved = 0
+		}
+	}
+	first := r.Masked().Addr()
+	for range reserved {
+		first = first.Next()
+	}
+	return addr.Compare(first) > 0
+}
+
 // serviceSpecDown is the host spec for a tenant spec: the tenant's, with
 // what the host allocates (cluster IPs, node ports) left to the host.
 func serviceSpecDown(tenant, host corev1.ServiceSpec, creating bool) corev1.ServiceSpec {
@@ -121,22 +176,23 @@ func serviceSpecDown(tenant, host corev1.ServiceSpec, creating bool) corev1.Serv
 		spec.ExternalTrafficPolicy = "" // set only because of external IPs, which are gone
 	}
 	if creating {
-		// The host copy asks for the tenant's own cluster IPs (the host
-		// gives any free one of its range, as to a Service of its own
-		// that names one), so that the tenant Service keeps its IP and
-		// never passes through ExternalName to take the host's, which
-		// its API server's webhook and aggregator calls would see. Where
-		// the host refuses them, SecondChoice leaves them to the host.
+		if spec.ClusterIP != corev1.ClusterIPNone {
+			spec.ClusterIP, spec.ClusterIPs = "", nil // the host's to allocate; see preferTenantIPs
+		}
 		spec.HealthCheckNodePort = 0
 		for i := range spec.Ports {
 			spec.Ports[i].NodePort = 0
 		}
 		return spec
 	}
-	if host.ClusterIP != "" || spec.ClusterIP == "" {
-		spec.ClusterIP, spec.ClusterIPs = host.ClusterIP, host.ClusterIPs
+	spec.ClusterIP, spec.ClusterIPs = host.ClusterIP, host.ClusterIPs
+	if host.ClusterIP == "" {
+		// Turning from ExternalName: the host allocates, under the
+		// tenant's families.
+		spec.ClusterIPs = nil
+	} else {
 		spec.IPFamilies, spec.IPFamilyPolicy = host.IPFamilies, host.IPFamilyPolicy
-	} // else turning from ExternalName: the tenant's IPs asked for, as by a new copy
+	}
 	spec.HealthCheckNodePort = host.HealthCheckNodePort
 	spec.LoadBalancerClass = host.LoadBalancerClass
 	for i := range spec.Ports {

@@ -238,8 +238,7 @@ type NetworkPolicy struct {
 	// outside the cluster's network should reach Services at their
 	// endpoints (kube-apiserver's --enable-aggregator-routing), not
 	// through a node's kube-proxy, which would hide its address behind
-	// the node's. A VirtualCluster's list replaces the manager's default
-	// policy's.
+	// the node's. The manager's default policy cannot set it.
 	// +listType=set
 	// +kubebuilder:validation:MaxItems=16
 	// +kubebuilder:validation:items:MaxLength=43
