@@ -17,6 +17,7 @@ import (
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/utils/ptr"
@@ -631,6 +632,37 @@ func (k *tenantKit) manualEndpoints(t *testing.T, web *corev1.Pod, host client.C
 	if len(copies.Items) != 0 {
 		t.Errorf("the slice naming the host API server reached the host: %+v", copies.Items)
 	}
+}
+
+// resize: a tenant that resizes its running Pod in place gets it resized
+// in the host, by the host's kubelet, and sees the new size in the Pod's
+// status; the container keeps running, not restarted.
+func (k *tenantKit) resize(t *testing.T) {
+	ctx := t.Context()
+	pod := checkPod("app", "sized", "exec sleep 3600")
+	pod.Spec.RestartPolicy = corev1.RestartPolicyAlways
+	pod.Spec.Containers[0].Resources = corev1.ResourceRequirements{
+		Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("10m"), corev1.ResourceMemory: resource.MustParse("32Mi")},
+		Limits:   corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("100m"), corev1.ResourceMemory: resource.MustParse("64Mi")},
+	}
+	running := k.run(t, pod, "running", func(p *corev1.Pod) (bool, error) {
+		return p.Status.Phase == corev1.PodRunning && len(p.Status.ContainerStatuses) == 1 && p.Status.ContainerStatuses[0].Started != nil &&
+			*p.Status.ContainerStatuses[0].Started, fmt.Errorf("phase %s, %+v", p.Status.Phase, p.Status.ContainerStatuses)
+	})
+	running.Spec.Containers[0].Resources.Requests[corev1.ResourceCPU] = resource.MustParse("20m")
+	running.Spec.Containers[0].Resources.Limits[corev1.ResourceCPU] = resource.MustParse("200m")
+	if err := k.tenant.SubResource("resize").Update(ctx, running); err != nil {
+		t.Fatal(err)
+	}
+	k.await(t, pod, "resized by the host's kubelet", func(p *corev1.Pod) (bool, error) {
+		if len(p.Status.ContainerStatuses) != 1 || p.Status.ContainerStatuses[0].Resources == nil {
+			return false, fmt.Errorf("container statuses %+v", p.Status.ContainerStatuses)
+		}
+		st := p.Status.ContainerStatuses[0]
+		got := st.Resources
+		return got.Requests.Cpu().Cmp(resource.MustParse("20m")) == 0 && got.Limits.Cpu().Cmp(resource.MustParse("200m")) == 0 && st.RestartCount == 0,
+			fmt.Errorf("status resources %+v, restarts %d, conditions %+v", got, st.RestartCount, p.Status.Conditions)
+	})
 }
 
 // freeAddrOn is ip with a port free on it.

@@ -145,6 +145,7 @@ func extensions(opts Options, views *nodeViews) []syncer.Extension {
 	out := []syncer.Extension{
 		&virtualNodesExtension{opts: opts, views: views},
 		&apiAccessExtension{inClusterServer: opts.InClusterServer},
+		resizeExtension{},
 	}
 	if opts.KubeletAPI != nil {
 		out = append(out, &kubeletExtension{server: opts.KubeletAPI, inClusterServer: opts.InClusterServer})

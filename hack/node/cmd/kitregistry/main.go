@@ -138,7 +138,9 @@ func build(args []string) error {
 	if err != nil {
 		return err
 	}
-	agnhostFiles := map[string]string{"agnhost": *agnhost}
+	// /agnhost-2 as upstream's has it, for the specs that override the
+	// image's entrypoint with it.
+	agnhostFiles := map[string]string{"agnhost": *agnhost, "agnhost-2": *agnhost}
 	for _, tool := range tools {
 		if err := addWithLibraries(agnhostFiles, tool); err != nil {
 			return err
