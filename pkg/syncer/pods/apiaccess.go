@@ -159,31 +159,49 @@ func APIAccess(podName string, spec *corev1.PodSpec) error {
 						LocalObjectReference: corev1.LocalObjectReference{Name: secret},
 						Items:                []corev1.KeyToPath{credential(trustBundleKey(src.ClusterTrustBundle), src.ClusterTrustBundle.Path, src.ClusterTrustBundle.User)},
 					}}
-				case src.DownwardAPI != nil:
-					tenantFieldRefs(src.DownwardAPI.Items)
 				}
 			}
 			v.Projected.Sources = splitMetadataMaps(secret, v.Projected.Sources)
+			for _, src := range v.Projected.Sources {
+				if src.DownwardAPI != nil {
+					tenantFieldRefs(src.DownwardAPI.Items)
+				}
+			}
 		case v.ConfigMap != nil && v.ConfigMap.Name == rootCAConfigMap:
 			v.VolumeSource = corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{
 				SecretName: secret, Items: caItems(v.ConfigMap.Items), DefaultMode: v.ConfigMap.DefaultMode,
 			}}
 		case v.DownwardAPI != nil:
-			tenantFieldRefs(v.DownwardAPI.Items)
 			downward := []corev1.VolumeProjection{{DownwardAPI: &corev1.DownwardAPIProjection{Items: v.DownwardAPI.Items}}}
-			if split := splitMetadataMaps(secret, downward); len(split) != 1 || split[0].DownwardAPI == nil {
+			split := splitMetadataMaps(secret, downward)
+			for _, src := range split {
+				if src.DownwardAPI != nil {
+					tenantFieldRefs(src.DownwardAPI.Items)
+				}
+			}
+			if len(split) != 1 || split[0].DownwardAPI == nil {
 				v.VolumeSource = corev1.VolumeSource{Projected: &corev1.ProjectedVolumeSource{
 					Sources: split, DefaultMode: v.DownwardAPI.DefaultMode,
 				}}
+			} else {
+				v.DownwardAPI.Items = split[0].DownwardAPI.Items
 			}
 		}
 	}
 	for _, cs := range [][]corev1.Container{spec.InitContainers, spec.Containers} {
 		for i := range cs {
 			for j := range cs[i].Env {
-				if ref := cs[i].Env[j].ValueFrom; ref != nil && ref.FieldRef != nil {
-					ref.FieldRef.FieldPath = tenantFieldPath(ref.FieldRef.FieldPath)
+				ref := cs[i].Env[j].ValueFrom
+				if ref == nil || ref.FieldRef == nil {
+					continue
 				}
+				if key, ok := metadataKey(ref.FieldRef.FieldPath); ok {
+					cs[i].Env[j].ValueFrom = &corev1.EnvVarSource{SecretKeyRef: &corev1.SecretKeySelector{
+						LocalObjectReference: corev1.LocalObjectReference{Name: secret}, Key: key,
+					}}
+					continue
+				}
+				ref.FieldRef.FieldPath = tenantFieldPath(ref.FieldRef.FieldPath)
 			}
 			// With a token or without, the in-cluster address is the
 			// tenant's: never the host API server's, which the kubelet
@@ -318,11 +336,13 @@ func splitMetadataMaps(secret string, sources []corev1.VolumeProjection) []corev
 		for _, item := range src.DownwardAPI.Items {
 			key := ""
 			if item.FieldRef != nil {
-				switch item.FieldRef.FieldPath {
+				switch path := item.FieldRef.FieldPath; path {
 				case "metadata.labels":
 					key = apiAccessLabelsKey
 				case "metadata.annotations":
 					key = apiAccessAnnotationsKey
+				default:
+					key, _ = metadataKey(path)
 				}
 			}
 			if key == "" {
@@ -346,16 +366,36 @@ func splitMetadataMaps(secret string, sources []corev1.VolumeProjection) []corev
 // metadataMapsShown says whether a tenant Pod's volumes show its labels
 // and its annotations through the downward API (see splitMetadataMaps).
 func metadataMapsShown(spec *corev1.PodSpec) (labels, annotations bool) {
+	for _, path := range fieldPaths(spec, false) {
+		switch path {
+		case "metadata.labels":
+			labels = true
+		case "metadata.annotations":
+			annotations = true
+		}
+	}
+	return labels, annotations
+}
+
+// metadataShown says whether a tenant Pod shows any of its labels, and any
+// of its annotations, through the downward API: whole, in a volume, or
+// one by one, in a volume or a variable.
+func metadataShown(spec *corev1.PodSpec) (labels, annotations bool) {
+	for _, path := range fieldPaths(spec, true) {
+		labels = labels || path == "metadata.labels" || strings.HasPrefix(path, labelPathPrefix)
+		annotations = annotations || path == "metadata.annotations" || strings.HasPrefix(path, annotationPathPrefix)
+	}
+	return labels, annotations
+}
+
+// fieldPaths are the downward API field paths of spec's volumes and, with
+// env, of its containers' variables.
+func fieldPaths(spec *corev1.PodSpec, env bool) []string {
+	var out []string
 	note := func(items []corev1.DownwardAPIVolumeFile) {
 		for _, item := range items {
-			if item.FieldRef == nil {
-				continue
-			}
-			switch item.FieldRef.FieldPath {
-			case "metadata.labels":
-				labels = true
-			case "metadata.annotations":
-				annotations = true
+			if item.FieldRef != nil {
+				out = append(out, item.FieldRef.FieldPath)
 			}
 		}
 	}
@@ -371,7 +411,70 @@ func metadataMapsShown(spec *corev1.PodSpec) (labels, annotations bool) {
 			}
 		}
 	}
-	return labels, annotations
+	if env {
+		for _, cs := range [][]corev1.Container{spec.InitContainers, spec.Containers} {
+			for _, c := range cs {
+				for _, e := range c.Env {
+					if e.ValueFrom != nil && e.ValueFrom.FieldRef != nil {
+						out = append(out, e.ValueFrom.FieldRef.FieldPath)
+					}
+				}
+			}
+		}
+	}
+	return out
+}
+
+// The downward API's paths of one label and one annotation:
+// metadata.labels['KEY'], metadata.annotations['KEY'].
+const (
+	labelPathPrefix      = "metadata.labels['"
+	annotationPathPrefix = "metadata.annotations['"
+)
+
+// metadataKey is the API access Secret's key for path when path names one
+// label or annotation of the Pod: the tenant Pod's, which the host Pod may
+// not carry (a denied prefix, an annotation without a prefix).
+func metadataKey(path string) (string, bool) {
+	kind, key, ok := metadataPath(path)
+	if !ok {
+		return "", false
+	}
+	sum := sha256.Sum256([]byte(key))
+	return kind + "." + hex.EncodeToString(sum[:10]), true
+}
+
+// metadataPath splits path, metadata.labels['KEY'] or
+// metadata.annotations['KEY'], into "label" or "annotation" and KEY.
+func metadataPath(path string) (kind, key string, ok bool) {
+	for prefix, kind := range map[string]string{labelPathPrefix: "label", annotationPathPrefix: "annotation"} {
+		if rest, found := strings.CutPrefix(path, prefix); found {
+			if key, found := strings.CutSuffix(rest, "']"); found && key != "" {
+				return kind, key, true
+			}
+		}
+	}
+	return "", "", false
+}
+
+// metadataValues are the API access Secret's items for the labels and
+// annotations pod shows one by one (see metadataKey): their values, empty
+// for those it does not have, as the downward API gives them.
+func metadataValues(pod *corev1.Pod) map[string][]byte {
+	out := map[string][]byte{}
+	for _, path := range fieldPaths(&pod.Spec, true) {
+		kind, k, ok := metadataPath(path)
+		if !ok {
+			continue
+		}
+		key, _ := metadataKey(path)
+		if kind == "label" {
+			out[key] = []byte(pod.Labels[k])
+		} else {
+			out[key] = []byte(pod.Annotations[k])
+		}
+	}
+	return out
 }
 
 // downwardAPIMap is a map as the downward API writes it to a file: a
@@ -559,7 +662,7 @@ func (e *apiAccessExtension) Setup(scope *syncer.TenantScope) error {
 			// tenant Pod's own labels and annotations, which the host Pod
 			// may not carry.
 			UpdateFunc: func(e event.UpdateEvent) bool {
-				labels, annotations := metadataMapsShown(&e.ObjectNew.(*corev1.Pod).Spec)
+				labels, annotations := metadataShown(&e.ObjectNew.(*corev1.Pod).Spec)
 				return labels && !maps.Equal(e.ObjectOld.GetLabels(), e.ObjectNew.GetLabels()) ||
 					annotations && !maps.Equal(e.ObjectOld.GetAnnotations(), e.ObjectNew.GetAnnotations())
 			},
@@ -777,6 +880,7 @@ func (r *apiAccess) desired(ctx context.Context, pod, hostPod *corev1.Pod, curre
 		data[apiAccessLabelsKey] = downwardAPIMap(pod.Labels)
 		data[apiAccessAnnotationsKey] = downwardAPIMap(pod.Annotations)
 	}
+	maps.Copy(data, metadataValues(pod))
 	requests := tokenRequests(&pod.Spec)
 	refreshAt, fresh := time.Time{}, false
 	if current != nil && current.Annotations[syncer.AnnotationTenantUID] == string(pod.UID) {

@@ -279,3 +279,64 @@ func TestMetadataMapsShown(t *testing.T) {
 		}
 	}
 }
+
+// One label or annotation that a Pod reads through the downward API, in a
+// variable or a volume, comes from the API access Secret, which holds the
+// tenant Pod's value (empty while it has none): the host Pod may not carry
+// it (an annotation without a prefix, a denied prefix).
+func TestAPIAccessShowsOneLabelOrAnnotation(t *testing.T) {
+	annotation := "metadata.annotations['mysubpath']"
+	label := "metadata.labels['example.com/team']"
+	spec := corev1.PodSpec{
+		Containers: []corev1.Container{{Name: "app", Env: []corev1.EnvVar{
+			{Name: "SUBPATH", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: annotation}}},
+			{Name: "NAME", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.name"}}},
+		}}},
+		Volumes: []corev1.Volume{{Name: "info", VolumeSource: corev1.VolumeSource{DownwardAPI: &corev1.DownwardAPIVolumeSource{
+			Items: []corev1.DownwardAPIVolumeFile{{Path: "team", FieldRef: &corev1.ObjectFieldSelector{FieldPath: label}}},
+		}}}},
+	}
+	pod := &corev1.Pod{Spec: *spec.DeepCopy()}
+	if labels, annotations := metadataShown(&pod.Spec); !labels || !annotations {
+		t.Errorf("shown: labels %v, annotations %v; want both", labels, annotations)
+	}
+	if err := APIAccess("web", &spec); err != nil {
+		t.Fatal(err)
+	}
+	secret := apiAccessSecretName("web")
+	annotationKey, _ := metadataKey(annotation)
+	labelKey, _ := metadataKey(label)
+	var subpath *corev1.EnvVar
+	for i, e := range spec.Containers[0].Env {
+		if e.Name == "SUBPATH" {
+			subpath = &spec.Containers[0].Env[i]
+		}
+		if e.Name == "NAME" && (e.ValueFrom.FieldRef == nil || e.ValueFrom.FieldRef.FieldPath != "metadata.name") {
+			t.Errorf("NAME: %+v; want the host Pod's name, the tenant's", e.ValueFrom)
+		}
+	}
+	if subpath == nil || subpath.ValueFrom.SecretKeyRef == nil || subpath.ValueFrom.SecretKeyRef.Name != secret || subpath.ValueFrom.SecretKeyRef.Key != annotationKey {
+		t.Errorf("SUBPATH: %+v; want the API access Secret's item %s", subpath, annotationKey)
+	}
+	projected := spec.Volumes[0].Projected
+	if projected == nil || len(projected.Sources) != 1 || projected.Sources[0].Secret == nil ||
+		projected.Sources[0].Secret.Items[0] != (corev1.KeyToPath{Key: labelKey, Path: "team"}) {
+		t.Errorf("volume %+v; want the label from the API access Secret at team", spec.Volumes[0].VolumeSource)
+	}
+
+	values := metadataValues(pod)
+	if v, ok := values[annotationKey]; !ok || string(v) != "" {
+		t.Errorf("an annotation the Pod lacks: %q, %v; want an empty item", v, ok)
+	}
+	pod.Annotations = map[string]string{"mysubpath": "mypath"}
+	pod.Labels = map[string]string{"example.com/team": "blue"}
+	values = metadataValues(pod)
+	if string(values[annotationKey]) != "mypath" || string(values[labelKey]) != "blue" {
+		t.Errorf("values %q; want the tenant Pod's", values)
+	}
+	for _, bad := range []string{"metadata.annotations", "metadata.labels['']", "metadata.labels[x]"} {
+		if _, ok := metadataKey(bad); ok {
+			t.Errorf("%q named one label or annotation", bad)
+		}
+	}
+}
