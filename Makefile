@@ -88,6 +88,9 @@ COREDNS_VERSION := $(shell awk '$$1 == "require" && $$2 == "github.com/coredns/c
 NODE_BINS := $(addprefix $(BIN)/,kubelet kube-proxy containerd containerd-shim-runc-v2 ctr runc kitregistry kube-router) \
              $(addprefix $(BIN)/cni/,$(CNI_PLUGINS)) $(BIN)/kit-images/index.json
 BUSYBOX ?= /bin/busybox
+# The busybox images' /bin/sh: Debian's busybox (1.35) has a sh that drops
+# variables whose names are not identifiers, which upstream's (1.37) keeps.
+BUSYBOX_SHELL ?= /bin/bash
 # This machine's programs that the e2e suite runs in the agnhost image, as
 # its upstream image has them (Debian: dash as /bin/sh, curl,
 # bind9-dnsutils, netcat-openbsd, socat, libc-bin). dash finds a command
@@ -230,7 +233,7 @@ $(BIN)/pause: $(TOOLS_DEPS)
 
 $(BIN)/kit-images/index.json: $(BIN)/kitregistry $(BIN)/pause $(BIN)/agnhost $(BIN)/coredns $(BIN)/etcd $(BIN)/sample-apiserver $(BIN)/nonewprivs $(BIN)/nginx
 	@test -x $(BUSYBOX) || { echo "no static busybox at $(BUSYBOX): install Debian's busybox-static, or set BUSYBOX"; exit 1; }
-	$(BIN)/kitregistry build --out $(BIN)/kit-images --pause $(BIN)/pause --busybox $(BUSYBOX) --agnhost $(BIN)/agnhost \
+	$(BIN)/kitregistry build --out $(BIN)/kit-images --pause $(BIN)/pause --busybox $(BUSYBOX) --shell $(BUSYBOX_SHELL) --agnhost $(BIN)/agnhost \
 	  --coredns $(BIN)/coredns --coredns-version $(COREDNS_VERSION) \
 	  --etcd $(BIN)/etcd --sample-apiserver $(BIN)/sample-apiserver --nonewprivs $(BIN)/nonewprivs --nginx $(BIN)/nginx \
 	  --e2e-images $$(cd $(TOOLS) && $(GO) list -m -f '{{.Dir}}' k8s.io/kubernetes)/test/images \

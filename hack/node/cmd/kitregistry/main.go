@@ -2,7 +2,7 @@
 // nodes run, and serves them as the kit's own registry, so that no image is
 // ever pulled from the internet.
 //
-//	kitregistry build --out DIR --pause FILE --busybox FILE --agnhost FILE [--tool FILE]... \
+//	kitregistry build --out DIR --pause FILE --busybox FILE [--shell FILE] --agnhost FILE [--tool FILE]... \
 //	    --coredns FILE --coredns-version VERSION
 //	kitregistry serve --layout DIR --listen ADDR
 //
@@ -120,6 +120,7 @@ func build(args []string) error {
 	nginx := fs.String("nginx", "", "an nginx binary of this machine, with its shared libraries")
 	pages := fs.String("e2e-images", "", "the pinned release's test/images directory (kitten's and nautilus's pages)")
 	corednsVersion := fs.String("coredns-version", "", "the coredns binary's version, the tag of its image (v1.14.6)")
+	shell := fs.String("shell", "", "a shell of this machine for the busybox images' /bin/sh, with its shared libraries (empty: busybox's own)")
 	var tools multiFlag
 	fs.Var(&tools, "tool", "a program of this machine for the agnhost image, with its shared libraries: PATH, or IMAGEPATH=PATH (repeatable)")
 	_ = fs.Parse(args)
@@ -160,6 +161,21 @@ func build(args []string) error {
 	if err != nil {
 		return err
 	}
+	// Upstream's busybox images are of busybox 1.37, whose sh hands its
+	// commands the variables whose names are not identifiers (data-1, as
+	// a ConfigMap's keys may be); an older busybox's sh drops them.
+	busyboxLayers := []v1.Layer{base}
+	if *shell != "" {
+		files := map[string]string{}
+		if err := addWithLibraries(files, "/bin/sh="+*shell); err != nil {
+			return err
+		}
+		shellLayer, err := filesLayer(files)
+		if err != nil {
+			return err
+		}
+		busyboxLayers = append(busyboxLayers, shellLayer)
+	}
 	agnhostConfig := v1.Config{Entrypoint: []string{"/agnhost"}, Cmd: []string{"pause"}, WorkingDir: "/"}
 	webserver := agnhostConfig
 	webserver.Cmd = []string{"test-webserver"}
@@ -174,13 +190,13 @@ func build(args []string) error {
 		{kittenRefs, []v1.Layer{base, agnhostLayer, e2e.kitten}, webserver},
 		{nautilusRefs, []v1.Layer{base, agnhostLayer, e2e.nautilus}, webserver},
 		{nginxRefs, []v1.Layer{base, e2e.nginx}, v1.Config{Entrypoint: []string{"/usr/sbin/nginx", "-g", "daemon off;"}, ExposedPorts: map[string]struct{}{"80/tcp": {}}}},
-		{nonrootRefs, []v1.Layer{base}, v1.Config{Cmd: []string{"sh"}, User: "1234"}},
+		{nonrootRefs, busyboxLayers, v1.Config{Cmd: []string{"sh"}, User: "1234"}},
 		{nonewprivsRefs, []v1.Layer{base, e2e.nonewprivs}, v1.Config{Cmd: []string{"nnp"}}},
 		{glibcDNSTestingRefs, []v1.Layer{base, e2e.dnsTools}, v1.Config{Cmd: []string{"sh"}}},
 		{sampleAPIServerRefs, []v1.Layer{base, e2e.sampleAPIServer}, v1.Config{Entrypoint: []string{"/sample-apiserver"}}},
 		{etcdRefs, []v1.Layer{base, e2e.etcd}, v1.Config{Cmd: []string{"/usr/local/bin/etcd"}}},
 		{pauseRefs, []v1.Layer{pauseLayer}, v1.Config{Entrypoint: []string{"/pause"}, User: "65535:65535"}},
-		{busyboxRefs, []v1.Layer{base}, v1.Config{Cmd: []string{"sh"}}},
+		{busyboxRefs, busyboxLayers, v1.Config{Cmd: []string{"sh"}}},
 		{agnhostRefs, []v1.Layer{base, agnhostLayer}, agnhostConfig},
 		{[]string{corednsRepository + ":" + *corednsVersion}, []v1.Layer{corednsLayer}, v1.Config{Entrypoint: []string{"/coredns"}, User: "65532:65532", ExposedPorts: map[string]struct{}{"53/tcp": {}, "53/udp": {}}}},
 	}
