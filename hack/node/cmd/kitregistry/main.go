@@ -35,6 +35,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"path"
+	"path/filepath"
 	"runtime"
 	"sort"
 	"strings"
@@ -139,9 +140,12 @@ func build(args []string) error {
 	if err != nil {
 		return err
 	}
-	// /agnhost-2 as upstream's has it, for the specs that override the
-	// image's entrypoint with it.
-	agnhostFiles := map[string]string{"agnhost": *agnhost, "agnhost-2": *agnhost}
+	// As upstream's: /agnhost-2, for the specs that override the image's
+	// entrypoint with it, and porter's TLS certificate and key, which it
+	// reads from its working directory.
+	agnhostFiles := map[string]string{"agnhost": *agnhost, "agnhost-2": *agnhost,
+		"localhost.crt": filepath.Join(*pages, "agnhost", "porter", "localhost.crt"),
+		"localhost.key": filepath.Join(*pages, "agnhost", "porter", "localhost.key")}
 	for _, tool := range tools {
 		if err := addWithLibraries(agnhostFiles, tool); err != nil {
 			return err
