@@ -243,6 +243,11 @@ func TestTenantPodsOnRealNodes(t *testing.T) {
 		if got, want := review.Status.UserInfo.Username, "system:serviceaccount:other:default"; got != want {
 			t.Errorf("the container is %q to its API server, want %q", got, want)
 		}
+		// Asked for once the Pod was bound, as a kubelet asks: the token
+		// names the Pod's node.
+		if got := review.Status.UserInfo.Extra["authentication.kubernetes.io/node-name"]; len(got) != 1 || got[0] != shell.Spec.NodeName {
+			t.Errorf("the token's node %v, want the Pod's, %s", got, shell.Spec.NodeName)
+		}
 	})
 }
 

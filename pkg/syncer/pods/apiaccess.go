@@ -740,6 +740,12 @@ func (r *apiAccess) Reconcile(ctx context.Context, req reconcile.Request) (recon
 		!usesAPIAccess(&hostPod.Spec, name) {
 		return reconcile.Result{}, nil
 	}
+	if pod.Spec.NodeName == "" {
+		// Its tokens carry the node it is bound to (the API server's
+		// node claims), as a kubelet's do: they wait for the binding,
+		// which follows the host scheduler's; so does every container.
+		return reconcile.Result{RequeueAfter: unboundRetry}, nil
+	}
 
 	var current *corev1.Secret
 	existing := &corev1.Secret{}

@@ -62,9 +62,10 @@ const (
 // request that could not be made.
 const podCertRetryAfter = time.Minute
 
-// podCertUnbound is how soon Tenantry looks again at a Pod that is not on
-// a node yet: its request names the node.
-const podCertUnbound = 2 * time.Second
+// unboundRetry is how soon Tenantry looks again at a Pod that is not on
+// a node yet: its tokens and certificates name the node, and a kubelet,
+// which sees only bound Pods, asks for them once it is bound.
+const unboundRetry = 2 * time.Second
 
 // podCertRoom is the room in the API access Secret that one podCertificate
 // projection takes: its key twice (alone, and in the bundle), its chain
@@ -210,7 +211,7 @@ func (c podCertificates) fill(ctx context.Context, pod *corev1.Pod, old, data ma
 			continue
 		}
 		if pod.Spec.NodeName == "" {
-			soonest(now.Add(podCertUnbound)) // the request names the node
+			soonest(now.Add(unboundRetry)) // the request names the node
 			continue
 		}
 		if room < podCertRoom {

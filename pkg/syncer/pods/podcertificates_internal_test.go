@@ -110,7 +110,7 @@ func TestPodCertificatesFill(t *testing.T) {
 	unbound := pod.DeepCopy()
 	unbound.Spec.NodeName = ""
 	data := map[string][]byte{}
-	if next, unfilled := c.fill(ctx, unbound, nil, data, room); asked != 0 || len(unfilled) > 0 || next.IsZero() || time.Until(next) > podCertUnbound {
+	if next, unfilled := c.fill(ctx, unbound, nil, data, room); asked != 0 || len(unfilled) > 0 || next.IsZero() || time.Until(next) > unboundRetry {
 		t.Fatalf("unbound: asked %d times, %q, next %v", asked, unfilled, next)
 	}
 	// No room left in the Secret: nothing asked, and told.
