@@ -17,6 +17,7 @@ import (
 
 	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	nodev1 "k8s.io/api/node/v1"
 	policyv1 "k8s.io/api/policy/v1"
@@ -436,7 +437,9 @@ func exerciseTenant(t *testing.T, host, tenant client.Client, hostCP, tenantCP *
 	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "web", Labels: map[string]string{"app": "web"}},
 		Spec: corev1.PodSpec{RuntimeClassName: ptr.To(leastRuntimeClass),
-			Containers: []corev1.Container{{Name: "app", Image: "app"}}},
+			Containers: []corev1.Container{{Name: "app", Image: "app", Resources: corev1.ResourceRequirements{
+				Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("100m")},
+			}}}},
 	}
 	if err := tenant.Create(ctx, pod); err != nil {
 		t.Fatal(err)
@@ -445,7 +448,37 @@ func exerciseTenant(t *testing.T, host, tenant client.Client, hostCP, tenantCP *
 		if err := tenant.Get(ctx, client.ObjectKeyFromObject(pod), pod); err != nil {
 			return false, err
 		}
-		return pod.Status.Phase == corev1.PodRunning, fmt.Errorf("phase %s", pod.Status.Phase)
+		return pod.Status.Phase == corev1.PodRunning && pod.Status.PodIP != "", fmt.Errorf("phase %s, IP %q", pod.Status.Phase, pod.Status.PodIP)
+	})
+	// A Service without a selector, and the EndpointSlice the tenant
+	// makes for it, naming the Pod.
+	manual := []client.Object{
+		&corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "manual"}, Spec: corev1.ServiceSpec{Ports: []corev1.ServicePort{{Port: 80}}}},
+		&discoveryv1.EndpointSlice{
+			ObjectMeta:  metav1.ObjectMeta{Namespace: ns, Name: "manual-1", Labels: map[string]string{discoveryv1.LabelServiceName: "manual"}},
+			AddressType: discoveryv1.AddressTypeIPv4,
+			Endpoints:   []discoveryv1.Endpoint{{Addresses: []string{pod.Status.PodIP}}},
+			Ports:       []discoveryv1.EndpointPort{{Port: ptr.To[int32](80)}},
+		},
+	}
+	for _, o := range manual {
+		if err := tenant.Create(ctx, o); err != nil {
+			t.Fatalf("creating %T %s: %v", o, o.GetName(), err)
+		}
+	}
+	objects = append(objects, manual...)
+	// The Pod resized in place: so is its host copy.
+	pod.Spec.Containers[0].Resources.Requests[corev1.ResourceCPU] = resource.MustParse("200m")
+	if err := tenant.SubResource("resize").Update(ctx, pod); err != nil {
+		t.Fatalf("resizing the tenant Pod: %v", err)
+	}
+	eventually(t, 30*time.Second, "the host Pod resized", func(ctx context.Context) (bool, error) {
+		var hostPod corev1.Pod
+		if err := host.Get(ctx, client.ObjectKey{Namespace: hostNS, Name: pod.Name}, &hostPod); err != nil {
+			return false, err
+		}
+		cpu := hostPod.Spec.Containers[0].Resources.Requests.Cpu()
+		return cpu.Cmp(resource.MustParse("200m")) == 0, fmt.Errorf("CPU request %s", cpu)
 	})
 	for _, kind := range []client.ObjectList{&corev1.ConfigMapList{}, &corev1.SecretList{}, &corev1.ServiceAccountList{},
 		&corev1.ServiceList{}, &corev1.PersistentVolumeClaimList{}, &corev1.ResourceQuotaList{}, &corev1.LimitRangeList{}} {
@@ -462,8 +495,9 @@ func exerciseTenant(t *testing.T, host, tenant client.Client, hostCP, tenantCP *
 	hostObjects := []client.Object{
 		&corev1.ConfigMap{}, &corev1.Secret{}, &corev1.ServiceAccount{}, &corev1.Service{}, &corev1.PersistentVolumeClaim{},
 		&corev1.Pod{}, &corev1.ResourceQuota{}, &corev1.LimitRange{}, &networkingv1.NetworkPolicy{}, hostFoo(),
+		&discoveryv1.EndpointSlice{},
 	}
-	names := map[string]string{"ConfigMap": "config", "Secret": "secret", "ServiceAccount": "robot", "Service": "web",
+	names := map[string]string{"EndpointSlice": "manual-1", "ConfigMap": "config", "Secret": "secret", "ServiceAccount": "robot", "Service": "web",
 		"PersistentVolumeClaim": "data", "Pod": "web", "ResourceQuota": syncer.QuotaName, "LimitRange": syncer.LimitRangeName,
 		"NetworkPolicy": syncer.IsolationPolicyName, "Foo": "foo"}
 	for _, o := range hostObjects {
