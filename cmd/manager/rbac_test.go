@@ -437,9 +437,7 @@ func exerciseTenant(t *testing.T, host, tenant client.Client, hostCP, tenantCP *
 	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "web", Labels: map[string]string{"app": "web"}},
 		Spec: corev1.PodSpec{RuntimeClassName: ptr.To(leastRuntimeClass),
-			Containers: []corev1.Container{{Name: "app", Image: "app", Resources: corev1.ResourceRequirements{
-				Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("100m")},
-			}}}},
+			Containers: []corev1.Container{{Name: "app", Image: "app"}}},
 	}
 	if err := tenant.Create(ctx, pod); err != nil {
 		t.Fatal(err)
@@ -467,14 +465,34 @@ func exerciseTenant(t *testing.T, host, tenant client.Client, hostCP, tenantCP *
 		}
 	}
 	objects = append(objects, manual...)
-	// The Pod resized in place: so is its host copy.
-	pod.Spec.Containers[0].Resources.Requests[corev1.ResourceCPU] = resource.MustParse("200m")
-	if err := tenant.SubResource("resize").Update(ctx, pod); err != nil {
-		t.Fatalf("resizing the tenant Pod: %v", err)
+	// A Pod resized: so is its host copy. (One that no node takes: kwok
+	// reports no container resources, and the API takes that for a node
+	// that cannot resize a running Pod.)
+	sized := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "sized"},
+		Spec: corev1.PodSpec{NodeSelector: map[string]string{"least.example.com/pool": "none"},
+			Containers: []corev1.Container{{Name: "app", Image: "app", Resources: corev1.ResourceRequirements{
+				Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("100m")},
+			}}}},
 	}
+	if err := tenant.Create(ctx, sized); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 30*time.Second, "the sized Pod's host copy", func(ctx context.Context) (bool, error) {
+		err := host.Get(ctx, client.ObjectKey{Namespace: hostNS, Name: sized.Name}, &corev1.Pod{})
+		return err == nil, err
+	})
+	eventually(t, 30*time.Second, "the tenant Pod resized", func(ctx context.Context) (bool, error) {
+		if err := tenant.Get(ctx, client.ObjectKeyFromObject(sized), sized); err != nil {
+			return false, err
+		}
+		sized.Spec.Containers[0].Resources.Requests[corev1.ResourceCPU] = resource.MustParse("200m")
+		err := tenant.SubResource("resize").Update(ctx, sized)
+		return err == nil, err // a conflict: Tenantry wrote its status meanwhile
+	})
 	eventually(t, 30*time.Second, "the host Pod resized", func(ctx context.Context) (bool, error) {
 		var hostPod corev1.Pod
-		if err := host.Get(ctx, client.ObjectKey{Namespace: hostNS, Name: pod.Name}, &hostPod); err != nil {
+		if err := host.Get(ctx, client.ObjectKey{Namespace: hostNS, Name: sized.Name}, &hostPod); err != nil {
 			return false, err
 		}
 		cpu := hostPod.Spec.Containers[0].Resources.Requests.Cpu()
