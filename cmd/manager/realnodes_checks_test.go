@@ -311,10 +311,13 @@ func (k *tenantKit) streams(t *testing.T, web *corev1.Pod) {
 			},
 		}
 		k.run(t, attachee, "running", func(p *corev1.Pod) (bool, error) { return p.Status.Phase == corev1.PodRunning, nil })
-		out := k.kubectl.MustRun(t, k.kubeconfig, "echo attached\nexit\n", "-n", "app", "attach", "-i", "attachee")
-		if !strings.Contains(out, "attached") {
-			t.Errorf("attach printed %q", out)
-		}
+		// Asked again (the container runs sh anew after each exit): once,
+		// under the load of a second suite, the answer was lost as the
+		// container exited right after it; the cause is not known.
+		eventually(t, 90*time.Second, "attach reaching the container's stdin and stdout", func(ctx context.Context) (bool, error) {
+			out, err := k.kubectl.Run(ctx, k.kubeconfig, "echo attached\nexit\n", "-n", "app", "attach", "-i", "attachee")
+			return strings.Contains(out, "attached"), fmt.Errorf("attach printed %q (%v)", out, err)
+		})
 	})
 
 	t.Run("port-forward reaches the container's HTTP server", func(t *testing.T) {
