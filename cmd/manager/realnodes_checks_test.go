@@ -27,6 +27,9 @@ import (
 	tenantrytest "github.com/tenantry/tenantry/pkg/testing"
 )
 
+// ptsLine is tty(1)'s answer in a container's terminal, CR LF ended.
+var ptsLine = regexp.MustCompile(`/dev/pts/\d+\r\n`)
+
 // tenantKit is what the checks of TestTenantPodsOnRealNodes share: the
 // tenant, kubectl against it, and exec into the shell Pod (namespace
 // other), which has curl, dig and nc (the agnhost image).
@@ -295,8 +298,9 @@ func (k *tenantKit) streams(t *testing.T, web *corev1.Pod) {
 		defer cancel()
 		line := strings.Join([]string{k.kubectl.Path, "--kubeconfig", k.kubeconfig, "-n", "other", "exec", "-it", "shell", "--", "tty"}, " ")
 		out, err := exec.CommandContext(ctx, "script", "-qec", line, "/dev/null").CombinedOutput()
-		// A terminal's line ends in CR LF; script may echo a NUL first.
-		if err != nil || !strings.Contains(string(out), "/dev/pts/") || !strings.HasSuffix(string(out), "\r\n") {
+		// A terminal's line ends in CR LF; script(1) may add NULs before
+		// or after it, which are no part of the container's answer.
+		if err != nil || !ptsLine.MatchString(string(out)) {
 			t.Errorf("kubectl exec -it ... tty printed %q (%v), want a terminal of the container's", out, err)
 		}
 	})
