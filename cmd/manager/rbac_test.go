@@ -498,6 +498,26 @@ func exerciseTenant(t *testing.T, host, tenant client.Client, hostCP, tenantCP *
 		cpu := hostPod.Spec.Containers[0].Resources.Requests.Cpu()
 		return cpu.Cmp(resource.MustParse("200m")) == 0, fmt.Errorf("CPU request %s", cpu)
 	})
+	// An ephemeral container (kubectl debug) added: so it is to the host
+	// Pod.
+	eventually(t, 30*time.Second, "an ephemeral container added to the tenant Pod", func(ctx context.Context) (bool, error) {
+		if err := tenant.Get(ctx, client.ObjectKeyFromObject(sized), sized); err != nil {
+			return false, err
+		}
+		sized.Spec.EphemeralContainers = []corev1.EphemeralContainer{{EphemeralContainerCommon: corev1.EphemeralContainerCommon{
+			Name: "debugger", Image: "busybox", TerminationMessagePolicy: corev1.TerminationMessageReadFile, ImagePullPolicy: corev1.PullIfNotPresent,
+		}}}
+		err := tenant.SubResource("ephemeralcontainers").Update(ctx, sized)
+		return err == nil, err // a conflict: Tenantry wrote its status meanwhile
+	})
+	eventually(t, 30*time.Second, "the ephemeral container added to the host Pod", func(ctx context.Context) (bool, error) {
+		var hostPod corev1.Pod
+		if err := host.Get(ctx, client.ObjectKey{Namespace: hostNS, Name: sized.Name}, &hostPod); err != nil {
+			return false, err
+		}
+		e := hostPod.Spec.EphemeralContainers
+		return len(e) == 1 && e[0].Name == "debugger", fmt.Errorf("ephemeral containers %+v", e)
+	})
 	for _, kind := range []client.ObjectList{&corev1.ConfigMapList{}, &corev1.SecretList{}, &corev1.ServiceAccountList{},
 		&corev1.ServiceList{}, &corev1.PersistentVolumeClaimList{}, &corev1.ResourceQuotaList{}, &corev1.LimitRangeList{}} {
 		eventually(t, 30*time.Second, fmt.Sprintf("%T in %s", kind, hostNS), func(ctx context.Context) (bool, error) {

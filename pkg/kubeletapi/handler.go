@@ -139,10 +139,6 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	if t.container != "" && !hasContainer(&pod, t.container) {
 		// Only the tenant's own containers: never one the host added.
-		if slices.ContainsFunc(pod.Spec.EphemeralContainers, func(c corev1.EphemeralContainer) bool { return c.Name == t.container }) {
-			fail(http.StatusNotFound, "container %s of pod %s/%s is ephemeral: ephemeral containers (kubectl debug) do not run in the host", t.container, t.namespace, t.pod)
-			return
-		}
 		fail(http.StatusNotFound, "pod %s/%s has no container %s", t.namespace, t.pod, t.container)
 		return
 	}
@@ -155,12 +151,16 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		fail(http.StatusForbidden, "%s may not %s nodes/proxy of node %s: %s", user.Subject.CommonName, verbOf(r.Method), pod.Spec.NodeName, reason)
 		return
 	}
-	hostKey, ok, err := tenant.HostPod(ctx, &pod)
+	hostKey, ok, err := tenant.HostPod(ctx, &pod, t.container)
 	if err != nil {
 		fail(http.StatusBadGateway, "finding the host Pod of %s/%s: %v", t.namespace, t.pod, err)
 		return
 	}
 	if !ok {
+		if t.container != "" {
+			fail(http.StatusNotFound, "container %s of pod %s/%s does not run in the host", t.container, t.namespace, t.pod)
+			return
+		}
 		fail(http.StatusNotFound, "pod %s/%s does not run in the host", t.namespace, t.pod)
 		return
 	}
@@ -229,13 +229,14 @@ func hostQuery(t target, in url.Values) (url.Values, error) {
 	return out, nil
 }
 
-// hasContainer says whether the tenant Pod was made with a container (or
-// an init container) of that name: what its host Pod runs of the
-// tenant's. Its ephemeral containers do not run in the host, and their
-// names may be those of containers the host added to the host Pod.
+// hasContainer says whether the tenant Pod has a container (an init, a
+// regular or an ephemeral one) of that name. Whether its host Pod runs it
+// as the tenant's is Tenant.HostPod's to say: an ephemeral container's
+// name may be that of one the host added to the host Pod.
 func hasContainer(pod *corev1.Pod, name string) bool {
 	named := func(c corev1.Container) bool { return c.Name == name }
-	return slices.ContainsFunc(pod.Spec.InitContainers, named) || slices.ContainsFunc(pod.Spec.Containers, named)
+	return slices.ContainsFunc(pod.Spec.InitContainers, named) || slices.ContainsFunc(pod.Spec.Containers, named) ||
+		slices.ContainsFunc(pod.Spec.EphemeralContainers, func(c corev1.EphemeralContainer) bool { return c.Name == name })
 }
 
 // stripIdentity removes from a tenant's request every header that could

@@ -12,6 +12,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -260,34 +261,59 @@ func TestKubeletAPIOfVirtualNodes(t *testing.T) {
 	if status != http.StatusNotFound || !strings.Contains(body, "pod default/web has no container sidecar") {
 		t.Fatalf("a container the tenant Pod does not have: %d %q, want 404", status, body)
 	}
-	// An ephemeral container (kubectl debug) does not run in the host: its
-	// name, which could be that of a container the host added to the host
-	// Pod, reaches nothing, and the tenant Pod says why.
+	// An ephemeral container (kubectl debug) runs in the host Pod, and the
+	// kubelet API reaches it; one of the same name that a host admin added
+	// first is the host's, never the tenant's.
+	hostKey := client.ObjectKey{Namespace: syncer.HostNamespace("tenant-1", "default"), Name: "web"}
+	hostWeb := &corev1.Pod{}
+	if err := w.Host.Get(t.Context(), hostKey, hostWeb); err != nil {
+		t.Fatal(err)
+	}
+	ephemeral := func(name, image string) corev1.EphemeralContainer {
+		return corev1.EphemeralContainer{EphemeralContainerCommon: corev1.EphemeralContainerCommon{
+			Name: name, Image: image, ImagePullPolicy: corev1.PullIfNotPresent, TerminationMessagePolicy: corev1.TerminationMessageReadFile,
+		}}
+	}
+	hostWeb.Spec.EphemeralContainers = append(hostWeb.Spec.EphemeralContainers, ephemeral("admin-debugger", "host-tools"))
+	if err := w.Host.SubResource("ephemeralcontainers").Update(t.Context(), hostWeb); err != nil {
+		t.Fatal(err)
+	}
 	debugged := &corev1.Pod{}
-	if err := w.Tenants["tenant-1"].Get(t.Context(), client.ObjectKey{Namespace: "default", Name: "web"}, debugged); err != nil {
-		t.Fatal(err)
-	}
-	debugged.Spec.EphemeralContainers = append(debugged.Spec.EphemeralContainers, corev1.EphemeralContainer{
-		EphemeralContainerCommon: corev1.EphemeralContainerCommon{Name: "istio-proxy", Image: "busybox", ImagePullPolicy: corev1.PullIfNotPresent, TerminationMessagePolicy: corev1.TerminationMessageReadFile},
+	eventually(t, 10*time.Second, "the tenant adds two ephemeral containers", func(ctx context.Context) (bool, error) {
+		if err := w.Tenants["tenant-1"].Get(ctx, client.ObjectKey{Namespace: "default", Name: "web"}, debugged); err != nil {
+			return false, err
+		}
+		debugged.Spec.EphemeralContainers = append(debugged.Spec.EphemeralContainers, ephemeral("debugger", "busybox"), ephemeral("admin-debugger", "busybox"))
+		err := w.Tenants["tenant-1"].SubResource("ephemeralcontainers").Update(ctx, debugged)
+		return err == nil, err // a conflict: Tenantry wrote the status meanwhile
 	})
-	if err := w.Tenants["tenant-1"].SubResource("ephemeralcontainers").Update(t.Context(), debugged); err != nil {
-		t.Fatal(err)
-	}
-	for _, path := range []string{"/exec/default/web/istio-proxy?command=ls&output=1", "/containerLogs/default/web/istio-proxy", "/attach/default/web/istio-proxy?output=1"} {
-		// Once the kubelet API's cache has the Pod's new container.
-		eventually(t, 10*time.Second, path+", an ephemeral container's name: 404 saying it does not run", func(context.Context) (bool, error) {
-			status, body := get(t, asTenant1, base+path)
-			return status == http.StatusNotFound && strings.Contains(body, "container istio-proxy of pod default/web is ephemeral"), fmt.Errorf("%d %q", status, body)
-		})
-	}
-	eventually(t, 30*time.Second, "the tenant Pod says its ephemeral container does not run", func(ctx context.Context) (bool, error) {
+	eventually(t, 30*time.Second, "the tenant's debugger in the host Pod, and the tenant's admin-debugger ended as refused", func(ctx context.Context) (bool, error) {
+		if err := w.Host.Get(ctx, hostKey, hostWeb); err != nil {
+			return false, err
+		}
 		if err := w.Tenants["tenant-1"].Get(ctx, client.ObjectKeyFromObject(debugged), debugged); err != nil {
 			return false, err
 		}
-		s := debugged.Status.EphemeralContainerStatuses
-		return len(s) == 1 && s[0].Name == "istio-proxy" && s[0].State.Terminated != nil && s[0].State.Terminated.Reason == pods.ReasonEphemeralContainerNotRun,
-			fmt.Errorf("ephemeral container statuses %+v", s)
+		var images []string
+		for _, e := range hostWeb.Spec.EphemeralContainers {
+			images = append(images, e.Name+"="+e.Image)
+		}
+		refused := slices.ContainsFunc(debugged.Status.EphemeralContainerStatuses, func(s corev1.ContainerStatus) bool {
+			return s.Name == "admin-debugger" && s.State.Terminated != nil && s.State.Terminated.Reason == syncer.ReasonHostRejected
+		})
+		return slices.Equal(images, []string{"admin-debugger=host-tools", "debugger=busybox"}) && refused,
+			fmt.Errorf("host ephemeral containers %v; tenant statuses %+v", images, debugged.Status.EphemeralContainerStatuses)
 	})
+	status, body = get(t, asTenant1, base+"/containerLogs/default/web/debugger")
+	if status != http.StatusOK || !strings.HasPrefix(body, said["tenant-1"]+"\n") {
+		t.Fatalf("the tenant's ephemeral container's logs: %d %q", status, body)
+	}
+	for _, path := range []string{"/exec/default/web/admin-debugger?command=ls&output=1", "/containerLogs/default/web/admin-debugger", "/attach/default/web/admin-debugger?output=1"} {
+		status, body := get(t, asTenant1, base+path)
+		if status != http.StatusNotFound || !strings.Contains(body, "container admin-debugger of pod default/web does not run in the host") {
+			t.Fatalf("%s, the host's ephemeral container under the tenant's name: %d %q, want 404", path, status, body)
+		}
+	}
 
 	status, body = get(t, asTenant1, base+"/containerLogs/default/only-in-2/app")
 	if status != http.StatusNotFound || !strings.Contains(body, "pod default/only-in-2 not found") {

@@ -107,9 +107,12 @@ type Tenant struct {
 	// cache, if it has one) and creates SubjectAccessReviews.
 	Client client.Client
 	// HostPod names the host Pod that runs the tenant Pod, if it is
-	// Tenantry's copy of that very Pod (the tenant Pod's UID matches);
-	// ok is false otherwise.
-	HostPod func(ctx context.Context, pod *corev1.Pod) (key types.NamespacedName, ok bool, err error)
+	// Tenantry's copy of that very Pod (the tenant Pod's UID matches) and,
+	// for a container named (not ""), runs that container of the tenant
+	// Pod's as the tenant's: one the Pod was made with, or an ephemeral
+	// container that Tenantry added for the tenant, never one the host
+	// added. ok is false otherwise.
+	HostPod func(ctx context.Context, pod *corev1.Pod, container string) (key types.NamespacedName, ok bool, err error)
 }
 
 type registered struct {

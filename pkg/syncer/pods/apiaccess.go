@@ -389,7 +389,7 @@ func metadataShown(spec *corev1.PodSpec) (labels, annotations bool) {
 }
 
 // fieldPaths are the downward API field paths of spec's volumes and, with
-// env, of its containers' variables.
+// env, of its containers' variables (ephemeral containers' too).
 func fieldPaths(spec *corev1.PodSpec, env bool) []string {
 	var out []string
 	note := func(items []corev1.DownwardAPIVolumeFile) {
@@ -411,16 +411,23 @@ func fieldPaths(spec *corev1.PodSpec, env bool) []string {
 			}
 		}
 	}
-	if env {
-		for _, cs := range [][]corev1.Container{spec.InitContainers, spec.Containers} {
-			for _, c := range cs {
-				for _, e := range c.Env {
-					if e.ValueFrom != nil && e.ValueFrom.FieldRef != nil {
-						out = append(out, e.ValueFrom.FieldRef.FieldPath)
-					}
-				}
+	if !env {
+		return out
+	}
+	noteEnv := func(vars []corev1.EnvVar) {
+		for _, e := range vars {
+			if e.ValueFrom != nil && e.ValueFrom.FieldRef != nil {
+				out = append(out, e.ValueFrom.FieldRef.FieldPath)
 			}
 		}
+	}
+	for _, cs := range [][]corev1.Container{spec.InitContainers, spec.Containers} {
+		for _, c := range cs {
+			noteEnv(c.Env)
+		}
+	}
+	for _, c := range spec.EphemeralContainers {
+		noteEnv(c.Env)
 	}
 	return out
 }
@@ -664,7 +671,10 @@ func (e *apiAccessExtension) Setup(scope *syncer.TenantScope) error {
 			UpdateFunc: func(e event.UpdateEvent) bool {
 				labels, annotations := metadataShown(&e.ObjectNew.(*corev1.Pod).Spec)
 				return labels && !maps.Equal(e.ObjectOld.GetLabels(), e.ObjectNew.GetLabels()) ||
-					annotations && !maps.Equal(e.ObjectOld.GetAnnotations(), e.ObjectNew.GetAnnotations())
+					annotations && !maps.Equal(e.ObjectOld.GetAnnotations(), e.ObjectNew.GetAnnotations()) ||
+					// An ephemeral container may show one label or
+					// annotation in a variable.
+					len(e.ObjectOld.(*corev1.Pod).Spec.EphemeralContainers) != len(e.ObjectNew.(*corev1.Pod).Spec.EphemeralContainers)
 			},
 		}),
 		scope.HostEvents(&corev1.Pod{}, hostPod),

@@ -14,6 +14,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
+
+	"github.com/tenantry/tenantry/pkg/syncer"
 )
 
 // tenantPod is a Pod as a tenant creates it, before mutate changes it.
@@ -350,20 +352,32 @@ func TestUp(t *testing.T) {
 }
 
 // A tenant Pod shows the statuses of its own containers only, never of one
-// the host added (a mesh's proxy) or of the host's ephemeral containers;
-// its own ephemeral containers (kubectl debug) show as ended, saying that
-// they do not run in the host.
+// the host added (a mesh's proxy) or of the host's ephemeral containers,
+// even under a name the tenant used; its own ephemeral containers
+// (kubectl debug) show the host's status once added, and keep their own
+// when refused.
 func TestUpShowsTheTenantsContainersOnly(t *testing.T) {
+	running := corev1.ContainerState{Running: &corev1.ContainerStateRunning{}}
+	refused := corev1.ContainerStatus{Name: "refused", State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 128, Reason: syncer.ReasonHostRejected}}}
 	tenant := tenantPod(func(p *corev1.Pod) {
-		p.Spec.EphemeralContainers = []corev1.EphemeralContainer{{EphemeralContainerCommon: corev1.EphemeralContainerCommon{Name: "debugger", Image: "busybox"}}}
+		p.Spec.EphemeralContainers = []corev1.EphemeralContainer{
+			{EphemeralContainerCommon: corev1.EphemeralContainerCommon{Name: "debugger", Image: "busybox", Command: []string{"sh"}}},
+			{EphemeralContainerCommon: corev1.EphemeralContainerCommon{Name: "refused", Image: "busybox"}},
+			{EphemeralContainerCommon: corev1.EphemeralContainerCommon{Name: "host-debugger", Image: "busybox"}},
+			{EphemeralContainerCommon: corev1.EphemeralContainerCommon{Name: "pending", Image: "busybox"}},
+		}
+		p.Status.EphemeralContainerStatuses = []corev1.ContainerStatus{refused}
 	})
 	host := tenantPod(func(p *corev1.Pod) {
-		running := corev1.ContainerState{Running: &corev1.ContainerStateRunning{}}
+		p.Spec.EphemeralContainers = []corev1.EphemeralContainer{
+			{EphemeralContainerCommon: corev1.EphemeralContainerCommon{Name: "debugger", Image: "busybox", Command: []string{"sh"}, ImagePullPolicy: corev1.PullAlways}},
+			{EphemeralContainerCommon: corev1.EphemeralContainerCommon{Name: "host-debugger", Image: "registry.example/host-tools"}},
+		}
 		p.Status = corev1.PodStatus{
 			Phase:                      corev1.PodRunning,
 			InitContainerStatuses:      []corev1.ContainerStatus{{Name: "init", State: running}, {Name: "vault-agent-init", State: running}},
 			ContainerStatuses:          []corev1.ContainerStatus{{Name: "istio-proxy", State: running}, {Name: "web", State: running}},
-			EphemeralContainerStatuses: []corev1.ContainerStatus{{Name: "host-debugger", State: running}},
+			EphemeralContainerStatuses: []corev1.ContainerStatus{{Name: "debugger", State: running}, {Name: "host-debugger", State: running}},
 		}
 	})
 	if !copyStatus(host, tenant, nil) {
@@ -381,9 +395,9 @@ func TestUpShowsTheTenantsContainersOnly(t *testing.T) {
 	if got := names(tenant.Status.ContainerStatuses); !slices.Equal(got, []string{"web"}) {
 		t.Errorf("container statuses %v, want the tenant's web only", got)
 	}
-	if s := tenant.Status.EphemeralContainerStatuses; len(s) != 1 || s[0].Name != "debugger" || s[0].State.Terminated == nil ||
-		s[0].State.Terminated.Reason != ReasonEphemeralContainerNotRun || !strings.Contains(s[0].State.Terminated.Message, "do not run in the host") {
-		t.Errorf("ephemeral container statuses %+v, want the tenant's debugger ended, saying why", s)
+	want := []corev1.ContainerStatus{{Name: "debugger", State: running}, refused}
+	if s := tenant.Status.EphemeralContainerStatuses; !equality.Semantic.DeepEqual(s, want) {
+		t.Errorf("ephemeral container statuses %+v, want the host's for debugger, the tenant's own for refused, none for the host's host-debugger or pending", s)
 	}
 }
 

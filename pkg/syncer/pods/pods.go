@@ -146,6 +146,7 @@ func extensions(opts Options, views *nodeViews) []syncer.Extension {
 		&virtualNodesExtension{opts: opts, views: views},
 		&apiAccessExtension{inClusterServer: opts.InClusterServer},
 		resizeExtension{},
+		ephemeralExtension{policy: opts.Policy, hostIP: shownHostIP(opts)},
 	}
 	if opts.KubeletAPI != nil {
 		out = append(out, &kubeletExtension{server: opts.KubeletAPI, inClusterServer: opts.InClusterServer})
@@ -410,7 +411,7 @@ func copyStatus(h, t client.Object, hostIP func() string) bool {
 	// host's business, and so are its own ephemeral containers.
 	status.InitContainerStatuses = tenantsOwn(status.InitContainerStatuses, tenant.Spec.InitContainers)
 	status.ContainerStatuses = tenantsOwn(status.ContainerStatuses, tenant.Spec.Containers)
-	status.EphemeralContainerStatuses = ephemeralNotRun(tenant)
+	status.EphemeralContainerStatuses = ephemeralStatuses(host, tenant)
 	observedGenerations(host, tenant, &status)
 	if i := slices.IndexFunc(tenant.Status.Conditions, isEvictionMark); i >= 0 {
 		j := slices.IndexFunc(status.Conditions, func(c corev1.PodCondition) bool { return c.Type == corev1.DisruptionTarget })
@@ -436,30 +437,6 @@ func tenantsOwn(statuses []corev1.ContainerStatus, containers []corev1.Container
 	})
 	if len(out) == 0 {
 		return nil
-	}
-	return out
-}
-
-// ReasonEphemeralContainerNotRun ends a tenant Pod's ephemeral container:
-// Tenantry does not run ephemeral containers in the host.
-const ReasonEphemeralContainerNotRun = "NotRunInHost"
-
-// ephemeralNotRun are the statuses of the tenant Pod's ephemeral
-// containers (kubectl debug): ended, saying why, since none runs in the
-// host. A host Pod's containers are those its tenant Pod was made with,
-// under the host's policy: a container added later could escape it, or be
-// named as a container the host added and reach that one (with its host
-// credentials) through the kubelet API.
-func ephemeralNotRun(tenant *corev1.Pod) []corev1.ContainerStatus {
-	var out []corev1.ContainerStatus
-	for _, c := range tenant.Spec.EphemeralContainers {
-		out = append(out, corev1.ContainerStatus{
-			Name: c.Name, Image: c.Image,
-			State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{
-				ExitCode: 128, Reason: ReasonEphemeralContainerNotRun,
-				Message: "ephemeral containers (kubectl debug) do not run in the host: use kubectl exec into one of the Pod's containers, or a debugging Pod",
-			}},
-		})
 	}
 	return out
 }

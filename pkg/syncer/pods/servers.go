@@ -3,6 +3,7 @@ package pods
 import (
 	"context"
 	"fmt"
+	"slices"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -112,8 +113,9 @@ func (k *kubeletTenant) clientCA(ctx context.Context) (string, error) {
 }
 
 // hostPod names the host Pod that Tenantry made of the tenant's pod, if
-// there is one.
-func (k *kubeletTenant) hostPod(ctx context.Context, pod *corev1.Pod) (types.NamespacedName, bool, error) {
+// there is one and it runs the tenant's container (see
+// kubeletapi.Tenant.HostPod).
+func (k *kubeletTenant) hostPod(ctx context.Context, pod *corev1.Pod, container string) (types.NamespacedName, bool, error) {
 	key := k.scope.HostKey(client.ObjectKeyFromObject(pod))
 	var host corev1.Pod
 	if err := k.scope.HostReader().Get(ctx, key, &host); err != nil {
@@ -122,7 +124,11 @@ func (k *kubeletTenant) hostPod(ctx context.Context, pod *corev1.Pod) (types.Nam
 		}
 		return key, false, fmt.Errorf("reading host Pod %s: %w", key, err)
 	}
-	return key, k.scope.Owns(&host) && host.Annotations[syncer.AnnotationTenantUID] == string(pod.UID), nil
+	if !k.scope.Owns(&host) || host.Annotations[syncer.AnnotationTenantUID] != string(pod.UID) {
+		return key, false, nil
+	}
+	ephemeral := slices.ContainsFunc(pod.Spec.EphemeralContainers, func(e corev1.EphemeralContainer) bool { return e.Name == container })
+	return key, !ephemeral || runsEphemeral(&host, pod, container), nil
 }
 
 // NeedLeaderElection is false: a tenant's manager runs no leader election.
