@@ -23,6 +23,7 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/tenantry/tenantry/pkg/syncer"
 	"github.com/tenantry/tenantry/pkg/syncer/syncertest"
 	tenantrytest "github.com/tenantry/tenantry/pkg/testing"
 )
@@ -670,6 +671,47 @@ func (k *tenantKit) resize(t *testing.T) {
 		return got.Requests.Cpu().Cmp(resource.MustParse("20m")) == 0 && got.Limits.Cpu().Cmp(resource.MustParse("200m")) == 0 && st.RestartCount == 0,
 			fmt.Errorf("status resources %+v, restarts %d, conditions %+v", got, st.RestartCount, p.Status.Conditions)
 	})
+}
+
+// debug: kubectl debug adds an ephemeral container to a running tenant
+// Pod; it runs in the host Pod beside its target, whose processes it sees,
+// reaches the tenant's API server, and kubectl logs and exec reach it.
+func (k *tenantKit) debug(t *testing.T) {
+	sized := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "app", Name: "sized"}}
+	status := func(p *corev1.Pod, name string) corev1.ContainerStatus {
+		for _, s := range p.Status.EphemeralContainerStatuses {
+			if s.Name == name {
+				return s
+			}
+		}
+		return corev1.ContainerStatus{}
+	}
+	// kubectl debug's general profile adds SYS_PTRACE, which the host
+	// namespaces' baseline Pod Security refuses: the container ends at
+	// once, saying so.
+	k.kubectl.MustRun(t, k.kubeconfig, "", "-n", "app", "debug", "sized", "--image="+busyboxImage, "--container=ptrace",
+		"--profile=general", "--target=check", "--", "sleep", "3600")
+	k.await(t, sized, "its refused ephemeral container ended", func(p *corev1.Pod) (bool, error) {
+		s := status(p, "ptrace")
+		return s.State.Terminated != nil && s.State.Terminated.Reason == syncer.ReasonHostRejected && strings.Contains(s.State.Terminated.Message, "SYS_PTRACE"),
+			fmt.Errorf("ephemeral container statuses %+v", p.Status.EphemeralContainerStatuses)
+	})
+	k.kubectl.MustRun(t, k.kubeconfig, "", "-n", "app", "debug", "sized", "--image="+busyboxImage, "--container=debugger",
+		"--profile=baseline", "--target=check", "--", "sh", "-c", "echo debugging; exec sleep 3600")
+	k.await(t, sized, "its ephemeral container running", func(p *corev1.Pod) (bool, error) {
+		return status(p, "debugger").State.Running != nil, fmt.Errorf("ephemeral container statuses %+v", p.Status.EphemeralContainerStatuses)
+	})
+	if out := k.kubectl.MustRun(t, k.kubeconfig, "", "-n", "app", "logs", "sized", "-c", "debugger"); strings.TrimSpace(out) != "debugging" {
+		t.Errorf("kubectl logs -c debugger printed %q, want debugging", out)
+	}
+	// The target's sleep, as the debugger sees it.
+	if out := k.kubectl.MustRun(t, k.kubeconfig, "", "-n", "app", "exec", "sized", "-c", "debugger", "--", "ps", "-o", "args"); !strings.Contains(out, "sleep 3600") {
+		t.Errorf("ps in the debugger printed %q, want the target container's processes", out)
+	}
+	out := k.kubectl.MustRun(t, k.kubeconfig, "", "-n", "app", "exec", "sized", "-c", "debugger", "--", "sh", "-c", `echo "$KUBERNETES_SERVICE_HOST:$KUBERNETES_SERVICE_PORT"`)
+	if got, want := strings.TrimSpace(out), k.apiServerAddress(t); got != want {
+		t.Errorf("the debugger's API server %q, want the tenant's %q", got, want)
+	}
 }
 
 // freeAddrOn is ip with a port free on it.

@@ -225,6 +225,7 @@ func TestTenantPodsOnRealNodes(t *testing.T) {
 	t.Run("DNS: headless Services, SRV, ExternalName and Pod records", func(t *testing.T) { k.dns(t, web) })
 
 	t.Run("a Pod resized in place in the tenant is resized in the host", k.resize)
+	t.Run("kubectl debug runs an ephemeral container beside its target", k.debug)
 	t.Run("a Service without a selector reaches the Pod its EndpointSlice names, and no address of the host's", func(t *testing.T) {
 		k.manualEndpoints(t, web, host)
 	})
