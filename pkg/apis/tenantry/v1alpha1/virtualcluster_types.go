@@ -68,6 +68,7 @@ type SecretKeyReference struct {
 }
 
 // VirtualClusterSpec says where the tenant cluster is and whether to sync it.
+// +kubebuilder:validation:XValidation:rule="has(self.controlPlane) == has(oldSelf.controlPlane)",message="spec.controlPlane can be neither added to nor removed from a VirtualCluster"
 type VirtualClusterSpec struct {
 	// KubeconfigSecretRef names the Secret, in the management cluster, whose
 	// key holds the tenant cluster's kubeconfig. The kubeconfig must carry
@@ -105,6 +106,15 @@ type VirtualClusterSpec struct {
 	// re-spawns the tenant cluster.
 	// +optional
 	HostPolicy *HostPolicy `json:"hostPolicy,omitempty"`
+
+	// ControlPlane, when set, has Tenantry run the tenant's control plane
+	// in the host (see ControlPlaneSpec) and write its kubeconfig, an
+	// admin credential, to the Secret that kubeconfigSecretRef names.
+	// Unset: the Secret holds the kubeconfig of a control plane run
+	// elsewhere. It can be neither added to nor removed from a
+	// VirtualCluster.
+	// +optional
+	ControlPlane *ControlPlaneSpec `json:"controlPlane,omitempty"`
 }
 
 // NodeSync says which host nodes a tenant cluster sees.
@@ -418,6 +428,11 @@ type VirtualClusterStatus struct {
 	// while the cluster is paused or not running.
 	// +optional
 	Sync *SyncStatus `json:"sync,omitempty"`
+
+	// ControlPlane is what Tenantry observed of the control plane it runs
+	// for the VirtualCluster (spec.controlPlane).
+	// +optional
+	ControlPlane *ControlPlaneStatus `json:"controlPlane,omitempty"`
 }
 
 // SyncStatus is what a tenant cluster's syncers have in the host and did

@@ -1,0 +1,138 @@
+package v1alpha1
+
+import (
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// ConditionControlPlaneReady is the condition that says whether the
+// control plane Tenantry runs for a VirtualCluster (spec.controlPlane)
+// answers: its API server ready, its controller-manager running.
+const ConditionControlPlaneReady = "ControlPlaneReady"
+
+// Reasons of the ControlPlaneReady condition, and of Ready while the
+// control plane is not ready.
+const (
+	// ReasonControlPlaneRunning: the API server answers ready, and the
+	// controller-manager runs (ControlPlaneReady=True).
+	ReasonControlPlaneRunning = "Running"
+	// ReasonControlPlaneProvisioning: its workloads are made, and not all
+	// of them run yet.
+	ReasonControlPlaneProvisioning = "Provisioning"
+	// ReasonUnknownVersion: spec.controlPlane.version is not one this
+	// manager can run.
+	ReasonUnknownVersion = "UnknownVersion"
+	// ReasonVersionSkew: spec.controlPlane.version skips a minor version,
+	// or goes back one, from the version that runs: Kubernetes moves one
+	// minor version at a time, forward.
+	ReasonVersionSkew = "VersionSkew"
+	// ReasonStorageRefused: the storage asked for is not one the host
+	// allows (a storage class the host policy does not list).
+	ReasonStorageRefused = "StorageRefused"
+	// ReasonSecretTaken: the kubeconfig Secret that spec.kubeconfigSecretRef
+	// names exists, and is not one Tenantry wrote for this VirtualCluster.
+	ReasonSecretTaken = "SecretTaken"
+	// ReasonControlPlaneFailed: a workload of the control plane failed
+	// (the message says which, and how).
+	ReasonControlPlaneFailed = "ControlPlaneFailed"
+)
+
+// ControlPlaneSpec asks Tenantry to run the tenant's control plane in the
+// host: its kube-apiserver, its kube-controller-manager and its storage,
+// as workloads in a host namespace of the VirtualCluster. An empty object
+// selects every default.
+type ControlPlaneSpec struct {
+	// Version is the Kubernetes version of the control plane, as v1.37.2.
+	// Empty: the release this manager is built with. A change rolls the
+	// control plane, with its data kept, one minor version at a time.
+	// +kubebuilder:validation:Pattern=`^v1\.[0-9]+\.[0-9]+$`
+	// +kubebuilder:validation:MaxLength=32
+	// +optional
+	Version string `json:"version,omitempty"`
+
+	// Storage is where the control plane keeps the tenant's objects.
+	// +optional
+	Storage ControlPlaneStorage `json:"storage,omitempty"`
+
+	// APIServer sets the resources of the tenant's kube-apiserver (its
+	// storage too, where that runs beside it). Unset: the manager's
+	// defaults (--control-plane-resources).
+	// +optional
+	APIServer ComponentSpec `json:"apiServer,omitempty"`
+
+	// ControllerManager sets the resources of the tenant's
+	// kube-controller-manager.
+	// +optional
+	ControllerManager ComponentSpec `json:"controllerManager,omitempty"`
+
+	// RetainData keeps the control plane's data (its PersistentVolumeClaim)
+	// when the VirtualCluster is deleted. Default: deleted with it.
+	// +optional
+	RetainData bool `json:"retainData,omitempty"`
+}
+
+// ControlPlaneStorage is where a provisioned control plane keeps its data.
+// +kubebuilder:validation:XValidation:rule="self.type == oldSelf.type",message="storage.type cannot change: the data would stay behind"
+type ControlPlaneStorage struct {
+	// Type of storage: Embedded (the default), an etcd that runs in the
+	// API server's Pod on its loopback only, with no database server to
+	// run apart; Etcd, an etcd of the tenant's own, in a Pod of its own.
+	// +kubebuilder:validation:Enum=Embedded;Etcd
+	// +kubebuilder:default=Embedded
+	// +optional
+	Type StorageType `json:"type,omitempty"`
+
+	// StorageClassName is the class of the data's PersistentVolumeClaim.
+	// Empty: the host's default class. The VirtualCluster's host policy
+	// (storage.allowedStorageClasses) must allow it, as it must a tenant's
+	// own claims.
+	// +kubebuilder:validation:MaxLength=253
+	// +optional
+	StorageClassName *string `json:"storageClassName,omitempty"`
+
+	// Size of the data's PersistentVolumeClaim. Default: 1Gi.
+	// +optional
+	Size *resource.Quantity `json:"size,omitempty"`
+}
+
+// StorageType is the kind of storage of a provisioned control plane.
+type StorageType string
+
+const (
+	// StorageEmbedded: etcd in the API server's Pod, on its loopback.
+	StorageEmbedded StorageType = "Embedded"
+	// StorageEtcd: an etcd of the tenant's own, in a Pod of its own.
+	StorageEtcd StorageType = "Etcd"
+)
+
+// ComponentSpec sets what one component of a provisioned control plane
+// runs with.
+type ComponentSpec struct {
+	// Resources are the container's requests and limits.
+	// +optional
+	Resources *corev1.ResourceRequirements `json:"resources,omitempty"`
+}
+
+// ControlPlaneStatus is what Tenantry observed of the control plane it
+// runs for a VirtualCluster.
+type ControlPlaneStatus struct {
+	// Version is the Kubernetes version that runs (the last one rolled out
+	// in full).
+	// +optional
+	Version string `json:"version,omitempty"`
+
+	// Namespace is the host namespace of the control plane's workloads.
+	// +optional
+	Namespace string `json:"namespace,omitempty"`
+
+	// Endpoint is the URL at which the host's Pods (and the manager) reach
+	// the tenant API server: its host Service.
+	// +optional
+	Endpoint string `json:"endpoint,omitempty"`
+
+	// CertificatesExpire is when the first of the serving and client
+	// certificates expires; Tenantry renews them well before.
+	// +optional
+	CertificatesExpire *metav1.Time `json:"certificatesExpire,omitempty"`
+}
