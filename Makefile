@@ -231,11 +231,12 @@ $(BIN)/pause: $(TOOLS_DEPS)
 	src=$$(cd $(TOOLS) && $(GO) list -m -f '{{.Dir}}' k8s.io/kubernetes)/build/pause/linux/pause.c; \
 	gcc -Os -Wall -Werror -static -DVERSION=v3.10.2 -o $@ "$$src"
 
-$(BIN)/kit-images/index.json: $(BIN)/kitregistry $(BIN)/pause $(BIN)/agnhost $(BIN)/coredns $(BIN)/etcd $(BIN)/sample-apiserver $(BIN)/nonewprivs $(BIN)/nginx
+$(BIN)/kit-images/index.json: $(BIN)/kitregistry $(BIN)/pause $(BIN)/agnhost $(BIN)/coredns $(BIN)/etcd $(BIN)/sample-apiserver $(BIN)/nonewprivs $(BIN)/nginx $(BIN)/kube-apiserver $(BIN)/kube-controller-manager
 	@test -x $(BUSYBOX) || { echo "no static busybox at $(BUSYBOX): install Debian's busybox-static, or set BUSYBOX"; exit 1; }
 	$(BIN)/kitregistry build --out $(BIN)/kit-images --pause $(BIN)/pause --busybox $(BUSYBOX) --shell $(BUSYBOX_SHELL) --agnhost $(BIN)/agnhost \
 	  --coredns $(BIN)/coredns --coredns-version $(COREDNS_VERSION) \
 	  --etcd $(BIN)/etcd --sample-apiserver $(BIN)/sample-apiserver --nonewprivs $(BIN)/nonewprivs --nginx $(BIN)/nginx \
+	  --kube-apiserver $(BIN)/kube-apiserver --kube-controller-manager $(BIN)/kube-controller-manager --kube-version $(KUBE_VERSION) \
 	  --e2e-images $$(cd $(TOOLS) && $(GO) list -m -f '{{.Dir}}' k8s.io/kubernetes)/test/images \
 	  $(addprefix --tool ,$(AGNHOST_TOOLS))
 

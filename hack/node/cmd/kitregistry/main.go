@@ -85,6 +85,9 @@ var (
 	glibcDNSTestingRefs = []string{"registry.k8s.io/e2e-test-images/glibc-dns-testing:2.1.1"}
 	sampleAPIServerRefs = []string{"registry.k8s.io/e2e-test-images/sample-apiserver:1.29.2"}
 	etcdRefs            = []string{"registry.k8s.io/etcd:3.7.0-0"}
+	// controlPlaneRepository holds the images of kube-apiserver and
+	// kube-controller-manager, tagged with the release.
+	controlPlaneRepository = "registry.k8s.io"
 )
 
 func main() {
@@ -121,12 +124,16 @@ func build(args []string) error {
 	nginx := fs.String("nginx", "", "an nginx binary of this machine, with its shared libraries")
 	pages := fs.String("e2e-images", "", "the pinned release's test/images directory (kitten's and nautilus's pages)")
 	corednsVersion := fs.String("coredns-version", "", "the coredns binary's version, the tag of its image (v1.14.6)")
+	apiServer := fs.String("kube-apiserver", "", "a kube-apiserver binary, for a provisioned tenant control plane's image")
+	controllerManager := fs.String("kube-controller-manager", "", "a kube-controller-manager binary, for a provisioned tenant control plane's image")
+	kubeVersion := fs.String("kube-version", "", "the pinned Kubernetes release, the tag of the control plane images (v1.37.2)")
 	shell := fs.String("shell", "", "a shell of this machine for the busybox images' /bin/sh, with its shared libraries (empty: busybox's own)")
 	var tools multiFlag
 	fs.Var(&tools, "tool", "a program of this machine for the agnhost image, with its shared libraries: PATH, or IMAGEPATH=PATH (repeatable)")
 	_ = fs.Parse(args)
 	for flagName, v := range map[string]string{"out": *out, "pause": *pause, "busybox": *busybox, "agnhost": *agnhost, "coredns": *coredns, "coredns-version": *corednsVersion,
-		"etcd": *etcd, "sample-apiserver": *sampleAPIServer, "nonewprivs": *nnp, "nginx": *nginx, "e2e-images": *pages} {
+		"etcd": *etcd, "sample-apiserver": *sampleAPIServer, "nonewprivs": *nnp, "nginx": *nginx, "e2e-images": *pages,
+		"kube-apiserver": *apiServer, "kube-controller-manager": *controllerManager, "kube-version": *kubeVersion} {
 		if v == "" {
 			return fmt.Errorf("build: --%s is required", flagName)
 		}
@@ -165,6 +172,18 @@ func build(args []string) error {
 	if err != nil {
 		return err
 	}
+	// As upstream's: the program at /usr/local/bin (its image is
+	// distroless), with the shared libraries this machine built it with.
+	controlPlaneLayers := map[string]v1.Layer{}
+	for name, program := range map[string]string{"kube-apiserver": *apiServer, "kube-controller-manager": *controllerManager} {
+		files := map[string]string{}
+		if err := addWithLibraries(files, "/usr/local/bin/"+name+"="+program); err != nil {
+			return err
+		}
+		if controlPlaneLayers[name], err = filesLayer(files); err != nil {
+			return fmt.Errorf("image %s: %w", name, err)
+		}
+	}
 	// Upstream's busybox images are of busybox 1.37, whose sh hands its
 	// commands the variables whose names are not identifiers (data-1, as
 	// a ConfigMap's keys may be); an older busybox's sh drops them.
@@ -199,6 +218,10 @@ func build(args []string) error {
 		{glibcDNSTestingRefs, []v1.Layer{base, e2e.dnsTools}, v1.Config{Cmd: []string{"sh"}}},
 		{sampleAPIServerRefs, []v1.Layer{base, e2e.sampleAPIServer}, v1.Config{Entrypoint: []string{"/sample-apiserver"}}},
 		{etcdRefs, []v1.Layer{base, e2e.etcd}, v1.Config{Cmd: []string{"/usr/local/bin/etcd"}}},
+		{[]string{controlPlaneRepository + "/kube-apiserver:" + *kubeVersion}, []v1.Layer{controlPlaneLayers["kube-apiserver"]},
+			v1.Config{Entrypoint: []string{"/usr/local/bin/kube-apiserver"}}},
+		{[]string{controlPlaneRepository + "/kube-controller-manager:" + *kubeVersion}, []v1.Layer{controlPlaneLayers["kube-controller-manager"]},
+			v1.Config{Entrypoint: []string{"/usr/local/bin/kube-controller-manager"}}},
 		{pauseRefs, []v1.Layer{pauseLayer}, v1.Config{Entrypoint: []string{"/pause"}, User: "65535:65535"}},
 		{busyboxRefs, busyboxLayers, v1.Config{Cmd: []string{"sh"}}},
 		{agnhostRefs, []v1.Layer{base, agnhostLayer}, agnhostConfig},

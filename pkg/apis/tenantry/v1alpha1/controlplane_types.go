@@ -77,8 +77,8 @@ type ControlPlaneSpec struct {
 type ControlPlaneStorage struct {
 	// Type of storage: Embedded (the default), an etcd that runs in the
 	// API server's Pod on its loopback only, with no database server to
-	// run apart; Etcd, an etcd of the tenant's own, in a Pod of its own.
-	// +kubebuilder:validation:Enum=Embedded;Etcd
+	// run apart.
+	// +kubebuilder:validation:Enum=Embedded
 	// +kubebuilder:default=Embedded
 	// +optional
 	Type StorageType `json:"type,omitempty"`
@@ -102,8 +102,6 @@ type StorageType string
 const (
 	// StorageEmbedded: etcd in the API server's Pod, on its loopback.
 	StorageEmbedded StorageType = "Embedded"
-	// StorageEtcd: an etcd of the tenant's own, in a Pod of its own.
-	StorageEtcd StorageType = "Etcd"
 )
 
 // ComponentSpec sets what one component of a provisioned control plane

@@ -1,0 +1,204 @@
+package controlplane
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"time"
+
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+
+	"github.com/tenantry/tenantry/pkg/controlplane/pki"
+)
+
+// Keys of the PKI Secret (PKISecretName).
+const (
+	KeyCACert                      = "ca.crt"
+	KeyCAKey                       = "ca.key"
+	KeyServingCert                 = "apiserver.crt"
+	KeyServingKey                  = "apiserver.key"
+	KeyKubeletClientCert           = "apiserver-kubelet-client.crt"
+	KeyKubeletClientKey            = "apiserver-kubelet-client.key"
+	KeyFrontProxyCACert            = "front-proxy-ca.crt"
+	KeyFrontProxyCAKey             = "front-proxy-ca.key"
+	KeyFrontProxyClientCert        = "front-proxy-client.crt"
+	KeyFrontProxyClientKey         = "front-proxy-client.key"
+	KeyServiceAccountPrivate       = "sa.key"
+	KeyServiceAccountPublic        = "sa.pub"
+	KeyControllerManagerKubeconfig = "controller-manager.conf"
+)
+
+// AdminUser is the user of the admin kubeconfig Tenantry writes for a
+// provisioned control plane, a member of system:masters.
+const AdminUser = "tenantry:admin"
+
+// localServer is where a component in the control plane's Pod reaches
+// the API server.
+var localServer = fmt.Sprintf("https://127.0.0.1:%d", APIServerPort)
+
+// pair names a certificate and its key in the PKI Secret.
+type pair struct{ cert, key string }
+
+// ServingNames are the names and addresses the API server's certificate
+// serves: its Service's (at serviceIP, and by name in the host), the
+// tenant's own kubernetes Service's (the first address of its Service
+// range), and the loopback, where its components reach it.
+func (s Spec) ServingNames(serviceIP string) (pki.Leaf, error) {
+	leaf := pki.Leaf{CommonName: "kube-apiserver", Usage: pki.Server}
+	ns := Namespace(s.Cluster)
+	for _, svc := range []string{"kubernetes.default", ServiceName + "." + ns} {
+		leaf.DNSNames = append(leaf.DNSNames, svc, svc+".svc", svc+".svc."+s.ClusterDomain)
+	}
+	leaf.DNSNames = append(leaf.DNSNames, "kubernetes", "localhost")
+	leaf.IPs = []net.IP{net.IPv4(127, 0, 0, 1)}
+	if serviceIP != "" {
+		ip := net.ParseIP(serviceIP)
+		if ip == nil {
+			return leaf, fmt.Errorf("the API server's Service IP %q is not an address", serviceIP)
+		}
+		leaf.IPs = append(leaf.IPs, ip)
+	}
+	_, cidr, err := net.ParseCIDR(s.ServiceCIDR)
+	if err != nil {
+		return leaf, fmt.Errorf("the Service range %q: %w", s.ServiceCIDR, err)
+	}
+	first := append(net.IP(nil), cidr.IP...)
+	first[len(first)-1]++
+	leaf.IPs = append(leaf.IPs, first)
+	return leaf, nil
+}
+
+// Certificates is the PKI Secret's data for the control plane: what
+// current holds that is still good, and anew what is missing, not signed
+// by its CA, due for renewal (pki.Renew) or no longer serving the names
+// it must (the Service at serviceIP). It says when the first certificate
+// it holds expires. The CAs and the service account key are made once:
+// a new one would lock every client and token out.
+func (s Spec) Certificates(current map[string][]byte, serviceIP string, now time.Time) (map[string][]byte, time.Time, error) {
+	data := map[string][]byte{}
+	var expires time.Time
+	note := func(kp *pki.KeyPair) {
+		if expires.IsZero() || kp.Cert.NotAfter.Before(expires) {
+			expires = kp.Cert.NotAfter
+		}
+	}
+	ca, err := s.authority(current, data, pair{KeyCACert, KeyCAKey}, s.Cluster+"-ca", now)
+	if err != nil {
+		return nil, time.Time{}, err
+	}
+	frontProxyCA, err := s.authority(current, data, pair{KeyFrontProxyCACert, KeyFrontProxyCAKey}, s.Cluster+"-front-proxy-ca", now)
+	if err != nil {
+		return nil, time.Time{}, err
+	}
+	serving, err := s.ServingNames(serviceIP)
+	if err != nil {
+		return nil, time.Time{}, err
+	}
+	for _, l := range []struct {
+		names pair
+		ca    *pki.KeyPair
+		leaf  pki.Leaf
+	}{
+		{pair{KeyServingCert, KeyServingKey}, ca, serving},
+		{pair{KeyKubeletClientCert, KeyKubeletClientKey}, ca, pki.Leaf{CommonName: "kube-apiserver-kubelet-client", Organization: []string{"system:masters"}, Usage: pki.Client}},
+		{pair{KeyFrontProxyClientCert, KeyFrontProxyClientKey}, frontProxyCA, pki.Leaf{CommonName: "front-proxy-client", Usage: pki.Client}},
+	} {
+		kp, err := leafOf(current, l.names, l.ca, l.leaf, now)
+		if err != nil {
+			return nil, time.Time{}, err
+		}
+		data[l.names.cert], data[l.names.key] = kp.CertPEM, kp.KeyPEM
+		note(kp)
+	}
+	if len(current[KeyServiceAccountPrivate]) > 0 && len(current[KeyServiceAccountPublic]) > 0 {
+		data[KeyServiceAccountPrivate], data[KeyServiceAccountPublic] = current[KeyServiceAccountPrivate], current[KeyServiceAccountPublic]
+	} else if data[KeyServiceAccountPrivate], data[KeyServiceAccountPublic], err = pki.NewSigningKey(); err != nil {
+		return nil, time.Time{}, err
+	}
+	kubeconfig, kp, err := Kubeconfig(ca, current[KeyControllerManagerKubeconfig], localServer,
+		pki.Leaf{CommonName: "system:kube-controller-manager", Usage: pki.Client}, now)
+	if err != nil {
+		return nil, time.Time{}, fmt.Errorf("the controller-manager's kubeconfig: %w", err)
+	}
+	data[KeyControllerManagerKubeconfig] = kubeconfig
+	note(kp)
+	return data, expires, nil
+}
+
+// CA reads the control plane's CA from the PKI Secret's data.
+func CA(data map[string][]byte) (*pki.KeyPair, error) {
+	return pki.Parse(data[KeyCACert], data[KeyCAKey], nil)
+}
+
+// authority keeps current's CA of names, or makes one named commonName.
+func (s Spec) authority(current, data map[string][]byte, names pair, commonName string, now time.Time) (*pki.KeyPair, error) {
+	kp, err := pki.Parse(current[names.cert], current[names.key], nil)
+	if err != nil {
+		if len(current[names.cert]) > 0 {
+			// A broken CA is not replaced behind everyone's back.
+			return nil, fmt.Errorf("the PKI Secret's %s: %w", names.cert, err)
+		}
+		if kp, err = pki.NewCA(commonName, now); err != nil {
+			return nil, err
+		}
+	}
+	data[names.cert], data[names.key] = kp.CertPEM, kp.KeyPEM
+	return kp, nil
+}
+
+// leafOf keeps current's certificate of names if ca signed it and it
+// needs no renewal for leaf, or issues one.
+func leafOf(current map[string][]byte, names pair, ca *pki.KeyPair, leaf pki.Leaf, now time.Time) (*pki.KeyPair, error) {
+	if kp, err := pki.Parse(current[names.cert], current[names.key], ca); err == nil && !pki.Renew(kp.Cert, &leaf, now) {
+		return kp, nil
+	}
+	return ca.Issue(leaf, now)
+}
+
+// Kubeconfig is a kubeconfig for server, trusting ca, with a client
+// certificate for leaf: current's, if ca signed it, it is for that server
+// and it needs no renewal; otherwise a new one. It returns the client's
+// key pair too.
+func Kubeconfig(ca *pki.KeyPair, current []byte, server string, leaf pki.Leaf, now time.Time) ([]byte, *pki.KeyPair, error) {
+	if kp, err := clientOf(current, ca, server); err == nil && !pki.Renew(kp.Cert, &leaf, now) {
+		return current, kp, nil
+	}
+	kp, err := ca.Issue(leaf, now)
+	if err != nil {
+		return nil, nil, err
+	}
+	const name = "tenant"
+	config := clientcmdapi.Config{
+		Clusters:       map[string]*clientcmdapi.Cluster{name: {Server: server, CertificateAuthorityData: ca.CertPEM}},
+		AuthInfos:      map[string]*clientcmdapi.AuthInfo{leaf.CommonName: {ClientCertificateData: kp.CertPEM, ClientKeyData: kp.KeyPEM}},
+		Contexts:       map[string]*clientcmdapi.Context{name: {Cluster: name, AuthInfo: leaf.CommonName}},
+		CurrentContext: name,
+	}
+	out, err := clientcmd.Write(config)
+	if err != nil {
+		return nil, nil, fmt.Errorf("writing the kubeconfig: %w", err)
+	}
+	return out, kp, nil
+}
+
+// clientOf reads the client certificate of a kubeconfig, if it is one of
+// ca's for server.
+func clientOf(kubeconfig []byte, ca *pki.KeyPair, server string) (*pki.KeyPair, error) {
+	if len(kubeconfig) == 0 {
+		return nil, errors.New("no kubeconfig")
+	}
+	config, err := clientcmd.Load(kubeconfig)
+	if err != nil {
+		return nil, err
+	}
+	ctx := config.Contexts[config.CurrentContext]
+	if ctx == nil || config.Clusters[ctx.Cluster] == nil || config.AuthInfos[ctx.AuthInfo] == nil {
+		return nil, errors.New("the kubeconfig's current context names nothing")
+	}
+	if config.Clusters[ctx.Cluster].Server != server {
+		return nil, fmt.Errorf("the kubeconfig is for %s", config.Clusters[ctx.Cluster].Server)
+	}
+	user := config.AuthInfos[ctx.AuthInfo]
+	return pki.Parse(user.ClientCertificateData, user.ClientKeyData, ca)
+}

@@ -1,0 +1,413 @@
+// Package controlplane describes the control plane that Tenantry runs in
+// the host for a VirtualCluster with spec.controlPlane: the host namespace
+// it runs in, the workload (kube-apiserver and kube-controller-manager,
+// with embedded etcd beside them), the Service tenant Pods and the manager
+// reach it at, the NetworkPolicy that keeps everyone else out, and the
+// Secrets of its certificates and kubeconfigs (see Certificates).
+//
+// What it returns are objects to apply; the controller in
+// controllers/controlplane applies them, and says how they stand.
+package controlplane
+
+import (
+	"crypto/sha256"
+	"encoding/base32"
+	"fmt"
+	"strings"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/utils/ptr"
+
+	tenantryv1alpha1 "github.com/tenantry/tenantry/pkg/apis/tenantry/v1alpha1"
+	"github.com/tenantry/tenantry/pkg/syncer"
+)
+
+// LabelControlPlane marks the host objects of a VirtualCluster's control
+// plane, its namespace first; its value is the VirtualCluster's name.
+const LabelControlPlane = "tenantry.dev/control-plane"
+
+// Names of a control plane's host objects, in its namespace.
+const (
+	// ServiceName is the API server's Service.
+	ServiceName = "kube-apiserver"
+	// WorkloadName is the StatefulSet of the control plane's Pod.
+	WorkloadName = "control-plane"
+	// PKISecretName holds the control plane's certificates, keys and its
+	// components' kubeconfigs.
+	PKISecretName = "control-plane-pki"
+	// NetworkPolicyName admits the API server's port alone, and only to
+	// the VirtualCluster's own host namespaces and the manager.
+	NetworkPolicyName = "control-plane"
+	// DataVolumeName is the volume, and the claim template, of the data.
+	DataVolumeName = "data"
+)
+
+// Ports of the API server: in its Pod, and at its Service.
+const (
+	APIServerPort = 6443
+	ServicePort   = 443
+)
+
+// DefaultDataSize is the size of the data's claim unless
+// spec.controlPlane.storage.size says otherwise.
+var DefaultDataSize = resource.MustParse("1Gi")
+
+// Images are the container images of a control plane.
+type Images struct {
+	APIServer         string
+	ControllerManager string
+	Etcd              string
+}
+
+// UpstreamImages are the upstream images of Kubernetes version (v1.37.2),
+// with etcd's image etcd.
+func UpstreamImages(version, etcd string) Images {
+	return Images{
+		APIServer:         "registry.k8s.io/kube-apiserver:" + version,
+		ControllerManager: "registry.k8s.io/kube-controller-manager:" + version,
+		Etcd:              etcd,
+	}
+}
+
+// Resources are the requests and limits of each component.
+type Resources struct {
+	APIServer, ControllerManager, Etcd corev1.ResourceRequirements
+}
+
+// DefaultResources are what a control plane's components ask for unless
+// the VirtualCluster or the manager's flags say otherwise: enough for a
+// small tenant at rest, with room to grow under load.
+func DefaultResources() Resources {
+	return Resources{
+		APIServer: corev1.ResourceRequirements{
+			Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("100m"), corev1.ResourceMemory: resource.MustParse("256Mi")},
+			Limits:   corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("1Gi")},
+		},
+		ControllerManager: corev1.ResourceRequirements{
+			Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("20m"), corev1.ResourceMemory: resource.MustParse("64Mi")},
+			Limits:   corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("512Mi")},
+		},
+		Etcd: corev1.ResourceRequirements{
+			Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("50m"), corev1.ResourceMemory: resource.MustParse("64Mi")},
+			Limits:   corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("512Mi")},
+		},
+	}
+}
+
+// Spec is what a control plane is made of, resolved from a VirtualCluster
+// and the manager's settings.
+type Spec struct {
+	// Cluster is the VirtualCluster's name.
+	Cluster string
+	// Version is the Kubernetes version to run.
+	Version string
+	Images  Images
+	// ServiceCIDR is the tenant's Service range: the host's, so that a
+	// tenant Service keeps its cluster IP in the host.
+	ServiceCIDR string
+	// ClusterDomain is the tenant's DNS domain (cluster.local).
+	ClusterDomain string
+	// Resources of the components.
+	Resources Resources
+	// StorageClassName and DataSize are those of the data's claim.
+	StorageClassName *string
+	DataSize         resource.Quantity
+	// ManagerPeers are who, besides the VirtualCluster's own host
+	// namespaces, may reach the API server: the manager's Pods (its
+	// namespace), or its addresses.
+	ManagerPeers []networkingv1.NetworkPolicyPeer
+}
+
+// Namespace is the host namespace of VirtualCluster cluster's control
+// plane: tenantry-cp-<cluster>, shortened with a hash of the name to a
+// valid namespace name.
+func Namespace(cluster string) string {
+	const prefix, limit = "tenantry-cp-", 63
+	name := prefix + strings.ReplaceAll(cluster, ".", "-")
+	if len(name) <= limit {
+		return name
+	}
+	sum := sha256.Sum256([]byte(cluster))
+	hash := strings.ToLower(base32.StdEncoding.WithPadding(base32.NoPadding).EncodeToString(sum[:]))[:10]
+	return strings.TrimRight(name[:limit-len(hash)-1], "-") + "-" + hash
+}
+
+// Labels are the labels of every host object of cluster's control plane.
+func Labels(cluster string) map[string]string {
+	return map[string]string{
+		syncer.LabelManagedBy: syncer.ManagedByValue,
+		syncer.LabelCluster:   cluster,
+		LabelControlPlane:     cluster,
+	}
+}
+
+// podLabels select the control plane's Pod.
+func podLabels(cluster string) map[string]string {
+	return map[string]string{LabelControlPlane: cluster, "app.kubernetes.io/component": "control-plane"}
+}
+
+// NamespaceObject is the control plane's namespace, under the restricted
+// Pod Security level: the control plane needs no privilege.
+func (s Spec) NamespaceObject() *corev1.Namespace {
+	labels := Labels(s.Cluster)
+	labels["pod-security.kubernetes.io/enforce"] = "restricted"
+	return &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: Namespace(s.Cluster), Labels: labels}}
+}
+
+// Service is the API server's Service: cluster IP, port 443.
+func (s Spec) Service() *corev1.Service {
+	return &corev1.Service{
+		ObjectMeta: s.meta(ServiceName),
+		Spec: corev1.ServiceSpec{
+			Type:     corev1.ServiceTypeClusterIP,
+			Selector: podLabels(s.Cluster),
+			Ports: []corev1.ServicePort{{
+				Name: "https", Protocol: corev1.ProtocolTCP, Port: ServicePort, TargetPort: intstr.FromInt32(APIServerPort),
+			}},
+		},
+	}
+}
+
+// NetworkPolicy admits, to the control plane's Pod, the API server's port
+// alone, and only from the VirtualCluster's own host namespaces (its
+// Pods, its webhooks' callers) and from ManagerPeers. Another tenant's
+// Pods cannot reach it, nor anyone its storage.
+func (s Spec) NetworkPolicy() *networkingv1.NetworkPolicy {
+	peers := append([]networkingv1.NetworkPolicyPeer{{
+		NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{
+			syncer.LabelManagedBy: syncer.ManagedByValue, syncer.LabelCluster: s.Cluster,
+		}},
+	}}, s.ManagerPeers...)
+	return &networkingv1.NetworkPolicy{
+		ObjectMeta: s.meta(NetworkPolicyName),
+		Spec: networkingv1.NetworkPolicySpec{
+			PodSelector: metav1.LabelSelector{MatchLabels: podLabels(s.Cluster)},
+			PolicyTypes: []networkingv1.PolicyType{networkingv1.PolicyTypeIngress},
+			Ingress: []networkingv1.NetworkPolicyIngressRule{{
+				Ports: []networkingv1.NetworkPolicyPort{{Protocol: ptr.To(corev1.ProtocolTCP), Port: ptr.To(intstr.FromInt32(APIServerPort))}},
+				From:  peers,
+			}},
+		},
+	}
+}
+
+// Paths in the control plane's containers.
+const (
+	pkiDir  = "/etc/kubernetes/pki"
+	dataDir = "/var/lib/etcd"
+)
+
+// StatefulSet is the control plane's workload: one Pod of etcd (a native
+// sidecar, on the Pod's loopback), kube-apiserver and
+// kube-controller-manager, its data on a claim of its own that outlives
+// the Pod (and a version change). It runs as nobody, with no privilege.
+func (s Spec) StatefulSet() *appsv1.StatefulSet {
+	labels := podLabels(s.Cluster)
+	nonRoot := &corev1.SecurityContext{
+		AllowPrivilegeEscalation: ptr.To(false),
+		ReadOnlyRootFilesystem:   ptr.To(true),
+		Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
+	}
+	pki := corev1.VolumeMount{Name: "pki", MountPath: pkiDir, ReadOnly: true}
+	etcd := corev1.Container{
+		Name:  "etcd",
+		Image: s.Images.Etcd,
+		Command: []string{"/usr/local/bin/etcd",
+			"--name=" + s.Cluster,
+			"--data-dir=" + dataDir + "/data",
+			"--listen-client-urls=http://127.0.0.1:2379",
+			"--advertise-client-urls=http://127.0.0.1:2379",
+			"--listen-peer-urls=http://127.0.0.1:2380",
+			"--initial-advertise-peer-urls=http://127.0.0.1:2380",
+			"--initial-cluster=" + s.Cluster + "=http://127.0.0.1:2380",
+			"--listen-metrics-urls=http://127.0.0.1:2381",
+			"--snapshot-count=10000",
+			"--quota-backend-bytes=" + fmt.Sprint(quotaBytes(s.DataSize)),
+		},
+		RestartPolicy:   ptr.To(corev1.ContainerRestartPolicyAlways),
+		Resources:       s.Resources.Etcd,
+		SecurityContext: nonRoot,
+		VolumeMounts:    []corev1.VolumeMount{{Name: DataVolumeName, MountPath: dataDir}},
+	}
+	apiServer := corev1.Container{
+		Name:    "kube-apiserver",
+		Image:   s.Images.APIServer,
+		Command: append([]string{"/usr/local/bin/kube-apiserver"}, s.apiServerArgs()...),
+		Env: []corev1.EnvVar{{Name: "POD_IP", ValueFrom: &corev1.EnvVarSource{
+			FieldRef: &corev1.ObjectFieldSelector{FieldPath: "status.podIP"},
+		}}},
+		Ports:     []corev1.ContainerPort{{Name: "https", ContainerPort: APIServerPort, Protocol: corev1.ProtocolTCP}},
+		Resources: s.Resources.APIServer,
+		ReadinessProbe: &corev1.Probe{
+			ProbeHandler:  corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/readyz", Port: intstr.FromInt32(APIServerPort), Scheme: corev1.URISchemeHTTPS}},
+			PeriodSeconds: 2, FailureThreshold: 3, TimeoutSeconds: 5,
+		},
+		StartupProbe: &corev1.Probe{
+			ProbeHandler:  corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/livez", Port: intstr.FromInt32(APIServerPort), Scheme: corev1.URISchemeHTTPS}},
+			PeriodSeconds: 2, FailureThreshold: 90, TimeoutSeconds: 5,
+		},
+		LivenessProbe: &corev1.Probe{
+			ProbeHandler:  corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/livez", Port: intstr.FromInt32(APIServerPort), Scheme: corev1.URISchemeHTTPS}},
+			PeriodSeconds: 10, FailureThreshold: 6, TimeoutSeconds: 5,
+		},
+		SecurityContext: nonRoot,
+		VolumeMounts:    []corev1.VolumeMount{pki},
+	}
+	controllerManager := corev1.Container{
+		Name:            "kube-controller-manager",
+		Image:           s.Images.ControllerManager,
+		Command:         append([]string{"/usr/local/bin/kube-controller-manager"}, s.controllerManagerArgs()...),
+		Resources:       s.Resources.ControllerManager,
+		SecurityContext: nonRoot,
+		VolumeMounts:    []corev1.VolumeMount{pki},
+	}
+	claim := corev1.PersistentVolumeClaim{
+		ObjectMeta: metav1.ObjectMeta{Name: DataVolumeName, Labels: Labels(s.Cluster)},
+		Spec: corev1.PersistentVolumeClaimSpec{
+			AccessModes:      []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+			StorageClassName: s.StorageClassName,
+			Resources:        corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: s.DataSize}},
+		},
+	}
+	return &appsv1.StatefulSet{
+		ObjectMeta: s.meta(WorkloadName),
+		Spec: appsv1.StatefulSetSpec{
+			Replicas:    ptr.To[int32](1),
+			ServiceName: ServiceName,
+			Selector:    &metav1.LabelSelector{MatchLabels: labels},
+			// The claim stays when the StatefulSet goes: the controller
+			// deletes it with the namespace, unless spec.controlPlane says
+			// to keep the data.
+			PersistentVolumeClaimRetentionPolicy: &appsv1.StatefulSetPersistentVolumeClaimRetentionPolicy{
+				WhenDeleted: appsv1.RetainPersistentVolumeClaimRetentionPolicyType,
+				WhenScaled:  appsv1.RetainPersistentVolumeClaimRetentionPolicyType,
+			},
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: labels},
+				Spec: corev1.PodSpec{
+					AutomountServiceAccountToken: ptr.To(false),
+					EnableServiceLinks:           ptr.To(false),
+					SecurityContext: &corev1.PodSecurityContext{
+						RunAsNonRoot:   ptr.To(true),
+						RunAsUser:      ptr.To[int64](65532),
+						RunAsGroup:     ptr.To[int64](65532),
+						FSGroup:        ptr.To[int64](65532),
+						SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
+					},
+					TerminationGracePeriodSeconds: ptr.To[int64](30),
+					InitContainers:                []corev1.Container{etcd},
+					Containers:                    []corev1.Container{apiServer, controllerManager},
+					Volumes: []corev1.Volume{{
+						Name: "pki",
+						VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{
+							SecretName: PKISecretName, DefaultMode: ptr.To[int32](0o440),
+						}},
+					}},
+				},
+			},
+			VolumeClaimTemplates: []corev1.PersistentVolumeClaim{claim},
+		},
+	}
+}
+
+// quotaBytes is etcd's backend quota for a volume of size: most of it,
+// with room for the write-ahead log and snapshots.
+func quotaBytes(size resource.Quantity) int64 {
+	return size.Value() * 3 / 4
+}
+
+func (s Spec) apiServerArgs() []string {
+	return []string{
+		"--advertise-address=$(POD_IP)",
+		"--secure-port=" + fmt.Sprint(APIServerPort),
+		"--etcd-servers=http://127.0.0.1:2379",
+		"--allow-privileged=true",
+		"--authorization-mode=Node,RBAC",
+		"--enable-admission-plugins=NodeRestriction",
+		"--client-ca-file=" + pkiDir + "/" + KeyCACert,
+		"--tls-cert-file=" + pkiDir + "/" + KeyServingCert,
+		"--tls-private-key-file=" + pkiDir + "/" + KeyServingKey,
+		"--kubelet-client-certificate=" + pkiDir + "/" + KeyKubeletClientCert,
+		"--kubelet-client-key=" + pkiDir + "/" + KeyKubeletClientKey,
+		"--kubelet-preferred-address-types=InternalIP,ExternalIP,Hostname",
+		"--service-account-issuer=https://kubernetes.default.svc." + s.ClusterDomain,
+		"--service-account-key-file=" + pkiDir + "/" + KeyServiceAccountPublic,
+		"--service-account-signing-key-file=" + pkiDir + "/" + KeyServiceAccountPrivate,
+		"--service-cluster-ip-range=" + s.ServiceCIDR,
+		"--requestheader-client-ca-file=" + pkiDir + "/" + KeyFrontProxyCACert,
+		"--requestheader-allowed-names=front-proxy-client",
+		"--requestheader-extra-headers-prefix=X-Remote-Extra-",
+		"--requestheader-group-headers=X-Remote-Group",
+		"--requestheader-username-headers=X-Remote-User",
+		"--proxy-client-cert-file=" + pkiDir + "/" + KeyFrontProxyClientCert,
+		"--proxy-client-key-file=" + pkiDir + "/" + KeyFrontProxyClientKey,
+		// Webhooks and aggregated APIs are reached at their Pods: the API
+		// server runs in a Pod of its own namespace, under its own policy.
+		"--enable-aggregator-routing=true",
+		"--profiling=false",
+	}
+}
+
+func (s Spec) controllerManagerArgs() []string {
+	kubeconfig := pkiDir + "/" + KeyControllerManagerKubeconfig
+	return []string{
+		"--kubeconfig=" + kubeconfig,
+		"--authentication-kubeconfig=" + kubeconfig,
+		"--authorization-kubeconfig=" + kubeconfig,
+		"--leader-elect=false",
+		"--secure-port=0",
+		"--controllers=*," + strings.Join(disabledControllers, ","),
+		"--use-service-account-credentials=true",
+		"--root-ca-file=" + pkiDir + "/" + KeyCACert,
+		"--service-account-private-key-file=" + pkiDir + "/" + KeyServiceAccountPrivate,
+		"--cluster-signing-cert-file=" + pkiDir + "/" + KeyCACert,
+		"--cluster-signing-key-file=" + pkiDir + "/" + KeyCAKey,
+		"--requestheader-client-ca-file=" + pkiDir + "/" + KeyFrontProxyCACert,
+		"--profiling=false",
+	}
+}
+
+// disabledControllers are kube-controller-manager's controllers a tenant
+// does not run, as --controllers names them. Storage is bound, attached
+// and expanded in the host, where the volumes are: a tenant's own volume
+// binder would find a claim that the host bound (its status synced up)
+// bound to a volume the tenant does not have, and mark it Lost.
+var disabledControllers = []string{
+	"-persistentvolume-binder-controller",
+	"-persistentvolume-attach-detach-controller",
+	"-persistentvolume-expander-controller",
+}
+
+func (s Spec) meta(name string) metav1.ObjectMeta {
+	return metav1.ObjectMeta{Namespace: Namespace(s.Cluster), Name: name, Labels: Labels(s.Cluster)}
+}
+
+// FromVirtualCluster resolves the parts of a Spec that
+// spec.controlPlane sets over defaults (the version and the resources
+// the manager gives, its storage).
+func FromVirtualCluster(vc *tenantryv1alpha1.VirtualCluster, defaultVersion string, defaults Resources) Spec {
+	cp := vc.Spec.ControlPlane
+	if cp == nil {
+		cp = &tenantryv1alpha1.ControlPlaneSpec{}
+	}
+	s := Spec{Cluster: vc.Name, Version: cp.Version, ClusterDomain: "cluster.local", Resources: defaults, DataSize: DefaultDataSize}
+	if s.Version == "" {
+		s.Version = defaultVersion
+	}
+	if r := cp.APIServer.Resources; r != nil {
+		s.Resources.APIServer = *r.DeepCopy()
+	}
+	if r := cp.ControllerManager.Resources; r != nil {
+		s.Resources.ControllerManager = *r.DeepCopy()
+	}
+	s.StorageClassName = cp.Storage.StorageClassName
+	if cp.Storage.Size != nil {
+		s.DataSize = cp.Storage.Size.DeepCopy()
+	}
+	return s
+}
