@@ -214,6 +214,12 @@ func either[T any](a, b []T) []T {
 	return b
 }
 
+// StoragePolicyOf is the storage policy of vc: its host policy over the
+// manager's default (Options.HostPolicy), as its claims meet it.
+func (o *Options) StoragePolicyOf(vc *tenantryv1alpha1.VirtualCluster) pods.StoragePolicy {
+	return storagePolicy(overDefault(o.HostPolicy, vc.Spec.HostPolicy))
+}
+
 // storagePolicy is the claims' side of p.
 func storagePolicy(p tenantryv1alpha1.HostPolicy) pods.StoragePolicy {
 	if p.Storage == nil {

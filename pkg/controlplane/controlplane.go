@@ -411,3 +411,10 @@ func FromVirtualCluster(vc *tenantryv1alpha1.VirtualCluster, defaultVersion stri
 	}
 	return s
 }
+
+// The pinned releases: of Kubernetes (hack/tools/go.mod's k8s.io/kubernetes)
+// and of etcd, whose images a control plane runs by default.
+const (
+	PinnedVersion   = "v1.37.2"
+	PinnedEtcdImage = "registry.k8s.io/etcd:3.7.0-0"
+)

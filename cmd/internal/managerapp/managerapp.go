@@ -9,6 +9,7 @@ import (
 
 	"go.uber.org/fx"
 
+	"github.com/tenantry/tenantry/controllers/controlplane"
 	"github.com/tenantry/tenantry/controllers/syncers"
 	"github.com/tenantry/tenantry/controllers/virtualcluster"
 	"github.com/tenantry/tenantry/providers"
@@ -19,6 +20,7 @@ type Options struct {
 	providers.Options
 	VirtualCluster virtualcluster.Options
 	Syncers        syncers.Options
+	ControlPlane   controlplane.Options
 }
 
 // BindFlags registers all the app's flags on fs, with their defaults.
@@ -31,6 +33,7 @@ func (o *Options) BindFlags(fs *flag.FlagSet) {
 	fs.IntVar(&o.VirtualCluster.TenantBurst, "tenant-api-burst", virtualcluster.DefaultTenantBurst,
 		"Burst of Tenantry's requests to each tenant's API server.")
 	o.Syncers.BindFlags(fs)
+	o.ControlPlane.BindFlags(fs)
 }
 
 // New builds the app. Adding a host-side controller is adding its module
@@ -46,13 +49,16 @@ func App(opts Options, extra ...fx.Option) fx.Option {
 	if opts.ShardMode == providers.ShardModeLease {
 		sharded = providers.Sharding
 	}
+	// A control plane's claim meets its VirtualCluster's storage policy.
+	opts.ControlPlane.StoragePolicy = opts.Syncers.StoragePolicyOf
 	return fx.Options(
-		fx.Supply(opts.Options, opts.VirtualCluster, &opts.Syncers),
+		fx.Supply(opts.Options, opts.VirtualCluster, &opts.Syncers, opts.ControlPlane),
 		fx.StopTimeout(StopTimeout(opts)),
 		providers.FxLogger,
 		providers.Module,
 		sharded,
 		virtualcluster.Module,
+		controlplane.Module,
 		syncers.Module,
 		providers.ProvideTenantModule(syncers.TenantModule),
 		fx.Options(extra...),

@@ -57,7 +57,7 @@ type ControlPlaneSpec struct {
 
 	// APIServer sets the resources of the tenant's kube-apiserver (its
 	// storage too, where that runs beside it). Unset: the manager's
-	// defaults (--control-plane-resources).
+	// defaults.
 	// +optional
 	APIServer ComponentSpec `json:"apiServer,omitempty"`
 

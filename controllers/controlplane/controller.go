@@ -1,0 +1,107 @@
+// Package controlplane is the host-side controller of provisioned control
+// planes: for a VirtualCluster with spec.controlPlane, it runs the
+// tenant's kube-apiserver, kube-controller-manager and etcd in a host
+// namespace of its own (package pkg/controlplane describes them), keeps
+// their certificates fresh, writes the tenant's admin kubeconfig to the
+// Secret that spec.kubeconfigSecretRef names, and says in the
+// ControlPlaneReady condition how they stand. The VirtualCluster
+// controller then syncs the tenant from that Secret, as any other.
+package controlplane
+
+import (
+	"context"
+
+	"go.uber.org/fx"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	"sigs.k8s.io/controller-runtime/pkg/source"
+
+	tenantryv1alpha1 "github.com/tenantry/tenantry/pkg/apis/tenantry/v1alpha1"
+	"github.com/tenantry/tenantry/pkg/controlplane"
+	"github.com/tenantry/tenantry/pkg/syncer/pods"
+)
+
+// +kubebuilder:rbac:groups=apps,resources=statefulsets,verbs=list;watch;create;patch;delete
+// +kubebuilder:rbac:groups="",resources=services;secrets;persistentvolumeclaims,verbs=get;list;watch;create;update;patch;delete
+// +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch
+// +kubebuilder:rbac:groups="",resources=namespaces,verbs=get;list;watch;create;update;patch;delete
+// +kubebuilder:rbac:groups=networking.k8s.io,resources=networkpolicies,verbs=get;list;watch;create;update;patch;delete
+// +kubebuilder:rbac:groups=networking.k8s.io,resources=servicecidrs,verbs=list
+// +kubebuilder:rbac:groups=tenantry.dev,resources=virtualclusters,verbs=list;watch;patch
+// +kubebuilder:rbac:groups=tenantry.dev,resources=virtualclusters/status,verbs=patch
+
+// ControllerName names the controller, its logger and its Events.
+const ControllerName = "controlplane"
+
+// Finalizer holds a VirtualCluster with spec.controlPlane until its
+// control plane is gone from the host.
+const Finalizer = "tenantry.dev/control-plane"
+
+// Options tune the controller.
+type Options struct {
+	// Version is the Kubernetes release control planes run unless
+	// spec.controlPlane.version says otherwise: the manager's own.
+	Version string
+	// Versions are the releases this manager can run (it has their
+	// images); Version is always among them.
+	Versions []string
+	// EtcdImage is the image of the embedded etcd.
+	EtcdImage string
+	// Resources are the components' requests and limits unless
+	// spec.controlPlane says otherwise. Zero: controlplane.DefaultResources.
+	Resources *controlplane.Resources
+	// ManagerNamespace is the namespace of the manager's Pods, let in to
+	// control planes' API servers; empty when the manager runs outside
+	// the host (see ManagerCIDRs).
+	ManagerNamespace string
+	// ManagerCIDRs are the addresses from which the manager reaches
+	// control planes, when it runs outside the host's Pod network.
+	ManagerCIDRs []string
+	// StoragePolicy is a VirtualCluster's storage policy (its host policy
+	// over the manager's default), which its control plane's claim must
+	// meet as the tenant's own claims must. Nil: no class but the
+	// default.
+	StoragePolicy func(*tenantryv1alpha1.VirtualCluster) pods.StoragePolicy
+}
+
+type params struct {
+	fx.In
+
+	Manager manager.Manager
+	Options Options `optional:"true"`
+}
+
+// Module adds the control plane controller to the management app.
+var Module = fx.Module(ControllerName, fx.Invoke(setup))
+
+func setup(p params) error {
+	opts := p.Options
+	if opts.Version == "" {
+		return nil // no release to run: provisioning is off
+	}
+	r, err := newReconciler(p.Manager, opts)
+	if err != nil {
+		return err
+	}
+	// The workloads of a control plane bring its VirtualCluster.
+	owner := handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []reconcile.Request {
+		return []reconcile.Request{{NamespacedName: types.NamespacedName{Name: o.GetLabels()[controlplane.LabelControlPlane]}}}
+	})
+	b := ctrl.NewControllerManagedBy(p.Manager).
+		Named(ControllerName).
+		For(&tenantryv1alpha1.VirtualCluster{}, builder.WithPredicates(predicate.NewPredicateFuncs(func(o client.Object) bool {
+			return o.(*tenantryv1alpha1.VirtualCluster).Spec.ControlPlane != nil
+		})))
+	for _, o := range []client.Object{&appsv1.StatefulSet{}, &corev1.Service{}, &corev1.Pod{}} {
+		b = b.WatchesRawSource(source.Kind(r.workloads, o, owner))
+	}
+	return b.Complete(r)
+}

@@ -1,0 +1,461 @@
+package controlplane
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"net"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/selection"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/client-go/tools/events"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
+
+	tenantryv1alpha1 "github.com/tenantry/tenantry/pkg/apis/tenantry/v1alpha1"
+	"github.com/tenantry/tenantry/pkg/controlplane"
+	"github.com/tenantry/tenantry/pkg/controlplane/pki"
+)
+
+// fieldOwner is the field manager of what the controller applies.
+const fieldOwner = client.FieldOwner("tenantry-control-plane")
+
+// Reconciler runs the control planes of VirtualClusters with
+// spec.controlPlane.
+type Reconciler struct {
+	opts   Options
+	client client.Client
+	// apiReader reads what no cache holds: the host's ServiceCIDRs, a
+	// kubeconfig Secret before it is written.
+	apiReader client.Reader
+	// workloads caches the control planes' own objects (labelled
+	// controlplane.LabelControlPlane) and nothing else of the host.
+	workloads cache.Cache
+	recorder  events.EventRecorder
+	// probe asks a control plane's API server whether it is ready.
+	probe func(ctx context.Context, kubeconfig []byte) error
+}
+
+func newReconciler(mgr manager.Manager, opts Options) (*Reconciler, error) {
+	if opts.Resources == nil {
+		opts.Resources = ptrTo(controlplane.DefaultResources())
+	}
+	if !slices.Contains(opts.Versions, opts.Version) {
+		opts.Versions = append(slices.Clone(opts.Versions), opts.Version)
+	}
+	if opts.EtcdImage == "" {
+		return nil, errors.New("control planes: no etcd image")
+	}
+	own, err := labels.NewRequirement(controlplane.LabelControlPlane, selection.Exists, nil)
+	if err != nil {
+		return nil, err
+	}
+	workloads, err := cache.New(mgr.GetConfig(), cache.Options{
+		Scheme: mgr.GetScheme(), Mapper: mgr.GetRESTMapper(),
+		DefaultLabelSelector: labels.NewSelector().Add(*own),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("control planes: a cache of their workloads: %w", err)
+	}
+	if err := mgr.Add(workloads); err != nil {
+		return nil, err
+	}
+	return &Reconciler{
+		opts: opts, client: mgr.GetClient(), apiReader: mgr.GetAPIReader(), workloads: workloads,
+		recorder: mgr.GetEventRecorder("tenantry-" + ControllerName), probe: probeReady,
+	}, nil
+}
+
+// outcome is what a reconcile found, for the ControlPlaneReady condition.
+type outcome struct {
+	ready   bool
+	reason  string
+	message string
+	// warn records a Warning Event with the condition: bad input.
+	warn bool
+}
+
+// Reconcile makes and keeps a VirtualCluster's control plane.
+func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	var vc tenantryv1alpha1.VirtualCluster
+	if err := r.client.Get(ctx, req.NamespacedName, &vc); err != nil {
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	if vc.Spec.ControlPlane == nil {
+		return ctrl.Result{}, nil
+	}
+	ctx = ctrl.LoggerInto(ctx, ctrl.LoggerFrom(ctx).WithValues("cluster", vc.Name))
+	if !vc.DeletionTimestamp.IsZero() {
+		return ctrl.Result{}, r.remove(ctx, &vc)
+	}
+	if !controllerutil.ContainsFinalizer(&vc, Finalizer) {
+		patch := client.MergeFrom(vc.DeepCopy())
+		controllerutil.AddFinalizer(&vc, Finalizer)
+		if err := r.client.Patch(ctx, &vc, patch); err != nil {
+			return ctrl.Result{}, fmt.Errorf("adding the control plane finalizer to %s: %w", vc.Name, err)
+		}
+	}
+	out, status, requeue, err := r.provision(ctx, &vc)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	if err := r.report(ctx, &vc, out, status); err != nil {
+		return ctrl.Result{}, err
+	}
+	return ctrl.Result{RequeueAfter: requeue}, nil
+}
+
+// Requeue periods: while a control plane comes up, and once it runs (its
+// certificates' renewal comes sooner if due).
+const (
+	provisioningRequeue = 3 * time.Second
+	runningRequeue      = time.Hour
+)
+
+// provision applies the control plane of vc and says how it stands.
+func (r *Reconciler) provision(ctx context.Context, vc *tenantryv1alpha1.VirtualCluster) (outcome, tenantryv1alpha1.ControlPlaneStatus, time.Duration, error) {
+	status := tenantryv1alpha1.ControlPlaneStatus{}
+	if vc.Status.ControlPlane != nil {
+		status = *vc.Status.ControlPlane.DeepCopy()
+	}
+	spec := controlplane.FromVirtualCluster(vc, r.opts.Version, *r.opts.Resources)
+	status.Namespace = controlplane.Namespace(vc.Name)
+	if out, ok := r.checkVersion(spec.Version, status.Version); !ok {
+		return out, status, 0, nil
+	}
+	if r.opts.StoragePolicy != nil {
+		claim := corev1.PersistentVolumeClaimSpec{StorageClassName: spec.StorageClassName}
+		if err := r.opts.StoragePolicy(vc).Check("spec.controlPlane.storage", &claim); err != nil {
+			return outcome{reason: tenantryv1alpha1.ReasonStorageRefused, message: err.Error(), warn: true}, status, 0, nil
+		}
+	}
+	ref := vc.Spec.KubeconfigSecretRef
+	var kubeconfigSecret corev1.Secret
+	switch err := r.apiReader.Get(ctx, client.ObjectKey{Namespace: ref.Namespace, Name: ref.Name}, &kubeconfigSecret); {
+	case apierrors.IsNotFound(err):
+		kubeconfigSecret = corev1.Secret{}
+	case err != nil:
+		return outcome{}, status, 0, fmt.Errorf("reading kubeconfig Secret %s/%s: %w", ref.Namespace, ref.Name, err)
+	case kubeconfigSecret.Labels[controlplane.LabelControlPlane] != vc.Name:
+		return outcome{reason: tenantryv1alpha1.ReasonSecretTaken, warn: true, message: fmt.Sprintf(
+			"Secret %s/%s, which spec.kubeconfigSecretRef names, exists and is not the kubeconfig Tenantry wrote for this VirtualCluster: name another, or delete it",
+			ref.Namespace, ref.Name)}, status, 0, nil
+	}
+	cidr, err := r.serviceCIDR(ctx)
+	if err != nil {
+		return outcome{}, status, 0, err
+	}
+	spec.ServiceCIDR = cidr
+	spec.Images = controlplane.UpstreamImages(spec.Version, r.opts.EtcdImage)
+	spec.ManagerPeers = r.managerPeers()
+
+	for _, o := range []client.Object{spec.NamespaceObject(), spec.NetworkPolicy(), spec.Service()} {
+		if err := r.apply(ctx, o); err != nil {
+			return outcome{}, status, 0, err
+		}
+	}
+	var svc corev1.Service
+	if err := r.apiReader.Get(ctx, client.ObjectKeyFromObject(spec.Service()), &svc); err != nil {
+		return outcome{}, status, 0, fmt.Errorf("reading the API server's Service: %w", err)
+	}
+	if svc.Spec.ClusterIP == "" || svc.Spec.ClusterIP == corev1.ClusterIPNone {
+		return outcome{reason: tenantryv1alpha1.ReasonControlPlaneProvisioning, message: "the API server's Service has no cluster IP yet"}, status, provisioningRequeue, nil
+	}
+	status.Endpoint = "https://" + net.JoinHostPort(svc.Spec.ClusterIP, strconv.Itoa(controlplane.ServicePort))
+
+	now := time.Now()
+	pkiSecret := &corev1.Secret{}
+	err = r.apiReader.Get(ctx, client.ObjectKey{Namespace: status.Namespace, Name: controlplane.PKISecretName}, pkiSecret)
+	if err != nil && !apierrors.IsNotFound(err) {
+		return outcome{}, status, 0, fmt.Errorf("reading the control plane's certificates: %w", err)
+	}
+	data, expires, err := spec.Certificates(pkiSecret.Data, svc.Spec.ClusterIP, now)
+	if err != nil {
+		return outcome{reason: tenantryv1alpha1.ReasonControlPlaneFailed, warn: true, message: "the control plane's certificates: " + err.Error()}, status, 0, nil
+	}
+	if !maps.EqualFunc(data, pkiSecret.Data, slices.Equal) {
+		if err := r.apply(ctx, secret(status.Namespace, controlplane.PKISecretName, vc.Name, data)); err != nil {
+			return outcome{}, status, 0, err
+		}
+		ctrl.LoggerFrom(ctx).Info("wrote the control plane's certificates", "expires", expires)
+	}
+	ca, err := controlplane.CA(data)
+	if err != nil {
+		return outcome{}, status, 0, err
+	}
+	admin := pki.Leaf{CommonName: controlplane.AdminUser, Organization: []string{"system:masters"}, Usage: pki.Client}
+	key := ref.KubeconfigKey()
+	kubeconfig, adminPair, err := controlplane.Kubeconfig(ca, kubeconfigSecret.Data[key], status.Endpoint, admin, now)
+	if err != nil {
+		return outcome{}, status, 0, err
+	}
+	if adminPair.Cert.NotAfter.Before(expires) {
+		expires = adminPair.Cert.NotAfter
+	}
+	if string(kubeconfig) != string(kubeconfigSecret.Data[key]) {
+		if err := r.apply(ctx, secret(ref.Namespace, ref.Name, vc.Name, map[string][]byte{key: kubeconfig})); err != nil {
+			return outcome{}, status, 0, err
+		}
+	}
+	status.CertificatesExpire = &metav1.Time{Time: expires}
+
+	if err := r.apply(ctx, spec.StatefulSet()); err != nil {
+		return outcome{}, status, 0, err
+	}
+	out := r.readiness(ctx, spec, kubeconfig)
+	if !out.ready {
+		return out, status, provisioningRequeue, nil
+	}
+	status.Version = spec.Version
+	// Renewal is due once a third of the shortest life is left.
+	renew := time.Until(expires.Add(-pki.LeafLifetime / 3))
+	return out, status, max(min(runningRequeue, renew), time.Minute), nil
+}
+
+// checkVersion refuses a version this manager cannot run, or one that
+// skips a minor version or goes back from running, which Kubernetes does
+// not support.
+func (r *Reconciler) checkVersion(want, running string) (outcome, bool) {
+	if !slices.Contains(r.opts.Versions, want) {
+		return outcome{reason: tenantryv1alpha1.ReasonUnknownVersion, warn: true, message: fmt.Sprintf(
+			"spec.controlPlane.version %s is not one this manager runs: %s", want, strings.Join(r.opts.Versions, ", "))}, false
+	}
+	if running == "" || running == want {
+		return outcome{}, true
+	}
+	from, to := minor(running), minor(want)
+	if to != from && to != from+1 {
+		return outcome{reason: tenantryv1alpha1.ReasonVersionSkew, warn: true, message: fmt.Sprintf(
+			"spec.controlPlane.version %s from %s, which runs: a control plane moves one minor version at a time, forward", want, running)}, false
+	}
+	return outcome{}, true
+}
+
+// minor is the minor version of v1.M.P, or -1.
+func minor(version string) int {
+	parts := strings.Split(strings.TrimPrefix(version, "v"), ".")
+	if len(parts) < 2 {
+		return -1
+	}
+	m, err := strconv.Atoi(parts[1])
+	if err != nil {
+		return -1
+	}
+	return m
+}
+
+// defaultServiceCIDR names the ServiceCIDR of an API server's own
+// --service-cluster-ip-range.
+const defaultServiceCIDR = "kubernetes"
+
+// serviceCIDR is the host's Service range (its first IPv4 one), which a
+// tenant's API server takes for its own.
+func (r *Reconciler) serviceCIDR(ctx context.Context) (string, error) {
+	var list networkingv1.ServiceCIDRList
+	if err := r.apiReader.List(ctx, &list); err != nil {
+		return "", fmt.Errorf("reading the host's Service ranges: %w", err)
+	}
+	// The range the API server was started with, "kubernetes", first.
+	slices.SortStableFunc(list.Items, func(a, b networkingv1.ServiceCIDR) int {
+		return strings.Compare(strconv.FormatBool(a.Name != defaultServiceCIDR), strconv.FormatBool(b.Name != defaultServiceCIDR))
+	})
+	for _, c := range list.Items {
+		for _, cidr := range c.Spec.CIDRs {
+			if ip, _, err := net.ParseCIDR(cidr); err == nil && ip.To4() != nil {
+				return cidr, nil
+			}
+		}
+	}
+	return "", errors.New("the host has no IPv4 Service range (ServiceCIDR)")
+}
+
+// managerPeers are who, besides its tenant, may reach a control plane:
+// the manager.
+func (r *Reconciler) managerPeers() []networkingv1.NetworkPolicyPeer {
+	var peers []networkingv1.NetworkPolicyPeer
+	if ns := r.opts.ManagerNamespace; ns != "" {
+		peers = append(peers, networkingv1.NetworkPolicyPeer{NamespaceSelector: &metav1.LabelSelector{
+			MatchLabels: map[string]string{corev1.LabelMetadataName: ns},
+		}})
+	}
+	for _, cidr := range r.opts.ManagerCIDRs {
+		peers = append(peers, networkingv1.NetworkPolicyPeer{IPBlock: &networkingv1.IPBlock{CIDR: cidr}})
+	}
+	return peers
+}
+
+// readiness says whether the control plane runs: its Pod's API server is
+// ready and answers through its Service, and its controller-manager runs.
+func (r *Reconciler) readiness(ctx context.Context, spec controlplane.Spec, kubeconfig []byte) outcome {
+	waiting := func(format string, args ...any) outcome {
+		return outcome{reason: tenantryv1alpha1.ReasonControlPlaneProvisioning, message: fmt.Sprintf(format, args...)}
+	}
+	var sts appsv1.StatefulSet
+	if err := r.workloads.Get(ctx, client.ObjectKeyFromObject(spec.StatefulSet()), &sts); err != nil {
+		return waiting("the control plane's StatefulSet: %v", err)
+	}
+	if sts.Status.ObservedGeneration < sts.Generation || sts.Status.UpdateRevision != sts.Status.CurrentRevision && sts.Status.UpdateRevision != "" {
+		return waiting("rolling out the control plane (revision %s)", sts.Status.UpdateRevision)
+	}
+	var pod corev1.Pod
+	if err := r.workloads.Get(ctx, client.ObjectKey{Namespace: sts.Namespace, Name: sts.Name + "-0"}, &pod); err != nil {
+		return waiting("the control plane's Pod: %v", err)
+	}
+	for _, c := range append(slices.Clone(pod.Status.InitContainerStatuses), pod.Status.ContainerStatuses...) {
+		if w := c.State.Waiting; w != nil && slices.Contains([]string{"ErrImagePull", "ImagePullBackOff", "CrashLoopBackOff", "CreateContainerConfigError", "InvalidImageName"}, w.Reason) {
+			return outcome{reason: tenantryv1alpha1.ReasonControlPlaneFailed, message: fmt.Sprintf("container %s of Pod %s/%s: %s: %s", c.Name, pod.Namespace, pod.Name, w.Reason, w.Message)}
+		}
+		if c.State.Running == nil {
+			return waiting("container %s of Pod %s/%s is not running", c.Name, pod.Namespace, pod.Name)
+		}
+	}
+	if len(pod.Status.ContainerStatuses) == 0 {
+		return waiting("Pod %s/%s has not started (%s)", pod.Namespace, pod.Name, pod.Status.Phase)
+	}
+	if err := r.probe(ctx, kubeconfig); err != nil {
+		return waiting("the API server does not answer ready through its Service: %v", err)
+	}
+	return outcome{ready: true, reason: tenantryv1alpha1.ReasonControlPlaneRunning, message: "the API server answers ready, and its controller-manager runs"}
+}
+
+// probeReady asks the API server of kubeconfig for /readyz.
+func probeReady(ctx context.Context, kubeconfig []byte) error {
+	config, err := clientcmd.RESTConfigFromKubeConfig(kubeconfig)
+	if err != nil {
+		return err
+	}
+	config.Timeout = 5 * time.Second
+	c, err := rest.UnversionedRESTClientFor(config)
+	if err != nil {
+		return err
+	}
+	_, err = c.Get().AbsPath("/readyz").DoRaw(ctx)
+	return err
+}
+
+// apply applies o, server side, as the controller's own.
+func (r *Reconciler) apply(ctx context.Context, o client.Object) error {
+	gvk, err := r.client.GroupVersionKindFor(o)
+	if err != nil {
+		return err
+	}
+	o.GetObjectKind().SetGroupVersionKind(gvk)
+	//nolint:staticcheck // typed objects, applied whole: every field set is the controller's.
+	if err := r.client.Patch(ctx, o, client.Apply, fieldOwner, client.ForceOwnership); err != nil {
+		return fmt.Errorf("applying %s %s: %w", gvk.Kind, client.ObjectKeyFromObject(o), err)
+	}
+	return nil
+}
+
+// secret is a Secret of a control plane.
+func secret(namespace, name, cluster string, data map[string][]byte) *corev1.Secret {
+	return &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name, Labels: controlplane.Labels(cluster)},
+		Type:       corev1.SecretTypeOpaque,
+		Data:       data,
+	}
+}
+
+// report writes the ControlPlaneReady condition and status.controlPlane,
+// with an Event when the condition changes, a Warning one for bad input.
+func (r *Reconciler) report(ctx context.Context, vc *tenantryv1alpha1.VirtualCluster, out outcome, status tenantryv1alpha1.ControlPlaneStatus) error {
+	before := meta.FindStatusCondition(vc.Status.Conditions, tenantryv1alpha1.ConditionControlPlaneReady)
+	patch := client.MergeFromWithOptions(vc.DeepCopy(), client.MergeFromWithOptimisticLock{})
+	condition := metav1.Condition{Type: tenantryv1alpha1.ConditionControlPlaneReady, Status: metav1.ConditionFalse,
+		Reason: out.reason, Message: out.message, ObservedGeneration: vc.Generation}
+	if out.ready {
+		condition.Status = metav1.ConditionTrue
+	}
+	changed := meta.SetStatusCondition(&vc.Status.Conditions, condition)
+	if vc.Status.ControlPlane == nil || !equalStatus(*vc.Status.ControlPlane, status) {
+		vc.Status.ControlPlane = &status
+		changed = true
+	}
+	if changed {
+		if err := r.client.Status().Patch(ctx, vc, patch); err != nil {
+			return fmt.Errorf("updating the control plane status of %s: %w", vc.Name, err)
+		}
+	}
+	if before == nil || before.Reason != out.reason {
+		kind := corev1.EventTypeNormal
+		if out.warn || out.reason == tenantryv1alpha1.ReasonControlPlaneFailed {
+			kind = corev1.EventTypeWarning
+		}
+		r.recorder.Eventf(vc, nil, kind, out.reason, "ControlPlane", "%s", out.message)
+	}
+	return nil
+}
+
+func equalStatus(a, b tenantryv1alpha1.ControlPlaneStatus) bool {
+	expiry := func(t *metav1.Time) time.Time {
+		if t == nil {
+			return time.Time{}
+		}
+		return t.Truncate(time.Second)
+	}
+	return a.Version == b.Version && a.Namespace == b.Namespace && a.Endpoint == b.Endpoint && expiry(a.CertificatesExpire).Equal(expiry(b.CertificatesExpire))
+}
+
+// remove deletes vc's control plane: its namespace (with its data, unless
+// spec.controlPlane.retainData says to keep the claim) and the kubeconfig
+// Secret Tenantry wrote, then lets the VirtualCluster go.
+func (r *Reconciler) remove(ctx context.Context, vc *tenantryv1alpha1.VirtualCluster) error {
+	if !controllerutil.ContainsFinalizer(vc, Finalizer) {
+		return nil
+	}
+	ns := controlplane.Namespace(vc.Name)
+	if vc.Spec.ControlPlane.RetainData {
+		// The workload and its Service go; the namespace keeps the claim
+		// and the certificates, which a VirtualCluster of the same name
+		// takes up again.
+		for _, o := range []client.Object{
+			&appsv1.StatefulSet{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: controlplane.WorkloadName}},
+			&corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: controlplane.ServiceName}},
+		} {
+			if err := r.client.Delete(ctx, o, client.PropagationPolicy(metav1.DeletePropagationForeground)); client.IgnoreNotFound(err) != nil {
+				return fmt.Errorf("deleting %s/%s: %w", ns, o.GetName(), err)
+			}
+		}
+	} else {
+		err := r.client.Delete(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}})
+		if client.IgnoreNotFound(err) != nil {
+			return fmt.Errorf("deleting the control plane's namespace %s: %w", ns, err)
+		}
+	}
+	ref := vc.Spec.KubeconfigSecretRef
+	var kubeconfigSecret corev1.Secret
+	err := r.apiReader.Get(ctx, client.ObjectKey{Namespace: ref.Namespace, Name: ref.Name}, &kubeconfigSecret)
+	if client.IgnoreNotFound(err) != nil {
+		return fmt.Errorf("reading kubeconfig Secret %s/%s: %w", ref.Namespace, ref.Name, err)
+	}
+	if err == nil && kubeconfigSecret.Labels[controlplane.LabelControlPlane] == vc.Name {
+		if err := r.client.Delete(ctx, &kubeconfigSecret, client.Preconditions{UID: &kubeconfigSecret.UID}); client.IgnoreNotFound(err) != nil {
+			return fmt.Errorf("deleting kubeconfig Secret %s/%s: %w", ref.Namespace, ref.Name, err)
+		}
+	}
+	patch := client.MergeFrom(vc.DeepCopy())
+	controllerutil.RemoveFinalizer(vc, Finalizer)
+	if err := r.client.Patch(ctx, vc, patch); err != nil {
+		return fmt.Errorf("removing the control plane finalizer from %s: %w", vc.Name, client.IgnoreNotFound(err))
+	}
+	ctrl.LoggerFrom(ctx).Info("control plane removed", "namespace", ns, "dataKept", vc.Spec.ControlPlane.RetainData)
+	return nil
+}
+
+func ptrTo[T any](v T) *T { return &v }
