@@ -65,6 +65,8 @@ type ControlPlane struct {
 	kit *kitNetwork
 	// ip is the address the API server and its proxies listen at.
 	ip net.IP
+	// storage provisions the volumes of a host with real nodes.
+	storage *kitStorage
 }
 
 // hostName is the host control plane's name.
@@ -202,6 +204,9 @@ func startControlPlane(ctx context.Context, name string, ip net.IP, opts *Option
 		}
 		if err := cp.waitForClusterDNS(ctx, clientset, opts.startTimeout()); err != nil {
 			return nil, err
+		}
+		if cp.storage, err = startKitStorage(ctx, clientset, filepath.Join(cp.dir, "volumes")); err != nil {
+			return nil, fmt.Errorf("control plane %q: %w", name, err)
 		}
 	}
 	return cp, nil
@@ -488,6 +493,9 @@ func (c *ControlPlane) stop() error {
 		return nil
 	}
 	c.stopped = true
+	if c.storage != nil {
+		c.storage.close()
+	}
 	var (
 		wg   sync.WaitGroup
 		mu   sync.Mutex

@@ -278,6 +278,18 @@ func (e *Environment) ControlPlaneCIDRs() []string {
 	return []string{netip.PrefixFrom(netip.MustParseAddr(e.kit.gatewayIP()), 32).String()}
 }
 
+// KitNetworkCIDR is the real nodes' network (Options.HostKubelets): the
+// nodes' addresses, this machine's (KitIP) and the kit's API servers'. A
+// process of this machine that reaches a Pod through a cluster IP comes
+// from a node's address there, once kube-proxy has masqueraded it. Empty
+// without real nodes.
+func (e *Environment) KitNetworkCIDR() string {
+	if e.kit == nil {
+		return ""
+	}
+	return netip.PrefixFrom(netip.MustParseAddr(e.kit.gatewayIP()), 24).Masked().String()
+}
+
 // CloudMetadataIP stands for where clouds serve instance metadata: an
 // address of the link-local range (169.254.0.0/16) on this machine's side
 // of the real nodes' network, where a server of the test's that listens

@@ -1,0 +1,186 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	tenantryv1alpha1 "github.com/tenantry/tenantry/pkg/apis/tenantry/v1alpha1"
+	"github.com/tenantry/tenantry/pkg/controlplane"
+	tenantrytest "github.com/tenantry/tenantry/pkg/testing"
+)
+
+// TestProvisionedControlPlane: a VirtualCluster with spec.controlPlane
+// gets a control plane run in the host, on real nodes: it becomes Ready,
+// kubectl with the kubeconfig Tenantry wrote runs a Deployment whose Pods
+// run in the host and serve, logs and exec reach them, the tenant's data
+// outlive its control plane's Pod, and deleting the VirtualCluster leaves
+// nothing of it in the host.
+func TestProvisionedControlPlane(t *testing.T) {
+	tenantrytest.RequireRealNodes(t)
+	env := tenantrytest.New(t, tenantrytest.Options{
+		HostKubelets:          2,
+		HostCRDDirectoryPaths: []string{filepath.Join("..", "..", "config", "crd", "bases")},
+	})
+	host := newHostClient(t, env.Host)
+	data, err := env.Host.Kubeconfig()
+	if err != nil {
+		t.Fatal(err)
+	}
+	kitIP := env.KitIP()
+	startManager(t, data, "--dns-bind-address", net.JoinHostPort(kitIP, "53"), "--dns-nameserver", kitIP,
+		"--dns-upstream", startUpstream(t), "--kubelet-bind-address", freeAddrOn(t, kitIP),
+		// The manager runs on this machine, outside the host's Pods.
+		"--control-plane-manager-cidrs", env.KitNetworkCIDR())
+	ctx := t.Context()
+
+	vc := &tenantryv1alpha1.VirtualCluster{
+		ObjectMeta: metav1.ObjectMeta{Name: "gamma"},
+		Spec: tenantryv1alpha1.VirtualClusterSpec{
+			KubeconfigSecretRef: tenantryv1alpha1.SecretKeyReference{Namespace: "default", Name: "gamma-kubeconfig"},
+			ControlPlane:        &tenantryv1alpha1.ControlPlaneSpec{},
+		},
+	}
+	if err := host.Create(ctx, vc); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	awaitControlPlane := func(what string) {
+		t.Helper()
+		eventually(t, 4*time.Minute, what, func(ctx context.Context) (bool, error) {
+			if err := host.Get(ctx, client.ObjectKeyFromObject(vc), vc); err != nil {
+				return false, err
+			}
+			c := meta.FindStatusCondition(vc.Status.Conditions, tenantryv1alpha1.ConditionControlPlaneReady)
+			return c != nil && c.Status == metav1.ConditionTrue && c.ObservedGeneration == vc.Generation, fmt.Errorf("condition %+v", c)
+		})
+	}
+	awaitControlPlane("gamma's control plane ready")
+	t.Logf("the control plane was ready in %s", time.Since(start).Round(time.Second))
+	expectReady(t, host, "gamma", metav1.ConditionTrue, tenantryv1alpha1.ReasonSpawned)
+	if s := vc.Status.ControlPlane; s == nil || s.Version != controlplane.PinnedVersion || s.Namespace != controlplane.Namespace("gamma") ||
+		!strings.HasPrefix(s.Endpoint, "https://") || s.CertificatesExpire == nil {
+		t.Errorf("status.controlPlane %+v", s)
+	}
+
+	var secret corev1.Secret
+	if err := host.Get(ctx, client.ObjectKey{Namespace: "default", Name: "gamma-kubeconfig"}, &secret); err != nil {
+		t.Fatal(err)
+	}
+	kubeconfig := filepath.Join(t.TempDir(), "gamma.kubeconfig")
+	if err := os.WriteFile(kubeconfig, secret.Data[tenantryv1alpha1.DefaultKubeconfigKey], 0o600); err != nil {
+		t.Fatal(err)
+	}
+	kubectl, err := tenantrytest.FindKubectl()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if who := kubectl.MustRun(t, kubeconfig, "", "auth", "whoami", "-o", "jsonpath={.status.userInfo.username}"); who != controlplane.AdminUser {
+		t.Errorf("the kubeconfig's user is %q, want %s", who, controlplane.AdminUser)
+	}
+	kubectl.MustRun(t, kubeconfig, "", "create", "deployment", "web", "--image="+agnhostImage, "--replicas=2", "--port=8080", "--", "/agnhost", "netexec", "--http-port=8080")
+	kubectl.MustRun(t, kubeconfig, "", "expose", "deployment", "web", "--port=80", "--target-port=8080")
+	kubectl.MustRun(t, kubeconfig, "", "wait", "--for=condition=Available", "--timeout=180s", "deployment/web")
+	hostNS := "gamma-" // the host namespaces of gamma's tenant namespaces
+	var pods corev1.PodList
+	if err := host.List(ctx, &pods, client.MatchingLabels{"app": "web"}); err != nil {
+		t.Fatal(err)
+	}
+	running := 0
+	for _, p := range pods.Items {
+		if strings.HasPrefix(p.Namespace, hostNS) && p.Status.Phase == corev1.PodRunning {
+			running++
+		}
+	}
+	if running != 2 {
+		t.Errorf("%d of the Deployment's Pods run in the host, want 2", running)
+	}
+	out := kubectl.MustRun(t, kubeconfig, "", "run", "client", "--image="+agnhostImage, "--restart=Never", "--rm", "-i", "--quiet", "--command", "--",
+		"curl", "-sS", "-m", "10", "http://web.default/hostname")
+	if !strings.HasPrefix(strings.TrimSpace(out), "web-") {
+		t.Errorf("GET http://web.default/hostname from a tenant Pod: %q", out)
+	}
+	podName := strings.TrimPrefix(kubectl.MustRun(t, kubeconfig, "", "get", "pods", "-l", "app=web", "-o", "name"), "pod/")
+	podName = strings.Fields(podName)[0]
+	if out := kubectl.MustRun(t, kubeconfig, "", "exec", podName, "--", "echo", "exec works"); strings.TrimSpace(out) != "exec works" {
+		t.Errorf("kubectl exec printed %q", out)
+	}
+	if out := kubectl.MustRun(t, kubeconfig, "", "logs", podName); out == "" {
+		t.Error("kubectl logs printed nothing")
+	}
+
+	// The control plane's Pod deleted: it comes back with the tenant's
+	// data.
+	cpPod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: controlplane.Namespace("gamma"), Name: controlplane.WorkloadName + "-0"}}
+	if err := host.Get(ctx, client.ObjectKeyFromObject(cpPod), cpPod); err != nil {
+		t.Fatal(err)
+	}
+	uid := cpPod.UID
+	if err := host.Delete(ctx, cpPod); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 3*time.Minute, "the control plane's Pod back, ready", func(ctx context.Context) (bool, error) {
+		p := &corev1.Pod{}
+		if err := host.Get(ctx, client.ObjectKeyFromObject(cpPod), p); err != nil {
+			return false, err
+		}
+		return p.UID != uid && podIsReady(p), fmt.Errorf("UID %s, phase %s", p.UID, p.Status.Phase)
+	})
+	awaitControlPlane("gamma's control plane ready again")
+	eventually(t, time.Minute, "the Deployment read from the restarted control plane", func(ctx context.Context) (bool, error) {
+		out, err := kubectl.Run(ctx, kubeconfig, "", "get", "deployment", "web", "-o", "jsonpath={.spec.replicas}")
+		return out == "2", fmt.Errorf("%q: %v", out, err)
+	})
+
+	// Deleted: nothing of it is left in the host.
+	if err := host.Delete(ctx, vc); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 3*time.Minute, "gamma gone, with its control plane and kubeconfig", func(ctx context.Context) (bool, error) {
+		var left []string
+		if err := host.Get(ctx, client.ObjectKeyFromObject(vc), &tenantryv1alpha1.VirtualCluster{}); !apierrors.IsNotFound(err) {
+			left = append(left, "the VirtualCluster")
+		}
+		if err := host.Get(ctx, client.ObjectKey{Name: controlplane.Namespace("gamma")}, &corev1.Namespace{}); !apierrors.IsNotFound(err) {
+			left = append(left, "namespace "+controlplane.Namespace("gamma"))
+		}
+		if err := host.Get(ctx, client.ObjectKeyFromObject(&secret), &corev1.Secret{}); !apierrors.IsNotFound(err) {
+			left = append(left, "the kubeconfig Secret")
+		}
+		var sets appsv1.StatefulSetList
+		if err := host.List(ctx, &sets, client.MatchingLabels{controlplane.LabelControlPlane: "gamma"}); err != nil || len(sets.Items) > 0 {
+			left = append(left, "StatefulSets")
+		}
+		var volumes corev1.PersistentVolumeList
+		if err := host.List(ctx, &volumes); err != nil {
+			return false, err
+		}
+		for _, v := range volumes.Items {
+			if v.Spec.ClaimRef != nil && v.Spec.ClaimRef.Namespace == controlplane.Namespace("gamma") {
+				left = append(left, "volume "+v.Name)
+			}
+		}
+		var namespaces corev1.NamespaceList
+		if err := host.List(ctx, &namespaces); err != nil {
+			return false, err
+		}
+		for _, ns := range namespaces.Items {
+			if strings.HasPrefix(ns.Name, hostNS) && ns.Status.Phase != corev1.NamespaceTerminating {
+				left = append(left, "namespace "+ns.Name)
+			}
+		}
+		return len(left) == 0, fmt.Errorf("left: %v", left)
+	})
+}
