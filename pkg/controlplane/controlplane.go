@@ -29,7 +29,7 @@ import (
 
 // LabelControlPlane marks the host objects of a VirtualCluster's control
 // plane, its namespace first; its value is the VirtualCluster's name.
-const LabelControlPlane = "tenantry.dev/control-plane"
+const LabelControlPlane = syncer.LabelControlPlane
 
 // Names of a control plane's host objects, in its namespace.
 const (
@@ -137,11 +137,13 @@ func Namespace(cluster string) string {
 	return strings.TrimRight(name[:limit-len(hash)-1], "-") + "-" + hash
 }
 
-// Labels are the labels of every host object of cluster's control plane.
+// Labels are the labels of every host object of cluster's control plane:
+// Tenantry's, and its control plane's. Not tenantry.dev/cluster, which
+// marks the tenant's copies and host namespaces: the control plane is the
+// platform's, not the tenant's, and not counted in its budget.
 func Labels(cluster string) map[string]string {
 	return map[string]string{
 		syncer.LabelManagedBy: syncer.ManagedByValue,
-		syncer.LabelCluster:   cluster,
 		LabelControlPlane:     cluster,
 	}
 }

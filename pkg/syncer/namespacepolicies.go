@@ -26,7 +26,8 @@ import (
 // VirtualCluster (every host namespace of it carries its
 // tenantry.dev/cluster label), from the host's own namespaces (ingress
 // controllers, monitoring) and from the tenant's control plane
-// (Options.ControlPlaneCIDRs), never from another tenant's. They reach every
+// (Options.ControlPlaneCIDRs, or its namespace where Tenantry runs it),
+// never from another tenant's. They reach every
 // Pod (another tenant's Pods are kept out by that tenant's own isolation
 // policy) and every address outside the cluster (DNS, their tenant API
 // server, the internet) but the host API server's (the kubernetes
@@ -387,6 +388,11 @@ func isolationPolicy(cluster string, controlPlane, denied []string) networkingv1
 		{NamespaceSelector: &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{
 			{Key: LabelManagedBy, Operator: metav1.LabelSelectorOpDoesNotExist},
 		}}},
+		// The tenant's control plane, where Tenantry runs it: its API
+		// server calls webhooks, aggregated APIs and proxied Pods.
+		{NamespaceSelector: &metav1.LabelSelector{
+			MatchLabels: map[string]string{LabelManagedBy: ManagedByValue, LabelControlPlane: cluster},
+		}},
 	}
 	for _, cidr := range controlPlane {
 		from = append(from, networkingv1.NetworkPolicyPeer{IPBlock: &networkingv1.IPBlock{CIDR: cidr}})

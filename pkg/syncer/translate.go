@@ -22,6 +22,10 @@ const (
 	// LabelCluster names the VirtualCluster an object belongs to; host
 	// events are routed to tenants by it.
 	LabelCluster = "tenantry.dev/cluster"
+	// LabelControlPlane names the VirtualCluster whose control plane an
+	// object is part of, where Tenantry runs it (spec.controlPlane): the
+	// platform's, never a copy of the tenant's, nor in its budget.
+	LabelControlPlane = "tenantry.dev/control-plane"
 
 	// AnnotationTenantNamespace, AnnotationTenantName and
 	// AnnotationTenantUID identify the tenant object a host object copies.
