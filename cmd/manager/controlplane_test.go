@@ -15,6 +15,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	tenantryv1alpha1 "github.com/tenantry/tenantry/pkg/apis/tenantry/v1alpha1"
@@ -90,6 +91,32 @@ func TestProvisionedControlPlane(t *testing.T) {
 	if who := kubectl.MustRun(t, kubeconfig, "", "auth", "whoami", "-o", "jsonpath={.status.userInfo.username}"); who != controlplane.AdminUser {
 		t.Errorf("the kubeconfig's user is %q, want %s", who, controlplane.AdminUser)
 	}
+	// A user outside the host: through a port forwarded by the host
+	// (tenantry connect).
+	forwardCtx, stopForwarding := context.WithCancel(ctx)
+	server, done, err := controlplane.Forward(forwardCtx, env.Host.Config(), "gamma", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	config, err := clientcmd.Load(secret.Data[tenantryv1alpha1.DefaultKubeconfigKey])
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range config.Clusters {
+		c.Server = server
+	}
+	forwarded := filepath.Join(t.TempDir(), "forwarded.kubeconfig")
+	if err := clientcmd.WriteToFile(*config, forwarded); err != nil {
+		t.Fatal(err)
+	}
+	if out := kubectl.MustRun(t, forwarded, "", "get", "namespace", "kube-system", "-o", "name"); strings.TrimSpace(out) != "namespace/kube-system" {
+		t.Errorf("through the forwarded port: %q", out)
+	}
+	stopForwarding()
+	if err := <-done; err != nil {
+		t.Errorf("forwarding ended with %v", err)
+	}
+
 	kubectl.MustRun(t, kubeconfig, "", "create", "deployment", "web", "--image="+agnhostImage, "--replicas=2", "--port=8080", "--", "/agnhost", "netexec", "--http-port=8080")
 	kubectl.MustRun(t, kubeconfig, "", "expose", "deployment", "web", "--port=80", "--target-port=8080")
 	kubectl.MustRun(t, kubeconfig, "", "wait", "--for=condition=Available", "--timeout=180s", "deployment/web")

@@ -1,6 +1,8 @@
 // Command tenantry is Tenantry's command-line tool, what an operator runs.
 //
-//	tenantry register NAME --kubeconfig FILE   register a tenant cluster
+//	tenantry create NAME                       create a tenant cluster whose control plane Tenantry runs
+//	tenantry connect NAME                      a kubeconfig for it, and a port forwarded to its API server
+//	tenantry register NAME --kubeconfig FILE   register a tenant cluster run elsewhere
 //	tenantry list                              the VirtualClusters at a glance
 //	tenantry dev                               start a local host, tenants and the controller-manager
 //
@@ -26,7 +28,7 @@ import (
 // program is bin/tenantry's commands.
 var program = cli.Program{
 	Name:     "tenantry",
-	Commands: []cli.Command{registerCommand, listCommand, devCommand},
+	Commands: []cli.Command{createCommand, connectCommand, registerCommand, listCommand, devCommand},
 	Note:     "The development tools (the dev environment, demo, bench, conformance) are " + devBinary + "'s: run '" + devBinary + " help'.",
 }
 

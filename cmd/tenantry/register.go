@@ -15,6 +15,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -38,13 +39,22 @@ func (h *hostFlags) bind(fs *flag.FlagSet) {
 	fs.StringVar(&h.context, "host-context", "", "Context of --host-kubeconfig (default: its current context).")
 }
 
-// client is a client of the host, with Tenantry's types.
-func (h *hostFlags) client() (client.Client, error) {
+// config is the host's client configuration.
+func (h *hostFlags) config() (*rest.Config, error) {
 	rules := clientcmd.NewDefaultClientConfigLoadingRules()
 	rules.ExplicitPath = h.kubeconfig
 	cfg, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{CurrentContext: h.context}).ClientConfig()
 	if err != nil {
 		return nil, fmt.Errorf("the host cluster's kubeconfig: %w", err)
+	}
+	return cfg, nil
+}
+
+// client is a client of the host, with Tenantry's types.
+func (h *hostFlags) client() (client.Client, error) {
+	cfg, err := h.config()
+	if err != nil {
+		return nil, err
 	}
 	scheme, err := providers.NewScheme()
 	if err != nil {
@@ -146,7 +156,8 @@ func register(ctx context.Context, c client.Client, name, namespace string, kube
 
 // needsAPerson are the reasons of Ready=False that no retry mends: waiting
 // for Ready stops at once on them.
-var needsAPerson = []string{tenantryv1alpha1.ReasonInvalidKubeconfig, tenantryv1alpha1.ReasonHostCluster, tenantryv1alpha1.ReasonPaused}
+var needsAPerson = []string{tenantryv1alpha1.ReasonInvalidKubeconfig, tenantryv1alpha1.ReasonHostCluster, tenantryv1alpha1.ReasonPaused,
+	tenantryv1alpha1.ReasonUnknownVersion, tenantryv1alpha1.ReasonVersionSkew, tenantryv1alpha1.ReasonStorageRefused, tenantryv1alpha1.ReasonSecretTaken}
 
 // waitReady waits until VirtualCluster name is Ready at its generation. If
 // it is not within timeout, or is not Ready for a reason no retry mends,
@@ -164,6 +175,11 @@ func waitReady(parent context.Context, c client.Client, name string, timeout tim
 				readErr = err
 			}
 			return false, nil
+		}
+		if cp := meta.FindStatusCondition(vc.Status.Conditions, tenantryv1alpha1.ConditionControlPlaneReady); cp != nil &&
+			cp.Status != metav1.ConditionTrue && cp.ObservedGeneration == vc.Generation && slices.Contains(needsAPerson, cp.Reason) {
+			stuck = fmt.Errorf("virtualcluster/%s's control plane is not Ready, reason %s: %s", name, cp.Reason, cp.Message)
+			return true, nil
 		}
 		cond := meta.FindStatusCondition(vc.Status.Conditions, tenantryv1alpha1.ConditionReady)
 		switch {
