@@ -10,6 +10,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
@@ -184,6 +185,19 @@ func (r *Reconciler) reconcileCluster(ctx context.Context, vc *tenantryv1alpha1.
 		}
 		return readiness{status: metav1.ConditionFalse, reason: tenantryv1alpha1.ReasonPaused,
 			message: "Syncing is paused; nothing was deleted."}
+	}
+
+	if vc.Spec.ControlPlane != nil {
+		// A control plane that Tenantry runs: synced once it first runs;
+		// one that restarts later keeps its syncers, which retry.
+		cp := meta.FindStatusCondition(vc.Status.Conditions, tenantryv1alpha1.ConditionControlPlaneReady)
+		if status, err := r.Registry.Status(name); (err != nil || status.State != clusterregistry.StateRunning) && (cp == nil || cp.Status != metav1.ConditionTrue) {
+			msg := "The control plane Tenantry runs for the cluster is not ready yet."
+			if cp != nil {
+				msg = fmt.Sprintf("The control plane Tenantry runs for the cluster is not ready (%s): %s", cp.Reason, cp.Message)
+			}
+			return readiness{status: metav1.ConditionFalse, reason: tenantryv1alpha1.ReasonControlPlaneNotReady, message: msg}
+		}
 	}
 
 	config, digest, bad := kc.config, kc.digest, kc.bad

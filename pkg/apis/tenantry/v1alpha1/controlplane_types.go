@@ -36,6 +36,10 @@ const (
 	// ReasonControlPlaneFailed: a workload of the control plane failed
 	// (the message says which, and how).
 	ReasonControlPlaneFailed = "ControlPlaneFailed"
+	// ReasonControlPlaneNotReady (of Ready): the control plane Tenantry
+	// runs for the VirtualCluster is not ready yet (its ControlPlaneReady
+	// condition says why); syncing starts once it is.
+	ReasonControlPlaneNotReady = "ControlPlaneNotReady"
 )
 
 // ControlPlaneSpec asks Tenantry to run the tenant's control plane in the
