@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
@@ -37,6 +38,7 @@ import (
 
 	examplesconfig "github.com/tenantry/tenantry/examples/config"
 	tenantryv1alpha1 "github.com/tenantry/tenantry/pkg/apis/tenantry/v1alpha1"
+	"github.com/tenantry/tenantry/pkg/controlplane"
 	"github.com/tenantry/tenantry/pkg/syncer"
 	tenantrytest "github.com/tenantry/tenantry/pkg/testing"
 )
@@ -210,6 +212,7 @@ func TestLeastPrivilege(t *testing.T) {
 		})
 		expectReady(t, host, "least", metav1.ConditionTrue, tenantryv1alpha1.ReasonSpawned)
 	}
+	provisionControlPlane(t, host)
 	vc := &tenantryv1alpha1.VirtualCluster{ObjectMeta: metav1.ObjectMeta{Name: "least"}}
 	if err := host.Delete(ctx, vc); err != nil {
 		t.Fatal(err)
@@ -267,6 +270,44 @@ func TestLeastPrivilege(t *testing.T) {
 			}
 		}
 	}
+}
+
+// provisionControlPlane has the manager provision a control plane (which
+// never comes up on simulated nodes), then delete it, keeping its data:
+// its workloads go, by name.
+func provisionControlPlane(t *testing.T, host client.Client) {
+	ctx := t.Context()
+	vc := &tenantryv1alpha1.VirtualCluster{
+		ObjectMeta: metav1.ObjectMeta{Name: "provisioned"},
+		Spec: tenantryv1alpha1.VirtualClusterSpec{
+			KubeconfigSecretRef: tenantryv1alpha1.SecretKeyReference{Namespace: "default", Name: "provisioned-kubeconfig"},
+			ControlPlane:        &tenantryv1alpha1.ControlPlaneSpec{RetainData: true},
+		},
+	}
+	if err := host.Create(ctx, vc); err != nil {
+		t.Fatal(err)
+	}
+	ns := controlplane.Namespace(vc.Name)
+	eventually(t, time.Minute, "the control plane's StatefulSet and kubeconfig", func(ctx context.Context) (bool, error) {
+		if err := host.Get(ctx, client.ObjectKey{Namespace: ns, Name: controlplane.WorkloadName}, &appsv1.StatefulSet{}); err != nil {
+			return false, err
+		}
+		err := host.Get(ctx, client.ObjectKey{Namespace: "default", Name: "provisioned-kubeconfig"}, &corev1.Secret{})
+		return err == nil, err
+	})
+	if err := host.Delete(ctx, vc); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, time.Minute, "the VirtualCluster gone, its workload too, its data kept", func(ctx context.Context) (bool, error) {
+		if err := host.Get(ctx, client.ObjectKeyFromObject(vc), vc); !apierrors.IsNotFound(err) {
+			return false, fmt.Errorf("VirtualCluster: %v", err)
+		}
+		if err := host.Get(ctx, client.ObjectKey{Namespace: ns, Name: controlplane.WorkloadName}, &appsv1.StatefulSet{}); !apierrors.IsNotFound(err) {
+			return false, fmt.Errorf("StatefulSet: %v", err)
+		}
+		err := host.Get(ctx, client.ObjectKey{Namespace: ns, Name: controlplane.PKISecretName}, &corev1.Secret{})
+		return err == nil, fmt.Errorf("the certificates: %v", err)
+	})
 }
 
 // notExercised are the rights the manager needs that no request of this
