@@ -1,0 +1,64 @@
+package controlplane_test
+
+import (
+	"strings"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/util/validation"
+
+	"github.com/tenantry/tenantry/pkg/controlplane"
+	"github.com/tenantry/tenantry/pkg/syncer"
+)
+
+func TestNamespace(t *testing.T) {
+	long := strings.Repeat("a", 63)
+	for _, cluster := range []string{"alpha", "team.a", long, long[:62] + "b"} {
+		ns := controlplane.Namespace(cluster)
+		if errs := validation.IsDNS1123Label(ns); len(errs) > 0 {
+			t.Errorf("%s: namespace %q: %v", cluster, ns, errs)
+		}
+	}
+	if controlplane.Namespace("alpha") != "tenantry-cp-alpha" {
+		t.Errorf("alpha's namespace is %q", controlplane.Namespace("alpha"))
+	}
+	if controlplane.Namespace(long) == controlplane.Namespace(long[:62]+"b") {
+		t.Error("two long names share a namespace")
+	}
+}
+
+// The control plane is the platform's: never marked as the tenant's, so
+// that its budget, sync and host namespace cleanup leave it alone; only its
+// own tenant's host namespaces (and the manager) reach it.
+func TestControlPlaneObjectsAreThePlatforms(t *testing.T) {
+	s := controlplane.Spec{Cluster: "alpha", ServiceCIDR: "10.96.0.0/16", ClusterDomain: "cluster.local", DataSize: controlplane.DefaultDataSize,
+		Images: controlplane.UpstreamImages(controlplane.PinnedVersion, controlplane.PinnedEtcdImage), Resources: controlplane.DefaultResources()}
+	sts := s.StatefulSet()
+	for _, labels := range []map[string]string{s.NamespaceObject().Labels, s.Service().Labels, sts.Labels, sts.Spec.VolumeClaimTemplates[0].Labels} {
+		if _, ok := labels[syncer.LabelCluster]; ok || labels[syncer.LabelControlPlane] != "alpha" {
+			t.Errorf("labels %v: want %s=alpha and no %s", labels, syncer.LabelControlPlane, syncer.LabelCluster)
+		}
+	}
+	from := s.NetworkPolicy().Spec.Ingress[0].From
+	if len(from) != 1 || from[0].NamespaceSelector.MatchLabels[syncer.LabelCluster] != "alpha" {
+		t.Errorf("ingress from %+v, want alpha's host namespaces only", from)
+	}
+	pod := sts.Spec.Template.Spec
+	if sc := pod.SecurityContext; sc == nil || sc.RunAsNonRoot == nil || !*sc.RunAsNonRoot || sc.SeccompProfile == nil {
+		t.Errorf("Pod security context %+v: want non-root, with a seccomp profile", sc)
+	}
+	for _, c := range append(pod.InitContainers, pod.Containers...) {
+		sc := c.SecurityContext
+		if sc == nil || sc.AllowPrivilegeEscalation == nil || *sc.AllowPrivilegeEscalation || len(sc.Capabilities.Drop) != 1 || sc.Capabilities.Drop[0] != "ALL" {
+			t.Errorf("container %s: security context %+v, want restricted", c.Name, sc)
+		}
+	}
+	if c := pod.InitContainers[0]; c.Name != "etcd" || c.RestartPolicy == nil || *c.RestartPolicy != corev1.ContainerRestartPolicyAlways {
+		t.Errorf("etcd %+v: want a native sidecar", c)
+	}
+	for _, arg := range pod.InitContainers[0].Command {
+		if strings.HasPrefix(arg, "--listen-") && !strings.Contains(arg, "127.0.0.1") {
+			t.Errorf("etcd listens beyond the Pod's loopback: %s", arg)
+		}
+	}
+}
