@@ -55,8 +55,8 @@ func TestIsolationPolicyAdmitsTheControlPlane(t *testing.T) {
 	if got := ipBlocks(spec); strings.Join(got, " ") != strings.Join(want, " ") {
 		t.Errorf("ingress from %v; want %v", got, want)
 	}
-	if len(spec.Ingress) != 1 || len(spec.Ingress[0].From) != 2+len(want) {
-		t.Errorf("ingress %+v: want one rule, the two namespace selectors and the control plane's addresses", spec.Ingress)
+	if len(spec.Ingress) != 1 || len(spec.Ingress[0].From) != 3+len(want) {
+		t.Errorf("ingress %+v: want one rule, the three namespace selectors and the control plane's addresses", spec.Ingress)
 	}
 
 	for _, bad := range []string{"10.9.0.5", "0.0.0.0/0", "::ffff:10.9.0.5/128"} {

@@ -112,10 +112,12 @@ func TestHostNamespacesAreIsolated(t *testing.T) {
 			}
 			ok := len(policy.Spec.PolicyTypes) == 2 && v4.CIDR == "0.0.0.0/0" && v6.CIDR == "::/0" &&
 				slices.ContainsFunc(v4.Except, func(cidr string) bool { return slices.Contains(apiServer, cidr) }) &&
-				len(from) == 1 && len(from[0].From) == 2 && from[0].From[0].NamespaceSelector != nil &&
+				len(from) == 1 && len(from[0].From) == 3 && from[0].From[0].NamespaceSelector != nil &&
 				from[0].From[0].NamespaceSelector.MatchLabels[syncer.LabelCluster] == "tenant-1" &&
 				from[0].From[1].NamespaceSelector != nil && len(from[0].From[1].NamespaceSelector.MatchExpressions) == 1 &&
-				from[0].From[1].NamespaceSelector.MatchExpressions[0].Operator == metav1.LabelSelectorOpDoesNotExist
+				from[0].From[1].NamespaceSelector.MatchExpressions[0].Operator == metav1.LabelSelectorOpDoesNotExist &&
+				// Its own control plane, where Tenantry runs it.
+				from[0].From[2].NamespaceSelector != nil && from[0].From[2].NamespaceSelector.MatchLabels[syncer.LabelControlPlane] == "tenant-1"
 			return ok, fmt.Errorf("policy %+v", policy.Spec)
 		})
 	}
