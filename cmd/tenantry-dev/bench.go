@@ -52,6 +52,7 @@ var benchCommand = cli.Command{
 		fs.Float64Var(&o.LatencyRate, "latency-rate", o.LatencyRate, "Objects per second while measuring latency.")
 		fs.IntVar(&o.PodSamples, "pod-samples", o.PodSamples, "Pods created, at --latency-rate, for the Pod start figures.")
 		fs.IntVar(&o.RealPodSamples, "real-pod-samples", o.RealPodSamples, "Pods created on each side (tenant, host) for the real-pods step's start figures.")
+		fs.IntVar(&o.ControlPlanes, "control-planes", o.ControlPlanes, "Control planes the control-planes step creates at once, after one alone.")
 		fs.Float64Var(&o.RealPodRate, "real-pod-rate", o.RealPodRate, "Pairs of Pods (one tenant's, one host's) created per second in the real-pods step.")
 		fs.IntVar(&o.RealDNSQueries, "real-dns-queries", o.RealDNSQueries, "DNS queries a tenant container makes in the real-pods step.")
 		fs.IntVar(&o.ThroughputObjects, "throughput-objects", o.ThroughputObjects, "ConfigMaps created, in all, for the throughput figure.")

@@ -96,6 +96,9 @@ type Options struct {
 	// side (the tenant, the host), RealPodRate pairs a second, and
 	// RealDNSQueries how many DNS queries a tenant container makes.
 	RealPodSamples int
+	// ControlPlanes is how many control planes the control-planes step
+	// creates at once.
+	ControlPlanes  int
 	RealPodRate    float64
 	RealDNSQueries int
 	// ThroughputObjects is how many ConfigMaps are created, in all, for the
@@ -142,6 +145,7 @@ func DefaultOptions() Options {
 		LatencyRate:       50,
 		PodSamples:        200,
 		RealPodSamples:    30,
+		ControlPlanes:     20,
 		RealPodRate:       1,
 		RealDNSQueries:    1000,
 		ThroughputObjects: 5000,
@@ -150,7 +154,7 @@ func DefaultOptions() Options {
 }
 
 // Steps are the bench's steps, in the order they run.
-var Steps = []string{"starts", "spawn", "memory", "pods", "dns", "real-pods", "sync", "scale", "handover"}
+var Steps = []string{"starts", "spawn", "memory", "pods", "dns", "real-pods", "control-planes", "sync", "scale", "handover"}
 
 // ParseSteps reads a comma-separated list of step names, for
 // Options.Steps.
@@ -234,6 +238,14 @@ func Run(ctx context.Context, o Options, out io.Writer) error {
 		rs, err := runRealPods(ctx, o, out)
 		if err != nil {
 			return fmt.Errorf("real-pods: %w", err)
+		}
+		results = append(results, rs...)
+	}
+	if o.Steps["control-planes"] {
+		fmt.Fprintln(out, "==> measuring the control planes Tenantry runs, on real nodes")
+		rs, err := runControlPlanes(ctx, o, out)
+		if err != nil {
+			return fmt.Errorf("control-planes: %w", err)
 		}
 		results = append(results, rs...)
 	}

@@ -1,0 +1,175 @@
+package bench
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"slices"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	tenantryv1alpha1 "github.com/tenantry/tenantry/pkg/apis/tenantry/v1alpha1"
+	"github.com/tenantry/tenantry/pkg/controlplane"
+	tenantrytest "github.com/tenantry/tenantry/pkg/testing"
+)
+
+// controlPlaneBudget is how long the control planes of one round may take
+// to be ready.
+const controlPlaneBudget = 10 * time.Minute
+
+// runControlPlanes measures, on real nodes and through bin/manager, the
+// control planes Tenantry runs (spec.controlPlane): how long one takes to
+// be ready, then how long each of o.ControlPlanes created at once takes,
+// and what one costs at rest (memory, CPU), read from the kubelets'
+// summaries, hence how many fit in a GiB of the host's memory.
+func runControlPlanes(ctx context.Context, o Options, out io.Writer) (_ []result, retErr error) {
+	if o.ControlPlanes < 1 {
+		return nil, fmt.Errorf("--control-planes (%d) must be positive", o.ControlPlanes)
+	}
+	if err := tenantrytest.RealNodesSupported(o.Assets); err != nil {
+		return nil, err
+	}
+	w, err := startManagerWorldWith(ctx, o, "control-planes", tenantrytest.Options{HostKubelets: 2}, out)
+	if err != nil {
+		return nil, err
+	}
+	defer func() { retErr = w.close(retErr) }()
+	kitIP := w.env.KitIP()
+	args := append([]string{"--dns-bind-address", net.JoinHostPort(kitIP, "53"), "--dns-nameserver", kitIP, "--dns-upstream", "127.0.0.1:9",
+		"--control-plane-manager-cidrs", w.env.KitNetworkCIDR()}, w.o.ManagerArgs...)
+	if w.manager, err = startManagerProcess(ctx, w.binary, w.kubeconfig, args, w.dir+"/manager.log"); err != nil {
+		return nil, err
+	}
+
+	fmt.Fprintln(out, "    one control plane")
+	one, err := w.controlPlanesReady(ctx, []string{"cp-one"})
+	if err != nil {
+		return nil, err
+	}
+	names := make([]string, o.ControlPlanes)
+	for i := range names {
+		names[i] = fmt.Sprintf("cp-%02d", i+1)
+	}
+	fmt.Fprintf(out, "    %d control planes at once\n", len(names))
+	many, err := w.controlPlanesReady(ctx, names)
+	if err != nil {
+		return nil, err
+	}
+	slices.Sort(many)
+	// At rest: the summaries average the last few seconds.
+	rest := 30 * time.Second
+	fmt.Fprintf(out, "    at rest for %s\n", rest)
+	select {
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	case <-time.After(rest):
+	}
+	memory, cpu, err := w.controlPlaneUsage(ctx, append(names, "cp-one"))
+	if err != nil {
+		return nil, err
+	}
+	note := fmt.Sprintf("real nodes, bin/manager with %s; default resources", w.managerFlags())
+	perGiB := float64(1<<30) / memory
+	return []result{
+		ms("control plane: Ready (one)", one[0], "", note+"; created to ControlPlaneReady=True"),
+		ms(fmt.Sprintf("control plane: Ready, median of %d at once", len(many)), many[len(many)/2], "", note),
+		ms(fmt.Sprintf("control plane: Ready, last of %d at once", len(many)), many[len(many)-1], "", note),
+		{Name: "control plane: memory at rest", Value: round(memory/(1<<20), 1), Unit: "MiB", Note: note + "; working set of its Pod, mean of all"},
+		{Name: "control plane: CPU at rest", Value: round(cpu*1000, 1), Unit: "millicores", Note: note + "; mean of all"},
+		{Name: "control planes per GiB of host memory", Value: round(perGiB, 1), Unit: "control planes", Note: note + "; 1 GiB over the memory at rest"},
+	}, nil
+}
+
+// controlPlanesReady creates a VirtualCluster with spec.controlPlane for
+// each name at once, and says how long each took to be ready.
+func (w *managerWorld) controlPlanesReady(ctx context.Context, names []string) ([]time.Duration, error) {
+	start := time.Now()
+	for _, name := range names {
+		vc := &tenantryv1alpha1.VirtualCluster{
+			ObjectMeta: metav1.ObjectMeta{Name: name},
+			Spec: tenantryv1alpha1.VirtualClusterSpec{
+				KubeconfigSecretRef: tenantryv1alpha1.SecretKeyReference{Namespace: secretsNamespace, Name: name + "-kubeconfig"},
+				ControlPlane:        &tenantryv1alpha1.ControlPlaneSpec{},
+			},
+		}
+		if err := w.host.Create(ctx, vc); err != nil {
+			return nil, err
+		}
+	}
+	took := map[string]time.Duration{}
+	err := tenantrytest.Poll(ctx, 500*time.Millisecond, controlPlaneBudget, func(ctx context.Context) (bool, error) {
+		var list tenantryv1alpha1.VirtualClusterList
+		if err := w.vcs.List(ctx, &list); err != nil {
+			return false, err
+		}
+		for _, vc := range list.Items {
+			c := meta.FindStatusCondition(vc.Status.Conditions, tenantryv1alpha1.ConditionControlPlaneReady)
+			if _, seen := took[vc.Name]; !seen && slices.Contains(names, vc.Name) && c != nil && c.Status == metav1.ConditionTrue {
+				took[vc.Name] = time.Since(start)
+			}
+		}
+		return len(took) == len(names), nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("%d of %d control planes ready: %w", len(took), len(names), err)
+	}
+	out := make([]time.Duration, 0, len(took))
+	for _, d := range took {
+		out = append(out, d)
+	}
+	return out, nil
+}
+
+// controlPlaneUsage is the mean working set (bytes) and CPU (cores) of the
+// control planes' Pods, from the real kubelets' summaries.
+func (w *managerWorld) controlPlaneUsage(ctx context.Context, names []string) (memory, cpu float64, err error) {
+	var nodes corev1.NodeList
+	if err := w.host.List(ctx, &nodes); err != nil {
+		return 0, 0, err
+	}
+	namespaces := map[string]bool{}
+	for _, name := range names {
+		namespaces[controlplane.Namespace(name)] = true
+	}
+	n := 0
+	for _, node := range nodes.Items {
+		if !strings.HasPrefix(node.Name, tenantrytest.KubeletNamePrefix) {
+			continue
+		}
+		body, err := w.hostREST.Get().AbsPath("/api/v1/nodes", node.Name, "proxy/stats/summary").DoRaw(ctx)
+		if err != nil {
+			return 0, 0, fmt.Errorf("node %s's summary: %w", node.Name, err)
+		}
+		var summary struct {
+			Pods []struct {
+				PodRef struct{ Namespace string } `json:"podRef"`
+				CPU    struct {
+					UsageNanoCores uint64 `json:"usageNanoCores"`
+				} `json:"cpu"`
+				Memory struct {
+					WorkingSetBytes uint64 `json:"workingSetBytes"`
+				} `json:"memory"`
+			} `json:"pods"`
+		}
+		if err := json.Unmarshal(body, &summary); err != nil {
+			return 0, 0, fmt.Errorf("node %s's summary: %w", node.Name, err)
+		}
+		for _, p := range summary.Pods {
+			if namespaces[p.PodRef.Namespace] {
+				memory += float64(p.Memory.WorkingSetBytes)
+				cpu += float64(p.CPU.UsageNanoCores) / 1e9
+				n++
+			}
+		}
+	}
+	if n != len(names) {
+		return 0, 0, fmt.Errorf("the kubelets report %d of %d control planes' Pods", n, len(names))
+	}
+	return memory / float64(n), cpu / float64(n), nil
+}
