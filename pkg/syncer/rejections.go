@@ -97,6 +97,21 @@ func hostRejection(err error) *refusal {
 	return nil
 }
 
+// HostRefusal says whether err is the host's refusal of an object itself,
+// which the tenant should hear of (invalid, refused by admission: a quota,
+// Pod Security, a webhook), with the host's message; not a refusal of
+// Tenantry's own rights, nor a failure a retry may mend.
+func HostRefusal(err error) (message string, ok bool) {
+	var status *apierrors.StatusError
+	if !errors.As(err, &status) || ownRights(status) {
+		return "", false
+	}
+	if r := hostRejection(err); r != nil {
+		return r.message, true
+	}
+	return "", false
+}
+
 // ownRights says whether status is the host authorizer's refusal of
 // Tenantry's own identity ("User ... cannot create resource ..."), rather
 // than admission's refusal of the object (a quota, Pod Security, a

@@ -370,7 +370,8 @@ func TestUpShowsTheTenantsContainersOnly(t *testing.T) {
 	})
 	host := tenantPod(func(p *corev1.Pod) {
 		p.Spec.EphemeralContainers = []corev1.EphemeralContainer{
-			{EphemeralContainerCommon: corev1.EphemeralContainerCommon{Name: "debugger", Image: "busybox", Command: []string{"sh"}, ImagePullPolicy: corev1.PullAlways}},
+			{EphemeralContainerCommon: corev1.EphemeralContainerCommon{Name: "debugger", Image: "busybox", Command: []string{"sh"}, ImagePullPolicy: corev1.PullAlways,
+				Env: serviceEnv(apiAccessSecretName(p.Name), nil)}},
 			{EphemeralContainerCommon: corev1.EphemeralContainerCommon{Name: "host-debugger", Image: "registry.example/host-tools"}},
 		}
 		p.Status = corev1.PodStatus{

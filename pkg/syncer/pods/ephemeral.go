@@ -10,7 +10,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/client-go/util/retry"
@@ -87,9 +86,14 @@ func (r *ephemeralAdder) Reconcile(ctx context.Context, req reconcile.Request) (
 	var result reconcile.Result
 	var failed error
 	for _, e := range tenant.Spec.EphemeralContainers {
-		if slices.ContainsFunc(host.Spec.EphemeralContainers, func(h corev1.EphemeralContainer) bool { return h.Name == e.Name }) ||
-			refusedEphemeral(&tenant, e.Name) {
+		if runsEphemeral(&host, &tenant, e.Name) || refusedEphemeral(&tenant, e.Name) {
 			continue // added before, or refused for good (an ephemeral container never changes)
+		}
+		if hostHasContainer(&host, e.Name) {
+			// Not the tenant's: one the host added (a host admin's kubectl
+			// debug), or a container of the host's.
+			refused[e.Name] = "its name is taken in the host Pod: name it otherwise"
+			continue
 		}
 		down, stripped, err := ephemeralDown(&tenant, e, r.scope.Cluster(), r.policy, r.hostIP)
 		if err != nil {
@@ -109,10 +113,10 @@ func (r *ephemeralAdder) Reconcile(ctx context.Context, req reconcile.Request) (
 			}
 			continue
 		}
-		if apierrors.IsInvalid(err) || apierrors.IsForbidden(err) || apierrors.IsBadRequest(err) {
-			// The host's word on it (its Pod Security level, a name the
-			// host Pod has already): it never runs.
-			refused[e.Name] = "the host refused it: " + err.Error()
+		if message, ok := syncer.HostRefusal(err); ok {
+			// The host's word on it (its Pod Security level): it never
+			// runs.
+			refused[e.Name] = "the host refused it: " + message
 			continue
 		}
 		if why, after := r.scope.Transient(err); why != "" {
@@ -211,9 +215,10 @@ func ephemeralDown(tenant *corev1.Pod, e corev1.EphemeralContainer, cluster stri
 
 // runsEphemeral says whether host runs tenant Pod's ephemeral container of
 // that name as the tenant's: one of that name, image, command, arguments
-// and target that Tenantry added. An ephemeral container the host added
+// and target that Tenantry added, which alone names the tenant API server
+// from the Pod's API access Secret. An ephemeral container the host added
 // (a host admin's kubectl debug) is the host's, and never the tenant's,
-// even under a name the tenant uses later.
+// whatever the tenant copies of it under its name.
 func runsEphemeral(host, tenant *corev1.Pod, name string) bool {
 	i := slices.IndexFunc(tenant.Spec.EphemeralContainers, func(e corev1.EphemeralContainer) bool { return e.Name == name })
 	j := slices.IndexFunc(host.Spec.EphemeralContainers, func(e corev1.EphemeralContainer) bool { return e.Name == name })
@@ -222,7 +227,26 @@ func runsEphemeral(host, tenant *corev1.Pod, name string) bool {
 	}
 	t, h := tenant.Spec.EphemeralContainers[i], host.Spec.EphemeralContainers[j]
 	return t.Image == h.Image && t.TargetContainerName == h.TargetContainerName &&
-		equality.Semantic.DeepEqual(t.Command, h.Command) && equality.Semantic.DeepEqual(t.Args, h.Args)
+		equality.Semantic.DeepEqual(t.Command, h.Command) && equality.Semantic.DeepEqual(t.Args, h.Args) &&
+		namesTenantServer(h.Env, apiAccessSecretName(tenant.Name))
+}
+
+// namesTenantServer says whether env reads the API access Secret secret,
+// as APIAccess makes every container Tenantry adds read it (the tenant API
+// server's variables), and as no tenant may ask for itself
+// (refuseCredentialSources).
+func namesTenantServer(env []corev1.EnvVar, secret string) bool {
+	return slices.ContainsFunc(env, func(e corev1.EnvVar) bool {
+		return e.ValueFrom != nil && e.ValueFrom.SecretKeyRef != nil && e.ValueFrom.SecretKeyRef.Name == secret
+	})
+}
+
+// hostHasContainer says whether host has a container of any kind named
+// name.
+func hostHasContainer(host *corev1.Pod, name string) bool {
+	named := func(c corev1.Container) bool { return c.Name == name }
+	return slices.ContainsFunc(host.Spec.InitContainers, named) || slices.ContainsFunc(host.Spec.Containers, named) ||
+		slices.ContainsFunc(host.Spec.EphemeralContainers, func(e corev1.EphemeralContainer) bool { return e.Name == name })
 }
 
 // ephemeralStatuses are the statuses of the tenant Pod's ephemeral

@@ -91,11 +91,17 @@ func TestRunsEphemeral(t *testing.T) {
 	tenant := tenantPod(func(p *corev1.Pod) {
 		p.Spec.EphemeralContainers = []corev1.EphemeralContainer{ephemeral("debugger", "busybox"), ephemeral("admin", "busybox"), ephemeral("pending", "busybox")}
 	})
+	tenant.Spec.EphemeralContainers = append(tenant.Spec.EphemeralContainers, ephemeral("copycat", "busybox"))
 	host := tenantPod(func(p *corev1.Pod) {
-		p.Spec.EphemeralContainers = []corev1.EphemeralContainer{ephemeral("debugger", "busybox"), ephemeral("admin", "host-tools")}
-		p.Spec.EphemeralContainers[0].ImagePullPolicy = corev1.PullAlways // as the policy made it
+		p.Spec.EphemeralContainers = []corev1.EphemeralContainer{ephemeral("debugger", "busybox"), ephemeral("admin", "host-tools"), ephemeral("copycat", "busybox")}
+		// Made by Tenantry as the policy says: the tenant API server in
+		// its variables.
+		p.Spec.EphemeralContainers[0].ImagePullPolicy = corev1.PullAlways
+		p.Spec.EphemeralContainers[0].Env = serviceEnv(apiAccessSecretName(p.Name), nil)
 	})
-	for name, want := range map[string]bool{"debugger": true, "admin": false, "pending": false, "web": false} {
+	// copycat is a host admin's, whose name, image and command the tenant
+	// copied: still the host's.
+	for name, want := range map[string]bool{"debugger": true, "admin": false, "copycat": false, "pending": false, "web": false} {
 		if got := runsEphemeral(host, tenant, name); got != want {
 			t.Errorf("runsEphemeral(%s) = %v, want %v", name, got, want)
 		}
