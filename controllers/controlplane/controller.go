@@ -29,7 +29,7 @@ import (
 	"github.com/tenantry/tenantry/pkg/syncer/pods"
 )
 
-// +kubebuilder:rbac:groups=apps,resources=statefulsets,verbs=list;watch;patch;delete
+// +kubebuilder:rbac:groups=apps,resources=statefulsets,verbs=list;watch;create;patch;delete
 // +kubebuilder:rbac:groups="",resources=services;secrets;persistentvolumeclaims,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch
 // +kubebuilder:rbac:groups="",resources=namespaces,verbs=get;list;watch;create;update;patch;delete

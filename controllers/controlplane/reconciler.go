@@ -31,7 +31,12 @@ import (
 	tenantryv1alpha1 "github.com/tenantry/tenantry/pkg/apis/tenantry/v1alpha1"
 	"github.com/tenantry/tenantry/pkg/controlplane"
 	"github.com/tenantry/tenantry/pkg/controlplane/pki"
+	"github.com/tenantry/tenantry/pkg/syncer"
 )
+
+// errNamespaceTerminating holds a deleted VirtualCluster until its control
+// plane's namespace is gone; retried with backoff.
+var errNamespaceTerminating = errors.New("the control plane's namespace is being deleted")
 
 // fieldOwner is the field manager of what the controller applies.
 const fieldOwner = client.FieldOwner("tenantry-control-plane")
@@ -102,10 +107,16 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	}
 	ctx = ctrl.LoggerInto(ctx, ctrl.LoggerFrom(ctx).WithValues("cluster", vc.Name))
 	if !vc.DeletionTimestamp.IsZero() {
-		return ctrl.Result{}, r.remove(ctx, &vc)
+		err := r.remove(ctx, &vc)
+		if errors.Is(err, errNamespaceTerminating) {
+			return ctrl.Result{RequeueAfter: provisioningRequeue}, nil
+		}
+		return ctrl.Result{}, err
 	}
 	if !controllerutil.ContainsFinalizer(&vc, Finalizer) {
-		patch := client.MergeFrom(vc.DeepCopy())
+		// Locked: the VirtualCluster controller adds its own finalizer
+		// beside, and a merge patch replaces the whole list.
+		patch := client.MergeFromWithOptions(vc.DeepCopy(), client.MergeFromWithOptimisticLock{})
 		controllerutil.AddFinalizer(&vc, Finalizer)
 		if err := r.client.Patch(ctx, &vc, patch); err != nil {
 			return ctrl.Result{}, fmt.Errorf("adding the control plane finalizer to %s: %w", vc.Name, err)
@@ -113,7 +124,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	}
 	out, status, requeue, err := r.provision(ctx, &vc)
 	if err != nil {
-		return ctrl.Result{}, err
+		// Said in the condition too, and retried with backoff.
+		failed := outcome{reason: tenantryv1alpha1.ReasonControlPlaneFailed, message: err.Error()}
+		return ctrl.Result{}, errors.Join(err, r.report(ctx, &vc, failed, status))
 	}
 	if err := r.report(ctx, &vc, out, status); err != nil {
 		return ctrl.Result{}, err
@@ -161,9 +174,27 @@ func (r *Reconciler) provision(ctx context.Context, vc *tenantryv1alpha1.Virtual
 	if err != nil {
 		return outcome{}, status, 0, err
 	}
+	var ns corev1.Namespace
+	switch err := r.apiReader.Get(ctx, client.ObjectKey{Name: status.Namespace}, &ns); {
+	case err != nil && !apierrors.IsNotFound(err):
+		return outcome{}, status, 0, fmt.Errorf("reading namespace %s: %w", status.Namespace, err)
+	case err == nil && ns.Labels[controlplane.LabelControlPlane] != vc.Name:
+		return outcome{reason: tenantryv1alpha1.ReasonControlPlaneFailed, warn: true, message: fmt.Sprintf(
+			"namespace %s, where the control plane runs, exists and is not this VirtualCluster's: delete it, or rename the VirtualCluster", status.Namespace)}, status, 0, nil
+	case err == nil && !ns.DeletionTimestamp.IsZero():
+		return outcome{reason: tenantryv1alpha1.ReasonControlPlaneProvisioning, message: fmt.Sprintf(
+			"namespace %s, of an earlier control plane of this name, is being deleted", status.Namespace)}, status, provisioningRequeue, nil
+	}
 	spec.ServiceCIDR = cidr
 	spec.Images = controlplane.UpstreamImages(spec.Version, r.opts.EtcdImage)
 	spec.ManagerPeers = r.managerPeers()
+	apiServerIPs, err := syncer.HostAPIServerAddresses(ctx, r.apiReader)
+	if err != nil {
+		return outcome{}, status, 0, err
+	}
+	if spec.Egress, err = syncer.IsolatedEgress(apiServerIPs, nil); err != nil {
+		return outcome{}, status, 0, err
+	}
 
 	for _, o := range []client.Object{spec.NamespaceObject(), spec.NetworkPolicy(), spec.Service()} {
 		if err := r.apply(ctx, o); err != nil {
@@ -433,9 +464,23 @@ func (r *Reconciler) remove(ctx context.Context, vc *tenantryv1alpha1.VirtualClu
 			}
 		}
 	} else {
-		err := r.client.Delete(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}})
-		if client.IgnoreNotFound(err) != nil {
-			return fmt.Errorf("deleting the control plane's namespace %s: %w", ns, err)
+		var namespace corev1.Namespace
+		err := r.apiReader.Get(ctx, client.ObjectKey{Name: ns}, &namespace)
+		switch {
+		case apierrors.IsNotFound(err):
+		case err != nil:
+			return fmt.Errorf("reading the control plane's namespace %s: %w", ns, err)
+		case namespace.Labels[controlplane.LabelControlPlane] != vc.Name:
+			// Not this VirtualCluster's: left as it is.
+		case namespace.DeletionTimestamp.IsZero():
+			if err := r.client.Delete(ctx, &namespace, client.Preconditions{UID: &namespace.UID}); client.IgnoreNotFound(err) != nil {
+				return fmt.Errorf("deleting the control plane's namespace %s: %w", ns, err)
+			}
+			return errNamespaceTerminating
+		default:
+			// Gone in full before the VirtualCluster goes: one made anew
+			// under its name finds no namespace in the way.
+			return errNamespaceTerminating
 		}
 	}
 	ref := vc.Spec.KubeconfigSecretRef
@@ -449,7 +494,7 @@ func (r *Reconciler) remove(ctx context.Context, vc *tenantryv1alpha1.VirtualClu
 			return fmt.Errorf("deleting kubeconfig Secret %s/%s: %w", ref.Namespace, ref.Name, err)
 		}
 	}
-	patch := client.MergeFrom(vc.DeepCopy())
+	patch := client.MergeFromWithOptions(vc.DeepCopy(), client.MergeFromWithOptimisticLock{})
 	controllerutil.RemoveFinalizer(vc, Finalizer)
 	if err := r.client.Patch(ctx, vc, patch); err != nil {
 		return fmt.Errorf("removing the control plane finalizer from %s: %w", vc.Name, client.IgnoreNotFound(err))

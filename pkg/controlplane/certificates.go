@@ -27,6 +27,8 @@ const (
 	KeyServiceAccountPrivate       = "sa.key"
 	KeyServiceAccountPublic        = "sa.pub"
 	KeyControllerManagerKubeconfig = "controller-manager.conf"
+	KeyControllerManagerCert       = "controller-manager.crt"
+	KeyControllerManagerKey        = "controller-manager.key"
 )
 
 // AdminUser is the user of the admin kubeconfig Tenantry writes for a
@@ -103,6 +105,7 @@ func (s Spec) Certificates(current map[string][]byte, serviceIP string, now time
 		{pair{KeyServingCert, KeyServingKey}, ca, serving},
 		{pair{KeyKubeletClientCert, KeyKubeletClientKey}, ca, pki.Leaf{CommonName: "kube-apiserver-kubelet-client", Organization: []string{"system:masters"}, Usage: pki.Client}},
 		{pair{KeyFrontProxyClientCert, KeyFrontProxyClientKey}, frontProxyCA, pki.Leaf{CommonName: "front-proxy-client", Usage: pki.Client}},
+		{pair{KeyControllerManagerCert, KeyControllerManagerKey}, ca, pki.Leaf{CommonName: "system:kube-controller-manager", Usage: pki.Client}},
 	} {
 		kp, err := leafOf(current, l.names, l.ca, l.leaf, now)
 		if err != nil {
@@ -116,13 +119,18 @@ func (s Spec) Certificates(current map[string][]byte, serviceIP string, now time
 	} else if data[KeyServiceAccountPrivate], data[KeyServiceAccountPublic], err = pki.NewSigningKey(); err != nil {
 		return nil, time.Time{}, err
 	}
-	kubeconfig, kp, err := Kubeconfig(ca, current[KeyControllerManagerKubeconfig], localServer,
-		pki.Leaf{CommonName: "system:kube-controller-manager", Usage: pki.Client}, now)
+	// Files, not data: client-go reads a renewed certificate again, and
+	// the controller-manager runs on without a restart.
+	kubeconfig, err := clientcmd.Write(clientcmdapi.Config{
+		Clusters:       map[string]*clientcmdapi.Cluster{"tenant": {Server: localServer, CertificateAuthority: pkiDir + "/" + KeyCACert}},
+		AuthInfos:      map[string]*clientcmdapi.AuthInfo{"controller-manager": {ClientCertificate: pkiDir + "/" + KeyControllerManagerCert, ClientKey: pkiDir + "/" + KeyControllerManagerKey}},
+		Contexts:       map[string]*clientcmdapi.Context{"tenant": {Cluster: "tenant", AuthInfo: "controller-manager"}},
+		CurrentContext: "tenant",
+	})
 	if err != nil {
 		return nil, time.Time{}, fmt.Errorf("the controller-manager's kubeconfig: %w", err)
 	}
 	data[KeyControllerManagerKubeconfig] = kubeconfig
-	note(kp)
 	return data, expires, nil
 }
 

@@ -121,20 +121,28 @@ type Spec struct {
 	// namespaces, may reach the API server: the manager's Pods (its
 	// namespace), or its addresses.
 	ManagerPeers []networkingv1.NetworkPolicyPeer
+	// Egress are where the control plane may connect: those of its
+	// tenant's Pods (syncer.IsolatedEgress). A tenant's admin points its
+	// API server at addresses of its choosing (webhooks, aggregated APIs,
+	// Node addresses for nodes/proxy), which must not reach what its Pods
+	// may not. Nil: anywhere.
+	Egress []networkingv1.NetworkPolicyEgressRule
 }
 
 // Namespace is the host namespace of VirtualCluster cluster's control
-// plane: tenantry-cp-<cluster>, shortened with a hash of the name to a
-// valid namespace name.
+// plane: tenantry-cp-<cluster>, or, for a name that does not fit as it is
+// (a dot, more than 51 characters), that shortened and a hash of the name:
+// two VirtualClusters never share one.
 func Namespace(cluster string) string {
 	const prefix, limit = "tenantry-cp-", 63
-	name := prefix + strings.ReplaceAll(cluster, ".", "-")
-	if len(name) <= limit {
+	name := prefix + cluster
+	if len(name) <= limit && !strings.Contains(cluster, ".") {
 		return name
 	}
 	sum := sha256.Sum256([]byte(cluster))
 	hash := strings.ToLower(base32.StdEncoding.WithPadding(base32.NoPadding).EncodeToString(sum[:]))[:10]
-	return strings.TrimRight(name[:limit-len(hash)-1], "-") + "-" + hash
+	name = strings.ReplaceAll(name, ".", "-")
+	return strings.TrimRight(name[:min(len(name), limit-len(hash)-1)], "-") + "-" + hash
 }
 
 // Labels are the labels of every host object of cluster's control plane:
@@ -177,15 +185,16 @@ func (s Spec) Service() *corev1.Service {
 
 // NetworkPolicy admits, to the control plane's Pod, the API server's port
 // alone, and only from the VirtualCluster's own host namespaces (its
-// Pods, its webhooks' callers) and from ManagerPeers. Another tenant's
-// Pods cannot reach it, nor anyone its storage.
+// Pods, its webhooks' callers) and from ManagerPeers: another tenant's
+// Pods cannot reach it, nor anyone its storage. Its connections go only
+// where Egress lets them.
 func (s Spec) NetworkPolicy() *networkingv1.NetworkPolicy {
 	peers := append([]networkingv1.NetworkPolicyPeer{{
 		NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{
 			syncer.LabelManagedBy: syncer.ManagedByValue, syncer.LabelCluster: s.Cluster,
 		}},
 	}}, s.ManagerPeers...)
-	return &networkingv1.NetworkPolicy{
+	policy := &networkingv1.NetworkPolicy{
 		ObjectMeta: s.meta(NetworkPolicyName),
 		Spec: networkingv1.NetworkPolicySpec{
 			PodSelector: metav1.LabelSelector{MatchLabels: podLabels(s.Cluster)},
@@ -196,6 +205,11 @@ func (s Spec) NetworkPolicy() *networkingv1.NetworkPolicy {
 			}},
 		},
 	}
+	if s.Egress != nil {
+		policy.Spec.PolicyTypes = append(policy.Spec.PolicyTypes, networkingv1.PolicyTypeEgress)
+		policy.Spec.Egress = s.Egress
+	}
+	return policy
 }
 
 // Paths in the control plane's containers.

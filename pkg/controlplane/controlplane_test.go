@@ -13,6 +13,9 @@ import (
 
 func TestNamespace(t *testing.T) {
 	long := strings.Repeat("a", 63)
+	if controlplane.Namespace("team.a") == controlplane.Namespace("team-a") {
+		t.Error("team.a and team-a share a namespace")
+	}
 	for _, cluster := range []string{"alpha", "team.a", long, long[:62] + "b"} {
 		ns := controlplane.Namespace(cluster)
 		if errs := validation.IsDNS1123Label(ns); len(errs) > 0 {

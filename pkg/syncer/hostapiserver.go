@@ -37,12 +37,26 @@ func (s *hostAPIServer) addresses(ctx context.Context) ([]string, error) {
 	if time.Since(s.readAt) < hostAPIServerTTL {
 		return s.ips, nil
 	}
+	ips, err := HostAPIServerAddresses(ctx, s.reader)
+	if err != nil {
+		return nil, err
+	}
+	s.ips, s.readAt = ips, time.Now()
+	return ips, nil
+}
+
+// HostAPIServerAddresses are the addresses, sorted, at which the host's
+// Pods reach the host API server: the kubernetes Service's cluster IPs
+// and its endpoints, read through reader. It fails until the API server
+// has published both, as it does shortly after it starts: a policy
+// without them would let Pods reach it.
+func HostAPIServerAddresses(ctx context.Context, reader client.Reader) ([]string, error) {
 	var svc corev1.Service
-	if err := s.reader.Get(ctx, client.ObjectKey{Namespace: metav1.NamespaceDefault, Name: "kubernetes"}, &svc); err != nil {
+	if err := reader.Get(ctx, client.ObjectKey{Namespace: metav1.NamespaceDefault, Name: "kubernetes"}, &svc); err != nil {
 		return nil, fmt.Errorf("reading the host API server's Service default/kubernetes: %w", err)
 	}
 	var endpoints discoveryv1.EndpointSliceList
-	if err := s.reader.List(ctx, &endpoints, client.InNamespace(metav1.NamespaceDefault),
+	if err := reader.List(ctx, &endpoints, client.InNamespace(metav1.NamespaceDefault),
 		client.MatchingLabels{discoveryv1.LabelServiceName: "kubernetes"}); err != nil {
 		return nil, fmt.Errorf("reading the host API server's endpoints (EndpointSlices of default/kubernetes): %w", err)
 	}
@@ -70,6 +84,5 @@ func (s *hostAPIServer) addresses(ctx context.Context) ([]string, error) {
 		return nil, fmt.Errorf("the host API server's Service default/kubernetes has %d cluster IPs and its EndpointSlices name %d further addresses: both are needed to keep tenant Pods from it", services, len(ips)-services)
 	}
 	slices.Sort(ips)
-	s.ips, s.readAt = ips, time.Now()
 	return ips, nil
 }

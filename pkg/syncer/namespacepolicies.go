@@ -373,14 +373,6 @@ func CanonicalCIDR(cidr string) (netip.Prefix, error) {
 // tenant's control plane's addresses, not from other tenants'; egress to
 // every Pod, and to every address but the denied CIDRs (egressDenials).
 func isolationPolicy(cluster string, controlPlane, denied []string) networkingv1.NetworkPolicySpec {
-	var v4, v6 []string
-	for _, cidr := range denied {
-		if netip.MustParsePrefix(cidr).Addr().Is4() {
-			v4 = append(v4, cidr)
-		} else {
-			v6 = append(v6, cidr)
-		}
-	}
 	from := []networkingv1.NetworkPolicyPeer{
 		{NamespaceSelector: &metav1.LabelSelector{
 			MatchLabels: map[string]string{LabelManagedBy: ManagedByValue, LabelCluster: cluster},
@@ -401,12 +393,39 @@ func isolationPolicy(cluster string, controlPlane, denied []string) networkingv1
 		PodSelector: metav1.LabelSelector{},
 		PolicyTypes: []networkingv1.PolicyType{networkingv1.PolicyTypeIngress, networkingv1.PolicyTypeEgress},
 		Ingress:     []networkingv1.NetworkPolicyIngressRule{{From: from}},
-		Egress: []networkingv1.NetworkPolicyEgressRule{
-			{To: []networkingv1.NetworkPolicyPeer{{NamespaceSelector: &metav1.LabelSelector{}}}},
-			{To: []networkingv1.NetworkPolicyPeer{
-				{IPBlock: &networkingv1.IPBlock{CIDR: "0.0.0.0/0", Except: v4}},
-				{IPBlock: &networkingv1.IPBlock{CIDR: "::/0", Except: v6}},
-			}},
-		},
+		Egress:      egressBut(denied),
+	}
+}
+
+// IsolatedEgress are the egress rules of the isolation policy (see
+// IsolationPolicyName): every Pod, and every address but the host API
+// server's (apiServerIPs, see HostAPIServerAddresses), those of
+// DefaultDeniedEgressCIDRs and more. What Tenantry runs for a tenant
+// beside its Pods (its control plane) is held to them too.
+func IsolatedEgress(apiServerIPs, more []string) ([]networkingv1.NetworkPolicyEgressRule, error) {
+	denied, err := egressDenials(apiServerIPs, more)
+	if err != nil {
+		return nil, err
+	}
+	return egressBut(denied), nil
+}
+
+// egressBut are egress rules to every Pod, and every address but denied
+// (canonical CIDRs).
+func egressBut(denied []string) []networkingv1.NetworkPolicyEgressRule {
+	var v4, v6 []string
+	for _, cidr := range denied {
+		if netip.MustParsePrefix(cidr).Addr().Is4() {
+			v4 = append(v4, cidr)
+		} else {
+			v6 = append(v6, cidr)
+		}
+	}
+	return []networkingv1.NetworkPolicyEgressRule{
+		{To: []networkingv1.NetworkPolicyPeer{{NamespaceSelector: &metav1.LabelSelector{}}}},
+		{To: []networkingv1.NetworkPolicyPeer{
+			{IPBlock: &networkingv1.IPBlock{CIDR: "0.0.0.0/0", Except: v4}},
+			{IPBlock: &networkingv1.IPBlock{CIDR: "::/0", Except: v6}},
+		}},
 	}
 }

@@ -59,9 +59,8 @@ type ControlPlaneSpec struct {
 	// +optional
 	Storage ControlPlaneStorage `json:"storage,omitempty"`
 
-	// APIServer sets the resources of the tenant's kube-apiserver (its
-	// storage too, where that runs beside it). Unset: the manager's
-	// defaults.
+	// APIServer sets the resources of the tenant's kube-apiserver. Unset:
+	// the manager's defaults. (Its embedded etcd has the manager's.)
 	// +optional
 	APIServer ComponentSpec `json:"apiServer,omitempty"`
 
@@ -78,6 +77,8 @@ type ControlPlaneSpec struct {
 
 // ControlPlaneStorage is where a provisioned control plane keeps its data.
 // +kubebuilder:validation:XValidation:rule="self.type == oldSelf.type",message="storage.type cannot change: the data would stay behind"
+// +kubebuilder:validation:XValidation:rule="has(self.storageClassName) == has(oldSelf.storageClassName) && (!has(self.storageClassName) || self.storageClassName == oldSelf.storageClassName)",message="storage.storageClassName cannot change: the data's claim is made"
+// +kubebuilder:validation:XValidation:rule="has(self.size) == has(oldSelf.size) && (!has(self.size) || self.size == oldSelf.size)",message="storage.size cannot change: the data's claim is made"
 type ControlPlaneStorage struct {
 	// Type of storage: Embedded (the default), an etcd that runs in the
 	// API server's Pod on its loopback only, with no database server to
