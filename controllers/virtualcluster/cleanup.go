@@ -36,7 +36,7 @@ func (r *Reconciler) finalize(ctx context.Context, vc *tenantryv1alpha1.VirtualC
 	}
 	// The Lease is gone: a replica that takes it anew finalizes again,
 	// which is idempotent.
-	patch := client.MergeFrom(vc.DeepCopy())
+	patch := client.MergeFromWithOptions(vc.DeepCopy(), client.MergeFromWithOptimisticLock{})
 	controllerutil.RemoveFinalizer(vc, tenantryv1alpha1.Finalizer)
 	if err := r.Client.Patch(ctx, vc, patch); err != nil {
 		return fmt.Errorf("removing finalizer from %s: %w", vc.Name, client.IgnoreNotFound(err))

@@ -156,7 +156,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		if err := r.fenced(name); err != nil {
 			return ctrl.Result{}, err
 		}
-		patch := client.MergeFrom(vc.DeepCopy())
+		patch := client.MergeFromWithOptions(vc.DeepCopy(), client.MergeFromWithOptimisticLock{})
 		controllerutil.AddFinalizer(&vc, tenantryv1alpha1.Finalizer)
 		read := vc.ResourceVersion
 		if err := r.Client.Patch(ctx, &vc, patch); err != nil {

@@ -21,7 +21,9 @@ func (r *Reconciler) updateStatus(ctx context.Context, vc *tenantryv1alpha1.Virt
 	changedReason := before == nil || before.Status != out.status || before.Reason != out.reason
 
 	reportReady(vc.Name, out.status == metav1.ConditionTrue, out.reason)
-	patch := client.MergeFrom(vc.DeepCopy())
+	// Locked: the control plane controller writes its own condition
+	// beside, and a merge patch replaces the whole list.
+	patch := client.MergeFromWithOptions(vc.DeepCopy(), client.MergeFromWithOptimisticLock{})
 	changed := meta.SetStatusCondition(&vc.Status.Conditions, metav1.Condition{
 		Type:               tenantryv1alpha1.ConditionReady,
 		Status:             out.status,
