@@ -33,6 +33,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/tenantry/tenantry/cmd/internal/managerapp"
+	"github.com/tenantry/tenantry/controllers/controlplane"
 	examplesconfig "github.com/tenantry/tenantry/examples/config"
 	tenantryv1alpha1 "github.com/tenantry/tenantry/pkg/apis/tenantry/v1alpha1"
 	"github.com/tenantry/tenantry/pkg/kubeletapi"
@@ -57,7 +58,10 @@ const HostName = "host"
 // Options configure a dev environment.
 type Options struct {
 	Tenants int
-	Nodes   int // host nodes
+	// Provisioned tenants have their control planes run by Tenantry, as
+	// host Pods on the real nodes (spec.controlPlane), beside Tenants.
+	Provisioned int
+	Nodes       int // host nodes
 	// SimulatedNodes keeps kwok's nodes where real ones could run.
 	SimulatedNodes         bool
 	Dir                    string // kubeconfigs and logs; "" for a new temporary one
@@ -86,8 +90,10 @@ type Env struct {
 	kubeconfigs map[string]string // cluster name -> file
 	// realNodes says the host's nodes are real: Pods run containers.
 	realNodes bool
-	logFile   *os.File
-	log       logr.Logger // into logFile
+	// provisioned are the tenants whose control planes Tenantry runs.
+	provisioned []string
+	logFile     *os.File
+	log         logr.Logger // into logFile
 }
 
 // Kubeconfig is the kubeconfig file of the named cluster (HostName, or a
@@ -196,6 +202,7 @@ func start(ctx context.Context, o Options, progress func(string)) (_ *Env, retEr
 			Logger:                 o.Logger,
 		},
 	}
+	opts.ControlPlane = controlplane.DefaultOptions()
 	opts.Syncers.Resources = builtin.Names()
 	opts.Syncers.CustomResources = []schema.GroupVersionKind{fooGVK}
 	// The tenants' API servers run here: kubectl logs, exec, attach and
@@ -211,6 +218,12 @@ func start(ctx context.Context, o Options, progress func(string)) (_ *Env, retEr
 		opts.Syncers.DNS.BindAddress = net.JoinHostPort(kitIP, "53")
 		opts.Syncers.DNSNameserver = kitIP
 		opts.Syncers.DNS.Upstream = []string{net.JoinHostPort(d.env.ClusterDNSIP(), "53")}
+		// This process reaches the control planes Tenantry runs from the
+		// kit network, through a node's kube-proxy.
+		opts.ControlPlane.ManagerCIDRs = []string{d.env.KitNetworkCIDR()}
+	}
+	if o.Provisioned > 0 && !d.realNodes {
+		return nil, fmt.Errorf("--provisioned %d: control planes run as host Pods, which need real nodes", o.Provisioned)
 	}
 	d.app = managerapp.New(opts)
 	if err := d.app.Err(); err != nil {
@@ -221,7 +234,10 @@ func start(ctx context.Context, o Options, progress func(string)) (_ *Env, retEr
 	}
 
 	progress("creating a VirtualCluster and its kubeconfig Secret per tenant")
-	if err := d.registerTenants(ctx); err != nil {
+	if o.Provisioned > 0 {
+		progress(fmt.Sprintf("and %d VirtualClusters whose control planes Tenantry runs as host Pods", o.Provisioned))
+	}
+	if err := d.registerTenants(ctx, o); err != nil {
 		return nil, err
 	}
 	return d, nil
@@ -229,7 +245,7 @@ func start(ctx context.Context, o Options, progress func(string)) (_ *Env, retEr
 
 // registerTenants creates a Secret and a VirtualCluster per tenant, each
 // seeing every host node (nodeSync: All), and waits until all are Ready.
-func (d *Env) registerTenants(ctx context.Context) error {
+func (d *Env) registerTenants(ctx context.Context, o Options) error {
 	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: secretsNamespace}}
 	if err := d.host.Create(ctx, ns); err != nil && !apierrors.IsAlreadyExists(err) {
 		return fmt.Errorf("creating namespace %s: %w", secretsNamespace, err)
@@ -282,6 +298,49 @@ func (d *Env) registerTenants(ctx context.Context) error {
 		if err := d.waitReady(deadline, cp.Name()); err != nil {
 			return err
 		}
+	}
+	return d.provision(ctx, o.Provisioned)
+}
+
+// provisionedTimeout bounds the wait for the control planes Tenantry runs.
+const provisionedTimeout = 5 * time.Minute
+
+// provision creates n VirtualClusters whose control planes Tenantry runs
+// (provisioned-1, ...), waits until they are Ready, and writes their
+// kubeconfigs.
+func (d *Env) provision(ctx context.Context, n int) error {
+	var names []string
+	for i := 1; i <= n; i++ {
+		name := fmt.Sprintf("provisioned-%d", i)
+		names = append(names, name)
+		vc := &tenantryv1alpha1.VirtualCluster{
+			ObjectMeta: metav1.ObjectMeta{Name: name},
+			Spec: tenantryv1alpha1.VirtualClusterSpec{
+				KubeconfigSecretRef: tenantryv1alpha1.SecretKeyReference{Namespace: secretsNamespace, Name: name + "-kubeconfig"},
+				NodeSync:            tenantryv1alpha1.NodeSyncAll,
+				ControlPlane:        &tenantryv1alpha1.ControlPlaneSpec{},
+			},
+		}
+		if err := d.host.Create(ctx, vc); err != nil {
+			return fmt.Errorf("creating VirtualCluster %s: %w", name, err)
+		}
+	}
+	deadline, cancel := context.WithTimeout(ctx, provisionedTimeout)
+	defer cancel()
+	for _, name := range names {
+		if err := d.waitReady(deadline, name); err != nil {
+			return err
+		}
+		var secret corev1.Secret
+		if err := d.host.Get(ctx, client.ObjectKey{Namespace: secretsNamespace, Name: name + "-kubeconfig"}, &secret); err != nil {
+			return err
+		}
+		path := filepath.Join(d.dir, name+".kubeconfig")
+		if err := os.WriteFile(path, secret.Data[tenantryv1alpha1.DefaultKubeconfigKey], 0o600); err != nil {
+			return err
+		}
+		d.kubeconfigs[name] = path
+		d.provisioned = append(d.provisioned, name)
 	}
 	return nil
 }

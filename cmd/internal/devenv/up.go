@@ -21,7 +21,8 @@ func DefaultOptions() Options {
 // o's values their defaults. ControlPlanesOnly is up's alone: its command
 // binds it.
 func (o *Options) BindFlags(fs *flag.FlagSet) {
-	fs.IntVar(&o.Tenants, "tenants", o.Tenants, "Number of tenant clusters.")
+	fs.IntVar(&o.Tenants, "tenants", o.Tenants, "Number of tenant clusters, each run as processes of this machine.")
+	fs.IntVar(&o.Provisioned, "provisioned", o.Provisioned, "Number of further tenant clusters whose control planes Tenantry runs as host Pods on the real nodes (spec.controlPlane).")
 	fs.IntVar(&o.Nodes, "nodes", o.Nodes, "Number of host nodes that run the tenants' Pods.")
 	fs.BoolVar(&o.SimulatedNodes, "simulated-nodes", o.SimulatedNodes,
 		"Simulated nodes (kwok) even where this machine can run real ones (kubelet, containerd and runc; they need root and `make node`): "+
@@ -65,6 +66,9 @@ func show(ctx context.Context, e *Env, o Options, out io.Writer) error {
 	fmt.Fprintln(out)
 	for _, cp := range e.env.ControlPlanes() {
 		fmt.Fprintf(out, "%-10s https://%-21s KUBECONFIG=%s\n", cp.Name(), cp.Address(), e.kubeconfigs[cp.Name()])
+	}
+	for _, name := range e.provisioned {
+		fmt.Fprintf(out, "%-10s (control plane run by Tenantry) KUBECONFIG=%s\n", name, e.kubeconfigs[name])
 	}
 	if !o.ControlPlanesOnly {
 		fmt.Fprintf(out, "\nEvery tenant is a Ready VirtualCluster; try:\n  kubectl --kubeconfig %s get virtualclusters\n", e.kubeconfigs[HostName])
