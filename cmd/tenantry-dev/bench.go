@@ -25,7 +25,7 @@ var benchCommand = cli.Command{
 			"(default: $"+tenantrytest.AssetsEnv+", else this binary's own directory).")
 		fs.IntVar(&o.Nodes, "nodes", o.Nodes, "Simulated host nodes that run the Pods.")
 		fs.Func("steps", "Comma-separated steps to run, in their order: "+strings.Join(bench.Steps, ", ")+
-			" (starts: the test clusters' start times; dns: the tenant DNS server's latency and queries per second; scale: bin/manager with many VirtualClusters; handover: sharded replicas, one killed, one added). Default: all.", func(v string) error {
+			" (starts: the test clusters' start times; dns: the tenant DNS server's latency and queries per second; control-planes: the control planes Tenantry runs, on real nodes; scale: bin/manager with many VirtualClusters; handover: sharded replicas, one killed, one added). Default: all.", func(v string) error {
 			steps, err := bench.ParseSteps(v)
 			o.Steps = steps
 			return err
