@@ -1,0 +1,164 @@
+package controlplane_test
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"go.uber.org/fx"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	"github.com/tenantry/tenantry/controllers/controlplane"
+	tenantryv1alpha1 "github.com/tenantry/tenantry/pkg/apis/tenantry/v1alpha1"
+	cp "github.com/tenantry/tenantry/pkg/controlplane"
+	"github.com/tenantry/tenantry/pkg/syncer/pods"
+	tenantrytest "github.com/tenantry/tenantry/pkg/testing"
+)
+
+// The controller against a real host API server, with no node to run the
+// control planes: what it makes, and the clear condition and Warning Event
+// that bad input gets.
+func TestControlPlaneObjectsAndBadInput(t *testing.T) {
+	env := tenantrytest.New(t, tenantrytest.Options{
+		HostCRDDirectoryPaths: []string{filepath.Join("..", "..", "config", "crd", "bases")},
+	})
+	scheme := runtime.NewScheme()
+	for _, add := range []func(*runtime.Scheme) error{clientgoscheme.AddToScheme, tenantryv1alpha1.AddToScheme} {
+		if err := add(scheme); err != nil {
+			t.Fatal(err)
+		}
+	}
+	mgr, err := ctrl.NewManager(env.Host.Config(), ctrl.Options{Scheme: scheme, Metrics: metricsserver.Options{BindAddress: "0"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	opts := controlplane.DefaultOptions()
+	opts.StoragePolicy = func(vc *tenantryv1alpha1.VirtualCluster) pods.StoragePolicy {
+		return pods.StoragePolicy{AllowedStorageClasses: []string{"fast"}}
+	}
+	app := fx.New(fx.NopLogger, fx.Supply(fx.Annotate(mgr, fx.As(new(ctrl.Manager)))), fx.Supply(opts), controlplane.Module)
+	if err := app.Err(); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() { done <- mgr.Start(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("the manager: %v", err)
+		}
+	})
+	host := mgr.GetClient()
+	create := func(name string, spec tenantryv1alpha1.ControlPlaneSpec) {
+		t.Helper()
+		vc := &tenantryv1alpha1.VirtualCluster{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: tenantryv1alpha1.VirtualClusterSpec{
+			KubeconfigSecretRef: tenantryv1alpha1.SecretKeyReference{Namespace: "default", Name: name + "-kubeconfig"},
+			ControlPlane:        &spec,
+		}}
+		if err := host.Create(t.Context(), vc); err != nil {
+			t.Fatal(err)
+		}
+	}
+	expect := func(name, reason, says string) {
+		t.Helper()
+		tenantrytest.Eventually(t, 30*time.Second, name+": ControlPlaneReady "+reason, func(ctx context.Context) (bool, error) {
+			var vc tenantryv1alpha1.VirtualCluster
+			if err := host.Get(ctx, client.ObjectKey{Name: name}, &vc); err != nil {
+				return false, err
+			}
+			c := meta.FindStatusCondition(vc.Status.Conditions, tenantryv1alpha1.ConditionControlPlaneReady)
+			return c != nil && c.Reason == reason && strings.Contains(c.Message, says), fmt.Errorf("condition %+v", c)
+		})
+		if reason == tenantryv1alpha1.ReasonControlPlaneProvisioning {
+			return
+		}
+		tenantrytest.Eventually(t, 30*time.Second, name+": a Warning Event "+reason, func(ctx context.Context) (bool, error) {
+			var list eventsv1.EventList
+			if err := host.List(ctx, &list); err != nil {
+				return false, err
+			}
+			for _, e := range list.Items {
+				if e.Regarding.Name == name && e.Reason == reason && e.Type == corev1.EventTypeWarning {
+					return true, nil
+				}
+			}
+			return false, nil
+		})
+	}
+
+	create("unknown-version", tenantryv1alpha1.ControlPlaneSpec{Version: "v1.99.0"})
+	expect("unknown-version", tenantryv1alpha1.ReasonUnknownVersion, "v1.99.0 is not one this manager runs")
+	create("refused-class", tenantryv1alpha1.ControlPlaneSpec{Storage: tenantryv1alpha1.ControlPlaneStorage{StorageClassName: ptr.To("slow")}})
+	expect("refused-class", tenantryv1alpha1.ReasonStorageRefused, `StorageClass "slow"`)
+	taken := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "taken-kubeconfig"}, StringData: map[string]string{"kubeconfig": "someone's"}}
+	if err := host.Create(t.Context(), taken); err != nil {
+		t.Fatal(err)
+	}
+	create("taken", tenantryv1alpha1.ControlPlaneSpec{})
+	expect("taken", tenantryv1alpha1.ReasonSecretTaken, "default/taken-kubeconfig")
+	if err := host.Get(t.Context(), client.ObjectKeyFromObject(taken), taken); err != nil || string(taken.Data["kubeconfig"]) != "someone's" {
+		t.Errorf("the taken Secret was changed: %v", err)
+	}
+
+	// Good input: everything is made, and waits for nodes to run it.
+	create("good", tenantryv1alpha1.ControlPlaneSpec{Storage: tenantryv1alpha1.ControlPlaneStorage{StorageClassName: ptr.To("fast")}})
+	expect("good", tenantryv1alpha1.ReasonControlPlaneProvisioning, "")
+	ns := cp.Namespace("good")
+	for _, o := range []client.Object{
+		&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}},
+		&appsv1.StatefulSet{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: cp.WorkloadName}},
+		&corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: cp.ServiceName}},
+		&networkingv1.NetworkPolicy{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: cp.NetworkPolicyName}},
+		&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: cp.PKISecretName}},
+		&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "good-kubeconfig"}},
+	} {
+		tenantrytest.Eventually(t, 30*time.Second, fmt.Sprintf("%T %s", o, o.GetName()), func(ctx context.Context) (bool, error) {
+			err := host.Get(ctx, client.ObjectKeyFromObject(o), o)
+			return err == nil, err
+		})
+	}
+	var policy networkingv1.NetworkPolicy
+	if err := host.Get(t.Context(), client.ObjectKey{Namespace: ns, Name: cp.NetworkPolicyName}, &policy); err != nil {
+		t.Fatal(err)
+	}
+	if len(policy.Spec.Egress) == 0 || len(policy.Spec.Egress[len(policy.Spec.Egress)-1].To) == 0 ||
+		len(policy.Spec.Egress[len(policy.Spec.Egress)-1].To[0].IPBlock.Except) == 0 {
+		t.Errorf("the control plane's egress %+v: want the host API server and cloud metadata kept out", policy.Spec.Egress)
+	}
+
+	// A namespace of its name that is not its own is never taken over.
+	if err := host.Create(t.Context(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: cp.Namespace("squatted")}}); err != nil {
+		t.Fatal(err)
+	}
+	create("squatted", tenantryv1alpha1.ControlPlaneSpec{})
+	expect("squatted", tenantryv1alpha1.ReasonControlPlaneFailed, "is not this VirtualCluster's")
+
+	// Storage fixed once made.
+	var vc tenantryv1alpha1.VirtualCluster
+	if err := host.Get(t.Context(), client.ObjectKey{Name: "good"}, &vc); err != nil {
+		t.Fatal(err)
+	}
+	vc.Spec.ControlPlane.Storage.StorageClassName = ptr.To("faster")
+	if err := host.Update(t.Context(), &vc); err == nil || !strings.Contains(err.Error(), "storage.storageClassName cannot change") {
+		t.Errorf("changing the storage class: %v, want refused", err)
+	}
+	vc.Spec.ControlPlane = nil
+	if err := host.Update(t.Context(), &vc); err == nil || !strings.Contains(err.Error(), "spec.controlPlane can be neither added to nor removed") {
+		t.Errorf("removing spec.controlPlane: %v, want refused", err)
+	}
+}
