@@ -12,10 +12,12 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	tenantryv1alpha1 "github.com/tenantry/tenantry/pkg/apis/tenantry/v1alpha1"
@@ -57,6 +59,11 @@ func TestProvisionedControlPlane(t *testing.T) {
 	if err := host.Create(ctx, vc); err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			describeNamespace(t, host, controlplane.Namespace("gamma"))
+		}
+	})
 	start := time.Now()
 	awaitControlPlane := func(what string) {
 		t.Helper()
@@ -134,11 +141,12 @@ func TestProvisionedControlPlane(t *testing.T) {
 	if running != 2 {
 		t.Errorf("%d of the Deployment's Pods run in the host, want 2", running)
 	}
-	out := kubectl.MustRun(t, kubeconfig, "", "run", "client", "--image="+agnhostImage, "--restart=Never", "--rm", "-i", "--quiet", "--command", "--",
-		"curl", "-sS", "-m", "10", "http://web.default/hostname")
-	if !strings.HasPrefix(strings.TrimSpace(out), "web-") {
-		t.Errorf("GET http://web.default/hostname from a tenant Pod: %q", out)
-	}
+	kubectl.MustRun(t, kubeconfig, "", "run", "client", "--image="+agnhostImage, "--restart=Never", "--command", "--", "sleep", "3600")
+	kubectl.MustRun(t, kubeconfig, "", "wait", "--for=condition=Ready", "--timeout=120s", "pod/client")
+	eventually(t, time.Minute, "GET http://web.default/hostname from a tenant Pod", func(ctx context.Context) (bool, error) {
+		out, err := kubectl.Run(ctx, kubeconfig, "", "exec", "client", "--", "curl", "-sS", "-m", "5", "http://web.default/hostname")
+		return err == nil && strings.HasPrefix(strings.TrimSpace(out), "web-"), fmt.Errorf("%q: %v", out, err)
+	})
 	podName := strings.TrimPrefix(kubectl.MustRun(t, kubeconfig, "", "get", "pods", "-l", "app=web", "-o", "name"), "pod/")
 	podName = strings.Fields(podName)[0]
 	if out := kubectl.MustRun(t, kubeconfig, "", "exec", podName, "--", "echo", "exec works"); strings.TrimSpace(out) != "exec works" {
@@ -210,4 +218,29 @@ func TestProvisionedControlPlane(t *testing.T) {
 		}
 		return len(left) == 0, fmt.Errorf("left: %v", left)
 	})
+}
+
+// describeNamespace logs what a failed test needs to know of a host
+// namespace: its Pods' statuses, its claims and its Events.
+func describeNamespace(t *testing.T, host client.Client, namespace string) {
+	ctx := context.Background()
+	var pods corev1.PodList
+	if err := host.List(ctx, &pods, client.InNamespace(namespace)); err == nil {
+		for _, p := range pods.Items {
+			t.Logf("Pod %s on %q: %s %+v\n  init: %+v\n  containers: %+v", p.Name, p.Spec.NodeName, p.Status.Phase, p.Status.Conditions,
+				p.Status.InitContainerStatuses, p.Status.ContainerStatuses)
+		}
+	}
+	var claims corev1.PersistentVolumeClaimList
+	if err := host.List(ctx, &claims, client.InNamespace(namespace)); err == nil {
+		for _, c := range claims.Items {
+			t.Logf("claim %s: %s, volume %q, class %v", c.Name, c.Status.Phase, c.Spec.VolumeName, ptr.Deref(c.Spec.StorageClassName, ""))
+		}
+	}
+	var events eventsv1.EventList
+	if err := host.List(ctx, &events, client.InNamespace(namespace)); err == nil {
+		for _, e := range events.Items {
+			t.Logf("event %s %s/%s: %s %s", e.Type, e.Regarding.Kind, e.Regarding.Name, e.Reason, e.Note)
+		}
+	}
 }

@@ -19,7 +19,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/selection"
-	"k8s.io/client-go/rest"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/client-go/tools/events"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -372,11 +372,11 @@ func probeReady(ctx context.Context, kubeconfig []byte) error {
 		return err
 	}
 	config.Timeout = 5 * time.Second
-	c, err := rest.UnversionedRESTClientFor(config)
+	c, err := kubernetes.NewForConfig(config)
 	if err != nil {
 		return err
 	}
-	_, err = c.Get().AbsPath("/readyz").DoRaw(ctx)
+	_, err = c.Discovery().RESTClient().Get().AbsPath("/readyz").DoRaw(ctx)
 	return err
 }
 
@@ -405,21 +405,31 @@ func secret(namespace, name, cluster string, data map[string][]byte) *corev1.Sec
 
 // report writes the ControlPlaneReady condition and status.controlPlane,
 // with an Event when the condition changes, a Warning one for bad input.
+// They are applied server-side as this controller's own fields: the
+// VirtualCluster controller's Ready condition beside them is its own.
 func (r *Reconciler) report(ctx context.Context, vc *tenantryv1alpha1.VirtualCluster, out outcome, status tenantryv1alpha1.ControlPlaneStatus) error {
 	before := meta.FindStatusCondition(vc.Status.Conditions, tenantryv1alpha1.ConditionControlPlaneReady)
-	patch := client.MergeFromWithOptions(vc.DeepCopy(), client.MergeFromWithOptimisticLock{})
 	condition := metav1.Condition{Type: tenantryv1alpha1.ConditionControlPlaneReady, Status: metav1.ConditionFalse,
 		Reason: out.reason, Message: out.message, ObservedGeneration: vc.Generation}
 	if out.ready {
 		condition.Status = metav1.ConditionTrue
 	}
-	changed := meta.SetStatusCondition(&vc.Status.Conditions, condition)
+	conditions := slices.Clone(vc.Status.Conditions)
+	changed := meta.SetStatusCondition(&conditions, condition)
 	if vc.Status.ControlPlane == nil || !equalStatus(*vc.Status.ControlPlane, status) {
-		vc.Status.ControlPlane = &status
 		changed = true
 	}
 	if changed {
-		if err := r.client.Status().Patch(ctx, vc, patch); err != nil {
+		apply := &tenantryv1alpha1.VirtualCluster{
+			TypeMeta:   metav1.TypeMeta{APIVersion: tenantryv1alpha1.GroupVersion.String(), Kind: "VirtualCluster"},
+			ObjectMeta: metav1.ObjectMeta{Name: vc.Name},
+			Status: tenantryv1alpha1.VirtualClusterStatus{
+				Conditions:   []metav1.Condition{*meta.FindStatusCondition(conditions, tenantryv1alpha1.ConditionControlPlaneReady)},
+				ControlPlane: &status,
+			},
+		}
+		//nolint:staticcheck // a typed object, its status applied: the fields set are the controller's.
+		if err := r.client.Status().Patch(ctx, apply, client.Apply, fieldOwner, client.ForceOwnership); err != nil {
 			return fmt.Errorf("updating the control plane status of %s: %w", vc.Name, err)
 		}
 	}
