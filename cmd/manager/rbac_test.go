@@ -6,6 +6,7 @@ import (
 	"encoding/base64"
 	"fmt"
 	"net"
+	"net/http"
 	"os/exec"
 	"path/filepath"
 	"slices"
@@ -358,6 +359,12 @@ func (g grant) covers(e tenantrytest.AuditEvent) bool {
 	// does not stream (before Kubernetes 1.32), so the right stays needed.
 	if verb == "watch" && g.verb == "list" && strings.Contains(e.RequestURI, "sendInitialEvents=true") {
 		verb = "list"
+	}
+	// A server-side apply that makes the object is authorized as a create
+	// too (the API server asks its authorizer again, which the audit log
+	// does not show): it answers 201.
+	if verb == "patch" && g.verb == "create" && e.Code() == http.StatusCreated {
+		verb = "create"
 	}
 	return verb == g.verb && ref.APIGroup == g.apiGroup && resource == g.resource &&
 		(g.namespace == "" || ref.Namespace == g.namespace)
