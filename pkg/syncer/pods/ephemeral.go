@@ -63,24 +63,11 @@ type ephemeralAdder struct {
 }
 
 func (r *ephemeralAdder) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
-	if r.scope.Excluded(req.Namespace) {
-		return reconcile.Result{}, nil
+	tenantPod, hostPod, ok, err := livePair(ctx, r.scope, r.tenant, req.NamespacedName)
+	if !ok || len(tenantPod.Spec.EphemeralContainers) == 0 {
+		return reconcile.Result{}, err
 	}
-	var tenant corev1.Pod
-	if err := r.tenant.Get(ctx, req.NamespacedName, &tenant); err != nil {
-		return reconcile.Result{}, client.IgnoreNotFound(err)
-	}
-	if len(tenant.Spec.EphemeralContainers) == 0 {
-		return reconcile.Result{}, nil
-	}
-	var host corev1.Pod
-	if err := r.scope.HostReader().Get(ctx, r.scope.HostKey(req.NamespacedName), &host); err != nil {
-		return reconcile.Result{}, client.IgnoreNotFound(err)
-	}
-	if host.Annotations[syncer.AnnotationTenantUID] != string(tenant.UID) || !host.DeletionTimestamp.IsZero() ||
-		ended(&host) || !tenant.DeletionTimestamp.IsZero() {
-		return reconcile.Result{}, nil
-	}
+	tenant, host := *tenantPod, *hostPod
 	// One at a time: the host's refusal of one is not another's.
 	refused := map[string]string{}
 	var result reconcile.Result

@@ -51,22 +51,11 @@ type resizer struct {
 }
 
 func (r *resizer) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
-	if r.scope.Excluded(req.Namespace) {
-		return reconcile.Result{}, nil
+	tenant, host, ok, err := livePair(ctx, r.scope, r.tenant, req.NamespacedName)
+	if !ok {
+		return reconcile.Result{}, err
 	}
-	var tenant corev1.Pod
-	if err := r.tenant.Get(ctx, req.NamespacedName, &tenant); err != nil {
-		return reconcile.Result{}, client.IgnoreNotFound(err)
-	}
-	var host corev1.Pod
-	if err := r.scope.HostReader().Get(ctx, r.scope.HostKey(req.NamespacedName), &host); err != nil {
-		return reconcile.Result{}, client.IgnoreNotFound(err)
-	}
-	if host.Annotations[syncer.AnnotationTenantUID] != string(tenant.UID) || !host.DeletionTimestamp.IsZero() ||
-		ended(&host) || !tenant.DeletionTimestamp.IsZero() {
-		return reconcile.Result{}, nil
-	}
-	resized, changed := resizedHost(&tenant, &host)
+	resized, changed := resizedHost(tenant, host)
 	if !changed {
 		return reconcile.Result{}, nil
 	}
@@ -78,7 +67,7 @@ func (r *resizer) Reconcile(ctx context.Context, req reconcile.Request) (reconci
 		if apierrors.IsInvalid(err) || apierrors.IsForbidden(err) || apierrors.IsBadRequest(err) {
 			// The host's word on this size; the tenant's next resize is
 			// tried anew.
-			r.recorder.Eventf(&tenant, nil, corev1.EventTypeWarning, syncer.ReasonHostRejected, "Resize", "the host refused the resize: %s", err)
+			r.recorder.Eventf(tenant, nil, corev1.EventTypeWarning, syncer.ReasonHostRejected, "Resize", "the host refused the resize: %s", err)
 			return reconcile.Result{}, nil
 		}
 		return reconcile.Result{}, fmt.Errorf("resizing the host copy of Pod %s: %w", req.NamespacedName, err)
@@ -136,4 +125,26 @@ func overlay(base, over corev1.ResourceList) corev1.ResourceList {
 		out[name] = q
 	}
 	return out
+}
+
+// livePair reads tenant Pod key and its host copy: ok only if both live
+// (neither deleted, the host Pod not ended) and the host Pod is the copy
+// of that very tenant Pod. An extension that acts on a running host Pod
+// for its tenant starts from it.
+func livePair(ctx context.Context, scope *syncer.TenantScope, tenantClient client.Reader, key types.NamespacedName) (tenant, host *corev1.Pod, ok bool, err error) {
+	if scope.Excluded(key.Namespace) {
+		return nil, nil, false, nil
+	}
+	tenant, host = &corev1.Pod{}, &corev1.Pod{}
+	if err := tenantClient.Get(ctx, key, tenant); err != nil {
+		return nil, nil, false, client.IgnoreNotFound(err)
+	}
+	if err := scope.HostReader().Get(ctx, scope.HostKey(key), host); err != nil {
+		return nil, nil, false, client.IgnoreNotFound(err)
+	}
+	if host.Annotations[syncer.AnnotationTenantUID] != string(tenant.UID) || !host.DeletionTimestamp.IsZero() ||
+		ended(host) || !tenant.DeletionTimestamp.IsZero() {
+		return nil, nil, false, nil
+	}
+	return tenant, host, true, nil
 }
