@@ -168,6 +168,29 @@ func TestRegisterAndList(t *testing.T) {
 		t.Errorf("tenantry register --wait of the host itself: exit %d:\n%s\nwant exit 1 with reason %s, without waiting out --timeout",
 			code, out, tenantryv1alpha1.ReasonHostCluster)
 	}
+
+	// tenantry connect: a registered tenant's kubeconfig, as it is.
+	connected := filepath.Join(dir, "shop.kubeconfig")
+	if code, out := cli("connect", "shop", "--no-forward", "--out", connected); code != 0 || !strings.Contains(out, "wrote "+connected) {
+		t.Errorf("tenantry connect --no-forward: exit %d:\n%s", code, out)
+	}
+	if got, err := os.ReadFile(connected); err != nil || !bytes.Equal(got, want) {
+		t.Errorf("tenantry connect wrote %q (%v), want the tenant's kubeconfig", got, err)
+	}
+	if info, err := os.Stat(connected); err != nil || info.Mode().Perm() != 0o600 {
+		t.Errorf("tenantry connect's file: %v, %v; want mode 0600, a credential", info.Mode(), err)
+	}
+	// tenantry create of a version the manager does not run: --wait says
+	// why at once.
+	code, out = cli("create", "future", "--version", "v1.99.0", "--wait", "--timeout", "1m")
+	if code != 1 || !strings.Contains(out, "control plane is not Ready, reason "+tenantryv1alpha1.ReasonUnknownVersion) || strings.Contains(out, "after 1m") {
+		t.Errorf("tenantry create --version v1.99.0 --wait: exit %d:\n%s\nwant exit 1 with reason %s, without waiting out --timeout",
+			code, out, tenantryv1alpha1.ReasonUnknownVersion)
+	}
+	if err := host.Get(ctx, client.ObjectKey{Name: "future"}, &vc); err != nil || vc.Spec.ControlPlane == nil || vc.Spec.ControlPlane.Version != "v1.99.0" ||
+		vc.Spec.KubeconfigSecretRef.Name != "future-kubeconfig" {
+		t.Errorf("tenantry create applied %+v (%v)", vc.Spec, err)
+	}
 }
 
 // startManager builds bin/manager and runs it, with its default flags and
