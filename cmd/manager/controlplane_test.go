@@ -147,6 +147,38 @@ func TestProvisionedControlPlane(t *testing.T) {
 		out, err := kubectl.Run(ctx, kubeconfig, "", "exec", "client", "--", "curl", "-sS", "-m", "5", "http://web.default/hostname")
 		return err == nil && strings.HasPrefix(strings.TrimSpace(out), "web-"), fmt.Errorf("%q: %v", out, err)
 	})
+	// Its own Pods reach its API server; another tenant's do not.
+	apiServer := vc.Status.ControlPlane.Endpoint + "/readyz"
+	eventually(t, time.Minute, "gamma's API server from gamma's Pod", func(ctx context.Context) (bool, error) {
+		out, err := kubectl.Run(ctx, kubeconfig, "", "exec", "client", "--", "curl", "-sk", "-m", "5", apiServer)
+		return err == nil && strings.TrimSpace(out) == "ok", fmt.Errorf("%q: %v", out, err)
+	})
+	intruderNS := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "delta-intruder", Labels: map[string]string{
+		"tenantry.dev/managed-by": "tenantry", "tenantry.dev/cluster": "delta", // as another tenant's host namespace
+	}}}
+	intruder := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: intruderNS.Name, Name: "intruder"},
+		Spec: corev1.PodSpec{TerminationGracePeriodSeconds: new(int64), Containers: []corev1.Container{{
+			Name: "intruder", Image: agnhostImage, Command: []string{"sleep", "3600"},
+		}}},
+	}
+	for _, o := range []client.Object{intruderNS, intruder} {
+		if err := host.Create(ctx, o); err != nil {
+			t.Fatal(err)
+		}
+	}
+	eventually(t, 90*time.Second, "another tenant's Pod running", func(ctx context.Context) (bool, error) {
+		err := host.Get(ctx, client.ObjectKeyFromObject(intruder), intruder)
+		return err == nil && intruder.Status.Phase == corev1.PodRunning, fmt.Errorf("phase %s: %v", intruder.Status.Phase, err)
+	})
+	hostKubeconfig, err := env.Host.KubeconfigFile(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out, err := kubectl.Run(ctx, hostKubeconfig, "", "-n", intruderNS.Name, "exec", "intruder", "--", "curl", "-sk", "-m", "5", apiServer); err == nil {
+		t.Errorf("another tenant's Pod reached gamma's API server: %q", out)
+	}
+
 	podName := strings.TrimPrefix(kubectl.MustRun(t, kubeconfig, "", "get", "pods", "-l", "app=web", "-o", "name"), "pod/")
 	podName = strings.Fields(podName)[0]
 	if out := kubectl.MustRun(t, kubeconfig, "", "exec", podName, "--", "echo", "exec works"); strings.TrimSpace(out) != "exec works" {
