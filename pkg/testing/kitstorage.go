@@ -8,12 +8,14 @@ import (
 	"sync"
 	"time"
 
+	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/klog/v2"
 	"k8s.io/utils/ptr"
 )
 
@@ -52,7 +54,9 @@ func startKitStorage(ctx context.Context, clientset kubernetes.Interface, dir st
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, err
 	}
-	ctx, cancel := context.WithCancel(context.Background())
+	// Its requests log through a logger of their own: client-go would
+	// read the process's klog logger, which a test may set meanwhile.
+	ctx, cancel := context.WithCancel(klog.NewContext(context.Background(), logr.Discard()))
 	s := &kitStorage{clientset: clientset, dir: dir, stop: cancel}
 	s.done.Go(func() {
 		// A claim waits up to a second: a test's claims are few.
