@@ -98,6 +98,17 @@ type outcome struct {
 
 // Reconcile makes and keeps a VirtualCluster's control plane.
 func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	res, err := r.reconcile(ctx, req)
+	if apierrors.IsConflict(err) {
+		// Its finalizers are written under lock, beside the VirtualCluster
+		// controller's: read again.
+		ctrl.LoggerFrom(ctx).V(1).Info("retrying: the VirtualCluster changed meanwhile", "cluster", req.Name, "error", err.Error())
+		return ctrl.Result{RequeueAfter: time.Second}, nil
+	}
+	return res, err
+}
+
+func (r *Reconciler) reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	var vc tenantryv1alpha1.VirtualCluster
 	if err := r.client.Get(ctx, req.NamespacedName, &vc); err != nil {
 		return ctrl.Result{}, client.IgnoreNotFound(err)

@@ -104,6 +104,21 @@ type readiness struct {
 
 // Reconcile implements reconcile.Reconciler.
 func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	res, err := r.reconcile(ctx, req)
+	if apierrors.IsConflict(err) {
+		// Its status and finalizers are written under lock, beside the
+		// control plane controller's and the syncers' writes: read again.
+		ctrl.LoggerFrom(ctx).V(1).Info("retrying: the VirtualCluster changed meanwhile", "cluster", req.Name, "error", err.Error())
+		return ctrl.Result{RequeueAfter: conflictRequeue}, nil
+	}
+	return res, err
+}
+
+// conflictRequeue is when a VirtualCluster written meanwhile by another is
+// looked at again.
+const conflictRequeue = time.Second
+
+func (r *Reconciler) reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	name := req.Name
 	log := ctrl.LoggerFrom(ctx).WithValues("cluster", name)
 	ctx = ctrl.LoggerInto(ctx, log)
