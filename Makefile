@@ -8,6 +8,12 @@ GO      ?= go
 BIN     := $(abspath bin)
 TOOLS   := hack/tools
 TOOLS_DEPS := $(TOOLS)/go.mod $(TOOLS)/go.sum
+# The release before the pinned one, whose control plane images the kit
+# serves too: a provisioned control plane is moved from it to the pinned one.
+PREVIOUS_TOOLS := hack/previous
+PREVIOUS_DEPS  := $(PREVIOUS_TOOLS)/go.mod $(PREVIOUS_TOOLS)/go.sum
+PREVIOUS_KUBE_VERSION := $(shell awk '$$1 == "require" && $$2 == "k8s.io/kubernetes" { print $$3 }' $(PREVIOUS_TOOLS)/go.mod)
+PREVIOUS_BINS := $(addprefix $(BIN)/$(PREVIOUS_KUBE_VERSION)/,kube-apiserver kube-controller-manager)
 # KWOK builds against another Kubernetes release: a module of its own.
 KWOK_TOOLS := hack/kwok
 KWOK_DEPS  := $(KWOK_TOOLS)/go.mod $(KWOK_TOOLS)/go.sum
@@ -231,12 +237,19 @@ $(BIN)/pause: $(TOOLS_DEPS)
 	src=$$(cd $(TOOLS) && $(GO) list -m -f '{{.Dir}}' k8s.io/kubernetes)/build/pause/linux/pause.c; \
 	gcc -Os -Wall -Werror -static -DVERSION=v3.10.2 -o $@ "$$src"
 
-$(BIN)/kit-images/index.json: $(BIN)/kitregistry $(BIN)/pause $(BIN)/agnhost $(BIN)/coredns $(BIN)/etcd $(BIN)/sample-apiserver $(BIN)/nonewprivs $(BIN)/nginx $(BIN)/kube-apiserver $(BIN)/kube-controller-manager
+# The previous release's control plane programs, static as upstream's.
+$(PREVIOUS_BINS): $(BIN)/$(PREVIOUS_KUBE_VERSION)/%: $(PREVIOUS_DEPS)
+	cd $(PREVIOUS_TOOLS) && CGO_ENABLED=0 $(GO) build \
+	  -ldflags '-X k8s.io/component-base/version.gitVersion=$(PREVIOUS_KUBE_VERSION) -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=$(word 2,$(subst ., ,$(PREVIOUS_KUBE_VERSION))) -X k8s.io/component-base/version.gitTreeState=clean' \
+	  -o $@ k8s.io/kubernetes/cmd/$*
+
+$(BIN)/kit-images/index.json: $(BIN)/kitregistry $(BIN)/pause $(BIN)/agnhost $(BIN)/coredns $(BIN)/etcd $(BIN)/sample-apiserver $(BIN)/nonewprivs $(BIN)/nginx $(BIN)/kube-apiserver $(BIN)/kube-controller-manager $(PREVIOUS_BINS)
 	@test -x $(BUSYBOX) || { echo "no static busybox at $(BUSYBOX): install Debian's busybox-static, or set BUSYBOX"; exit 1; }
 	$(BIN)/kitregistry build --out $(BIN)/kit-images --pause $(BIN)/pause --busybox $(BUSYBOX) --shell $(BUSYBOX_SHELL) --agnhost $(BIN)/agnhost \
 	  --coredns $(BIN)/coredns --coredns-version $(COREDNS_VERSION) \
 	  --etcd $(BIN)/etcd --sample-apiserver $(BIN)/sample-apiserver --nonewprivs $(BIN)/nonewprivs --nginx $(BIN)/nginx \
 	  --kube-apiserver $(BIN)/kube-apiserver --kube-controller-manager $(BIN)/kube-controller-manager --kube-version $(KUBE_VERSION) \
+	  --control-plane-release $(PREVIOUS_KUBE_VERSION)=$(BIN)/$(PREVIOUS_KUBE_VERSION)/kube-apiserver,$(BIN)/$(PREVIOUS_KUBE_VERSION)/kube-controller-manager \
 	  --e2e-images $$(cd $(TOOLS) && $(GO) list -m -f '{{.Dir}}' k8s.io/kubernetes)/test/images \
 	  $(addprefix --tool ,$(AGNHOST_TOOLS))
 

@@ -37,8 +37,7 @@ import (
 const (
 	// chartDir is the chart, from this package's directory.
 	chartDir = "tenantry"
-	// crdFile is the VirtualCluster CRD, in config/crd/bases and the chart's crds/.
-	crdFile = "tenantry.dev_virtualclusters.yaml"
+	// crdName is the VirtualCluster CRD's.
 	crdName = "virtualclusters.tenantry.dev"
 	// configNamespace is where config/ puts the manager.
 	configNamespace = "tenantry-system"
@@ -115,22 +114,31 @@ func TestChartIsConfig(t *testing.T) {
 		}
 	}
 
-	t.Run("CRD", func(t *testing.T) {
-		chartCRD, err := os.ReadFile(filepath.Join(chartDir, "crds", crdFile))
-		if err != nil {
-			t.Fatal(err)
+	t.Run("CRDs", func(t *testing.T) {
+		files, err := filepath.Glob(filepath.Join("..", "config", "crd", "bases", "*.yaml"))
+		if err != nil || len(files) < 2 {
+			t.Fatalf("config/crd/bases holds %v (%v), want the VirtualCluster and DataStore CRDs", files, err)
 		}
-		configCRD, err := os.ReadFile(filepath.Join("..", "config", "crd", "bases", crdFile))
-		if err != nil {
-			t.Fatal(err)
+		for _, file := range files {
+			name := filepath.Base(file)
+			chartCRD, err := os.ReadFile(filepath.Join(chartDir, "crds", name))
+			if err != nil {
+				t.Fatal(err)
+			}
+			configCRD, err := os.ReadFile(file)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !bytes.Equal(chartCRD, configCRD) {
+				t.Errorf("charts/tenantry/crds/%s differs from config/crd/bases/%s: run make generate, which copies it", name, name)
+			}
+			// tenantry.dev_<plural>.yaml holds <plural>.tenantry.dev.
+			group, plural, _ := strings.Cut(strings.TrimSuffix(name, ".yaml"), "_")
+			var got, want apiextensionsv1.CustomResourceDefinition
+			chart.decode(t, "CustomResourceDefinition", plural+"."+group, &got)
+			config.decode(t, "CustomResourceDefinition", plural+"."+group, &want)
+			same(t, "the rendered CRD "+name, got, want)
 		}
-		if !bytes.Equal(chartCRD, configCRD) {
-			t.Errorf("charts/tenantry/crds/%s differs from config/crd/bases/%s: run make generate, which copies it", crdFile, crdFile)
-		}
-		var got, want apiextensionsv1.CustomResourceDefinition
-		chart.decode(t, "CustomResourceDefinition", crdName, &got)
-		config.decode(t, "CustomResourceDefinition", crdName, &want)
-		same(t, "the rendered CRD", got, want)
 	})
 
 	t.Run("rights", func(t *testing.T) {
@@ -424,7 +432,7 @@ extraArgs: [--leader-elect-lease-duration=30s, --leader-elect-renew-deadline=20s
 	t.Run("no ServiceAccount, rights or Service", func(t *testing.T) {
 		m := h.render(t, "tenantry", configNamespace, "--set", "serviceAccount.create=false,serviceAccount.name=mine,rbac.create=false,metrics.service.enabled=false")
 		got := slices.Sorted(maps.Keys(m.objects))
-		if want := []string{"CustomResourceDefinition/" + crdName, "Deployment/tenantry-manager"}; !slices.Equal(got, want) {
+		if want := []string{"CustomResourceDefinition/datastores.tenantry.dev", "CustomResourceDefinition/" + crdName, "Deployment/tenantry-manager"}; !slices.Equal(got, want) {
 			t.Errorf("rendered %v, want %v", got, want)
 		}
 		if sa := m.deployment(t).Spec.Template.Spec.ServiceAccountName; sa != "mine" {

@@ -103,5 +103,20 @@ func setup(p params) error {
 	for _, o := range []client.Object{&appsv1.StatefulSet{}, &corev1.Service{}, &corev1.Pod{}} {
 		b = b.WatchesRawSource(source.Kind(r.workloads, o, owner))
 	}
-	return b.Complete(r)
+	if err := b.Complete(r); err != nil {
+		return err
+	}
+	// DataStores: their status, and the count of their control planes.
+	users := handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []reconcile.Request {
+		if name := usesDataStore(o.(*tenantryv1alpha1.VirtualCluster)); name != "" {
+			return []reconcile.Request{{NamespacedName: types.NamespacedName{Name: name}}}
+		}
+		return nil
+	})
+	return ctrl.NewControllerManagedBy(p.Manager).
+		Named(ControllerName+"-datastore").
+		For(&tenantryv1alpha1.DataStore{}).
+		Watches(&tenantryv1alpha1.VirtualCluster{}, users).
+		Complete(&DataStoreReconciler{client: p.Manager.GetClient(), apiReader: p.Manager.GetAPIReader(),
+			recorder: p.Manager.GetEventRecorder("tenantry-" + ControllerName)})
 }

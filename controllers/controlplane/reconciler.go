@@ -163,7 +163,7 @@ func (r *Reconciler) provision(ctx context.Context, vc *tenantryv1alpha1.Virtual
 	if out, ok := r.checkVersion(spec.Version, status.Version); !ok {
 		return out, status, 0, nil
 	}
-	if r.opts.StoragePolicy != nil {
+	if r.opts.StoragePolicy != nil && spec.Storage != tenantryv1alpha1.StorageDataStore {
 		claim := corev1.PersistentVolumeClaimSpec{StorageClassName: spec.StorageClassName}
 		if err := r.opts.StoragePolicy(vc).Check("spec.controlPlane.storage", &claim); err != nil {
 			return outcome{reason: tenantryv1alpha1.ReasonStorageRefused, message: err.Error(), warn: true}, status, 0, nil
@@ -196,6 +196,13 @@ func (r *Reconciler) provision(ctx context.Context, vc *tenantryv1alpha1.Virtual
 		return outcome{reason: tenantryv1alpha1.ReasonControlPlaneProvisioning, message: fmt.Sprintf(
 			"namespace %s, of an earlier control plane of this name, is being deleted", status.Namespace)}, status, provisioningRequeue, nil
 	}
+	if spec.Storage == tenantryv1alpha1.StorageDataStore {
+		access, err := r.grantDataStore(ctx, vc)
+		if err != nil {
+			return outcome{reason: tenantryv1alpha1.ReasonDataStoreUnavailable, warn: true, message: err.Error()}, status, provisioningRequeue, nil
+		}
+		spec.DataStore = access
+	}
 	spec.ServiceCIDR = cidr
 	spec.Images = controlplane.UpstreamImages(spec.Version, r.opts.EtcdImage)
 	spec.ManagerPeers = r.managerPeers()
@@ -207,19 +214,31 @@ func (r *Reconciler) provision(ctx context.Context, vc *tenantryv1alpha1.Virtual
 		return outcome{}, status, 0, err
 	}
 
-	for _, o := range []client.Object{spec.NamespaceObject(), spec.NetworkPolicy(), spec.Service()} {
+	if err := r.apply(ctx, spec.NamespaceObject()); err != nil {
+		return outcome{}, status, 0, err
+	}
+	for _, o := range spec.NetworkPolicies() {
 		if err := r.apply(ctx, o); err != nil {
 			return outcome{}, status, 0, err
 		}
 	}
-	var svc corev1.Service
-	if err := r.apiReader.Get(ctx, client.ObjectKeyFromObject(spec.Service()), &svc); err != nil {
-		return outcome{}, status, 0, fmt.Errorf("reading the API server's Service: %w", err)
+	// The certificates name the Services' addresses.
+	serviceIPs := map[string]string{}
+	for _, o := range spec.Services() {
+		if err := r.apply(ctx, o); err != nil {
+			return outcome{}, status, 0, err
+		}
+		var svc corev1.Service
+		if err := r.apiReader.Get(ctx, client.ObjectKeyFromObject(o), &svc); err != nil {
+			return outcome{}, status, 0, fmt.Errorf("reading Service %s: %w", client.ObjectKeyFromObject(o), err)
+		}
+		if svc.Spec.ClusterIP == "" || svc.Spec.ClusterIP == corev1.ClusterIPNone {
+			return outcome{reason: tenantryv1alpha1.ReasonControlPlaneProvisioning, message: fmt.Sprintf("Service %s has no cluster IP yet", svc.Name)}, status, provisioningRequeue, nil
+		}
+		serviceIPs[svc.Name] = svc.Spec.ClusterIP
 	}
-	if svc.Spec.ClusterIP == "" || svc.Spec.ClusterIP == corev1.ClusterIPNone {
-		return outcome{reason: tenantryv1alpha1.ReasonControlPlaneProvisioning, message: "the API server's Service has no cluster IP yet"}, status, provisioningRequeue, nil
-	}
-	status.Endpoint = "https://" + net.JoinHostPort(svc.Spec.ClusterIP, strconv.Itoa(controlplane.ServicePort))
+	status.Endpoint = "https://" + net.JoinHostPort(serviceIPs[controlplane.ServiceName], strconv.Itoa(controlplane.ServicePort))
+	spec.EtcdServiceIP = serviceIPs[controlplane.EtcdName]
 
 	now := time.Now()
 	pkiSecret := &corev1.Secret{}
@@ -227,7 +246,7 @@ func (r *Reconciler) provision(ctx context.Context, vc *tenantryv1alpha1.Virtual
 	if err != nil && !apierrors.IsNotFound(err) {
 		return outcome{}, status, 0, fmt.Errorf("reading the control plane's certificates: %w", err)
 	}
-	data, expires, err := spec.Certificates(pkiSecret.Data, svc.Spec.ClusterIP, now)
+	data, expires, err := spec.Certificates(pkiSecret.Data, serviceIPs[controlplane.ServiceName], now)
 	if err != nil {
 		return outcome{reason: tenantryv1alpha1.ReasonControlPlaneFailed, warn: true, message: "the control plane's certificates: " + err.Error()}, status, 0, nil
 	}
@@ -257,8 +276,10 @@ func (r *Reconciler) provision(ctx context.Context, vc *tenantryv1alpha1.Virtual
 	}
 	status.CertificatesExpire = &metav1.Time{Time: expires}
 
-	if err := r.apply(ctx, spec.StatefulSet()); err != nil {
-		return outcome{}, status, 0, err
+	for _, o := range spec.StatefulSets() {
+		if err := r.apply(ctx, o); err != nil {
+			return outcome{}, status, 0, err
+		}
 	}
 	out := r.readiness(ctx, spec, kubeconfig)
 	if !out.ready {
@@ -348,27 +369,32 @@ func (r *Reconciler) readiness(ctx context.Context, spec controlplane.Spec, kube
 	waiting := func(format string, args ...any) outcome {
 		return outcome{reason: tenantryv1alpha1.ReasonControlPlaneProvisioning, message: fmt.Sprintf(format, args...)}
 	}
-	var sts appsv1.StatefulSet
-	if err := r.workloads.Get(ctx, client.ObjectKeyFromObject(spec.StatefulSet()), &sts); err != nil {
-		return waiting("the control plane's StatefulSet: %v", err)
-	}
-	if sts.Status.ObservedGeneration < sts.Generation || sts.Status.UpdateRevision != sts.Status.CurrentRevision && sts.Status.UpdateRevision != "" {
-		return waiting("rolling out the control plane (revision %s)", sts.Status.UpdateRevision)
-	}
-	var pod corev1.Pod
-	if err := r.workloads.Get(ctx, client.ObjectKey{Namespace: sts.Namespace, Name: sts.Name + "-0"}, &pod); err != nil {
-		return waiting("the control plane's Pod: %v", err)
-	}
-	for _, c := range append(slices.Clone(pod.Status.InitContainerStatuses), pod.Status.ContainerStatuses...) {
-		if w := c.State.Waiting; w != nil && slices.Contains([]string{"ErrImagePull", "ImagePullBackOff", "CrashLoopBackOff", "CreateContainerConfigError", "InvalidImageName"}, w.Reason) {
-			return outcome{reason: tenantryv1alpha1.ReasonControlPlaneFailed, message: fmt.Sprintf("container %s of Pod %s/%s: %s: %s", c.Name, pod.Namespace, pod.Name, w.Reason, w.Message)}
+	// Its etcd first, if apart: the API server waits for it.
+	workloads := spec.StatefulSets()
+	slices.Reverse(workloads)
+	for _, want := range workloads {
+		var sts appsv1.StatefulSet
+		if err := r.workloads.Get(ctx, client.ObjectKeyFromObject(want), &sts); err != nil {
+			return waiting("StatefulSet %s: %v", want.Name, err)
 		}
-		if c.State.Running == nil {
-			return waiting("container %s of Pod %s/%s is not running", c.Name, pod.Namespace, pod.Name)
+		if sts.Status.ObservedGeneration < sts.Generation || sts.Status.UpdateRevision != sts.Status.CurrentRevision && sts.Status.UpdateRevision != "" {
+			return waiting("rolling out StatefulSet %s (revision %s)", sts.Name, sts.Status.UpdateRevision)
 		}
-	}
-	if len(pod.Status.ContainerStatuses) == 0 {
-		return waiting("Pod %s/%s has not started (%s)", pod.Namespace, pod.Name, pod.Status.Phase)
+		var pod corev1.Pod
+		if err := r.workloads.Get(ctx, client.ObjectKey{Namespace: sts.Namespace, Name: sts.Name + "-0"}, &pod); err != nil {
+			return waiting("Pod %s-0: %v", sts.Name, err)
+		}
+		for _, c := range append(slices.Clone(pod.Status.InitContainerStatuses), pod.Status.ContainerStatuses...) {
+			if w := c.State.Waiting; w != nil && slices.Contains([]string{"ErrImagePull", "ImagePullBackOff", "CrashLoopBackOff", "CreateContainerConfigError", "InvalidImageName"}, w.Reason) {
+				return outcome{reason: tenantryv1alpha1.ReasonControlPlaneFailed, message: fmt.Sprintf("container %s of Pod %s/%s: %s: %s", c.Name, pod.Namespace, pod.Name, w.Reason, w.Message)}
+			}
+			if c.State.Running == nil {
+				return waiting("container %s of Pod %s/%s is not running", c.Name, pod.Namespace, pod.Name)
+			}
+		}
+		if len(pod.Status.ContainerStatuses) == 0 {
+			return waiting("Pod %s/%s has not started (%s)", pod.Namespace, pod.Name, pod.Status.Phase)
+		}
 	}
 	if err := r.probe(ctx, kubeconfig); err != nil {
 		return waiting("the API server does not answer ready through its Service: %v", err)
@@ -504,6 +530,9 @@ func (r *Reconciler) remove(ctx context.Context, vc *tenantryv1alpha1.VirtualClu
 			return errNamespaceTerminating
 		}
 	}
+	if err := r.revokeDataStore(ctx, vc); err != nil {
+		return err
+	}
 	ref := vc.Spec.KubeconfigSecretRef
 	var kubeconfigSecret corev1.Secret
 	err := r.apiReader.Get(ctx, client.ObjectKey{Namespace: ref.Namespace, Name: ref.Name}, &kubeconfigSecret)
@@ -521,6 +550,43 @@ func (r *Reconciler) remove(ctx context.Context, vc *tenantryv1alpha1.VirtualClu
 		return fmt.Errorf("removing the control plane finalizer from %s: %w", vc.Name, client.IgnoreNotFound(err))
 	}
 	ctrl.LoggerFrom(ctx).Info("control plane removed", "namespace", ns, "dataKept", vc.Spec.ControlPlane.RetainData)
+	return nil
+}
+
+// grantDataStore gives vc's control plane its user and prefix on the
+// DataStore it names, and says how its API server reaches the store.
+func (r *Reconciler) grantDataStore(ctx context.Context, vc *tenantryv1alpha1.VirtualCluster) (*controlplane.DataStoreAccess, error) {
+	store, err := openDataStore(ctx, r.apiReader, vc.Spec.ControlPlane.Storage.DataStore)
+	if err != nil {
+		return nil, err
+	}
+	defer store.Close()
+	if err := store.Grant(ctx, vc.Name); err != nil {
+		return nil, fmt.Errorf("DataStore %s: %w", vc.Spec.ControlPlane.Storage.DataStore, err)
+	}
+	return &controlplane.DataStoreAccess{Endpoints: store.Endpoints, CA: store.CA()}, nil
+}
+
+// revokeDataStore removes vc's user from its DataStore, and its keys
+// unless it retains its data. A DataStore that is gone holds nothing of
+// it any more; one that does not answer is tried again.
+func (r *Reconciler) revokeDataStore(ctx context.Context, vc *tenantryv1alpha1.VirtualCluster) error {
+	name := usesDataStore(vc)
+	if name == "" {
+		return nil
+	}
+	store, err := openDataStore(ctx, r.apiReader, name)
+	if errors.Is(err, errDataStoreNotFound) {
+		ctrl.LoggerFrom(ctx).Info("the DataStore of the control plane is gone: nothing of it to remove", "dataStore", name)
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("removing the control plane's data: %w", err)
+	}
+	defer store.Close()
+	if err := store.Revoke(ctx, vc.Name, vc.Spec.ControlPlane.RetainData); err != nil {
+		return fmt.Errorf("DataStore %s: %w", name, err)
+	}
 	return nil
 }
 

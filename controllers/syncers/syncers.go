@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -30,6 +31,7 @@ import (
 
 	tenantryv1alpha1 "github.com/tenantry/tenantry/pkg/apis/tenantry/v1alpha1"
 	"github.com/tenantry/tenantry/pkg/clusterregistry"
+	"github.com/tenantry/tenantry/pkg/controlplane/datastore"
 	"github.com/tenantry/tenantry/pkg/kubeletapi"
 	"github.com/tenantry/tenantry/pkg/sharding"
 	"github.com/tenantry/tenantry/pkg/syncer"
@@ -52,6 +54,7 @@ import (
 // +kubebuilder:rbac:groups="",resources=namespaces,verbs=get;list;watch;create;update;delete
 // +kubebuilder:rbac:groups=apiextensions.k8s.io,resources=customresourcedefinitions,verbs=list;watch
 // +kubebuilder:rbac:groups="",resources=nodes,verbs=list;watch
+// +kubebuilder:rbac:groups=tenantry.dev,resources=datastores,verbs=list
 // +kubebuilder:rbac:groups="",resources=pods/eviction,verbs=create
 // +kubebuilder:rbac:groups="",resources=pods/resize,verbs=update
 // +kubebuilder:rbac:groups="",resources=pods/ephemeralcontainers,verbs=update
@@ -393,6 +396,13 @@ func newTenants(p tenantParams) (*Tenants, error) {
 			opts.DeniedEgressCIDRs = policy.Network.DeniedEgressCIDRs
 			opts.ControlPlaneCIDRs = policy.Network.ControlPlaneCIDRs
 		}
+		// No tenant's Pods reach a shared DataStore: only the control
+		// planes that use it, under their own policy.
+		stores, err := dataStoreCIDRs(ctx, p.Manager.GetAPIReader())
+		if err != nil {
+			return syncer.Options{}, nil, err
+		}
+		opts.DeniedEgressCIDRs = slices.Concat(opts.DeniedEgressCIDRs, stores)
 		opts.Budget = policy.Budget
 		opts.CacheLimits = cacheLimits(policy)
 		opts.StatusReporter = syncStatusReporter(p.Manager.GetClient(), cluster)
@@ -474,6 +484,27 @@ func (r *sharedRead[T]) get(ctx context.Context) (T, error) {
 		r.value, r.readAt = v, time.Now()
 	}
 	return r.value, nil
+}
+
+// dataStoreCIDRs are the addresses of the host's DataStores' endpoints;
+// none where the host has no DataStore CRD.
+func dataStoreCIDRs(ctx context.Context, host client.Reader) ([]string, error) {
+	var list tenantryv1alpha1.DataStoreList
+	if err := host.List(ctx, &list); err != nil {
+		if meta.IsNoMatchError(err) || apierrors.IsNotFound(err) {
+			return nil, nil
+		}
+		return nil, fmt.Errorf("listing DataStores: %w", err)
+	}
+	var out []string
+	for _, ds := range list.Items {
+		cidrs, err := datastore.EndpointCIDRs(ctx, ds.Spec.Etcd.Endpoints)
+		if err != nil {
+			return nil, fmt.Errorf("DataStore %s: %w", ds.Name, err)
+		}
+		out = append(out, cidrs...)
+	}
+	return out, nil
 }
 
 // hostServiceRanges are the host's service ranges: the CIDRs of its

@@ -9,6 +9,8 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
+	tenantryv1alpha1 "github.com/tenantry/tenantry/pkg/apis/tenantry/v1alpha1"
+	"github.com/tenantry/tenantry/pkg/controlplane/datastore"
 	"github.com/tenantry/tenantry/pkg/controlplane/pki"
 )
 
@@ -29,6 +31,15 @@ const (
 	KeyControllerManagerKubeconfig = "controller-manager.conf"
 	KeyControllerManagerCert       = "controller-manager.crt"
 	KeyControllerManagerKey        = "controller-manager.key"
+	// The etcd CA's (storage Etcd; for DataStore, the store's certificate
+	// alone), etcd's serving certificate (storage Etcd) and the API
+	// server's client certificate to etcd (Etcd and DataStore).
+	KeyEtcdCACert     = "etcd-ca.crt"
+	KeyEtcdCAKey      = "etcd-ca.key"
+	KeyEtcdServerCert = "etcd-server.crt"
+	KeyEtcdServerKey  = "etcd-server.key"
+	KeyEtcdClientCert = "apiserver-etcd-client.crt"
+	KeyEtcdClientKey  = "apiserver-etcd-client.key"
 )
 
 // AdminUser is the user of the admin kubeconfig Tenantry writes for a
@@ -71,12 +82,28 @@ func (s Spec) ServingNames(serviceIP string) (pki.Leaf, error) {
 	return leaf, nil
 }
 
+// EtcdServingNames are the names and addresses the serving certificate
+// of the etcd of storage Etcd serves: its Service's (at serviceIP, and by
+// name in the host), and the loopback.
+func (s Spec) EtcdServingNames(serviceIP string) (pki.Leaf, error) {
+	leaf := pki.Leaf{CommonName: "etcd", Usage: pki.Server, IPs: []net.IP{net.IPv4(127, 0, 0, 1)}}
+	svc := EtcdName + "." + Namespace(s.Cluster)
+	leaf.DNSNames = []string{EtcdName, svc, svc + ".svc", svc + ".svc." + s.ClusterDomain, "localhost"}
+	ip := net.ParseIP(serviceIP)
+	if ip == nil {
+		return leaf, fmt.Errorf("etcd's Service IP %q is not an address", serviceIP)
+	}
+	leaf.IPs = append(leaf.IPs, ip)
+	return leaf, nil
+}
+
 // Certificates is the PKI Secret's data for the control plane: what
 // current holds that is still good, and anew what is missing, not signed
 // by its CA, due for renewal (pki.Renew) or no longer serving the names
-// it must (the Service at serviceIP). It says when the first certificate
-// it holds expires. The CAs and the service account key are made once:
-// a new one would lock every client and token out.
+// it must (the Service at serviceIP, its etcd's at s.EtcdServiceIP). It
+// says when the first certificate it holds expires. The CAs and the
+// service account key are made once: a new one would lock every client
+// and token out.
 func (s Spec) Certificates(current map[string][]byte, serviceIP string, now time.Time) (map[string][]byte, time.Time, error) {
 	data := map[string][]byte{}
 	var expires time.Time
@@ -97,16 +124,39 @@ func (s Spec) Certificates(current map[string][]byte, serviceIP string, now time
 	if err != nil {
 		return nil, time.Time{}, err
 	}
-	for _, l := range []struct {
+	type leaf struct {
 		names pair
 		ca    *pki.KeyPair
 		leaf  pki.Leaf
-	}{
+	}
+	leaves := []leaf{
 		{pair{KeyServingCert, KeyServingKey}, ca, serving},
 		{pair{KeyKubeletClientCert, KeyKubeletClientKey}, ca, pki.Leaf{CommonName: "kube-apiserver-kubelet-client", Organization: []string{"system:masters"}, Usage: pki.Client}},
 		{pair{KeyFrontProxyClientCert, KeyFrontProxyClientKey}, frontProxyCA, pki.Leaf{CommonName: "front-proxy-client", Usage: pki.Client}},
 		{pair{KeyControllerManagerCert, KeyControllerManagerKey}, ca, pki.Leaf{CommonName: "system:kube-controller-manager", Usage: pki.Client}},
-	} {
+	}
+	switch s.Storage {
+	case tenantryv1alpha1.StorageEtcd:
+		etcdCA, err := s.authority(current, data, pair{KeyEtcdCACert, KeyEtcdCAKey}, s.Cluster+"-etcd-ca", now)
+		if err != nil {
+			return nil, time.Time{}, err
+		}
+		etcdServing, err := s.EtcdServingNames(s.EtcdServiceIP)
+		if err != nil {
+			return nil, time.Time{}, err
+		}
+		leaves = append(leaves,
+			leaf{pair{KeyEtcdServerCert, KeyEtcdServerKey}, etcdCA, etcdServing},
+			leaf{pair{KeyEtcdClientCert, KeyEtcdClientKey}, etcdCA, pki.Leaf{CommonName: "kube-apiserver-etcd-client", Usage: pki.Client}})
+	case tenantryv1alpha1.StorageDataStore:
+		if s.DataStore == nil || s.DataStore.CA == nil {
+			return nil, time.Time{}, errors.New("storage DataStore without the store's CA")
+		}
+		// The store's CA certificate, never its key.
+		data[KeyEtcdCACert] = s.DataStore.CA.CertPEM
+		leaves = append(leaves, leaf{pair{KeyEtcdClientCert, KeyEtcdClientKey}, s.DataStore.CA, datastore.ClientLeaf(s.Cluster)})
+	}
+	for _, l := range leaves {
 		kp, err := leafOf(current, l.names, l.ca, l.leaf, now)
 		if err != nil {
 			return nil, time.Time{}, err

@@ -1,8 +1,9 @@
 // Package controlplane describes the control plane that Tenantry runs in
 // the host for a VirtualCluster with spec.controlPlane: the host namespace
 // it runs in, the workload (kube-apiserver and kube-controller-manager,
-// with embedded etcd beside them), the Service tenant Pods and the manager
-// reach it at, the NetworkPolicy that keeps everyone else out, and the
+// with embedded etcd beside them, an etcd of its own in a Pod apart, or
+// none: a shared DataStore), the Services tenant Pods and the manager
+// reach it at, the NetworkPolicies that keep everyone else out, and the
 // Secrets of its certificates and kubeconfigs (see Certificates).
 //
 // What it returns are objects to apply; the controller in
@@ -13,6 +14,10 @@ import (
 	"crypto/sha256"
 	"encoding/base32"
 	"fmt"
+	"maps"
+	"net"
+	"slices"
+	"strconv"
 	"strings"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -24,6 +29,8 @@ import (
 	"k8s.io/utils/ptr"
 
 	tenantryv1alpha1 "github.com/tenantry/tenantry/pkg/apis/tenantry/v1alpha1"
+	"github.com/tenantry/tenantry/pkg/controlplane/datastore"
+	"github.com/tenantry/tenantry/pkg/controlplane/pki"
 	"github.com/tenantry/tenantry/pkg/syncer"
 )
 
@@ -45,12 +52,16 @@ const (
 	NetworkPolicyName = "control-plane"
 	// DataVolumeName is the volume, and the claim template, of the data.
 	DataVolumeName = "data"
+	// EtcdName is the StatefulSet, the Service and the NetworkPolicy of
+	// the etcd of storage type Etcd.
+	EtcdName = "etcd"
 )
 
-// Ports of the API server: in its Pod, and at its Service.
+// Ports of the API server: in its Pod, and at its Service; and etcd's.
 const (
 	APIServerPort = 6443
 	ServicePort   = 443
+	EtcdPort      = 2379
 )
 
 // DefaultDataSize is the size of the data's claim unless
@@ -76,7 +87,9 @@ func UpstreamImages(version, etcd string) Images {
 
 // Resources are the requests and limits of each component.
 type Resources struct {
-	APIServer, ControllerManager, Etcd corev1.ResourceRequirements
+	APIServer         corev1.ResourceRequirements `json:"apiServer"`
+	ControllerManager corev1.ResourceRequirements `json:"controllerManager"`
+	Etcd              corev1.ResourceRequirements `json:"etcd"`
 }
 
 // DefaultResources are what a control plane's components ask for unless
@@ -114,9 +127,17 @@ type Spec struct {
 	ClusterDomain string
 	// Resources of the components.
 	Resources Resources
+	// Storage is where the data is: Embedded (default), Etcd or
+	// DataStore.
+	Storage tenantryv1alpha1.StorageType
 	// StorageClassName and DataSize are those of the data's claim.
 	StorageClassName *string
 	DataSize         resource.Quantity
+	// EtcdServiceIP is the cluster IP of the etcd's Service (storage
+	// Etcd), where the API server reaches it.
+	EtcdServiceIP string
+	// DataStore is the shared store of storage DataStore.
+	DataStore *DataStoreAccess
 	// ManagerPeers are who, besides the VirtualCluster's own host
 	// namespaces, may reach the API server: the manager's Pods (its
 	// namespace), or its addresses.
@@ -127,6 +148,15 @@ type Spec struct {
 	// Node addresses for nodes/proxy), which must not reach what its Pods
 	// may not. Nil: anywhere.
 	Egress []networkingv1.NetworkPolicyEgressRule
+}
+
+// DataStoreAccess is how a control plane reaches a shared DataStore.
+type DataStoreAccess struct {
+	// Endpoints are etcd's client URLs.
+	Endpoints []string
+	// CA is the store's CA, which etcd's serving certificate is of and
+	// which signs the API server's client certificate.
+	CA *pki.KeyPair
 }
 
 // Namespace is the host namespace of VirtualCluster cluster's control
@@ -161,6 +191,11 @@ func podLabels(cluster string) map[string]string {
 	return map[string]string{LabelControlPlane: cluster, "app.kubernetes.io/component": "control-plane"}
 }
 
+// etcdPodLabels select the Pod of its etcd (storage Etcd).
+func etcdPodLabels(cluster string) map[string]string {
+	return map[string]string{LabelControlPlane: cluster, "app.kubernetes.io/component": "etcd"}
+}
+
 // NamespaceObject is the control plane's namespace, under the restricted
 // Pod Security level: the control plane needs no privilege.
 func (s Spec) NamespaceObject() *corev1.Namespace {
@@ -181,6 +216,34 @@ func (s Spec) Service() *corev1.Service {
 			}},
 		},
 	}
+}
+
+// EtcdService is the Service of the etcd of storage Etcd, where the API
+// server reaches it; nil for other storage.
+func (s Spec) EtcdService() *corev1.Service {
+	if s.Storage != tenantryv1alpha1.StorageEtcd {
+		return nil
+	}
+	return &corev1.Service{
+		ObjectMeta: s.meta(EtcdName),
+		Spec: corev1.ServiceSpec{
+			Type:     corev1.ServiceTypeClusterIP,
+			Selector: etcdPodLabels(s.Cluster),
+			Ports: []corev1.ServicePort{{
+				Name: "client", Protocol: corev1.ProtocolTCP, Port: EtcdPort, TargetPort: intstr.FromInt32(EtcdPort),
+			}},
+		},
+	}
+}
+
+// Services are the control plane's Services: the API server's, and its
+// etcd's (storage Etcd).
+func (s Spec) Services() []*corev1.Service {
+	out := []*corev1.Service{s.Service()}
+	if e := s.EtcdService(); e != nil {
+		out = append(out, e)
+	}
+	return out
 }
 
 // NetworkPolicy admits, to the control plane's Pod, the API server's port
@@ -212,44 +275,74 @@ func (s Spec) NetworkPolicy() *networkingv1.NetworkPolicy {
 	return policy
 }
 
+// EtcdNetworkPolicy admits, to the etcd of storage Etcd, its client port
+// from the control plane's Pod alone, and lets it connect nowhere; nil
+// for other storage.
+func (s Spec) EtcdNetworkPolicy() *networkingv1.NetworkPolicy {
+	if s.Storage != tenantryv1alpha1.StorageEtcd {
+		return nil
+	}
+	return &networkingv1.NetworkPolicy{
+		ObjectMeta: s.meta(EtcdName),
+		Spec: networkingv1.NetworkPolicySpec{
+			PodSelector: metav1.LabelSelector{MatchLabels: etcdPodLabels(s.Cluster)},
+			PolicyTypes: []networkingv1.PolicyType{networkingv1.PolicyTypeIngress, networkingv1.PolicyTypeEgress},
+			Ingress: []networkingv1.NetworkPolicyIngressRule{{
+				Ports: []networkingv1.NetworkPolicyPort{{Protocol: ptr.To(corev1.ProtocolTCP), Port: ptr.To(intstr.FromInt32(EtcdPort))}},
+				From:  []networkingv1.NetworkPolicyPeer{{PodSelector: &metav1.LabelSelector{MatchLabels: podLabels(s.Cluster)}}},
+			}},
+		},
+	}
+}
+
+// NetworkPolicies are the control plane's NetworkPolicies.
+func (s Spec) NetworkPolicies() []*networkingv1.NetworkPolicy {
+	out := []*networkingv1.NetworkPolicy{s.NetworkPolicy()}
+	if e := s.EtcdNetworkPolicy(); e != nil {
+		out = append(out, e)
+	}
+	return out
+}
+
 // Paths in the control plane's containers.
 const (
 	pkiDir  = "/etc/kubernetes/pki"
 	dataDir = "/var/lib/etcd"
 )
 
-// StatefulSet is the control plane's workload: one Pod of etcd (a native
-// sidecar, on the Pod's loopback), kube-apiserver and
-// kube-controller-manager, its data on a claim of its own that outlives
-// the Pod (and a version change). It runs as nobody, with no privilege.
-func (s Spec) StatefulSet() *appsv1.StatefulSet {
-	labels := podLabels(s.Cluster)
-	nonRoot := &corev1.SecurityContext{
+// nonRoot is the security context of every container of a control
+// plane: no privilege, nothing written but to its volumes.
+func nonRoot() *corev1.SecurityContext {
+	return &corev1.SecurityContext{
 		AllowPrivilegeEscalation: ptr.To(false),
 		ReadOnlyRootFilesystem:   ptr.To(true),
 		Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
 	}
-	pki := corev1.VolumeMount{Name: "pki", MountPath: pkiDir, ReadOnly: true}
-	etcd := corev1.Container{
-		Name:  "etcd",
-		Image: s.Images.Etcd,
-		Command: []string{"/usr/local/bin/etcd",
-			"--name=" + s.Cluster,
-			"--data-dir=" + dataDir + "/data",
-			"--listen-client-urls=http://127.0.0.1:2379",
-			"--advertise-client-urls=http://127.0.0.1:2379",
-			"--listen-peer-urls=http://127.0.0.1:2380",
-			"--initial-advertise-peer-urls=http://127.0.0.1:2380",
-			"--initial-cluster=" + s.Cluster + "=http://127.0.0.1:2380",
-			"--listen-metrics-urls=http://127.0.0.1:2381",
-			"--snapshot-count=10000",
-			"--quota-backend-bytes=" + fmt.Sprint(quotaBytes(s.DataSize)),
-		},
-		RestartPolicy:   ptr.To(corev1.ContainerRestartPolicyAlways),
-		Resources:       s.Resources.Etcd,
-		SecurityContext: nonRoot,
-		VolumeMounts:    []corev1.VolumeMount{{Name: DataVolumeName, MountPath: dataDir}},
+}
+
+// etcdArgs are the flags of an etcd of one member whose peer URL is on
+// its loopback, its data on the data volume.
+func (s Spec) etcdArgs(clientURL string) []string {
+	return []string{
+		"--name=" + s.Cluster,
+		"--data-dir=" + dataDir + "/data",
+		"--advertise-client-urls=" + clientURL,
+		"--listen-peer-urls=http://127.0.0.1:2380",
+		"--initial-advertise-peer-urls=http://127.0.0.1:2380",
+		"--initial-cluster=" + s.Cluster + "=http://127.0.0.1:2380",
+		"--listen-metrics-urls=http://127.0.0.1:2381",
+		"--snapshot-count=10000",
+		"--quota-backend-bytes=" + fmt.Sprint(quotaBytes(s.DataSize)),
 	}
+}
+
+// StatefulSet is the control plane's workload: one Pod of
+// kube-apiserver and kube-controller-manager, and for storage Embedded of
+// etcd too (a native sidecar, on the Pod's loopback) with its data on a
+// claim of its own that outlives the Pod (and a version change). It runs
+// as nobody, with no privilege.
+func (s Spec) StatefulSet() *appsv1.StatefulSet {
+	pkiMount := corev1.VolumeMount{Name: "pki", MountPath: pkiDir, ReadOnly: true}
 	apiServer := corev1.Container{
 		Name:    "kube-apiserver",
 		Image:   s.Images.APIServer,
@@ -271,18 +364,103 @@ func (s Spec) StatefulSet() *appsv1.StatefulSet {
 			ProbeHandler:  corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/livez", Port: intstr.FromInt32(APIServerPort), Scheme: corev1.URISchemeHTTPS}},
 			PeriodSeconds: 10, FailureThreshold: 6, TimeoutSeconds: 5,
 		},
-		SecurityContext: nonRoot,
-		VolumeMounts:    []corev1.VolumeMount{pki},
+		SecurityContext: nonRoot(),
+		VolumeMounts:    []corev1.VolumeMount{pkiMount},
 	}
 	controllerManager := corev1.Container{
 		Name:            "kube-controller-manager",
 		Image:           s.Images.ControllerManager,
 		Command:         append([]string{"/usr/local/bin/kube-controller-manager"}, s.controllerManagerArgs()...),
 		Resources:       s.Resources.ControllerManager,
-		SecurityContext: nonRoot,
-		VolumeMounts:    []corev1.VolumeMount{pki},
+		SecurityContext: nonRoot(),
+		VolumeMounts:    []corev1.VolumeMount{pkiMount},
 	}
-	claim := corev1.PersistentVolumeClaim{
+	pod := corev1.PodSpec{
+		Containers: []corev1.Container{apiServer, controllerManager},
+		Volumes: []corev1.Volume{{
+			Name: "pki",
+			VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{
+				SecretName: PKISecretName, DefaultMode: ptr.To[int32](0o440),
+			}},
+		}},
+	}
+	var claims []corev1.PersistentVolumeClaim
+	if s.Storage == "" || s.Storage == tenantryv1alpha1.StorageEmbedded {
+		pod.InitContainers = []corev1.Container{{
+			Name:  "etcd",
+			Image: s.Images.Etcd,
+			Command: append([]string{"/usr/local/bin/etcd", "--listen-client-urls=http://127.0.0.1:2379"},
+				s.etcdArgs("http://127.0.0.1:2379")...),
+			RestartPolicy:   ptr.To(corev1.ContainerRestartPolicyAlways),
+			Resources:       s.Resources.Etcd,
+			SecurityContext: nonRoot(),
+			VolumeMounts:    []corev1.VolumeMount{{Name: DataVolumeName, MountPath: dataDir}},
+		}}
+		claims = []corev1.PersistentVolumeClaim{s.dataClaim()}
+	}
+	return s.statefulSet(WorkloadName, ServiceName, podLabels(s.Cluster), pod, claims)
+}
+
+// EtcdStatefulSet is the etcd of storage Etcd: one member in a Pod of its
+// own, serving TLS and letting in clients of its own CA alone (the API
+// server), its data on a claim; nil for other storage.
+func (s Spec) EtcdStatefulSet() *appsv1.StatefulSet {
+	if s.Storage != tenantryv1alpha1.StorageEtcd {
+		return nil
+	}
+	tls := corev1.VolumeMount{Name: "tls", MountPath: pkiDir, ReadOnly: true}
+	url := fmt.Sprintf("https://%s.%s.svc:%d", EtcdName, Namespace(s.Cluster), EtcdPort)
+	etcd := corev1.Container{
+		Name:  "etcd",
+		Image: s.Images.Etcd,
+		Command: append([]string{"/usr/local/bin/etcd",
+			fmt.Sprintf("--listen-client-urls=https://0.0.0.0:%d", EtcdPort),
+			"--cert-file=" + pkiDir + "/" + KeyEtcdServerCert,
+			"--key-file=" + pkiDir + "/" + KeyEtcdServerKey,
+			"--trusted-ca-file=" + pkiDir + "/" + KeyEtcdCACert,
+			"--client-cert-auth",
+		}, s.etcdArgs(url)...),
+		Ports:     []corev1.ContainerPort{{Name: "client", ContainerPort: EtcdPort, Protocol: corev1.ProtocolTCP}},
+		Resources: s.Resources.Etcd,
+		ReadinessProbe: &corev1.Probe{
+			ProbeHandler:  corev1.ProbeHandler{TCPSocket: &corev1.TCPSocketAction{Port: intstr.FromInt32(EtcdPort)}},
+			PeriodSeconds: 2, FailureThreshold: 3,
+		},
+		SecurityContext: nonRoot(),
+		VolumeMounts:    []corev1.VolumeMount{tls, {Name: DataVolumeName, MountPath: dataDir}},
+	}
+	pod := corev1.PodSpec{
+		Containers: []corev1.Container{etcd},
+		Volumes: []corev1.Volume{{
+			Name: "tls",
+			// Its own certificate and its CA's, and nothing else of the
+			// control plane's.
+			VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{
+				SecretName: PKISecretName, DefaultMode: ptr.To[int32](0o440),
+				Items: []corev1.KeyToPath{
+					{Key: KeyEtcdCACert, Path: KeyEtcdCACert},
+					{Key: KeyEtcdServerCert, Path: KeyEtcdServerCert},
+					{Key: KeyEtcdServerKey, Path: KeyEtcdServerKey},
+				},
+			}},
+		}},
+	}
+	return s.statefulSet(EtcdName, EtcdName, etcdPodLabels(s.Cluster), pod, []corev1.PersistentVolumeClaim{s.dataClaim()})
+}
+
+// StatefulSets are the control plane's workloads, its API server's
+// first.
+func (s Spec) StatefulSets() []*appsv1.StatefulSet {
+	out := []*appsv1.StatefulSet{s.StatefulSet()}
+	if e := s.EtcdStatefulSet(); e != nil {
+		out = append(out, e)
+	}
+	return out
+}
+
+// dataClaim is the claim template of etcd's data.
+func (s Spec) dataClaim() corev1.PersistentVolumeClaim {
+	return corev1.PersistentVolumeClaim{
 		ObjectMeta: metav1.ObjectMeta{Name: DataVolumeName, Labels: Labels(s.Cluster)},
 		Spec: corev1.PersistentVolumeClaimSpec{
 			AccessModes:      []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
@@ -290,11 +468,26 @@ func (s Spec) StatefulSet() *appsv1.StatefulSet {
 			Resources:        corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: s.DataSize}},
 		},
 	}
+}
+
+// statefulSet is a StatefulSet of one Pod of a control plane, labelled
+// labels, that runs as nobody with no privilege.
+func (s Spec) statefulSet(name, service string, labels map[string]string, pod corev1.PodSpec, claims []corev1.PersistentVolumeClaim) *appsv1.StatefulSet {
+	pod.AutomountServiceAccountToken = ptr.To(false)
+	pod.EnableServiceLinks = ptr.To(false)
+	pod.SecurityContext = &corev1.PodSecurityContext{
+		RunAsNonRoot:   ptr.To(true),
+		RunAsUser:      ptr.To[int64](65532),
+		RunAsGroup:     ptr.To[int64](65532),
+		FSGroup:        ptr.To[int64](65532),
+		SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
+	}
+	pod.TerminationGracePeriodSeconds = ptr.To[int64](30)
 	return &appsv1.StatefulSet{
-		ObjectMeta: s.meta(WorkloadName),
+		ObjectMeta: s.meta(name),
 		Spec: appsv1.StatefulSetSpec{
 			Replicas:    ptr.To[int32](1),
-			ServiceName: ServiceName,
+			ServiceName: service,
 			Selector:    &metav1.LabelSelector{MatchLabels: labels},
 			// The claim stays when the StatefulSet goes: the controller
 			// deletes it with the namespace, unless spec.controlPlane says
@@ -305,28 +498,9 @@ func (s Spec) StatefulSet() *appsv1.StatefulSet {
 			},
 			Template: corev1.PodTemplateSpec{
 				ObjectMeta: metav1.ObjectMeta{Labels: labels},
-				Spec: corev1.PodSpec{
-					AutomountServiceAccountToken: ptr.To(false),
-					EnableServiceLinks:           ptr.To(false),
-					SecurityContext: &corev1.PodSecurityContext{
-						RunAsNonRoot:   ptr.To(true),
-						RunAsUser:      ptr.To[int64](65532),
-						RunAsGroup:     ptr.To[int64](65532),
-						FSGroup:        ptr.To[int64](65532),
-						SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
-					},
-					TerminationGracePeriodSeconds: ptr.To[int64](30),
-					InitContainers:                []corev1.Container{etcd},
-					Containers:                    []corev1.Container{apiServer, controllerManager},
-					Volumes: []corev1.Volume{{
-						Name: "pki",
-						VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{
-							SecretName: PKISecretName, DefaultMode: ptr.To[int32](0o440),
-						}},
-					}},
-				},
+				Spec:       pod,
 			},
-			VolumeClaimTemplates: []corev1.PersistentVolumeClaim{claim},
+			VolumeClaimTemplates: claims,
 		},
 	}
 }
@@ -338,10 +512,9 @@ func quotaBytes(size resource.Quantity) int64 {
 }
 
 func (s Spec) apiServerArgs() []string {
-	return []string{
+	return append(s.etcdClientArgs(), []string{
 		"--advertise-address=$(POD_IP)",
 		"--secure-port=" + fmt.Sprint(APIServerPort),
-		"--etcd-servers=http://127.0.0.1:2379",
 		"--allow-privileged=true",
 		"--authorization-mode=Node,RBAC",
 		"--enable-admission-plugins=NodeRestriction",
@@ -366,7 +539,35 @@ func (s Spec) apiServerArgs() []string {
 		// server runs in a Pod of its own namespace, under its own policy.
 		"--enable-aggregator-routing=true",
 		"--profiling=false",
+	}...)
+}
+
+// etcdClientArgs are the API server's flags of its storage.
+func (s Spec) etcdClientArgs() []string {
+	file := func(key string) string { return pkiDir + "/" + key }
+	var flags map[string]string
+	switch s.Storage {
+	case tenantryv1alpha1.StorageEtcd:
+		flags = map[string]string{
+			"etcd-servers":  "https://" + net.JoinHostPort(s.EtcdServiceIP, strconv.Itoa(EtcdPort)),
+			"etcd-cafile":   file(KeyEtcdCACert),
+			"etcd-certfile": file(KeyEtcdClientCert),
+			"etcd-keyfile":  file(KeyEtcdClientKey),
+		}
+	case tenantryv1alpha1.StorageDataStore:
+		var endpoints []string
+		if s.DataStore != nil {
+			endpoints = s.DataStore.Endpoints
+		}
+		flags = datastore.APIServerFlags(s.Cluster, endpoints, file(KeyEtcdCACert), file(KeyEtcdClientCert), file(KeyEtcdClientKey))
+	default:
+		flags = map[string]string{"etcd-servers": "http://127.0.0.1:2379"}
 	}
+	var out []string
+	for _, name := range slices.Sorted(maps.Keys(flags)) {
+		out = append(out, "--"+name+"="+flags[name])
+	}
+	return out
 }
 
 func (s Spec) controllerManagerArgs() []string {
@@ -411,9 +612,15 @@ func FromVirtualCluster(vc *tenantryv1alpha1.VirtualCluster, defaultVersion stri
 	if cp == nil {
 		cp = &tenantryv1alpha1.ControlPlaneSpec{}
 	}
-	s := Spec{Cluster: vc.Name, Version: cp.Version, ClusterDomain: "cluster.local", Resources: defaults, DataSize: DefaultDataSize}
+	s := Spec{Cluster: vc.Name, Version: cp.Version, ClusterDomain: "cluster.local", Resources: defaults, DataSize: DefaultDataSize, Storage: cp.Storage.Type}
 	if s.Version == "" {
 		s.Version = defaultVersion
+	}
+	if s.Storage == "" {
+		s.Storage = tenantryv1alpha1.StorageEmbedded
+	}
+	if r := cp.Etcd.Resources; r != nil {
+		s.Resources.Etcd = *r.DeepCopy()
 	}
 	if r := cp.APIServer.Resources; r != nil {
 		s.Resources.APIServer = *r.DeepCopy()

@@ -266,6 +266,19 @@ func (e *Environment) KitIP() string {
 	return e.kit.gatewayIP()
 }
 
+// ExtraIP is a second address of this machine on the real nodes'
+// network, apart from KitIP: for a server of the test's that stands
+// outside the host's Pod network as a shared datastore or a database
+// would, which a NetworkPolicy may deny Pods (an ipBlock except) without
+// denying them the kit's registry and DNS at KitIP. Empty without real
+// nodes.
+func (e *Environment) ExtraIP() string {
+	if e.kit == nil {
+		return ""
+	}
+	return e.kit.extraIP()
+}
+
 // ControlPlaneCIDRs are where the kit's API servers connect to Pods from
 // (KitIP, as a CIDR of one address), for a VirtualCluster's
 // hostPolicy.network.controlPlaneCIDRs. Every API server of the kit shares

@@ -82,6 +82,11 @@ func (k *kitNetwork) gatewayIP() string { return fmt.Sprintf("10.%d.255.1", k.oc
 // host, i for tenant-i.
 func (k *kitNetwork) apiServerIP(i int) string { return fmt.Sprintf("10.%d.255.%d", k.octet(), 2+i) }
 
+// extraIP is an address of this machine on the kit network apart from
+// the gateway, for a server that stands outside the Pod network as a
+// shared datastore would (Environment.ExtraIP).
+func (k *kitNetwork) extraIP() string { return fmt.Sprintf("10.%d.255.254", k.octet()) }
+
 // nodeIP is node i's address (counting from 1).
 func (k *kitNetwork) nodeIP(i int) string {
 	return fmt.Sprintf("10.%d.255.%d", k.octet(), kitNodeOffset+i)
@@ -149,6 +154,7 @@ func newKitNetwork(nodes, tenants int) (_ *kitNetwork, retErr error) {
 		{"ip", "link", "add", br, "type", "bridge"},
 		{"ip", "addr", "add", gw + "/24", "dev", br},
 		{"ip", "addr", "add", cloudMetadataIP + "/32", "dev", br},
+		{"ip", "addr", "add", k.extraIP() + "/32", "dev", br},
 	}
 	for i := 0; i <= tenants; i++ {
 		steps = append(steps, []string{"ip", "addr", "add", k.apiServerIP(i) + "/32", "dev", br})

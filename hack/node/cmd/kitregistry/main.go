@@ -29,6 +29,7 @@ import (
 	"fmt"
 	"io"
 	"log"
+	"maps"
 	"net"
 	"net/http"
 	"os"
@@ -37,6 +38,7 @@ import (
 	"path"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"sort"
 	"strings"
 	"sync/atomic"
@@ -111,6 +113,14 @@ func main() {
 }
 
 // build writes the kit's images into a new OCI layout at --out.
+// builtImage is an image the kit serves: its references, its layers,
+// its configuration.
+type builtImage struct {
+	refs   []string
+	layers []v1.Layer
+	config v1.Config
+}
+
 func build(args []string) error {
 	fs := flag.NewFlagSet("build", flag.ExitOnError)
 	out := fs.String("out", "", "the OCI layout directory to write (replaced)")
@@ -128,6 +138,8 @@ func build(args []string) error {
 	controllerManager := fs.String("kube-controller-manager", "", "a kube-controller-manager binary, for a provisioned tenant control plane's image")
 	kubeVersion := fs.String("kube-version", "", "the pinned Kubernetes release, the tag of the control plane images (v1.37.2)")
 	shell := fs.String("shell", "", "a shell of this machine for the busybox images' /bin/sh, with its shared libraries (empty: busybox's own)")
+	var releases multiFlag
+	fs.Var(&releases, "control-plane-release", "a further release's control plane images: VERSION=KUBE-APISERVER,KUBE-CONTROLLER-MANAGER (repeatable)")
 	var tools multiFlag
 	fs.Var(&tools, "tool", "a program of this machine for the agnhost image, with its shared libraries: PATH, or IMAGEPATH=PATH (repeatable)")
 	_ = fs.Parse(args)
@@ -173,15 +185,30 @@ func build(args []string) error {
 		return err
 	}
 	// As upstream's: the program at /usr/local/bin (its image is
-	// distroless), with the shared libraries this machine built it with.
-	controlPlaneLayers := map[string]v1.Layer{}
-	for name, program := range map[string]string{"kube-apiserver": *apiServer, "kube-controller-manager": *controllerManager} {
-		files := map[string]string{}
-		if err := addWithLibraries(files, "/usr/local/bin/"+name+"="+program); err != nil {
-			return err
+	// distroless), with the shared libraries this machine built it with;
+	// the pinned release's, and each further one's.
+	controlPlane := map[string][2]string{*kubeVersion: {*apiServer, *controllerManager}}
+	for _, r := range releases {
+		version, programs, ok := strings.Cut(r, "=")
+		apiServer, controllerManager, ok2 := strings.Cut(programs, ",")
+		if !ok || !ok2 || version == "" || apiServer == "" || controllerManager == "" {
+			return fmt.Errorf("build: --control-plane-release %q: want VERSION=KUBE-APISERVER,KUBE-CONTROLLER-MANAGER", r)
 		}
-		if controlPlaneLayers[name], err = filesLayer(files); err != nil {
-			return fmt.Errorf("image %s: %w", name, err)
+		controlPlane[version] = [2]string{apiServer, controllerManager}
+	}
+	var controlPlaneImages []builtImage
+	for _, version := range slices.Sorted(maps.Keys(controlPlane)) {
+		for i, name := range []string{"kube-apiserver", "kube-controller-manager"} {
+			files := map[string]string{}
+			if err := addWithLibraries(files, "/usr/local/bin/"+name+"="+controlPlane[version][i]); err != nil {
+				return err
+			}
+			layer, err := filesLayer(files)
+			if err != nil {
+				return fmt.Errorf("image %s:%s: %w", name, version, err)
+			}
+			controlPlaneImages = append(controlPlaneImages, builtImage{[]string{controlPlaneRepository + "/" + name + ":" + version},
+				[]v1.Layer{layer}, v1.Config{Entrypoint: []string{"/usr/local/bin/" + name}}})
 		}
 	}
 	// Upstream's busybox images are of busybox 1.37, whose sh hands its
@@ -204,11 +231,7 @@ func build(args []string) error {
 	webserver.Cmd = []string{"test-webserver"}
 	previous := agnhostConfig
 	previous.Env = []string{"AGNHOST_TAG=2.55"} // another image, of the same program
-	images := []struct {
-		refs   []string
-		layers []v1.Layer
-		config v1.Config
-	}{
+	images := append(controlPlaneImages, []builtImage{
 		{agnhostPrevRefs, []v1.Layer{base, agnhostLayer}, previous},
 		{kittenRefs, []v1.Layer{base, agnhostLayer, e2e.kitten}, webserver},
 		{nautilusRefs, []v1.Layer{base, agnhostLayer, e2e.nautilus}, webserver},
@@ -218,15 +241,11 @@ func build(args []string) error {
 		{glibcDNSTestingRefs, []v1.Layer{base, e2e.dnsTools}, v1.Config{Cmd: []string{"sh"}}},
 		{sampleAPIServerRefs, []v1.Layer{base, e2e.sampleAPIServer}, v1.Config{Entrypoint: []string{"/sample-apiserver"}}},
 		{etcdRefs, []v1.Layer{base, e2e.etcd}, v1.Config{Cmd: []string{"/usr/local/bin/etcd"}}},
-		{[]string{controlPlaneRepository + "/kube-apiserver:" + *kubeVersion}, []v1.Layer{controlPlaneLayers["kube-apiserver"]},
-			v1.Config{Entrypoint: []string{"/usr/local/bin/kube-apiserver"}}},
-		{[]string{controlPlaneRepository + "/kube-controller-manager:" + *kubeVersion}, []v1.Layer{controlPlaneLayers["kube-controller-manager"]},
-			v1.Config{Entrypoint: []string{"/usr/local/bin/kube-controller-manager"}}},
 		{pauseRefs, []v1.Layer{pauseLayer}, v1.Config{Entrypoint: []string{"/pause"}, User: "65535:65535"}},
 		{busyboxRefs, busyboxLayers, v1.Config{Cmd: []string{"sh"}}},
 		{agnhostRefs, []v1.Layer{base, agnhostLayer}, agnhostConfig},
 		{[]string{corednsRepository + ":" + *corednsVersion}, []v1.Layer{corednsLayer}, v1.Config{Entrypoint: []string{"/coredns"}, User: "65532:65532", ExposedPorts: map[string]struct{}{"53/tcp": {}, "53/udp": {}}}},
-	}
+	}...)
 
 	tmp := *out + ".tmp"
 	if err := os.RemoveAll(tmp); err != nil {

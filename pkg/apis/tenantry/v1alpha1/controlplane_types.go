@@ -33,6 +33,11 @@ const (
 	// ReasonSecretTaken: the kubeconfig Secret that spec.kubeconfigSecretRef
 	// names exists, and is not one Tenantry wrote for this VirtualCluster.
 	ReasonSecretTaken = "SecretTaken"
+	// ReasonDataStoreUnavailable: the DataStore that
+	// spec.controlPlane.storage names does not exist, is not Ready
+	// (unreachable, or refused: its own condition says why), or refused
+	// the tenant's etcd user.
+	ReasonDataStoreUnavailable = "DataStoreUnavailable"
 	// ReasonControlPlaneFailed: a workload of the control plane failed
 	// (the message says which, and how).
 	ReasonControlPlaneFailed = "ControlPlaneFailed"
@@ -60,17 +65,23 @@ type ControlPlaneSpec struct {
 	Storage ControlPlaneStorage `json:"storage,omitempty"`
 
 	// APIServer sets the resources of the tenant's kube-apiserver. Unset:
-	// the manager's defaults. (Its embedded etcd has the manager's.)
+	// the manager's defaults.
 	// +optional
 	APIServer ComponentSpec `json:"apiServer,omitempty"`
+
+	// Etcd sets the resources of the tenant's etcd (storage types
+	// Embedded and Etcd).
+	// +optional
+	Etcd ComponentSpec `json:"etcd,omitempty"`
 
 	// ControllerManager sets the resources of the tenant's
 	// kube-controller-manager.
 	// +optional
 	ControllerManager ComponentSpec `json:"controllerManager,omitempty"`
 
-	// RetainData keeps the control plane's data (its PersistentVolumeClaim)
-	// when the VirtualCluster is deleted. Default: deleted with it.
+	// RetainData keeps the control plane's data (its PersistentVolumeClaim,
+	// or its keys in a DataStore) when the VirtualCluster is deleted.
+	// Default: deleted with it.
 	// +optional
 	RetainData bool `json:"retainData,omitempty"`
 }
@@ -79,24 +90,38 @@ type ControlPlaneSpec struct {
 // +kubebuilder:validation:XValidation:rule="self.type == oldSelf.type",message="storage.type cannot change: the data would stay behind"
 // +kubebuilder:validation:XValidation:rule="has(self.storageClassName) == has(oldSelf.storageClassName) && (!has(self.storageClassName) || self.storageClassName == oldSelf.storageClassName)",message="storage.storageClassName cannot change: the data's claim is made"
 // +kubebuilder:validation:XValidation:rule="has(self.size) == has(oldSelf.size) && (!has(self.size) || self.size == oldSelf.size)",message="storage.size cannot change: the data's claim is made"
+// +kubebuilder:validation:XValidation:rule="has(self.dataStore) == has(oldSelf.dataStore) && (!has(self.dataStore) || self.dataStore == oldSelf.dataStore)",message="storage.dataStore cannot change: the data would stay behind"
+// +kubebuilder:validation:XValidation:rule="(self.type == 'DataStore') == has(self.dataStore)",message="storage.dataStore names the DataStore of type DataStore, and is set for no other type"
+// +kubebuilder:validation:XValidation:rule="self.type != 'DataStore' || (!has(self.storageClassName) && !has(self.size))",message="storage.storageClassName and storage.size are of a claim, which a control plane on a DataStore has none of"
 type ControlPlaneStorage struct {
-	// Type of storage: Embedded (the default), an etcd that runs in the
-	// API server's Pod on its loopback only, with no database server to
-	// run apart.
-	// +kubebuilder:validation:Enum=Embedded
+	// Type of storage:
+	// Embedded (the default): an etcd in the API server's Pod, on its
+	// loopback only, with no database server to run apart;
+	// Etcd: an etcd of the tenant's own in a Pod of its own, reached over
+	// TLS with a client certificate, which restarts apart from the API
+	// server and has resources of its own;
+	// DataStore: the shared DataStore that dataStore names, under a key
+	// prefix of the tenant's own.
+	// +kubebuilder:validation:Enum=Embedded;Etcd;DataStore
 	// +kubebuilder:default=Embedded
 	// +optional
 	Type StorageType `json:"type,omitempty"`
 
-	// StorageClassName is the class of the data's PersistentVolumeClaim.
-	// Empty: the host's default class. The VirtualCluster's host policy
-	// (storage.allowedStorageClasses) must allow it, as it must a tenant's
-	// own claims.
+	// DataStore is the name of the DataStore (type DataStore).
+	// +kubebuilder:validation:MaxLength=253
+	// +optional
+	DataStore string `json:"dataStore,omitempty"`
+
+	// StorageClassName is the class of the data's PersistentVolumeClaim
+	// (types Embedded and Etcd). Empty: the host's default class. The
+	// VirtualCluster's host policy (storage.allowedStorageClasses) must
+	// allow it, as it must a tenant's own claims.
 	// +kubebuilder:validation:MaxLength=253
 	// +optional
 	StorageClassName *string `json:"storageClassName,omitempty"`
 
-	// Size of the data's PersistentVolumeClaim. Default: 1Gi.
+	// Size of the data's PersistentVolumeClaim (types Embedded and
+	// Etcd). Default: 1Gi.
 	// +optional
 	Size *resource.Quantity `json:"size,omitempty"`
 }
@@ -107,6 +132,10 @@ type StorageType string
 const (
 	// StorageEmbedded: etcd in the API server's Pod, on its loopback.
 	StorageEmbedded StorageType = "Embedded"
+	// StorageEtcd: an etcd of the tenant's own, in a Pod of its own.
+	StorageEtcd StorageType = "Etcd"
+	// StorageDataStore: a shared DataStore, under the tenant's prefix.
+	StorageDataStore StorageType = "DataStore"
 )
 
 // ComponentSpec sets what one component of a provisioned control plane

@@ -1,0 +1,130 @@
+package controlplane
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/events"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	tenantryv1alpha1 "github.com/tenantry/tenantry/pkg/apis/tenantry/v1alpha1"
+	"github.com/tenantry/tenantry/pkg/controlplane/datastore"
+)
+
+// +kubebuilder:rbac:groups=tenantry.dev,resources=datastores,verbs=get;list;watch
+// +kubebuilder:rbac:groups=tenantry.dev,resources=datastores/status,verbs=patch
+
+// errDataStoreNotFound: the DataStore a control plane names does not
+// exist.
+var errDataStoreNotFound = errors.New("no such DataStore")
+
+// openDataStore reaches the DataStore name as etcd's root user, with its
+// Secret. Close the store.
+func openDataStore(ctx context.Context, reader client.Reader, name string) (*datastore.Store, error) {
+	var ds tenantryv1alpha1.DataStore
+	if err := reader.Get(ctx, client.ObjectKey{Name: name}, &ds); err != nil {
+		if apierrors.IsNotFound(err) {
+			return nil, fmt.Errorf("DataStore %s: %w", name, errDataStoreNotFound)
+		}
+		return nil, fmt.Errorf("reading DataStore %s: %w", name, err)
+	}
+	return openStore(ctx, reader, &ds)
+}
+
+// openStore reaches ds as etcd's root user, with its Secret.
+func openStore(ctx context.Context, reader client.Reader, ds *tenantryv1alpha1.DataStore) (*datastore.Store, error) {
+	ref := ds.Spec.Etcd.SecretRef
+	var secret corev1.Secret
+	if err := reader.Get(ctx, client.ObjectKey{Namespace: ref.Namespace, Name: ref.Name}, &secret); err != nil {
+		if apierrors.IsNotFound(err) {
+			return nil, fmt.Errorf("DataStore %s: %w: Secret %s/%s does not exist", ds.Name, datastore.ErrInvalidSecret, ref.Namespace, ref.Name)
+		}
+		return nil, fmt.Errorf("DataStore %s: reading Secret %s/%s: %w", ds.Name, ref.Namespace, ref.Name, err)
+	}
+	s, err := datastore.Open(ctx, ds.Spec.Etcd.Endpoints, secret.Data)
+	if err != nil {
+		return nil, fmt.Errorf("DataStore %s: %w", ds.Name, err)
+	}
+	return s, nil
+}
+
+// storeReason is the condition reason of a DataStore that could not be
+// opened.
+func storeReason(err error) string {
+	if errors.Is(err, datastore.ErrUnreachable) {
+		return tenantryv1alpha1.ReasonDataStoreUnreachable
+	}
+	return tenantryv1alpha1.ReasonDataStoreInvalid
+}
+
+// dataStoreRecheck is how often a DataStore is reached again.
+const dataStoreRecheck = time.Minute
+
+// DataStoreReconciler says in a DataStore's Ready condition whether
+// control planes can use it, and counts those that do.
+type DataStoreReconciler struct {
+	client    client.Client
+	apiReader client.Reader
+	recorder  events.EventRecorder
+}
+
+// Reconcile reaches the DataStore and writes its status.
+func (r *DataStoreReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	var ds tenantryv1alpha1.DataStore
+	if err := r.client.Get(ctx, req.NamespacedName, &ds); err != nil {
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	condition := metav1.Condition{Type: tenantryv1alpha1.ConditionReady, Status: metav1.ConditionTrue, ObservedGeneration: ds.Generation,
+		Reason: tenantryv1alpha1.ReasonDataStoreReachable, Message: "reached as etcd's root user; etcd authenticates its clients"}
+	store, err := openStore(ctx, r.apiReader, &ds)
+	if err != nil {
+		condition.Status, condition.Reason, condition.Message = metav1.ConditionFalse, storeReason(err), err.Error()
+	} else {
+		_ = store.Close()
+	}
+	var vcs tenantryv1alpha1.VirtualClusterList
+	if err := r.client.List(ctx, &vcs); err != nil {
+		return ctrl.Result{}, fmt.Errorf("listing VirtualClusters: %w", err)
+	}
+	users := int32(0)
+	for _, vc := range vcs.Items {
+		if usesDataStore(&vc) == ds.Name {
+			users++
+		}
+	}
+	before := meta.FindStatusCondition(ds.Status.Conditions, tenantryv1alpha1.ConditionReady)
+	conditions := slices.Clone(ds.Status.Conditions)
+	changed := meta.SetStatusCondition(&conditions, condition)
+	if changed || ds.Status.ControlPlanes != users || ds.Status.ObservedGeneration != ds.Generation {
+		patch := client.MergeFrom(ds.DeepCopy())
+		ds.Status.Conditions, ds.Status.ControlPlanes, ds.Status.ObservedGeneration = conditions, users, ds.Generation
+		if err := r.client.Status().Patch(ctx, &ds, patch); err != nil {
+			return ctrl.Result{}, fmt.Errorf("updating the status of DataStore %s: %w", ds.Name, err)
+		}
+	}
+	if before == nil || before.Reason != condition.Reason {
+		kind := corev1.EventTypeNormal
+		if condition.Status != metav1.ConditionTrue {
+			kind = corev1.EventTypeWarning
+		}
+		r.recorder.Eventf(&ds, nil, kind, condition.Reason, "Check", "%s", condition.Message)
+	}
+	return ctrl.Result{RequeueAfter: dataStoreRecheck}, nil
+}
+
+// usesDataStore is the DataStore vc's control plane keeps its data in,
+// or "".
+func usesDataStore(vc *tenantryv1alpha1.VirtualCluster) string {
+	if cp := vc.Spec.ControlPlane; cp != nil && cp.Storage.Type == tenantryv1alpha1.StorageDataStore {
+		return cp.Storage.DataStore
+	}
+	return ""
+}
