@@ -169,10 +169,12 @@ func TestOpenRefuses(t *testing.T) {
 		secret    map[string][]byte
 		want      error
 	}{
-		"no CA key":       {[]string{store.Endpoint}, secret(func(m map[string][]byte) { delete(m, datastore.KeyCAKey) }), datastore.ErrInvalidSecret},
-		"no root":         {[]string{store.Endpoint}, secret(func(m map[string][]byte) { m[datastore.KeyRootKey] = []byte("junk") }), datastore.ErrInvalidSecret},
-		"a tenant's cert": {[]string{store.Endpoint}, secret(func(m map[string][]byte) { m[datastore.KeyRootCert], m[datastore.KeyRootKey] = tenant.CertPEM, tenant.KeyPEM }), datastore.ErrNotRoot},
-		"nobody listens":  {[]string{"https://127.0.0.1:1"}, store.Secret, datastore.ErrUnreachable},
+		"no CA key": {[]string{store.Endpoint}, secret(func(m map[string][]byte) { delete(m, datastore.KeyCAKey) }), datastore.ErrInvalidSecret},
+		"no root":   {[]string{store.Endpoint}, secret(func(m map[string][]byte) { m[datastore.KeyRootKey] = []byte("junk") }), datastore.ErrInvalidSecret},
+		"a tenant's cert": {[]string{store.Endpoint}, secret(func(m map[string][]byte) {
+			m[datastore.KeyRootCert], m[datastore.KeyRootKey] = tenant.CertPEM, tenant.KeyPEM
+		}), datastore.ErrNotRoot},
+		"nobody listens": {[]string{"https://127.0.0.1:1"}, store.Secret, datastore.ErrUnreachable},
 	} {
 		t.Run(name, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
