@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -10,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
@@ -22,6 +26,7 @@ import (
 
 	tenantryv1alpha1 "github.com/tenantry/tenantry/pkg/apis/tenantry/v1alpha1"
 	"github.com/tenantry/tenantry/pkg/controlplane"
+	"github.com/tenantry/tenantry/pkg/controlplane/datastore"
 	tenantrytest "github.com/tenantry/tenantry/pkg/testing"
 )
 
@@ -67,13 +72,7 @@ func TestProvisionedControlPlane(t *testing.T) {
 	start := time.Now()
 	awaitControlPlane := func(what string) {
 		t.Helper()
-		eventually(t, 4*time.Minute, what, func(ctx context.Context) (bool, error) {
-			if err := host.Get(ctx, client.ObjectKeyFromObject(vc), vc); err != nil {
-				return false, err
-			}
-			c := meta.FindStatusCondition(vc.Status.Conditions, tenantryv1alpha1.ConditionControlPlaneReady)
-			return c != nil && c.Status == metav1.ConditionTrue && c.ObservedGeneration == vc.Generation, fmt.Errorf("condition %+v", c)
-		})
+		awaitControlPlaneReady(t, host, vc, what)
 	}
 	awaitControlPlane("gamma's control plane ready")
 	t.Logf("the control plane was ready in %s", time.Since(start).Round(time.Second))
@@ -251,6 +250,229 @@ func TestProvisionedControlPlane(t *testing.T) {
 		return len(left) == 0, fmt.Errorf("left: %v", left)
 	})
 }
+
+// awaitControlPlaneReady waits until vc's control plane is ready for its
+// generation, and reads vc.
+func awaitControlPlaneReady(t *testing.T, host client.Client, vc *tenantryv1alpha1.VirtualCluster, what string) {
+	t.Helper()
+	eventually(t, 4*time.Minute, what, func(ctx context.Context) (bool, error) {
+		if err := host.Get(ctx, client.ObjectKeyFromObject(vc), vc); err != nil {
+			return false, err
+		}
+		c := meta.FindStatusCondition(vc.Status.Conditions, tenantryv1alpha1.ConditionControlPlaneReady)
+		return c != nil && c.Status == metav1.ConditionTrue && c.ObservedGeneration == vc.Generation, fmt.Errorf("condition %+v", c)
+	})
+}
+
+// TestControlPlaneStorageAndVersions: the other two storage types, and a
+// version change, on real nodes. A control plane with an etcd of its own
+// (storage Etcd) starts at the previous release and moves to the pinned
+// one with its data; two share a DataStore (an etcd outside the Pod
+// network, as a host admin runs one), each under its own prefix that the
+// other's credentials cannot read, and no tenant's Pod reaches the store.
+// Deleting one takes its keys and leaves the other's.
+func TestControlPlaneStorageAndVersions(t *testing.T) {
+	tenantrytest.RequireRealNodes(t)
+	env := tenantrytest.New(t, tenantrytest.Options{
+		HostKubelets:          2,
+		HostCRDDirectoryPaths: []string{filepath.Join("..", "..", "config", "crd", "bases")},
+	})
+	host := newHostClient(t, env.Host)
+	ctx := t.Context()
+	store, err := tenantrytest.StartEtcdDataStore(ctx, "", env.ExtraIP())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := store.Stop(); err != nil {
+			t.Error(err)
+		}
+	})
+	if err := host.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "shared-etcd"}, Data: store.Secret}); err != nil {
+		t.Fatal(err)
+	}
+	if err := host.Create(ctx, &tenantryv1alpha1.DataStore{ObjectMeta: metav1.ObjectMeta{Name: "shared"}, Spec: tenantryv1alpha1.DataStoreSpec{
+		Etcd: tenantryv1alpha1.EtcdDataStore{Endpoints: []string{store.Endpoint}, SecretRef: tenantryv1alpha1.SecretReference{Namespace: "default", Name: "shared-etcd"}},
+	}}); err != nil {
+		t.Fatal(err)
+	}
+	data, err := env.Host.Kubeconfig()
+	if err != nil {
+		t.Fatal(err)
+	}
+	kitIP := env.KitIP()
+	startManager(t, data, "--dns-bind-address", net.JoinHostPort(kitIP, "53"), "--dns-nameserver", kitIP,
+		"--dns-upstream", startUpstream(t), "--kubelet-bind-address", freeAddrOn(t, kitIP),
+		"--control-plane-manager-cidrs", env.KitNetworkCIDR(), "--control-plane-versions", previousVersion)
+
+	onStore := tenantryv1alpha1.ControlPlaneStorage{Type: tenantryv1alpha1.StorageDataStore, DataStore: "shared"}
+	vcs := map[string]*tenantryv1alpha1.VirtualCluster{}
+	for name, spec := range map[string]tenantryv1alpha1.ControlPlaneSpec{
+		"own-etcd": {Version: previousVersion, Storage: tenantryv1alpha1.ControlPlaneStorage{Type: tenantryv1alpha1.StorageEtcd}},
+		"shared-a": {Storage: onStore},
+		"shared-b": {Storage: onStore},
+	} {
+		vcs[name] = &tenantryv1alpha1.VirtualCluster{
+			ObjectMeta: metav1.ObjectMeta{Name: name},
+			Spec: tenantryv1alpha1.VirtualClusterSpec{
+				KubeconfigSecretRef: tenantryv1alpha1.SecretKeyReference{Namespace: "default", Name: name + "-kubeconfig"},
+				ControlPlane:        &spec,
+			},
+		}
+		if err := host.Create(ctx, vcs[name]); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			if t.Failed() {
+				describeNamespace(t, host, controlplane.Namespace(name))
+			}
+		})
+	}
+	kubectl, err := tenantrytest.FindKubectl()
+	if err != nil {
+		t.Fatal(err)
+	}
+	kubeconfigs := map[string]string{}
+	for name, vc := range vcs {
+		awaitControlPlaneReady(t, host, vc, name+"'s control plane ready")
+		var secret corev1.Secret
+		if err := host.Get(ctx, client.ObjectKey{Namespace: "default", Name: name + "-kubeconfig"}, &secret); err != nil {
+			t.Fatal(err)
+		}
+		kubeconfigs[name] = filepath.Join(t.TempDir(), name+".kubeconfig")
+		if err := os.WriteFile(kubeconfigs[name], secret.Data[tenantryv1alpha1.DefaultKubeconfigKey], 0o600); err != nil {
+			t.Fatal(err)
+		}
+		kubectl.MustRun(t, kubeconfigs[name], "", "create", "configmap", "kept", "--from-literal=owner="+name)
+	}
+	if v := vcs["own-etcd"].Status.ControlPlane.Version; v != previousVersion {
+		t.Errorf("own-etcd runs %s, want %s", v, previousVersion)
+	}
+
+	// The store keeps shared-a and shared-b apart: each one's API server
+	// credentials read its own keys and not the other's.
+	etcdClient := func(name string) *clientv3.Client {
+		t.Helper()
+		var pki corev1.Secret
+		if err := host.Get(ctx, client.ObjectKey{Namespace: controlplane.Namespace(name), Name: controlplane.PKISecretName}, &pki); err != nil {
+			t.Fatal(err)
+		}
+		c, err := store.Client(pki.Data[controlplane.KeyEtcdClientCert], pki.Data[controlplane.KeyEtcdClientKey])
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = c.Close() })
+		return c
+	}
+	a := etcdClient("shared-a")
+	if got, err := a.Get(ctx, datastore.Prefix("shared-a")+"registry/configmaps/default/kept"); err != nil || got.Count != 1 {
+		t.Errorf("shared-a's ConfigMap in the store: %v, %v", got, err)
+	}
+	if _, err := a.Get(ctx, datastore.Prefix("shared-b"), clientv3.WithPrefix()); !errors.Is(err, rpctypes.ErrPermissionDenied) {
+		t.Errorf("shared-a's API server credentials reading shared-b's keys: %v, want permission denied", err)
+	}
+	// No tenant Pod reaches the store; the same Pod reaches the kit's DNS
+	// at this machine's other address.
+	eventually(t, time.Minute, "a tenant Pod created", func(ctx context.Context) (bool, error) {
+		// Once the tenant's controller-manager has made its default
+		// ServiceAccount.
+		out, err := kubectl.Run(ctx, kubeconfigs["shared-a"], "", "run", "prober", "--image="+agnhostImage, "--restart=Never", "--command", "--", "sleep", "3600")
+		return err == nil, fmt.Errorf("%q: %v", out, err)
+	})
+	kubectl.MustRun(t, kubeconfigs["shared-a"], "", "wait", "--for=condition=Ready", "--timeout=120s", "pod/prober")
+	eventually(t, time.Minute, "the kit's DNS over TCP from a tenant Pod", func(ctx context.Context) (bool, error) {
+		out, err := kubectl.Run(ctx, kubeconfigs["shared-a"], "", "exec", "prober", "--", "/agnhost", "connect", "--timeout=3s", net.JoinHostPort(kitIP, "53"))
+		return err == nil, fmt.Errorf("%q: %v", out, err)
+	})
+	if out, err := kubectl.Run(ctx, kubeconfigs["shared-a"], "", "exec", "prober", "--", "/agnhost", "connect", "--timeout=3s", store.Host()); err == nil {
+		t.Errorf("a tenant Pod reached the DataStore at %s: %q", store.Host(), out)
+	}
+
+	// A version change: one minor release forward, with the data kept.
+	patch := client.MergeFrom(vcs["own-etcd"].DeepCopy())
+	vcs["own-etcd"].Spec.ControlPlane.Version = controlplane.PinnedVersion
+	if err := host.Patch(ctx, vcs["own-etcd"], patch); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 4*time.Minute, "own-etcd moved to "+controlplane.PinnedVersion, func(ctx context.Context) (bool, error) {
+		vc := vcs["own-etcd"]
+		if err := host.Get(ctx, client.ObjectKeyFromObject(vc), vc); err != nil {
+			return false, err
+		}
+		c := meta.FindStatusCondition(vc.Status.Conditions, tenantryv1alpha1.ConditionControlPlaneReady)
+		return c != nil && c.Status == metav1.ConditionTrue && c.ObservedGeneration == vc.Generation && vc.Status.ControlPlane.Version == controlplane.PinnedVersion,
+			fmt.Errorf("condition %+v, status %+v", c, vc.Status.ControlPlane)
+	})
+	eventually(t, time.Minute, "own-etcd's API server at "+controlplane.PinnedVersion+", its ConfigMap kept", func(ctx context.Context) (bool, error) {
+		out, err := kubectl.Run(ctx, kubeconfigs["own-etcd"], "", "version", "-o", "json")
+		var version struct {
+			Server struct {
+				GitVersion string `json:"gitVersion"`
+			} `json:"serverVersion"`
+		}
+		if err != nil || json.Unmarshal([]byte(out), &version) != nil || version.Server.GitVersion != controlplane.PinnedVersion {
+			return false, fmt.Errorf("version %q: %v", out, err)
+		}
+		out, err = kubectl.Run(ctx, kubeconfigs["own-etcd"], "", "get", "configmap", "kept", "-o", "jsonpath={.data.owner}")
+		return out == "own-etcd", fmt.Errorf("%q: %v", out, err)
+	})
+	// Back a release: refused, and it runs on.
+	patch = client.MergeFrom(vcs["own-etcd"].DeepCopy())
+	vcs["own-etcd"].Spec.ControlPlane.Version = previousVersion
+	if err := host.Patch(ctx, vcs["own-etcd"], patch); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, time.Minute, "going back refused", func(ctx context.Context) (bool, error) {
+		vc := vcs["own-etcd"]
+		if err := host.Get(ctx, client.ObjectKeyFromObject(vc), vc); err != nil {
+			return false, err
+		}
+		c := meta.FindStatusCondition(vc.Status.Conditions, tenantryv1alpha1.ConditionControlPlaneReady)
+		return c != nil && c.Reason == tenantryv1alpha1.ReasonVersionSkew, fmt.Errorf("condition %+v", c)
+	})
+
+	// shared-a deleted: its keys and user go from the store, shared-b's
+	// stay; nothing of either deleted one is left in the host.
+	for _, name := range []string{"shared-a", "own-etcd"} {
+		if err := host.Delete(ctx, vcs[name]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	root, err := store.Client(store.Secret[datastore.KeyRootCert], store.Secret[datastore.KeyRootKey])
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer root.Close()
+	eventually(t, 3*time.Minute, "shared-a and own-etcd gone, with their data", func(ctx context.Context) (bool, error) {
+		var left []string
+		for _, name := range []string{"shared-a", "own-etcd"} {
+			if err := host.Get(ctx, client.ObjectKey{Name: name}, &tenantryv1alpha1.VirtualCluster{}); !apierrors.IsNotFound(err) {
+				left = append(left, "VirtualCluster "+name)
+			}
+			if err := host.Get(ctx, client.ObjectKey{Name: controlplane.Namespace(name)}, &corev1.Namespace{}); !apierrors.IsNotFound(err) {
+				left = append(left, "namespace "+controlplane.Namespace(name))
+			}
+		}
+		keys, err := root.Get(ctx, datastore.Prefix("shared-a"), clientv3.WithPrefix(), clientv3.WithCountOnly())
+		if err != nil {
+			return false, err
+		}
+		if keys.Count > 0 {
+			left = append(left, fmt.Sprintf("%d keys of shared-a", keys.Count))
+		}
+		return len(left) == 0, fmt.Errorf("left: %v", left)
+	})
+	if keys, err := root.Get(ctx, datastore.Prefix("shared-b"), clientv3.WithPrefix(), clientv3.WithCountOnly()); err != nil || keys.Count == 0 {
+		t.Errorf("shared-b's keys: %v, %v", keys, err)
+	}
+	if out := kubectl.MustRun(t, kubeconfigs["shared-b"], "", "get", "configmap", "kept", "-o", "jsonpath={.data.owner}"); out != "shared-b" {
+		t.Errorf("shared-b's ConfigMap: %q", out)
+	}
+}
+
+// previousVersion is the release before the pinned one, whose control
+// plane images the kit serves too (hack/previous).
+const previousVersion = "v1.36.3"
 
 // describeNamespace logs what a failed test needs to know of a host
 // namespace: its Pods' statuses, its claims and its Events.

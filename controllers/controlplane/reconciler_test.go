@@ -161,4 +161,84 @@ func TestControlPlaneObjectsAndBadInput(t *testing.T) {
 	if err := host.Update(t.Context(), &vc); err == nil || !strings.Contains(err.Error(), "spec.controlPlane can be neither added to nor removed") {
 		t.Errorf("removing spec.controlPlane: %v, want refused", err)
 	}
+
+	// Storage Etcd: an etcd of its own, apart, that only the control
+	// plane's Pod reaches.
+	create("own-etcd", tenantryv1alpha1.ControlPlaneSpec{Storage: tenantryv1alpha1.ControlPlaneStorage{Type: tenantryv1alpha1.StorageEtcd}})
+	expect("own-etcd", tenantryv1alpha1.ReasonControlPlaneProvisioning, "")
+	ns = cp.Namespace("own-etcd")
+	var etcdPolicy networkingv1.NetworkPolicy
+	tenantrytest.Eventually(t, 30*time.Second, "own-etcd's etcd", func(ctx context.Context) (bool, error) {
+		for _, o := range []client.Object{&appsv1.StatefulSet{}, &corev1.Service{}} {
+			if err := host.Get(ctx, client.ObjectKey{Namespace: ns, Name: cp.EtcdName}, o); err != nil {
+				return false, err
+			}
+		}
+		return true, host.Get(ctx, client.ObjectKey{Namespace: ns, Name: cp.EtcdName}, &etcdPolicy)
+	})
+	if from := etcdPolicy.Spec.Ingress; len(from) != 1 || len(from[0].From) != 1 || from[0].From[0].PodSelector == nil ||
+		from[0].From[0].NamespaceSelector != nil || len(etcdPolicy.Spec.Egress) != 0 || len(etcdPolicy.Spec.PolicyTypes) != 2 {
+		t.Errorf("etcd's NetworkPolicy %+v: want the control plane's Pod alone let in, and no egress", etcdPolicy.Spec)
+	}
+	var pkiSecret corev1.Secret
+	tenantrytest.Eventually(t, 30*time.Second, "own-etcd's etcd certificates", func(ctx context.Context) (bool, error) {
+		if err := host.Get(ctx, client.ObjectKey{Namespace: ns, Name: cp.PKISecretName}, &pkiSecret); err != nil {
+			return false, err
+		}
+		return len(pkiSecret.Data[cp.KeyEtcdServerCert]) > 0 && len(pkiSecret.Data[cp.KeyEtcdClientCert]) > 0, nil
+	})
+
+	// Storage DataStore: one that does not exist, then one that does not
+	// answer.
+	create("no-store", tenantryv1alpha1.ControlPlaneSpec{Storage: tenantryv1alpha1.ControlPlaneStorage{Type: tenantryv1alpha1.StorageDataStore, DataStore: "nowhere"}})
+	expect("no-store", tenantryv1alpha1.ReasonDataStoreUnavailable, "DataStore nowhere: no such DataStore")
+	store, err := tenantrytest.StartEtcdDataStore(t.Context(), "", "127.0.0.1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := store.Stop(); err != nil {
+			t.Error(err)
+		}
+	})
+	if err := host.Create(t.Context(), &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "shared-etcd"}, Data: store.Secret}); err != nil {
+		t.Fatal(err)
+	}
+	for name, endpoint := range map[string]string{"shared": store.Endpoint, "down": "https://127.0.0.1:1"} {
+		ds := &tenantryv1alpha1.DataStore{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: tenantryv1alpha1.DataStoreSpec{Etcd: tenantryv1alpha1.EtcdDataStore{
+			Endpoints: []string{endpoint}, SecretRef: tenantryv1alpha1.SecretReference{Namespace: "default", Name: "shared-etcd"},
+		}}}
+		if err := host.Create(t.Context(), ds); err != nil {
+			t.Fatal(err)
+		}
+	}
+	create("down-store", tenantryv1alpha1.ControlPlaneSpec{Storage: tenantryv1alpha1.ControlPlaneStorage{Type: tenantryv1alpha1.StorageDataStore, DataStore: "down"}})
+	expect("down-store", tenantryv1alpha1.ReasonDataStoreUnavailable, "DataStore down: the DataStore's etcd does not answer")
+	create("on-store", tenantryv1alpha1.ControlPlaneSpec{Storage: tenantryv1alpha1.ControlPlaneStorage{Type: tenantryv1alpha1.StorageDataStore, DataStore: "shared"}})
+	expect("on-store", tenantryv1alpha1.ReasonControlPlaneProvisioning, "")
+	for name, want := range map[string]struct {
+		reason string
+		users  int32
+	}{"shared": {tenantryv1alpha1.ReasonDataStoreReachable, 1}, "down": {tenantryv1alpha1.ReasonDataStoreUnreachable, 1}} {
+		tenantrytest.Eventually(t, 30*time.Second, "DataStore "+name+" "+want.reason, func(ctx context.Context) (bool, error) {
+			var ds tenantryv1alpha1.DataStore
+			if err := host.Get(ctx, client.ObjectKey{Name: name}, &ds); err != nil {
+				return false, err
+			}
+			c := meta.FindStatusCondition(ds.Status.Conditions, tenantryv1alpha1.ConditionReady)
+			return c != nil && c.Reason == want.reason && ds.Status.ControlPlanes == want.users, fmt.Errorf("condition %+v, %d control planes", c, ds.Status.ControlPlanes)
+		})
+	}
+	// on-store's API server is given its own user's certificate, of the
+	// store's CA, and the store's CA certificate without its key.
+	tenantrytest.Eventually(t, 30*time.Second, "on-store's etcd client certificate", func(ctx context.Context) (bool, error) {
+		err := host.Get(ctx, client.ObjectKey{Namespace: cp.Namespace("on-store"), Name: cp.PKISecretName}, &pkiSecret)
+		return err == nil && len(pkiSecret.Data[cp.KeyEtcdClientCert]) > 0, err
+	})
+	if string(pkiSecret.Data[cp.KeyEtcdCACert]) != string(store.Secret["ca.crt"]) || len(pkiSecret.Data[cp.KeyEtcdCAKey]) > 0 {
+		t.Error("on-store's PKI Secret: want the store's CA certificate, and not its key")
+	}
+	if _, err := store.Client(pkiSecret.Data[cp.KeyEtcdClientCert], pkiSecret.Data[cp.KeyEtcdClientKey]); err != nil {
+		t.Errorf("on-store's etcd client certificate: %v", err)
+	}
 }
