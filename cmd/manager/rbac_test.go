@@ -275,9 +275,23 @@ func TestLeastPrivilege(t *testing.T) {
 
 // provisionControlPlane has the manager provision a control plane (which
 // never comes up on simulated nodes), then delete it, keeping its data:
-// its workloads go, by name.
+// its workloads go, by name. A DataStore that does not answer gets its
+// status.
 func provisionControlPlane(t *testing.T, host client.Client) {
 	ctx := t.Context()
+	store := &tenantryv1alpha1.DataStore{ObjectMeta: metav1.ObjectMeta{Name: "nowhere"}, Spec: tenantryv1alpha1.DataStoreSpec{Etcd: tenantryv1alpha1.EtcdDataStore{
+		Endpoints: []string{"https://127.0.0.1:1"}, SecretRef: tenantryv1alpha1.SecretReference{Namespace: "default", Name: "nowhere-etcd"},
+	}}}
+	if err := host.Create(ctx, store); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, time.Minute, "the DataStore's status", func(ctx context.Context) (bool, error) {
+		if err := host.Get(ctx, client.ObjectKeyFromObject(store), store); err != nil {
+			return false, err
+		}
+		c := meta.FindStatusCondition(store.Status.Conditions, tenantryv1alpha1.ConditionReady)
+		return c != nil && c.Status == metav1.ConditionFalse, fmt.Errorf("condition %+v", c)
+	})
 	vc := &tenantryv1alpha1.VirtualCluster{
 		ObjectMeta: metav1.ObjectMeta{Name: "provisioned"},
 		Spec: tenantryv1alpha1.VirtualClusterSpec{

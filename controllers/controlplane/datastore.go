@@ -19,24 +19,24 @@ import (
 	"github.com/tenantry/tenantry/pkg/controlplane/datastore"
 )
 
-// +kubebuilder:rbac:groups=tenantry.dev,resources=datastores,verbs=get;list;watch
+// +kubebuilder:rbac:groups=tenantry.dev,resources=datastores,verbs=list;watch
 // +kubebuilder:rbac:groups=tenantry.dev,resources=datastores/status,verbs=patch
 
 // errDataStoreNotFound: the DataStore a control plane names does not
 // exist.
 var errDataStoreNotFound = errors.New("no such DataStore")
 
-// openDataStore reaches the DataStore name as etcd's root user, with its
-// Secret. Close the store.
-func openDataStore(ctx context.Context, reader client.Reader, name string) (*datastore.Store, error) {
+// openDataStore reaches the DataStore name (read from dataStores) as
+// etcd's root user, with its Secret (read from secrets). Close the store.
+func openDataStore(ctx context.Context, dataStores, secrets client.Reader, name string) (*datastore.Store, error) {
 	var ds tenantryv1alpha1.DataStore
-	if err := reader.Get(ctx, client.ObjectKey{Name: name}, &ds); err != nil {
+	if err := dataStores.Get(ctx, client.ObjectKey{Name: name}, &ds); err != nil {
 		if apierrors.IsNotFound(err) {
 			return nil, fmt.Errorf("DataStore %s: %w", name, errDataStoreNotFound)
 		}
 		return nil, fmt.Errorf("reading DataStore %s: %w", name, err)
 	}
-	return openStore(ctx, reader, &ds)
+	return openStore(ctx, secrets, &ds)
 }
 
 // openStore reaches ds as etcd's root user, with its Secret.

@@ -556,7 +556,7 @@ func (r *Reconciler) remove(ctx context.Context, vc *tenantryv1alpha1.VirtualClu
 // grantDataStore gives vc's control plane its user and prefix on the
 // DataStore it names, and says how its API server reaches the store.
 func (r *Reconciler) grantDataStore(ctx context.Context, vc *tenantryv1alpha1.VirtualCluster) (*controlplane.DataStoreAccess, error) {
-	store, err := openDataStore(ctx, r.apiReader, vc.Spec.ControlPlane.Storage.DataStore)
+	store, err := openDataStore(ctx, r.client, r.apiReader, vc.Spec.ControlPlane.Storage.DataStore)
 	if err != nil {
 		return nil, err
 	}
@@ -575,7 +575,7 @@ func (r *Reconciler) revokeDataStore(ctx context.Context, vc *tenantryv1alpha1.V
 	if name == "" {
 		return nil
 	}
-	store, err := openDataStore(ctx, r.apiReader, name)
+	store, err := openDataStore(ctx, r.client, r.apiReader, name)
 	if errors.Is(err, errDataStoreNotFound) {
 		ctrl.LoggerFrom(ctx).Info("the DataStore of the control plane is gone: nothing of it to remove", "dataStore", name)
 		return nil
