@@ -61,6 +61,9 @@ type Reconciler struct {
 
 	// secrets are the kubeconfig Secrets read, by version.
 	secrets kubeconfigSecrets
+	// certificates are the running clusters' client certificates, renewed
+	// in place.
+	certificates clientCertificates
 
 	mu sync.Mutex
 	// digests are, per running cluster, the digest of what it was spawned
@@ -239,6 +242,13 @@ func (r *Reconciler) reconcileCluster(ctx context.Context, vc *tenantryv1alpha1.
 	status, err := r.Registry.Status(name)
 	switch {
 	case err == nil && status.State == clusterregistry.StateRunning && r.digest(name) == digest:
+		if renewed, err := r.certificates.renew(name, config); err != nil {
+			return notReady(tenantryv1alpha1.ReasonInvalidKubeconfig, fmt.Sprintf("The renewed client certificate: %v", err), err)
+		} else if renewed {
+			ctrl.LoggerFrom(ctx).Info("renewed the client certificate of the running cluster in place")
+			r.Recorder.Eventf(vc, nil, corev1.EventTypeNormal, "ClientCertificateRenewed", "Renew",
+				"The tenant cluster's controllers present the kubeconfig's renewed client certificate from now on, without a restart.")
+		}
 		return ready()
 	case err == nil && (status.State == clusterregistry.StateStarting || status.State == clusterregistry.StateStopping):
 		return notReady(tenantryv1alpha1.ReasonFailed, fmt.Sprintf("Cluster is %s; will retry.", status.State),
@@ -272,6 +282,10 @@ func (r *Reconciler) reconcileCluster(ctx context.Context, vc *tenantryv1alpha1.
 		}
 	}
 
+	config, err = r.certificates.spawnConfig(name, config)
+	if err != nil {
+		return notReady(tenantryv1alpha1.ReasonInvalidKubeconfig, fmt.Sprintf("The kubeconfig's client certificate: %v", err), err)
+	}
 	if err := r.Registry.Spawn(name, config); err != nil {
 		switch {
 		case errors.Is(err, clusterregistry.ErrClosed):
@@ -318,6 +332,7 @@ func (r *Reconciler) stop(ctx context.Context, name string) error {
 	}
 	if err == nil {
 		r.setDigest(name, [sha256.Size]byte{})
+		r.certificates.drop(name)
 		return nil
 	}
 	return fmt.Errorf("stopping cluster %s: %w", name, err)

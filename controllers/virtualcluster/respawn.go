@@ -15,9 +15,13 @@ import (
 // one it is told it runs.
 func respawnInputs(spec tenantryv1alpha1.VirtualClusterSpec) ([]byte, error) {
 	// paused stops the app rather than re-spawning it; the Secret that
-	// kubeconfigSecretRef names is digested by its data.
+	// kubeconfigSecretRef names is digested by its data (kubeconfigIdentity).
 	spec.Paused = false
 	spec.KubeconfigSecretRef = tenantryv1alpha1.SecretKeyReference{}
+	// spec.controlPlane is the control plane controller's: the tenant's
+	// app reads none of it, and rides out a version change as any restart
+	// of its API server.
+	spec.ControlPlane = nil
 	return json.Marshal(spec)
 }
 

@@ -171,7 +171,13 @@ func (r *Reconciler) loadKubeconfig(ctx context.Context, vc *tenantryv1alpha1.Vi
 		return nil, [sha256.Size]byte{}, &out
 	}
 	h := sha256.New()
-	h.Write(data)
+	if identity := kubeconfigIdentity(data, config); identity != nil {
+		// A renewed client certificate of the same identity is swapped
+		// in place (clientCertificates), not re-spawned.
+		h.Write(identity)
+	} else {
+		h.Write(data)
+	}
 	h.Write([]byte{0})
 	h.Write(spec)
 	var digest [sha256.Size]byte
