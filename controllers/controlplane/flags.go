@@ -7,6 +7,9 @@ import (
 	"os"
 	"strings"
 
+	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/yaml"
+
 	"github.com/tenantry/tenantry/pkg/controlplane"
 )
 
@@ -27,7 +30,16 @@ func (o *Options) BindFlags(fs *flag.FlagSet) {
 			o.Versions = splitList(v)
 			return nil
 		})
-	fs.StringVar(&o.EtcdImage, "control-plane-etcd-image", def.EtcdImage, "Image of the etcd embedded in provisioned control planes.")
+	fs.StringVar(&o.EtcdImage, "control-plane-etcd-image", def.EtcdImage, "Image of the etcd of provisioned control planes (storage Embedded and Etcd).")
+	fs.Func("control-plane-resources", "A YAML file of the requests and limits of provisioned control planes' components unless a VirtualCluster says otherwise: apiServer, controllerManager and etcd, each a container's resources (a component left out keeps the built-in default).",
+		func(path string) error {
+			r, err := readResources(path)
+			if err != nil {
+				return err
+			}
+			o.Resources = r
+			return nil
+		})
 	fs.StringVar(&o.ManagerNamespace, "control-plane-manager-namespace", def.ManagerNamespace,
 		"Namespace of the manager's Pods, let in to provisioned control planes (default: $POD_NAMESPACE).")
 	fs.Func("control-plane-manager-cidrs", "Comma-separated CIDRs from which the manager reaches provisioned control planes, when it runs outside the host's Pod network.",
@@ -40,6 +52,33 @@ func (o *Options) BindFlags(fs *flag.FlagSet) {
 			}
 			return nil
 		})
+}
+
+// readResources reads a --control-plane-resources file over the built-in
+// defaults: a component it leaves out keeps them.
+func readResources(path string) (*controlplane.Resources, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	var set struct {
+		APIServer         *corev1.ResourceRequirements `json:"apiServer"`
+		ControllerManager *corev1.ResourceRequirements `json:"controllerManager"`
+		Etcd              *corev1.ResourceRequirements `json:"etcd"`
+	}
+	if err := yaml.UnmarshalStrict(data, &set); err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	r := controlplane.DefaultResources()
+	for _, c := range []struct {
+		set  *corev1.ResourceRequirements
+		into *corev1.ResourceRequirements
+	}{{set.APIServer, &r.APIServer}, {set.ControllerManager, &r.ControllerManager}, {set.Etcd, &r.Etcd}} {
+		if c.set != nil {
+			*c.into = *c.set
+		}
+	}
+	return &r, nil
 }
 
 func splitList(v string) []string {

@@ -1,10 +1,18 @@
 package controlplane
 
 import (
+	"flag"
+	"io"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+
 	tenantryv1alpha1 "github.com/tenantry/tenantry/pkg/apis/tenantry/v1alpha1"
+	"github.com/tenantry/tenantry/pkg/controlplane"
 )
 
 // A version is one the manager runs, one minor version on from the one
@@ -40,5 +48,40 @@ func TestManagerPeers(t *testing.T) {
 	}
 	if peers := (&Reconciler{}).managerPeers(); len(peers) != 0 {
 		t.Errorf("no manager namespace nor CIDRs: peers %+v", peers)
+	}
+}
+
+// --control-plane-resources sets the components it names over the
+// built-in defaults, and refuses a file it cannot read whole.
+func TestResourcesFlag(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, data string) string {
+		path := filepath.Join(dir, name)
+		if err := os.WriteFile(path, []byte(data), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return path
+	}
+	var o Options
+	fs := flag.NewFlagSet("test", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	o.BindFlags(fs)
+	if err := fs.Parse([]string{"--control-plane-resources", write("good.yaml", "apiServer:\n  requests: {cpu: 250m, memory: 512Mi}\n  limits: {memory: 2Gi}\n")}); err != nil {
+		t.Fatal(err)
+	}
+	def := controlplane.DefaultResources()
+	if got := o.Resources.APIServer.Requests[corev1.ResourceMemory]; got.String() != "512Mi" {
+		t.Errorf("the API server's memory request %s, want 512Mi", got.String())
+	}
+	if !equality.Semantic.DeepEqual(o.Resources.Etcd, def.Etcd) || !equality.Semantic.DeepEqual(o.Resources.ControllerManager, def.ControllerManager) {
+		t.Errorf("components the file leaves out: %+v, want the defaults", o.Resources)
+	}
+	for name, data := range map[string]string{"typo.yaml": "apiServr: {}\n", "bad.yaml": "etcd: {requests: {cpu: lots}}\n"} {
+		fs := flag.NewFlagSet("test", flag.ContinueOnError)
+		fs.SetOutput(io.Discard)
+		o.BindFlags(fs)
+		if err := fs.Parse([]string{"--control-plane-resources", write(name, data)}); err == nil || !strings.Contains(err.Error(), name) {
+			t.Errorf("%s: %v, want an error naming the file", name, err)
+		}
 	}
 }
