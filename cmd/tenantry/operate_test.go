@@ -14,6 +14,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -190,6 +191,28 @@ func TestRegisterAndList(t *testing.T) {
 	if err := host.Get(ctx, client.ObjectKey{Name: "future"}, &vc); err != nil || vc.Spec.ControlPlane == nil || vc.Spec.ControlPlane.Version != "v1.99.0" ||
 		vc.Spec.KubeconfigSecretRef.Name != "future-kubeconfig" {
 		t.Errorf("tenantry create applied %+v (%v)", vc.Spec, err)
+	}
+	// On a shared DataStore: --datastore implies --storage DataStore; a
+	// claim's flags with it are refused, and create nothing.
+	if code, out := cli("create", "shared", "--datastore", "etcd-1"); code != 0 {
+		t.Errorf("tenantry create --datastore: exit %d:\n%s", code, out)
+	}
+	if err := host.Get(ctx, client.ObjectKey{Name: "shared"}, &vc); err != nil || vc.Spec.ControlPlane == nil ||
+		vc.Spec.ControlPlane.Storage.Type != tenantryv1alpha1.StorageDataStore || vc.Spec.ControlPlane.Storage.DataStore != "etcd-1" {
+		t.Errorf("tenantry create --datastore applied %+v (%v)", vc.Spec.ControlPlane, err)
+	}
+	for _, args := range [][]string{
+		{"create", "bad-1", "--storage", "DataStore"},
+		{"create", "bad-2", "--storage", "Etcd", "--datastore", "etcd-1"},
+		{"create", "bad-3", "--datastore", "etcd-1", "--storage-size", "2Gi"},
+		{"create", "bad-4", "--storage", "Postgres"},
+	} {
+		if code, out := cli(args...); code == 0 || !strings.Contains(out, "--") {
+			t.Errorf("tenantry %s: exit %d:\n%s\nwant refused, naming the flag", strings.Join(args, " "), code, out)
+		}
+		if err := host.Get(ctx, client.ObjectKey{Name: args[1]}, &vc); !apierrors.IsNotFound(err) {
+			t.Errorf("tenantry %s created VirtualCluster %s (%v)", strings.Join(args, " "), args[1], err)
+		}
 	}
 }
 
