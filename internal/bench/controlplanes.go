@@ -13,6 +13,9 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	tenantryv1alpha1 "github.com/tenantry/tenantry/pkg/apis/tenantry/v1alpha1"
 	"github.com/tenantry/tenantry/pkg/controlplane"
@@ -74,7 +77,13 @@ func runControlPlanes(ctx context.Context, o Options, out io.Writer) (_ []result
 	if err != nil {
 		return nil, err
 	}
+	fmt.Fprintf(out, "    under a sync load: %d ConfigMaps/s for %s\n", syncLoadRate, syncLoadFor)
+	loadMemory, loadCPU, written, err := w.controlPlaneUnderLoad(ctx, "cp-one")
+	if err != nil {
+		return nil, err
+	}
 	note := fmt.Sprintf("real nodes, bin/manager with %s; default resources", w.managerFlags())
+	loadNote := fmt.Sprintf("%s; %d ConfigMaps created at %d/s in the tenant and synced to the host, read after %s", note, written, syncLoadRate, syncLoadFor)
 	perGiB := float64(1<<30) / memory
 	return []result{
 		ms("control plane: Ready (one)", one[0], "", note+"; created to ControlPlaneReady=True"),
@@ -83,7 +92,75 @@ func runControlPlanes(ctx context.Context, o Options, out io.Writer) (_ []result
 		{Name: "control plane: memory at rest", Value: round(memory/(1<<20), 1), Unit: "MiB", Note: note + "; working set of its Pod, mean of all"},
 		{Name: "control plane: CPU at rest", Value: round(cpu*1000, 1), Unit: "millicores", Note: note + "; mean of all"},
 		{Name: "control planes per GiB of host memory", Value: round(perGiB, 1), Unit: "control planes", Note: note + "; 1 GiB over the memory at rest"},
+		{Name: "control plane: memory under a sync load", Value: round(loadMemory/(1<<20), 1), Unit: "MiB", Note: loadNote},
+		{Name: "control plane: CPU under a sync load", Value: round(loadCPU*1000, 1), Unit: "millicores", Note: loadNote},
 	}, nil
+}
+
+// The sync load on one control plane: ConfigMaps created in its tenant
+// at this rate, for this long, each copied to the host by the manager.
+const (
+	syncLoadRate = 50
+	syncLoadFor  = 40 * time.Second
+)
+
+// controlPlaneUnderLoad creates ConfigMaps in name's tenant, through the
+// kubeconfig Tenantry wrote, at syncLoadRate for syncLoadFor, then reads
+// its control plane Pod's working set and CPU while the load goes on.
+func (w *managerWorld) controlPlaneUnderLoad(ctx context.Context, name string) (memory, cpu float64, written int, err error) {
+	var secret corev1.Secret
+	if err := w.host.Get(ctx, client.ObjectKey{Namespace: secretsNamespace, Name: name + "-kubeconfig"}, &secret); err != nil {
+		return 0, 0, 0, err
+	}
+	config, err := clientcmd.RESTConfigFromKubeConfig(secret.Data[tenantryv1alpha1.DefaultKubeconfigKey])
+	if err != nil {
+		return 0, 0, 0, fmt.Errorf("%s's kubeconfig: %w", name, err)
+	}
+	config.QPS, config.Burst = 2*syncLoadRate, 2*syncLoadRate
+	tenant, err := kubernetes.NewForConfig(config)
+	if err != nil {
+		return 0, 0, 0, err
+	}
+	loadCtx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() {
+		tick := time.NewTicker(time.Second / syncLoadRate)
+		defer tick.Stop()
+		for i := 0; ; i++ {
+			select {
+			case <-loadCtx.Done():
+				done <- nil
+				return
+			case <-tick.C:
+			}
+			cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("load-%05d", i)}, Data: map[string]string{"n": fmt.Sprint(i)}}
+			if _, err := tenant.CoreV1().ConfigMaps(metav1.NamespaceDefault).Create(loadCtx, cm, metav1.CreateOptions{}); err != nil {
+				if loadCtx.Err() != nil {
+					done <- nil
+				} else {
+					done <- fmt.Errorf("creating ConfigMap %d in %s: %w", i, name, err)
+				}
+				return
+			}
+			written = i + 1
+		}
+	}()
+	select {
+	case <-ctx.Done():
+		stop()
+		<-done
+		return 0, 0, 0, ctx.Err()
+	case err := <-done:
+		stop()
+		return 0, 0, 0, err
+	case <-time.After(syncLoadFor):
+	}
+	memory, cpu, err = w.controlPlaneUsage(ctx, []string{name})
+	stop()
+	if loadErr := <-done; err == nil {
+		err = loadErr
+	}
+	return memory, cpu, written, err
 }
 
 // controlPlanesReady creates a VirtualCluster with spec.controlPlane for
