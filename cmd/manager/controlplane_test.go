@@ -8,6 +8,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -386,6 +387,15 @@ func TestControlPlaneStorageAndVersions(t *testing.T) {
 	})
 	if out, err := kubectl.Run(ctx, kubeconfigs["shared-a"], "", "exec", "prober", "--", "/agnhost", "connect", "--timeout=3s", store.Host()); err == nil {
 		t.Errorf("a tenant Pod reached the DataStore at %s: %q", store.Host(), out)
+	}
+	// Nor another tenant's own etcd.
+	var etcdService corev1.Service
+	if err := host.Get(ctx, client.ObjectKey{Namespace: controlplane.Namespace("own-etcd"), Name: controlplane.EtcdName}, &etcdService); err != nil {
+		t.Fatal(err)
+	}
+	etcdAddr := net.JoinHostPort(etcdService.Spec.ClusterIP, strconv.Itoa(controlplane.EtcdPort))
+	if out, err := kubectl.Run(ctx, kubeconfigs["shared-a"], "", "exec", "prober", "--", "/agnhost", "connect", "--timeout=3s", etcdAddr); err == nil {
+		t.Errorf("a tenant Pod reached own-etcd's etcd at %s: %q", etcdAddr, out)
 	}
 
 	// A version change: one minor release forward, with the data kept.

@@ -14,6 +14,7 @@ import (
 	eventsv1 "k8s.io/api/events/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
@@ -187,6 +188,21 @@ func TestControlPlaneObjectsAndBadInput(t *testing.T) {
 		}
 		return len(pkiSecret.Data[cp.KeyEtcdServerCert]) > 0 && len(pkiSecret.Data[cp.KeyEtcdClientCert]) > 0, nil
 	})
+
+	// A DataStore is named for type DataStore, and only then.
+	for name, storage := range map[string]tenantryv1alpha1.ControlPlaneStorage{
+		"unnamed-store": {Type: tenantryv1alpha1.StorageDataStore},
+		"stray-store":   {Type: tenantryv1alpha1.StorageEtcd, DataStore: "shared"},
+		"store-claim":   {Type: tenantryv1alpha1.StorageDataStore, DataStore: "shared", Size: ptr.To(resource.MustParse("2Gi"))},
+	} {
+		vc := &tenantryv1alpha1.VirtualCluster{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: tenantryv1alpha1.VirtualClusterSpec{
+			KubeconfigSecretRef: tenantryv1alpha1.SecretKeyReference{Namespace: "default", Name: name},
+			ControlPlane:        &tenantryv1alpha1.ControlPlaneSpec{Storage: storage},
+		}}
+		if err := host.Create(t.Context(), vc); err == nil || !strings.Contains(err.Error(), "storage.") {
+			t.Errorf("%s (%+v): %v, want refused", name, storage, err)
+		}
+	}
 
 	// Storage DataStore: one that does not exist, then one that does not
 	// answer.
