@@ -478,6 +478,16 @@ func TestControlPlaneStorageAndVersions(t *testing.T) {
 	if out := kubectl.MustRun(t, kubeconfigs["shared-b"], "", "get", "configmap", "kept", "-o", "jsonpath={.data.owner}"); out != "shared-b" {
 		t.Errorf("shared-b's ConfigMap: %q", out)
 	}
+
+	// Paused: the sync stops, the control plane runs on.
+	patch = client.MergeFrom(vcs["shared-b"].DeepCopy())
+	vcs["shared-b"].Spec.Paused = true
+	if err := host.Patch(ctx, vcs["shared-b"], patch); err != nil {
+		t.Fatal(err)
+	}
+	expectReady(t, host, "shared-b", metav1.ConditionFalse, tenantryv1alpha1.ReasonPaused)
+	awaitControlPlaneReady(t, host, vcs["shared-b"], "shared-b's control plane ready while paused")
+	kubectl.MustRun(t, kubeconfigs["shared-b"], "", "create", "configmap", "while-paused")
 }
 
 // previousVersion is the release before the pinned one, whose control

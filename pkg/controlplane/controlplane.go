@@ -593,11 +593,16 @@ func (s Spec) controllerManagerArgs() []string {
 // does not run, as --controllers names them. Storage is bound, attached
 // and expanded in the host, where the volumes are: a tenant's own volume
 // binder would find a claim that the host bound (its status synced up)
-// bound to a volume the tenant does not have, and mark it Lost.
+// bound to a volume the tenant does not have, and mark it Lost. Nodes are
+// the host's: their lifecycle (heartbeats, NotReady taints, evictions) is
+// the host's node lifecycle controller's, whose outcome Tenantry syncs up
+// to the virtual nodes, and their Pod ranges the host's.
 var disabledControllers = []string{
 	"-persistentvolume-binder-controller",
 	"-persistentvolume-attach-detach-controller",
 	"-persistentvolume-expander-controller",
+	"-node-lifecycle-controller",
+	"-node-ipam-controller",
 }
 
 func (s Spec) meta(name string) metav1.ObjectMeta {
