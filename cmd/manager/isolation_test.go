@@ -30,7 +30,7 @@ import (
 // control planes.
 func TestHostPolicyII(t *testing.T) {
 	env := tenantrytest.New(t, tenantrytest.Options{
-		Tenants:                 2,
+		Tenants:                 3,
 		HostNodes:               1,
 		TenantControllerManager: true,
 		HostCRDDirectoryPaths:   []string{filepath.Join("..", "..", "config", "crd", "bases")},
@@ -106,6 +106,32 @@ func TestHostPolicyII(t *testing.T) {
 		}
 		setPaused(t, host, "dozing", false)
 		expectReady(t, host, "dozing", metav1.ConditionTrue, tenantryv1alpha1.ReasonSpawned)
+	})
+
+	t.Run("a tenant the host trusts gets the Pod Security level it is given", func(t *testing.T) {
+		t.Parallel()
+		tenant := register(t, "trusted", env.Tenants[2], &tenantryv1alpha1.HostPolicy{
+			Pods: &tenantryv1alpha1.PodPolicy{PodSecurityLevel: "privileged"},
+		})
+		ctx := t.Context()
+		pod := &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "on-host-network"},
+			Spec:       corev1.PodSpec{HostNetwork: true, Containers: []corev1.Container{{Name: "app", Image: "app"}}},
+		}
+		if err := tenant.Create(ctx, pod); err != nil {
+			t.Fatal(err)
+		}
+		// baseline, the default, refuses a Pod on the host's network.
+		eventually(t, 30*time.Second, "the host-network Pod copied to a privileged host namespace", func(ctx context.Context) (bool, error) {
+			var ns corev1.Namespace
+			if err := host.Get(ctx, client.ObjectKey{Name: syncer.HostNamespace("trusted", "default")}, &ns); err != nil {
+				return false, err
+			}
+			if level := ns.Labels["pod-security.kubernetes.io/enforce"]; level != "privileged" {
+				return false, fmt.Errorf("the host namespace enforces %q", level)
+			}
+			return true, host.Get(ctx, client.ObjectKey{Namespace: ns.Name, Name: pod.Name}, &corev1.Pod{})
+		})
 	})
 
 	t.Run("the budget holds over all host namespaces, exactly, and storage and metadata follow the policy", func(t *testing.T) {

@@ -9,6 +9,7 @@ import (
 
 	"github.com/tenantry/tenantry/cmd/internal/cli"
 	"github.com/tenantry/tenantry/cmd/internal/conformance"
+	"github.com/tenantry/tenantry/cmd/internal/devenv"
 )
 
 // conformanceCommand binds the flags of `tenantry-dev conformance` onto
@@ -33,6 +34,13 @@ var conformanceCommand = cli.Command{
 		fs.IntVar(&o.Dev.Nodes, "nodes", o.Dev.Nodes, "Number of host nodes: simulated for tiers 1 and 2, real for tier 3.")
 		fs.StringVar(&o.Dev.Assets, "assets", o.Dev.Assets, "Directory holding the control-plane binaries (default: $KUBEBUILDER_ASSETS, else this binary's own directory).")
 		fs.DurationVar(&o.Timeout, "timeout", o.Timeout, "Time the suite may take on one cluster.")
+		fs.BoolFunc("trusted-tenant", "Give each tenant the host policy a host grants a tenant it trusts as itself (spec.hostPolicy.pods: podSecurityLevel privileged, allowedVolumeTypes [hostPath]); "+
+			"the manager's flags stay the defaults. Not the default: report its figures apart.", func(v string) error {
+			if v == "true" {
+				o.Dev.TenantPods = devenv.TrustedPods()
+			}
+			return nil
+		})
 		fs.StringVar(&o.Reports, "reports", o.Reports, "Comma-separated cluster=junit.xml: run nothing, and count and compare these reports of earlier runs "+
 			"(of clusters or parts run apart, say) as a run would; a cluster's reports are joined.")
 		return func(ctx context.Context, in cli.Invocation) error { return conformance.Run(ctx, o, in.Out) }

@@ -39,6 +39,9 @@ func readHostPolicy(path string) (tenantryv1alpha1.HostPolicy, error) {
 	return p, nil
 }
 
+// podSecurityLevels are Pod Security Admission's levels.
+var podSecurityLevels = []string{"restricted", "baseline", "privileged"}
+
 // validateHostPolicy checks, for the default policy, what the CRD's schema
 // checks of a VirtualCluster's.
 func validateHostPolicy(p tenantryv1alpha1.HostPolicy) error {
@@ -47,6 +50,9 @@ func validateHostPolicy(p tenantryv1alpha1.HostPolicy) error {
 			if !slices.Contains(optionalVolumeTypes, t) {
 				return fmt.Errorf("pods.allowedVolumeTypes: %q is not one of %s", t, strings.Join(optionalVolumeTypes, ", "))
 			}
+		}
+		if l := p.Pods.PodSecurityLevel; l != "" && !slices.Contains(podSecurityLevels, l) {
+			return fmt.Errorf("pods.podSecurityLevel: %q is not one of %s", l, strings.Join(podSecurityLevels, ", "))
 		}
 	}
 	if p.Services != nil {
@@ -121,6 +127,9 @@ func overDefault(def tenantryv1alpha1.HostPolicy, vc *tenantryv1alpha1.HostPolic
 		pods.AllowedVolumeTypes = either(p.AllowedVolumeTypes, pods.AllowedVolumeTypes)
 		pods.Tolerations = either(p.Tolerations, pods.Tolerations)
 		pods.KeepImagePullPolicy = pods.KeepImagePullPolicy || p.KeepImagePullPolicy
+		if p.PodSecurityLevel != "" {
+			pods.PodSecurityLevel = p.PodSecurityLevel
+		}
 		if len(p.NodeSelector) > 0 {
 			pods.NodeSelector = p.NodeSelector
 		}

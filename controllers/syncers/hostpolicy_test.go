@@ -41,6 +41,16 @@ func TestVirtualClusterPolicyOverDefault(t *testing.T) {
 	if !slices.Equal(def.Pods.AllowedPriorityClasses, []string{"tenant-low"}) {
 		t.Error("the default policy was changed")
 	}
+	// A Pod Security level set for one tenant is its own; unset, the
+	// default's.
+	def.Pods.PodSecurityLevel = "restricted"
+	if level := overDefault(def, &tenantryv1alpha1.HostPolicy{Pods: &tenantryv1alpha1.PodPolicy{PodSecurityLevel: "privileged"}}).Pods.PodSecurityLevel; level != "privileged" {
+		t.Errorf("the VirtualCluster's Pod Security level: %q, want privileged", level)
+	}
+	if level := overDefault(def, &tenantryv1alpha1.HostPolicy{Pods: &tenantryv1alpha1.PodPolicy{}}).Pods.PodSecurityLevel; level != "restricted" {
+		t.Errorf("no Pod Security level of the VirtualCluster's: %q, want the default's restricted", level)
+	}
+	def.Pods.PodSecurityLevel = ""
 
 	// Denied egress adds up, as denied metadata prefixes do.
 	def.Network = &tenantryv1alpha1.NetworkPolicy{DeniedEgressCIDRs: []string{"10.99.0.0/16"}}
@@ -100,6 +110,7 @@ func TestReadHostPolicy(t *testing.T) {
 	for name, c := range map[string]struct{ content, want string }{
 		"unknown field": {"pods:\n  allowedVolumeType: [nfs]\n", "allowedVolumeType"},
 		"gitRepo":       {"pods:\n  allowedVolumeTypes: [gitRepo]\n", `"gitRepo" is not one of`},
+		"pod security":  {"pods:\n  podSecurityLevel: root\n", `pods.podSecurityLevel: "root" is not one of restricted, baseline, privileged`},
 		"no slash":      {"metadata:\n  deniedPrefixes: [example.com]\n", `prefix "example.com": a key prefix is a DNS subdomain and a slash`},
 		"a path":        {"metadata:\n  allowedPrefixes: [example.com/foo/]\n", `prefix "example.com/foo/"`},
 		"upper case":    {"metadata:\n  deniedPrefixes: [Example.com/]\n", `prefix "Example.com/"`},

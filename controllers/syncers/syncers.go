@@ -392,6 +392,9 @@ func newTenants(p tenantParams) (*Tenants, error) {
 		opts.DeniedMetadataPrefixes, opts.AllowedMetadataPrefixes = metadataPrefixes(
 			o.Syncer.DeniedMetadataPrefixes, o.Syncer.AllowedMetadataPrefixes, policy)
 		opts.ResourceQuota, opts.LimitRange = policy.ResourceQuota, policy.LimitRange
+		if level := policy.Pods.PodSecurityLevel; level != "" {
+			opts.PodSecurityLevel = level
+		}
 		if policy.Network != nil {
 			opts.DeniedEgressCIDRs = policy.Network.DeniedEgressCIDRs
 			opts.ControlPlaneCIDRs = policy.Network.ControlPlaneCIDRs

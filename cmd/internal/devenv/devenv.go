@@ -72,6 +72,17 @@ type Options struct {
 	// ControlPlanesOnly starts the clusters alone: no CRDs, no manager,
 	// no VirtualClusters (to run bin/manager by hand against them).
 	ControlPlanesOnly bool
+	// TenantPods, if set, is the pods part of each tenant VirtualCluster's
+	// spec.hostPolicy: what the host grants its tenants here beyond the
+	// default (TrustedPods, say).
+	TenantPods *tenantryv1alpha1.PodPolicy
+}
+
+// TrustedPods is the Pod policy a host grants a tenant it trusts as
+// itself: Pod Security privileged (the host's network, ports, processes)
+// and hostPath volumes. Never the default.
+func TrustedPods() *tenantryv1alpha1.PodPolicy {
+	return &tenantryv1alpha1.PodPolicy{PodSecurityLevel: "privileged", AllowedVolumeTypes: []string{"hostPath"}}
 }
 
 // Env is a running dev environment: a host whose scheduler and
@@ -277,6 +288,9 @@ func (d *Env) registerTenants(ctx context.Context, o Options) error {
 					corev1.ServiceTypeClusterIP, corev1.ServiceTypeExternalName, corev1.ServiceTypeNodePort, corev1.ServiceTypeLoadBalancer,
 				}}},
 			},
+		}
+		if o.TenantPods != nil {
+			vc.Spec.HostPolicy.Pods = o.TenantPods.DeepCopy()
 		}
 		if cidrs := d.env.ControlPlaneCIDRs(); len(cidrs) > 0 {
 			// The tenant API server calls its Pods (webhooks, aggregated

@@ -335,6 +335,16 @@ type PodPolicy struct {
 	// +optional
 	AllowedVolumeTypes []string `json:"allowedVolumeTypes,omitempty"`
 
+	// PodSecurityLevel is the Pod Security level enforced on the tenant's
+	// host namespaces: restricted, baseline or privileged. Empty: the
+	// manager's --host-pod-security-level (baseline by default). privileged
+	// lets the tenant's Pods use the host's network, ports, processes and
+	// devices, where no NetworkPolicy holds them: grant it only to a tenant
+	// the host trusts as itself.
+	// +kubebuilder:validation:Enum=restricted;baseline;privileged
+	// +optional
+	PodSecurityLevel string `json:"podSecurityLevel,omitempty"`
+
 	// NodeSelector is put on every host Pod, over the tenant's own keys of
 	// the same name: the nodes the host gives this tenant.
 	// +kubebuilder:validation:MaxProperties=32
