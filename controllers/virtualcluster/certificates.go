@@ -5,11 +5,9 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
-	"net"
 	"net/http"
 	"sync"
 	"sync/atomic"
-	"time"
 
 	utilnet "k8s.io/apimachinery/pkg/util/net"
 	"k8s.io/client-go/rest"
@@ -29,18 +27,83 @@ type clientCertificates struct {
 	byCluster map[string]*clientCertificate
 }
 
-// clientCertificate is one cluster's: the transport of its clients, made
-// anew for each certificate so that no connection opened with the old
-// one is used for a request after the swap (an API server checks a
-// client certificate's validity at each request).
+// clientCertificate is one cluster's: its certificate, and the transport
+// of its clients, made anew for each certificate so that no connection
+// opened with the old one is used for a request after the swap (an API
+// server checks a client certificate's validity at each request). Each
+// transport dials and is set up as the one client-go builds for the
+// cluster's config (base): through the registry's dialer of the cluster,
+// whose connections are cut when the cluster stops, and with its
+// compression setting.
 type clientCertificate struct {
+	mu        sync.Mutex
 	certPEM   []byte
+	tlsConfig *tls.Config
+	base      *http.Transport
 	transport atomic.Pointer[http.Transport]
 }
 
 // RoundTrip sends req on the transport of the current certificate.
 func (c *clientCertificate) RoundTrip(req *http.Request) (*http.Response, error) {
-	return c.transport.Load().RoundTrip(req)
+	t := c.transport.Load()
+	if t == nil {
+		return nil, errors.New("the cluster's client certificate has no transport yet")
+	}
+	return t.RoundTrip(req)
+}
+
+// wrap is the config's WrapTransport: it takes the transport client-go
+// built as the base of the cluster's own, and sends every request
+// through the one of the current certificate.
+func (c *clientCertificate) wrap(rt http.RoundTripper) http.RoundTripper {
+	base := httpTransport(rt)
+	if base == nil {
+		// Not a transport whose certificate can be swapped: client-go's,
+		// with the certificate the cluster was spawned with.
+		return rt
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.base == nil {
+		c.base = base
+		c.renewTransport()
+	}
+	return c
+}
+
+// httpTransport is the *http.Transport under client-go's wrappers of rt,
+// or nil.
+func httpTransport(rt http.RoundTripper) *http.Transport {
+	for rt != nil {
+		switch t := rt.(type) {
+		case *http.Transport:
+			return t
+		case utilnet.RoundTripperWrapper:
+			rt = t.WrappedRoundTripper()
+		default:
+			return nil
+		}
+	}
+	return nil
+}
+
+// renewTransport makes the transport of the current certificate, and
+// closes the idle connections of the one before; its busy ones end with
+// their requests. Called with c.mu held, once a base is known.
+func (c *clientCertificate) renewTransport() {
+	tlsConfig := c.tlsConfig.Clone()
+	t := utilnet.SetTransportDefaults(&http.Transport{
+		Proxy:               c.base.Proxy,
+		DialContext:         c.base.DialContext,
+		TLSClientConfig:     tlsConfig,
+		TLSHandshakeTimeout: c.base.TLSHandshakeTimeout,
+		MaxIdleConnsPerHost: c.base.MaxIdleConnsPerHost,
+		IdleConnTimeout:     c.base.IdleConnTimeout,
+		DisableCompression:  c.base.DisableCompression,
+	})
+	if old := c.transport.Swap(t); old != nil {
+		old.CloseIdleConnections()
+	}
 }
 
 // rotatable says whether config authenticates with a client certificate
@@ -90,9 +153,7 @@ func (c *clientCertificates) spawnConfig(cluster string, config *rest.Config) (*
 		return nil, err
 	}
 	config = rest.CopyConfig(config)
-	// The transport client-go builds from the config is set aside: every
-	// request goes through the cluster's own.
-	config.WrapTransport = func(http.RoundTripper) http.RoundTripper { return cert }
+	config.WrapTransport = cert.wrap
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.byCluster == nil {
@@ -108,56 +169,48 @@ func (c *clientCertificates) renew(cluster string, config *rest.Config) (bool, e
 	c.mu.Lock()
 	cert := c.byCluster[cluster]
 	c.mu.Unlock()
-	if cert == nil || !rotatable(config) || bytes.Equal(cert.certPEM, config.CertData) {
+	if cert == nil || !rotatable(config) {
+		return false, nil
+	}
+	cert.mu.Lock()
+	same := bytes.Equal(cert.certPEM, config.CertData)
+	cert.mu.Unlock()
+	if same {
 		return false, nil
 	}
 	return true, cert.use(config)
 }
 
-// drop forgets cluster's certificate, its app stopped.
+// drop forgets cluster's certificate, its app stopped (whose dialer has
+// cut its connections).
 func (c *clientCertificates) drop(cluster string) {
 	c.mu.Lock()
-	cert := c.byCluster[cluster]
+	defer c.mu.Unlock()
 	delete(c.byCluster, cluster)
-	c.mu.Unlock()
-	if cert != nil {
-		cert.transport.Load().CloseIdleConnections()
-	}
 }
 
-// use makes a transport for config's certificate, and sends every new
-// request on it; the old transport's idle connections are closed, its
-// busy ones end with their requests.
+// use takes config's certificate: the TLS settings of config (its CA, its
+// server name), presenting that certificate; once client-go has built
+// the cluster's transport, a transport of its own.
 func (c *clientCertificate) use(config *rest.Config) error {
 	pair, err := tls.X509KeyPair(config.CertData, config.KeyData)
 	if err != nil {
 		return fmt.Errorf("the kubeconfig's client certificate: %w", err)
 	}
-	noCert := rest.CopyConfig(config)
-	noCert.CertData, noCert.KeyData = nil, nil
-	tlsConfig, err := rest.TLSConfigFor(noCert)
+	tlsConfig, err := rest.TLSConfigFor(config)
 	if err != nil {
 		return fmt.Errorf("the kubeconfig's TLS settings: %w", err)
 	}
 	if tlsConfig == nil {
 		return errors.New("the kubeconfig's server is not reached over TLS")
 	}
+	tlsConfig.Certificates = nil
 	tlsConfig.GetClientCertificate = func(*tls.CertificateRequestInfo) (*tls.Certificate, error) { return &pair, nil }
-	proxy := http.ProxyFromEnvironment
-	if config.Proxy != nil {
-		proxy = config.Proxy
-	}
-	// As client-go's own transports: HTTP/2, and its timeouts.
-	t := utilnet.SetTransportDefaults(&http.Transport{
-		Proxy:               proxy,
-		TLSClientConfig:     tlsConfig,
-		TLSHandshakeTimeout: 10 * time.Second,
-		MaxIdleConnsPerHost: 25,
-		DialContext:         (&net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
-	})
-	c.certPEM = bytes.Clone(config.CertData)
-	if old := c.transport.Swap(t); old != nil {
-		old.CloseIdleConnections()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.certPEM, c.tlsConfig = bytes.Clone(config.CertData), tlsConfig
+	if c.base != nil {
+		c.renewTransport()
 	}
 	return nil
 }

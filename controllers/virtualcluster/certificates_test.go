@@ -1,12 +1,15 @@
 package virtualcluster
 
 import (
+	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -81,6 +84,13 @@ func TestClientCertificateSwappedInPlace(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer certs.drop("c1")
+	// As the registry does: a dialer of the cluster's own, which the
+	// transports of every certificate dial through.
+	var dials atomic.Int32
+	spawned.Dial = func(ctx context.Context, network, address string) (net.Conn, error) {
+		dials.Add(1)
+		return (&net.Dialer{}).DialContext(ctx, network, address)
+	}
 	httpClient, err := rest.HTTPClientFor(spawned)
 	if err != nil {
 		t.Fatal(err)
@@ -113,6 +123,9 @@ func TestClientCertificateSwappedInPlace(t *testing.T) {
 		if got := get(); got != serial(second) {
 			t.Fatalf("after the renewal a request presented %s, want the renewed %s", got, serial(second))
 		}
+	}
+	if n := dials.Load(); n != 2 {
+		t.Errorf("%d connections dialed through the cluster's dialer, want 2: one per certificate", n)
 	}
 }
 
