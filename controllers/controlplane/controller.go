@@ -103,6 +103,22 @@ func setup(p params) error {
 	for _, o := range []client.Object{&appsv1.StatefulSet{}, &corev1.Service{}, &corev1.Pod{}} {
 		b = b.WatchesRawSource(source.Kind(r.workloads, o, owner))
 	}
+	// A DataStore's change (its endpoints, its Secret's reference) brings
+	// the control planes on it.
+	b = b.Watches(&tenantryv1alpha1.DataStore{}, handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, o client.Object) []reconcile.Request {
+		var vcs tenantryv1alpha1.VirtualClusterList
+		if err := p.Manager.GetClient().List(ctx, &vcs); err != nil {
+			ctrl.LoggerFrom(ctx).Error(err, "listing VirtualClusters for a DataStore's change", "dataStore", o.GetName())
+			return nil
+		}
+		var out []reconcile.Request
+		for _, vc := range vcs.Items {
+			if usesDataStore(&vc) == o.GetName() {
+				out = append(out, reconcile.Request{NamespacedName: types.NamespacedName{Name: vc.Name}})
+			}
+		}
+		return out
+	}), builder.WithPredicates(predicate.GenerationChangedPredicate{}))
 	if err := b.Complete(r); err != nil {
 		return err
 	}
@@ -116,7 +132,9 @@ func setup(p params) error {
 	return ctrl.NewControllerManagedBy(p.Manager).
 		Named(ControllerName+"-datastore").
 		For(&tenantryv1alpha1.DataStore{}).
-		Watches(&tenantryv1alpha1.VirtualCluster{}, users).
+		// Its count changes with a VirtualCluster's spec, its creation and
+		// its deletion, not with its status.
+		Watches(&tenantryv1alpha1.VirtualCluster{}, users, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
 		Complete(&DataStoreReconciler{client: p.Manager.GetClient(), apiReader: p.Manager.GetAPIReader(),
 			recorder: p.Manager.GetEventRecorder("tenantry-" + ControllerName)})
 }

@@ -499,13 +499,18 @@ func (r *Reconciler) remove(ctx context.Context, vc *tenantryv1alpha1.VirtualClu
 	}
 	ns := controlplane.Namespace(vc.Name)
 	if vc.Spec.ControlPlane.RetainData {
-		// The workload and its Service go; the namespace keeps the claim
-		// and the certificates, which a VirtualCluster of the same name
-		// takes up again.
-		for _, o := range []client.Object{
-			&appsv1.StatefulSet{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: controlplane.WorkloadName}},
-			&corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: controlplane.ServiceName}},
-		} {
+		// The workloads and their Services go (its etcd's too); the
+		// namespace keeps the claim and the certificates, which a
+		// VirtualCluster of the same name takes up again.
+		spec := controlplane.FromVirtualCluster(vc, r.opts.Version, *r.opts.Resources)
+		var workloads []client.Object
+		for _, o := range spec.StatefulSets() {
+			workloads = append(workloads, &appsv1.StatefulSet{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: o.Name}})
+		}
+		for _, o := range spec.Services() {
+			workloads = append(workloads, &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: o.Name}})
+		}
+		for _, o := range workloads {
 			if err := r.client.Delete(ctx, o, client.PropagationPolicy(metav1.DeletePropagationForeground)); client.IgnoreNotFound(err) != nil {
 				return fmt.Errorf("deleting %s/%s: %w", ns, o.GetName(), err)
 			}

@@ -16,7 +16,9 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -163,6 +165,34 @@ func TestControlPlaneObjectsAndBadInput(t *testing.T) {
 		t.Errorf("removing spec.controlPlane: %v, want refused", err)
 	}
 
+	// A VirtualCluster written without storage (as kubectl would) gets
+	// the default, and its type cannot change later.
+	bare := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": tenantryv1alpha1.GroupVersion.String(), "kind": "VirtualCluster",
+		"metadata": map[string]any{"name": "bare"},
+		"spec": map[string]any{
+			"kubeconfigSecretRef": map[string]any{"namespace": "default", "name": "bare-kubeconfig"},
+			"controlPlane":        map[string]any{},
+		},
+	}}
+	if err := host.Create(t.Context(), bare); err != nil {
+		t.Fatal(err)
+	}
+	for _, storage := range []string{`{"type":"Etcd"}`, `null`} {
+		patch := client.RawPatch(types.MergePatchType, []byte(`{"spec":{"controlPlane":{"storage":`+storage+`}}}`))
+		err := host.Patch(t.Context(), &tenantryv1alpha1.VirtualCluster{ObjectMeta: metav1.ObjectMeta{Name: "bare"}}, patch)
+		if storage == "null" {
+			// Removed: defaulted again, the same.
+			if err != nil {
+				t.Errorf("removing storage: %v", err)
+			}
+			continue
+		}
+		if err == nil || !strings.Contains(err.Error(), "storage.type cannot change") {
+			t.Errorf("storage %s on a VirtualCluster made without: %v, want refused", storage, err)
+		}
+	}
+
 	// Storage Etcd: an etcd of its own, apart, that only the control
 	// plane's Pod reaches.
 	create("own-etcd", tenantryv1alpha1.ControlPlaneSpec{Storage: tenantryv1alpha1.ControlPlaneStorage{Type: tenantryv1alpha1.StorageEtcd}})
@@ -257,4 +287,17 @@ func TestControlPlaneObjectsAndBadInput(t *testing.T) {
 	if _, err := store.Client(pkiSecret.Data[cp.KeyEtcdClientCert], pkiSecret.Data[cp.KeyEtcdClientKey]); err != nil {
 		t.Errorf("on-store's etcd client certificate: %v", err)
 	}
+
+	// A DataStore that a control plane uses is held when deleted.
+	if err := host.Delete(t.Context(), &tenantryv1alpha1.DataStore{ObjectMeta: metav1.ObjectMeta{Name: "shared"}}); err != nil {
+		t.Fatal(err)
+	}
+	tenantrytest.Eventually(t, 30*time.Second, "DataStore shared held, InUse", func(ctx context.Context) (bool, error) {
+		var ds tenantryv1alpha1.DataStore
+		if err := host.Get(ctx, client.ObjectKey{Name: "shared"}, &ds); err != nil {
+			return false, err
+		}
+		c := meta.FindStatusCondition(ds.Status.Conditions, tenantryv1alpha1.ConditionReady)
+		return c != nil && c.Reason == tenantryv1alpha1.ReasonDataStoreInUse && strings.Contains(c.Message, "1 control planes"), fmt.Errorf("condition %+v", c)
+	})
 }

@@ -26,6 +26,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/rest"
+	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 
@@ -379,6 +380,9 @@ func newTenants(p tenantParams) (*Tenants, error) {
 	serviceRanges := &sharedRead[[]netip.Prefix]{read: func(ctx context.Context) ([]netip.Prefix, error) {
 		return hostServiceRanges(ctx, p.Manager.GetAPIReader())
 	}}
+	dataStores := &sharedRead[[]string]{read: func(ctx context.Context) ([]string, error) {
+		return dataStoreCIDRs(ctx, p.Manager.GetAPIReader())
+	}}
 	return &Tenants{kubelet: p.Kubelet, dns: p.DNS, module: syncer.TenantModulePerCluster(p.Hub, func(ctx context.Context, cluster string) (syncer.Options, []syncer.Syncer, error) {
 		// Read from the same cache as the VirtualCluster's reconciler,
 		// after it: the tenant runs with the spec that made the reconciler
@@ -401,7 +405,7 @@ func newTenants(p tenantParams) (*Tenants, error) {
 		}
 		// No tenant's Pods reach a shared DataStore: only the control
 		// planes that use it, under their own policy.
-		stores, err := dataStoreCIDRs(ctx, p.Manager.GetAPIReader())
+		stores, err := dataStores.get(ctx)
 		if err != nil {
 			return syncer.Options{}, nil, err
 		}
@@ -490,7 +494,9 @@ func (r *sharedRead[T]) get(ctx context.Context) (T, error) {
 }
 
 // dataStoreCIDRs are the addresses of the host's DataStores' endpoints;
-// none where the host has no DataStore CRD.
+// none where the host has no DataStore CRD. A DataStore whose endpoints
+// do not resolve is logged and left out: it stops no tenant (its control
+// planes cannot reach it either, and say so).
 func dataStoreCIDRs(ctx context.Context, host client.Reader) ([]string, error) {
 	var list tenantryv1alpha1.DataStoreList
 	if err := host.List(ctx, &list); err != nil {
@@ -503,7 +509,8 @@ func dataStoreCIDRs(ctx context.Context, host client.Reader) ([]string, error) {
 	for _, ds := range list.Items {
 		cidrs, err := datastore.EndpointCIDRs(ctx, ds.Spec.Etcd.Endpoints)
 		if err != nil {
-			return nil, fmt.Errorf("DataStore %s: %w", ds.Name, err)
+			ctrl.LoggerFrom(ctx).Error(err, "the addresses of a DataStore, which tenant Pods are denied, are unknown", "dataStore", ds.Name)
+			continue
 		}
 		out = append(out, cidrs...)
 	}

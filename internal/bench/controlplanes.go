@@ -83,7 +83,7 @@ func runControlPlanes(ctx context.Context, o Options, out io.Writer) (_ []result
 		return nil, err
 	}
 	note := fmt.Sprintf("real nodes, bin/manager with %s; default resources", w.managerFlags())
-	loadNote := fmt.Sprintf("%s; %d ConfigMaps created at %d/s in the tenant and synced to the host, read after %s", note, written, syncLoadRate, syncLoadFor)
+	loadNote := fmt.Sprintf("%s; ConfigMaps asked at %d/s in the tenant for %s (%d made) and synced to the host, read while they are", note, syncLoadRate, syncLoadFor, written)
 	perGiB := float64(1<<30) / memory
 	return []result{
 		ms("control plane: Ready (one)", one[0], "", note+"; created to ControlPlaneReady=True"),
@@ -110,7 +110,7 @@ const (
 func (w *managerWorld) controlPlaneUnderLoad(ctx context.Context, name string) (memory, cpu float64, written int, err error) {
 	var secret corev1.Secret
 	if err := w.host.Get(ctx, client.ObjectKey{Namespace: secretsNamespace, Name: name + "-kubeconfig"}, &secret); err != nil {
-		return 0, 0, 0, err
+		return 0, 0, 0, fmt.Errorf("reading %s's kubeconfig Secret: %w", name, err)
 	}
 	config, err := clientcmd.RESTConfigFromKubeConfig(secret.Data[tenantryv1alpha1.DefaultKubeconfigKey])
 	if err != nil {
@@ -119,7 +119,7 @@ func (w *managerWorld) controlPlaneUnderLoad(ctx context.Context, name string) (
 	config.QPS, config.Burst = 2*syncLoadRate, 2*syncLoadRate
 	tenant, err := kubernetes.NewForConfig(config)
 	if err != nil {
-		return 0, 0, 0, err
+		return 0, 0, 0, fmt.Errorf("a client of %s: %w", name, err)
 	}
 	loadCtx, stop := context.WithCancel(ctx)
 	done := make(chan error, 1)

@@ -112,7 +112,6 @@ func main() {
 	}
 }
 
-// build writes the kit's images into a new OCI layout at --out.
 // builtImage is an image the kit serves: its references, its layers,
 // its configuration.
 type builtImage struct {
@@ -121,6 +120,7 @@ type builtImage struct {
 	config v1.Config
 }
 
+// build writes the kit's images into a new OCI layout at --out.
 func build(args []string) error {
 	fs := flag.NewFlagSet("build", flag.ExitOnError)
 	out := fs.String("out", "", "the OCI layout directory to write (replaced)")

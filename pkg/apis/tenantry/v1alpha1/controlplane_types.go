@@ -34,9 +34,9 @@ const (
 	// names exists, and is not one Tenantry wrote for this VirtualCluster.
 	ReasonSecretTaken = "SecretTaken"
 	// ReasonDataStoreUnavailable: the DataStore that
-	// spec.controlPlane.storage names does not exist, is not Ready
-	// (unreachable, or refused: its own condition says why), or refused
-	// the tenant's etcd user.
+	// spec.controlPlane.storage names does not exist, does not answer, or
+	// cannot be used (its Secret, its root certificate, authentication
+	// off), or refused the tenant's etcd user; the message says which.
 	ReasonDataStoreUnavailable = "DataStoreUnavailable"
 	// ReasonControlPlaneFailed: a workload of the control plane failed
 	// (the message says which, and how).
@@ -61,6 +61,9 @@ type ControlPlaneSpec struct {
 	Version string `json:"version,omitempty"`
 
 	// Storage is where the control plane keeps the tenant's objects.
+	// Defaulted, so that its type is always there to compare: it cannot
+	// change.
+	// +kubebuilder:default={}
 	// +optional
 	Storage ControlPlaneStorage `json:"storage,omitempty"`
 

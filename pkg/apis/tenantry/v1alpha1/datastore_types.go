@@ -15,6 +15,9 @@ const (
 	// client certificate is not etcd's root user, or etcd runs without
 	// authentication (which would not keep its tenants apart).
 	ReasonDataStoreInvalid = "Invalid"
+	// ReasonDataStoreInUse: it is deleted, and control planes still keep
+	// their data in it: it goes once they are deleted.
+	ReasonDataStoreInUse = "InUse"
 )
 
 // DataStore is a shared etcd that a host admin declares once, for the
