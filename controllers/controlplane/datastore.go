@@ -85,6 +85,16 @@ type DataStoreReconciler struct {
 // Reconcile reaches the DataStore and writes its status, and holds it
 // while control planes keep their data in it.
 func (r *DataStoreReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	res, err := r.reconcile(ctx, req)
+	if apierrors.IsConflict(err) {
+		// Its finalizers are written under lock: read again.
+		ctrl.LoggerFrom(ctx).V(1).Info("retrying: the DataStore changed meanwhile", "dataStore", req.Name, "error", err.Error())
+		return ctrl.Result{RequeueAfter: time.Second}, nil
+	}
+	return res, err
+}
+
+func (r *DataStoreReconciler) reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	var ds tenantryv1alpha1.DataStore
 	if err := r.client.Get(ctx, req.NamespacedName, &ds); err != nil {
 		return ctrl.Result{}, client.IgnoreNotFound(err)
@@ -99,14 +109,14 @@ func (r *DataStoreReconciler) Reconcile(ctx context.Context, req ctrl.Request) (
 			users++
 		}
 	}
-	deleting := !ds.DeletionTimestamp.IsZero()
-	if deleting != controllerutil.ContainsFinalizer(&ds, DataStoreFinalizer) {
+	deleting, held := !ds.DeletionTimestamp.IsZero(), controllerutil.ContainsFinalizer(&ds, DataStoreFinalizer)
+	switch {
+	case deleting && held && users > 0:
+		return ctrl.Result{RequeueAfter: dataStoreRecheck}, r.writeStatus(ctx, &ds, users, metav1.Condition{
+			Type: tenantryv1alpha1.ConditionReady, Status: metav1.ConditionFalse, Reason: tenantryv1alpha1.ReasonDataStoreInUse,
+			Message: fmt.Sprintf("deleted, and %d control planes keep their data in it: it goes once they are deleted", users)})
+	case deleting && held, !deleting && !held:
 		// Held once made; let go once deleted and used by none.
-		if deleting && users > 0 {
-			return ctrl.Result{RequeueAfter: dataStoreRecheck}, r.writeStatus(ctx, &ds, users, metav1.Condition{
-				Type: tenantryv1alpha1.ConditionReady, Status: metav1.ConditionFalse, Reason: tenantryv1alpha1.ReasonDataStoreInUse,
-				Message: fmt.Sprintf("deleted, and %d control planes keep their data in it: it goes once they are deleted", users)})
-		}
 		patch := client.MergeFromWithOptions(ds.DeepCopy(), client.MergeFromWithOptimisticLock{})
 		if deleting {
 			controllerutil.RemoveFinalizer(&ds, DataStoreFinalizer)
@@ -116,9 +126,9 @@ func (r *DataStoreReconciler) Reconcile(ctx context.Context, req ctrl.Request) (
 		if err := r.client.Patch(ctx, &ds, patch); err != nil {
 			return ctrl.Result{}, fmt.Errorf("the finalizer of DataStore %s: %w", ds.Name, client.IgnoreNotFound(err))
 		}
-		if deleting {
-			return ctrl.Result{}, nil
-		}
+	}
+	if deleting {
+		return ctrl.Result{}, nil
 	}
 	condition := metav1.Condition{Type: tenantryv1alpha1.ConditionReady, Status: metav1.ConditionTrue,
 		Reason: tenantryv1alpha1.ReasonDataStoreReachable, Message: "reached as etcd's root user; etcd authenticates its clients"}

@@ -63,7 +63,7 @@ type ControlPlaneSpec struct {
 	// Storage is where the control plane keeps the tenant's objects.
 	// Defaulted, so that its type is always there to compare: it cannot
 	// change.
-	// +kubebuilder:default={}
+	// +kubebuilder:default={"type":"Embedded"}
 	// +optional
 	Storage ControlPlaneStorage `json:"storage,omitempty"`
 
