@@ -44,7 +44,14 @@ func tenantClient(t *testing.T, store *tenantrytesting.EtcdDataStore, s *datasto
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, err := store.Client(kp.CertPEM, kp.KeyPEM)
+	return clientAs(t, store, kp.CertPEM, kp.KeyPEM)
+}
+
+// clientAs is a client of the store as the certificate's user, closed
+// when the test ends.
+func clientAs(t *testing.T, store *tenantrytesting.EtcdDataStore, certPEM, keyPEM []byte) *clientv3.Client {
+	t.Helper()
+	c, err := store.Client(certPEM, keyPEM)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -136,12 +143,7 @@ func TestTenantsAreKeptApart(t *testing.T) {
 
 func rootClient(t *testing.T, store *tenantrytesting.EtcdDataStore) *clientv3.Client {
 	t.Helper()
-	c, err := store.Client(store.Secret[datastore.KeyRootCert], store.Secret[datastore.KeyRootKey])
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = c.Close() })
-	return c
+	return clientAs(t, store, store.Secret[datastore.KeyRootCert], store.Secret[datastore.KeyRootKey])
 }
 
 func TestOpenRefuses(t *testing.T) {
