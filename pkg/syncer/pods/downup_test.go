@@ -58,7 +58,7 @@ func TestDown(t *testing.T) {
 		check   func(t *testing.T, host *corev1.Pod)
 	}{
 		{
-			name: "created: left to the host's scheduler, no host token, the tenant's service account named",
+			name: "created: left to the host's scheduler, on the node the tenant bound it to, no host token, the tenant's service account named",
 			tenant: tenantPod(func(p *corev1.Pod) {
 				p.Spec.NodeName = "tenant-node-1"
 				p.Spec.EphemeralContainers = []corev1.EphemeralContainer{{EphemeralContainerCommon: corev1.EphemeralContainerCommon{Name: "debug", Image: "busybox"}}}
@@ -66,6 +66,10 @@ func TestDown(t *testing.T) {
 			check: func(t *testing.T, host *corev1.Pod) {
 				if host.Spec.NodeName != "" {
 					t.Errorf("nodeName %q, want the host's scheduler to pick", host.Spec.NodeName)
+				}
+				if a := host.Spec.Affinity; a == nil || a.NodeAffinity == nil || a.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution == nil ||
+					!equality.Semantic.DeepEqual(a.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms, nodeTerms([]string{"tenant-node-1"})) {
+					t.Errorf("affinity %+v, want the node the tenant named, and it alone", host.Spec.Affinity)
 				}
 				if ptr.Deref(host.Spec.AutomountServiceAccountToken, true) {
 					t.Error("the host's service account token is mounted")

@@ -200,6 +200,31 @@ func nodeTerms(names []string) []corev1.NodeSelectorTerm {
 	return terms
 }
 
+// pin keeps a Pod that the tenant bound to a node by name (spec.nodeName,
+// past its scheduler) on that node in the host: a required node affinity
+// to it, added to each of the Pod's own required terms (they are ORed), so
+// that the host's scheduler places it there or nowhere, with the host's
+// taints and policy still in force. Without it the host would place it
+// wherever it fits, and the tenant would see it run on the node it named
+// while it ran on another.
+func pin(spec *corev1.PodSpec, node string) {
+	field := corev1.NodeSelectorRequirement{Key: metav1ObjectNameField, Operator: corev1.NodeSelectorOpIn, Values: []string{node}}
+	if spec.Affinity == nil {
+		spec.Affinity = &corev1.Affinity{}
+	}
+	if spec.Affinity.NodeAffinity == nil {
+		spec.Affinity.NodeAffinity = &corev1.NodeAffinity{}
+	}
+	required := spec.Affinity.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution
+	if required == nil || len(required.NodeSelectorTerms) == 0 {
+		spec.Affinity.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution = &corev1.NodeSelector{NodeSelectorTerms: nodeTerms([]string{node})}
+		return
+	}
+	for i := range required.NodeSelectorTerms {
+		required.NodeSelectorTerms[i].MatchFields = append(required.NodeSelectorTerms[i].MatchFields, field)
+	}
+}
+
 // metav1ObjectNameField is the one field a node selector term can match.
 const metav1ObjectNameField = "metadata.name"
 

@@ -222,3 +222,32 @@ func TestNodesForReadsOnlyForPodsThatAsk(t *testing.T) {
 		t.Errorf("a Pod with a node selector: %d nodes (%v), %d reads; want its one node, one read", len(nodes), err, lists.Load())
 	}
 }
+
+// A Pod the tenant bound to a node by name is pinned to it in the host:
+// each of its own required terms gets the node, so that it runs there or
+// nowhere.
+func TestPinToTheNodeTheTenantNamed(t *testing.T) {
+	spec := corev1.PodSpec{Affinity: &corev1.Affinity{NodeAffinity: &corev1.NodeAffinity{
+		RequiredDuringSchedulingIgnoredDuringExecution: &corev1.NodeSelector{NodeSelectorTerms: []corev1.NodeSelectorTerm{
+			{MatchExpressions: []corev1.NodeSelectorRequirement{{Key: "zone", Operator: corev1.NodeSelectorOpIn, Values: []string{"a"}}}},
+			{MatchExpressions: []corev1.NodeSelectorRequirement{{Key: "zone", Operator: corev1.NodeSelectorOpIn, Values: []string{"b"}}}},
+		}},
+	}}}
+	pin(&spec, "node-1")
+	terms := spec.Affinity.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms
+	if len(terms) != 2 {
+		t.Fatalf("%d terms, want the Pod's 2", len(terms))
+	}
+	for i, term := range terms {
+		if len(term.MatchExpressions) != 1 || len(term.MatchFields) != 1 || term.MatchFields[0].Key != "metadata.name" ||
+			term.MatchFields[0].Operator != corev1.NodeSelectorOpIn || len(term.MatchFields[0].Values) != 1 || term.MatchFields[0].Values[0] != "node-1" {
+			t.Errorf("term %d: %+v, want its own expression and node-1", i, term)
+		}
+	}
+	var bare corev1.PodSpec
+	pin(&bare, "node-2")
+	if got := bare.Affinity.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms; len(got) != 1 ||
+		len(got[0].MatchFields) != 1 || got[0].MatchFields[0].Values[0] != "node-2" {
+		t.Errorf("a Pod without affinity: %+v, want node-2 alone", got)
+	}
+}

@@ -275,6 +275,10 @@ func specDown(tenant *corev1.Pod, cluster string, nodes []corev1.Node, policy Po
 	spec := *tenant.Spec.DeepCopy()
 	// Before the host policy, whose node selector goes on top.
 	place(&spec, nodes)
+	if spec.NodeName != "" {
+		// Bound by the tenant past its scheduler: on that node, or none.
+		pin(&spec, spec.NodeName)
+	}
 	spec.NodeName = "" // the host schedules
 	// The host's token would be the host's credential; the tenant's comes
 	// from the API access Secret.
