@@ -239,11 +239,7 @@ func (s Spec) EtcdService() *corev1.Service {
 // Services are the control plane's Services: the API server's, and its
 // etcd's (storage Etcd).
 func (s Spec) Services() []*corev1.Service {
-	out := []*corev1.Service{s.Service()}
-	if e := s.EtcdService(); e != nil {
-		out = append(out, e)
-	}
-	return out
+	return present(s.Service(), s.EtcdService())
 }
 
 // NetworkPolicy admits, to the control plane's Pod, the API server's port
@@ -297,11 +293,7 @@ func (s Spec) EtcdNetworkPolicy() *networkingv1.NetworkPolicy {
 
 // NetworkPolicies are the control plane's NetworkPolicies.
 func (s Spec) NetworkPolicies() []*networkingv1.NetworkPolicy {
-	out := []*networkingv1.NetworkPolicy{s.NetworkPolicy()}
-	if e := s.EtcdNetworkPolicy(); e != nil {
-		out = append(out, e)
-	}
-	return out
+	return present(s.NetworkPolicy(), s.EtcdNetworkPolicy())
 }
 
 // Paths in the control plane's containers.
@@ -451,11 +443,13 @@ func (s Spec) EtcdStatefulSet() *appsv1.StatefulSet {
 // StatefulSets are the control plane's workloads, its API server's
 // first.
 func (s Spec) StatefulSets() []*appsv1.StatefulSet {
-	out := []*appsv1.StatefulSet{s.StatefulSet()}
-	if e := s.EtcdStatefulSet(); e != nil {
-		out = append(out, e)
-	}
-	return out
+	return present(s.StatefulSet(), s.EtcdStatefulSet())
+}
+
+// present are the objects of items that are there: a storage's own
+// objects are nil for the others.
+func present[T any](items ...*T) []*T {
+	return slices.DeleteFunc(items, func(o *T) bool { return o == nil })
 }
 
 // dataClaim is the claim template of etcd's data.
