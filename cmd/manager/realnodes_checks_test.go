@@ -229,6 +229,19 @@ func (k *tenantKit) lifecycle(t *testing.T) {
 		t.Errorf("a container that wrote bye and exited 3: phase %s, terminated %+v", exits.Status.Phase, term)
 	}
 
+	// Bound by name past the scheduler to a node short of the CPU it asks:
+	// the node's kubelet refuses it, and the tenant Pod ends Failed with
+	// the kubelet's reason, as on any cluster (a StatefulSet or a Job then
+	// makes another).
+	greedy := checkPod("app", "greedy", "true")
+	greedy.Spec.NodeName = exits.Spec.NodeName
+	greedy.Spec.Containers[0].Resources.Requests = corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("1000")}
+	refused := k.run(t, greedy, "refused by its node", ended)
+	if refused.Status.Phase != corev1.PodFailed || refused.Status.Reason != "OutOfcpu" || refused.Spec.NodeName != exits.Spec.NodeName {
+		t.Errorf("a Pod bound to %s asking 1000 CPUs: phase %s, reason %q (%s), on %q; want Failed, OutOfcpu, on the node it named",
+			exits.Spec.NodeName, refused.Status.Phase, refused.Status.Reason, refused.Status.Message, refused.Spec.NodeName)
+	}
+
 	crasher := checkPod("app", "crasher", "exit 1")
 	crasher.Spec.RestartPolicy = corev1.RestartPolicyAlways
 	k.run(t, crasher, "CrashLoopBackOff", func(p *corev1.Pod) (bool, error) {

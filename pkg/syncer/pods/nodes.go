@@ -108,7 +108,7 @@ func (e *virtualNodesExtension) Setup(scope *syncer.TenantScope) error {
 		return fmt.Errorf("indexing tenant Pods by node: %w", err)
 	}
 	if e.views != nil {
-		unregister := e.views.register(scope.Cluster(), mgr.GetClient())
+		unregister := e.views.register(scope.Cluster(), mgr.GetClient(), scope.HostReader())
 		if err := mgr.Add(manager.RunnableFunc(func(ctx context.Context) error {
 			<-ctx.Done()
 			unregister()

@@ -11,6 +11,7 @@ import (
 
 	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/selection"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -50,10 +51,13 @@ type nodeViews struct {
 type nodeView struct {
 	id     int
 	reader client.Reader
+	// host reads the host's nodes.
+	host client.Reader
 }
 
-// register makes reader cluster's node view until unregister is called.
-func (v *nodeViews) register(cluster string, reader client.Reader) (unregister func()) {
+// register makes reader (the tenant's) and host (the host's) cluster's
+// node view until unregister is called.
+func (v *nodeViews) register(cluster string, reader, host client.Reader) (unregister func()) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	if v.byCluster == nil {
@@ -61,7 +65,7 @@ func (v *nodeViews) register(cluster string, reader client.Reader) (unregister f
 	}
 	v.next++
 	id := v.next
-	v.byCluster[cluster] = append(v.byCluster[cluster], nodeView{id: id, reader: reader})
+	v.byCluster[cluster] = append(v.byCluster[cluster], nodeView{id: id, reader: reader, host: host})
 	return func() {
 		v.mu.Lock()
 		defer v.mu.Unlock()
@@ -78,16 +82,11 @@ const nodeListTimeout = 10 * time.Second
 // virtualNodesOf are cluster's virtual nodes, from its newest registered
 // reader; none when it has no reader (its virtual nodes do not run).
 func (v *nodeViews) virtualNodesOf(cluster string) ([]corev1.Node, error) {
-	// The reader is taken under the lock: unregister deletes in place.
-	v.mu.Lock()
-	var reader client.Reader
-	if views := v.byCluster[cluster]; len(views) > 0 {
-		reader = views[len(views)-1].reader
-	}
-	v.mu.Unlock()
-	if reader == nil {
+	view, ok := v.newest(cluster)
+	if !ok {
 		return nil, nil
 	}
+	reader := view.reader
 	ctx, cancel := context.WithTimeout(context.Background(), nodeListTimeout)
 	defer cancel()
 	var nodes corev1.NodeList
@@ -96,6 +95,37 @@ func (v *nodeViews) virtualNodesOf(cluster string) ([]corev1.Node, error) {
 		return nil, fmt.Errorf("reading the tenant's virtual nodes: %w", err)
 	}
 	return nodes.Items, nil
+}
+
+// newest is cluster's newest registered view; false when it has none.
+func (v *nodeViews) newest(cluster string) (nodeView, bool) {
+	// Taken under the lock: unregister deletes in place.
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	views := v.byCluster[cluster]
+	if len(views) == 0 {
+		return nodeView{}, false
+	}
+	return views[len(views)-1], true
+}
+
+// hostNode is the host node name, as cluster's view reads it; nil when
+// it does not exist, or cluster has no view.
+func (v *nodeViews) hostNode(cluster, name string) (*corev1.Node, error) {
+	view, ok := v.newest(cluster)
+	if !ok || view.host == nil {
+		return nil, nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), nodeListTimeout)
+	defer cancel()
+	var node corev1.Node
+	if err := view.host.Get(ctx, client.ObjectKey{Name: name}, &node); err != nil {
+		if apierrors.IsNotFound(err) {
+			return nil, nil
+		}
+		return nil, fmt.Errorf("reading host node %s: %w", name, err)
+	}
+	return &node, nil
 }
 
 // nodesFor are cluster's virtual nodes for placing a Pod of spec; none,
@@ -200,13 +230,38 @@ func nodeTerms(names []string) []corev1.NodeSelectorTerm {
 	return terms
 }
 
-// pin keeps a Pod that the tenant bound to a node by name (spec.nodeName,
-// past its scheduler) on that node in the host: a required node affinity
-// to it, added to each of the Pod's own required terms (they are ORed), so
-// that the host's scheduler places it there or nowhere, with the host's
-// taints and policy still in force. Without it the host would place it
-// wherever it fits, and the tenant would see it run on the node it named
-// while it ran on another.
+// A Pod the tenant binds to a node by name (spec.nodeName) skips its
+// scheduler, as on any cluster: the node's kubelet alone admits or refuses
+// it, and a refusal (its ports taken, its resources short) ends the Pod
+// Failed, for its controller to make it again. The host copy is bound to
+// that node by name as well, so that the host's kubelet judges it and says
+// so in the Pod's status, which goes up as always; but only where the host
+// would let the host's scheduler put it (bindable): the tenant names the
+// node, not past the host's cordons and taints. Elsewhere it is pinned to
+// the node (pin), and waits Pending for the host's scheduler to place it
+// there, its FailedScheduling telling the tenant why.
+
+// bindable says whether the host copy of a Pod the tenant bound by name
+// to node may be bound to it past the host's scheduler: node exists and is
+// not going, not cordoned, and spec (the host Pod's, after the host
+// policy) tolerates every taint that keeps Pods off it, those of its
+// conditions (not ready, under pressure) included. What the host policy's
+// node selector and the Pod's own node affinity ask, the host's kubelet
+// checks itself as it admits the Pod.
+func bindable(spec *corev1.PodSpec, node *corev1.Node) bool {
+	if node == nil || !node.DeletionTimestamp.IsZero() || node.Spec.Unschedulable {
+		return false
+	}
+	return !slices.ContainsFunc(node.Spec.Taints, func(t corev1.Taint) bool { return keepsOff(spec.Tolerations, &t) })
+}
+
+// pin keeps a Pod that the tenant bound to a node by name, and that the
+// host may not bind there (see bindable), on that node in the host: a
+// required node affinity to it, added to each of the Pod's own required
+// terms (they are ORed), so that the host's scheduler places it there or
+// nowhere, with the host's taints and policy still in force. Without it
+// the host would place it wherever it fits, and the tenant would see it
+// run on the node it named while it ran on another.
 func pin(spec *corev1.PodSpec, node string) {
 	field := corev1.NodeSelectorRequirement{Key: metav1ObjectNameField, Operator: corev1.NodeSelectorOpIn, Values: []string{node}}
 	if spec.Affinity == nil {
@@ -282,14 +337,16 @@ func requirementHolds(r corev1.NodeSelectorRequirement, set labels.Set) bool {
 // the host node's conditions as it sees them: whether the host node is
 // fit is the host scheduler's to judge, by the host's own.
 func tolerated(tolerations []corev1.Toleration, taints []corev1.Taint) bool {
-	for i := range taints {
-		t := &taints[i]
-		if t.Effect != corev1.TaintEffectNoSchedule && t.Effect != corev1.TaintEffectNoExecute || strings.HasPrefix(t.Key, conditionTaintPrefix) {
-			continue
-		}
-		if !slices.ContainsFunc(tolerations, func(tol corev1.Toleration) bool { return tol.ToleratesTaint(logr.Discard(), t, false) }) {
-			return false
-		}
+	return !slices.ContainsFunc(taints, func(t corev1.Taint) bool {
+		return !strings.HasPrefix(t.Key, conditionTaintPrefix) && keepsOff(tolerations, &t)
+	})
+}
+
+// keepsOff says whether taint keeps a Pod of tolerations off its node: it
+// is NoSchedule or NoExecute, and no toleration tolerates it.
+func keepsOff(tolerations []corev1.Toleration, taint *corev1.Taint) bool {
+	if taint.Effect != corev1.TaintEffectNoSchedule && taint.Effect != corev1.TaintEffectNoExecute {
+		return false
 	}
-	return true
+	return !slices.ContainsFunc(tolerations, func(tol corev1.Toleration) bool { return tol.ToleratesTaint(logr.Discard(), taint, false) })
 }

@@ -159,8 +159,8 @@ func TestNodeViewsAcrossARespawn(t *testing.T) {
 	node := virtualNode("n1", map[string]string{"zone": "a"}, nil)
 	c := fake.NewClientBuilder().WithObjects(&node).Build()
 	var v nodeViews
-	stopOld := v.register("vc", c)
-	stopNew := v.register("vc", c)
+	stopOld := v.register("vc", c, nil)
+	stopNew := v.register("vc", c, nil)
 	var reads atomic.Int64
 	stop, done := make(chan struct{}), make(chan struct{})
 	go func() {
@@ -214,7 +214,7 @@ func TestNodesForReadsOnlyForPodsThatAsk(t *testing.T) {
 		},
 	}).Build()
 	var v nodeViews
-	defer v.register("vc", c)()
+	defer v.register("vc", c, nil)()
 	if nodes, err := v.nodesFor("vc", &corev1.PodSpec{}); err != nil || nodes != nil || lists.Load() != 0 {
 		t.Errorf("a Pod asking nothing: %v (%v), %d reads; want none, no read", nodes, err, lists.Load())
 	}
@@ -249,5 +249,45 @@ func TestPinToTheNodeTheTenantNamed(t *testing.T) {
 	if got := bare.Affinity.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms; len(got) != 1 ||
 		len(got[0].MatchFields) != 1 || got[0].MatchFields[0].Values[0] != "node-2" {
 		t.Errorf("a Pod without affinity: %+v, want node-2 alone", got)
+	}
+}
+
+// The host copy of a Pod the tenant bound by name is bound to the node
+// only where the host's scheduler could have put it: the node exists, is
+// not cordoned or going, and the host Pod tolerates its taints, those of
+// its conditions too.
+func TestBindable(t *testing.T) {
+	node := func(mutate func(*corev1.Node)) *corev1.Node {
+		n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-1"}}
+		mutate(n)
+		return n
+	}
+	dedicated := corev1.Taint{Key: "dedicated", Value: "team-a", Effect: corev1.TaintEffectNoSchedule}
+	tolerates := corev1.PodSpec{Tolerations: []corev1.Toleration{{Key: "dedicated", Operator: corev1.TolerationOpEqual, Value: "team-a"}}}
+	for _, tc := range []struct {
+		name string
+		spec corev1.PodSpec
+		node *corev1.Node
+		want bool
+	}{
+		{"a plain node", corev1.PodSpec{}, node(func(*corev1.Node) {}), true},
+		{"no such node", corev1.PodSpec{}, nil, false},
+		{"cordoned", corev1.PodSpec{}, node(func(n *corev1.Node) { n.Spec.Unschedulable = true }), false},
+		{"going", corev1.PodSpec{}, node(func(n *corev1.Node) {
+			n.DeletionTimestamp = &metav1.Time{Time: time.Now()}
+			n.Finalizers = []string{"keep"}
+		}), false},
+		{"tainted, not tolerated", corev1.PodSpec{}, node(func(n *corev1.Node) { n.Spec.Taints = []corev1.Taint{dedicated} }), false},
+		{"tainted, tolerated", tolerates, node(func(n *corev1.Node) { n.Spec.Taints = []corev1.Taint{dedicated} }), true},
+		{"a PreferNoSchedule taint", corev1.PodSpec{}, node(func(n *corev1.Node) {
+			n.Spec.Taints = []corev1.Taint{{Key: "busy", Effect: corev1.TaintEffectPreferNoSchedule}}
+		}), true},
+		{"not ready", corev1.PodSpec{}, node(func(n *corev1.Node) {
+			n.Spec.Taints = []corev1.Taint{{Key: corev1.TaintNodeNotReady, Effect: corev1.TaintEffectNoSchedule}}
+		}), false},
+	} {
+		if got := bindable(&tc.spec, tc.node); got != tc.want {
+			t.Errorf("%s: bindable %t, want %t", tc.name, got, tc.want)
+		}
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
@@ -91,5 +92,84 @@ func TestTenantNodeLabelsSteerPods(t *testing.T) {
 			}
 		}
 		return false, fmt.Errorf("no FailedScheduling Event yet")
+	})
+}
+
+// A Pod the tenant binds to a node by name skips the scheduler, in the
+// host too: its host copy is bound to that node, for the node's kubelet to
+// admit or refuse, and runs there. One bound to a node the host does not
+// have is pinned to it, and waits Pending: the tenant cannot put a Pod
+// past the host's scheduler where the host would not.
+func TestPodBoundByNameIsBoundInTheHost(t *testing.T) {
+	useWorld(t)
+	tenant := shared.Tenants["tenant-1"]
+	// A host node that takes Pods: the tenant need not see it before.
+	var nodes corev1.NodeList
+	if err := shared.Host.List(t.Context(), &nodes); err != nil {
+		t.Fatal(err)
+	}
+	var nodeName string
+	for _, n := range nodes.Items {
+		if !n.Spec.Unschedulable && len(n.Spec.Taints) == 0 {
+			nodeName = n.Name
+		}
+	}
+	if nodeName == "" {
+		t.Fatalf("no host node of %d takes Pods", len(nodes.Items))
+	}
+
+	hostPod := func(pod *corev1.Pod, what string, cond func(*corev1.Pod) bool) *corev1.Pod {
+		var h corev1.Pod
+		key := client.ObjectKey{Namespace: hostNS("tenant-1", "default"), Name: pod.Name}
+		eventually(t, 30*time.Second, "host Pod of "+pod.Name+": "+what, func(ctx context.Context) (bool, error) {
+			if err := shared.Host.Get(ctx, key, &h); err != nil {
+				return false, err
+			}
+			return cond(&h), fmt.Errorf("nodeName %q, phase %s", h.Spec.NodeName, h.Status.Phase)
+		})
+		return &h
+	}
+	bound := func(name, node string) *corev1.Pod {
+		pod := &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: name},
+			Spec: corev1.PodSpec{
+				NodeName:   node,
+				Containers: []corev1.Container{{Name: "app", Image: "registry.k8s.io/pause:3.10"}},
+			},
+		}
+		if err := tenant.Create(t.Context(), pod); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = tenant.Delete(context.Background(), pod) })
+		return pod
+	}
+
+	named := bound(unique("named"), nodeName)
+	hostPod(named, "bound to "+nodeName+" and running", func(h *corev1.Pod) bool {
+		return h.Spec.NodeName == nodeName && h.Status.Phase == corev1.PodRunning
+	})
+	eventually(t, 30*time.Second, "tenant Pod "+named.Name+" running on "+nodeName, func(ctx context.Context) (bool, error) {
+		var p corev1.Pod
+		if err := tenant.Get(ctx, client.ObjectKeyFromObject(named), &p); err != nil {
+			return false, err
+		}
+		return p.Spec.NodeName == nodeName && p.Status.Phase == corev1.PodRunning, fmt.Errorf("on %q, phase %s", p.Spec.NodeName, p.Status.Phase)
+	})
+
+	nowhere := bound(unique("nowhere"), "no-such-node")
+	h := hostPod(nowhere, "made", func(*corev1.Pod) bool { return true })
+	if h.Spec.NodeName != "" {
+		t.Errorf("host copy of a Pod bound to a node the host has not: nodeName %q, want none", h.Spec.NodeName)
+	}
+	if a := h.Spec.Affinity; a == nil || a.NodeAffinity == nil || a.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution == nil ||
+		!slices.ContainsFunc(a.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms, func(term corev1.NodeSelectorTerm) bool {
+			return slices.ContainsFunc(term.MatchFields, func(r corev1.NodeSelectorRequirement) bool { return slices.Equal(r.Values, []string{"no-such-node"}) })
+		}) {
+		t.Errorf("host copy of a Pod bound to a node the host has not: affinity %+v, want it pinned there", h.Spec.Affinity)
+	}
+	hostPod(nowhere, "unschedulable", func(h *corev1.Pod) bool {
+		return slices.ContainsFunc(h.Status.Conditions, func(c corev1.PodCondition) bool {
+			return c.Type == corev1.PodScheduled && c.Status == corev1.ConditionFalse && c.Reason == corev1.PodReasonUnschedulable
+		})
 	})
 }

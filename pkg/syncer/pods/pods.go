@@ -109,7 +109,13 @@ func Syncer(opts Options) syncer.Syncer {
 				if err != nil {
 					return err
 				}
-				spec, err := specDown(tenant, cluster, nodes, policy, opts.DNSConfig)
+				var named *corev1.Node
+				if tenant.Spec.NodeName != "" {
+					if named, err = views.hostNode(cluster, tenant.Spec.NodeName); err != nil {
+						return err
+					}
+				}
+				spec, err := specDown(tenant, cluster, nodes, named, policy, opts.DNSConfig)
 				if hostIP != nil {
 					showHostIP(&spec, hostIP())
 				}
@@ -212,23 +218,8 @@ func (lifecycle) Lost(ctx context.Context, c client.Client, t client.Object) err
 			message += ": " + cond.Message
 		}
 	}
-	now := metav1.Now()
-	pod.Status.Phase, pod.Status.Reason, pod.Status.Message = corev1.PodFailed, reason, message
-	for i, cond := range pod.Status.Conditions {
-		if (cond.Type == corev1.PodReady || cond.Type == corev1.ContainersReady) && cond.Status != corev1.ConditionFalse {
-			pod.Status.Conditions[i] = corev1.PodCondition{Type: cond.Type, Status: corev1.ConditionFalse, Reason: reason, LastTransitionTime: now}
-		}
-	}
-	for i := range pod.Status.ContainerStatuses {
-		cs := &pod.Status.ContainerStatuses[i]
-		if cs.State.Terminated == nil {
-			cs.LastTerminationState = cs.State
-			cs.State = corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{
-				ExitCode: 137, Reason: reason, Message: message, FinishedAt: now,
-			}}
-			cs.Ready, cs.Started = false, ptr.To(false)
-		}
-	}
+	pod.Status.Reason, pod.Status.Message = reason, message
+	endFailed(pod, reason, message)
 	if err := c.Status().Update(ctx, pod); err != nil {
 		return fmt.Errorf("failing the tenant Pod: %w", err)
 	}
@@ -269,17 +260,16 @@ func (lifecycle) HostRejected(ctx context.Context, c client.Client, t client.Obj
 }
 
 // specDown is the host Pod spec for a tenant Pod of VirtualCluster
-// cluster: scheduled by the host under policy, resolving through dns (nil:
-// the host's DNS), and reaching its own tenant's API server (APIAccess).
-func specDown(tenant *corev1.Pod, cluster string, nodes []corev1.Node, policy Policy, dns *DNSConfig) (corev1.PodSpec, error) {
+// cluster: scheduled by the host under policy (nodes are the tenant's
+// virtual nodes, named the host node the tenant bound the Pod to, if it
+// did and the node exists), resolving through dns (nil: the host's DNS),
+// and reaching its own tenant's API server (APIAccess).
+func specDown(tenant *corev1.Pod, cluster string, nodes []corev1.Node, named *corev1.Node, policy Policy, dns *DNSConfig) (corev1.PodSpec, error) {
 	spec := *tenant.Spec.DeepCopy()
 	// Before the host policy, whose node selector goes on top.
 	place(&spec, nodes)
-	if spec.NodeName != "" {
-		// Bound by the tenant past its scheduler: on that node, or none.
-		pin(&spec, spec.NodeName)
-	}
-	spec.NodeName = "" // the host schedules
+	bound := spec.NodeName
+	spec.NodeName = "" // the host schedules, unless the tenant bound it
 	// The host's token would be the host's credential; the tenant's comes
 	// from the API access Secret.
 	spec.AutomountServiceAccountToken = ptr.To(false)
@@ -287,6 +277,14 @@ func specDown(tenant *corev1.Pod, cluster string, nodes []corev1.Node, policy Po
 	spec.EphemeralContainers = nil
 	if _, err := policy.apply(&spec, cluster); err != nil {
 		return spec, err
+	}
+	if bound != "" {
+		// Bound by the tenant past its scheduler: on that node, or none.
+		if bindable(&spec, named) {
+			spec.NodeName = bound
+		} else {
+			pin(&spec, bound)
+		}
 	}
 	if dns != nil {
 		dns.apply(&spec, tenant.Namespace)
@@ -504,10 +502,52 @@ func (lifecycle) DeleteHost(ctx context.Context, c client.Client, t, h client.Ob
 	return nil
 }
 
+// endFailed ends pod Failed, as a kubelet ends a Pod it stops: each
+// container not yet terminated is, killed (exit code 137, reason and
+// message), and the Pod is no longer ready.
+func endFailed(pod *corev1.Pod, reason, message string) {
+	now := metav1.Now()
+	pod.Status.Phase = corev1.PodFailed
+	for i, cond := range pod.Status.Conditions {
+		if (cond.Type == corev1.PodReady || cond.Type == corev1.ContainersReady) && cond.Status != corev1.ConditionFalse {
+			pod.Status.Conditions[i] = corev1.PodCondition{Type: cond.Type, Status: corev1.ConditionFalse, Reason: reason, LastTransitionTime: now}
+		}
+	}
+	for _, statuses := range [][]corev1.ContainerStatus{pod.Status.InitContainerStatuses, pod.Status.ContainerStatuses} {
+		for i := range statuses {
+			cs := &statuses[i]
+			if cs.State.Terminated == nil {
+				cs.LastTerminationState = cs.State
+				cs.State = corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{
+					ExitCode: 137, Reason: reason, Message: message, FinishedAt: now,
+				}}
+				cs.Ready, cs.Started = false, ptr.To(false)
+			}
+		}
+	}
+}
+
+// reasonStoppedOnDeletion is the reason a container of a deleted tenant
+// Pod ends with when its host Pod went before its end was seen: the
+// kubelet's, for a container it no longer finds.
+const reasonStoppedOnDeletion = "ContainerStatusUnknown"
+
 // FinishDelete removes a terminating tenant Pod once its host Pod is
-// gone: the tenant's kubelet would, but a tenant has none.
+// gone: the tenant's kubelet would, but a tenant has none. A Pod that a
+// finalizer keeps (a Job's, whose controller counts the Pod's ending
+// first) is ended Failed before, as a kubelet ends a Pod it stops, unless
+// it had ended: its controller then reads how it ended (an eviction's
+// DisruptionTarget condition, for a Job's pod failure policy) and lets it
+// go.
 func (lifecycle) FinishDelete(ctx context.Context, c client.Client, t client.Object) error {
-	return c.Delete(ctx, t, client.GracePeriodSeconds(0), client.Preconditions{UID: ptr.To(t.GetUID())})
+	pod := t.(*corev1.Pod)
+	if len(pod.Finalizers) > 0 && pod.Status.Phase != corev1.PodSucceeded && pod.Status.Phase != corev1.PodFailed {
+		endFailed(pod, reasonStoppedOnDeletion, "the container was stopped as its Pod was deleted")
+		if err := c.Status().Update(ctx, pod); err != nil {
+			return fmt.Errorf("ending the deleted tenant Pod: %w", err)
+		}
+	}
+	return c.Delete(ctx, pod, client.GracePeriodSeconds(0), client.Preconditions{UID: ptr.To(pod.GetUID())})
 }
 
 // AnnotationTenantSchedulingGates, on a host Pod, records the scheduling

@@ -403,3 +403,62 @@ func TestTenantEvictionHonoursHostDisruptionBudget(t *testing.T) {
 	})
 	expectAvailable(t, tenant, deploy, 2)
 }
+
+// A tenant Pod that a finalizer holds (a Job's, whose controller counts
+// how the Pod ended before it lets it go) ends Failed once its host Pod is
+// gone, as a kubelet ends a Pod it stops, keeping the DisruptionTarget
+// condition of its eviction: a Job's pod failure policy reads it there.
+func TestEvictedPodHeldByAFinalizerEndsFailed(t *testing.T) {
+	useWorld(t)
+	ctx := t.Context()
+	tenant := shared.Tenants["tenant-1"]
+	const hold = "example.com/hold"
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: unique("held"), Finalizers: []string{hold}},
+		Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: "registry.k8s.io/pause:3.10"}}},
+	}
+	if err := tenant.Create(ctx, pod); err != nil {
+		t.Fatal(err)
+	}
+	release := func(ctx context.Context) error {
+		var p corev1.Pod
+		if err := tenant.Get(ctx, client.ObjectKeyFromObject(pod), &p); err != nil {
+			return client.IgnoreNotFound(err)
+		}
+		patch := client.MergeFrom(p.DeepCopy())
+		p.Finalizers = slices.DeleteFunc(p.Finalizers, func(f string) bool { return f == hold })
+		return tenant.Patch(ctx, &p, patch)
+	}
+	t.Cleanup(func() { _ = release(context.Background()) })
+	eventually(t, 30*time.Second, "tenant Pod "+pod.Name+" running", func(ctx context.Context) (bool, error) {
+		var p corev1.Pod
+		err := tenant.Get(ctx, client.ObjectKeyFromObject(pod), &p)
+		return err == nil && p.Status.Phase == corev1.PodRunning, err
+	})
+
+	if err := tenant.SubResource("eviction").Create(ctx, pod, &policyv1.Eviction{
+		ObjectMeta: metav1.ObjectMeta{Namespace: pod.Namespace, Name: pod.Name},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 30*time.Second, "the host Pod gone and the tenant Pod Failed, its eviction's condition kept", func(ctx context.Context) (bool, error) {
+		errHost := shared.Host.Get(ctx, shared.HostKey("tenant-1", pod.Namespace, pod.Name), &corev1.Pod{})
+		var p corev1.Pod
+		if err := tenant.Get(ctx, client.ObjectKeyFromObject(pod), &p); err != nil {
+			return false, err
+		}
+		evicted := slices.ContainsFunc(p.Status.Conditions, func(c corev1.PodCondition) bool {
+			return c.Type == corev1.DisruptionTarget && c.Status == corev1.ConditionTrue && c.Reason == "EvictionByEvictionAPI"
+		})
+		running := slices.ContainsFunc(p.Status.ContainerStatuses, func(cs corev1.ContainerStatus) bool { return cs.State.Terminated == nil })
+		return apierrors.IsNotFound(errHost) && p.Status.Phase == corev1.PodFailed && evicted && !running,
+			fmt.Errorf("host: %v; tenant phase %s, conditions %+v, containers %+v", errHost, p.Status.Phase, p.Status.Conditions, p.Status.ContainerStatuses)
+	})
+	if err := release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 30*time.Second, "the tenant Pod gone once released", func(ctx context.Context) (bool, error) {
+		err := tenant.Get(ctx, client.ObjectKeyFromObject(pod), &corev1.Pod{})
+		return apierrors.IsNotFound(err), client.IgnoreNotFound(err)
+	})
+}
