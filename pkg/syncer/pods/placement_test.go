@@ -8,7 +8,6 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
@@ -130,18 +129,7 @@ func TestPodBoundByNameIsBoundInTheHost(t *testing.T) {
 		return &h
 	}
 	bound := func(name, node string) *corev1.Pod {
-		pod := &corev1.Pod{
-			ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: name},
-			Spec: corev1.PodSpec{
-				NodeName:   node,
-				Containers: []corev1.Container{{Name: "app", Image: "registry.k8s.io/pause:3.10"}},
-			},
-		}
-		if err := tenant.Create(t.Context(), pod); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = tenant.Delete(context.Background(), pod) })
-		return pod
+		return createPod(t, tenant, name, corev1.PodSpec{NodeName: node})
 	}
 
 	named := bound(unique("named"), nodeName)

@@ -260,10 +260,11 @@ func (lifecycle) HostRejected(ctx context.Context, c client.Client, t client.Obj
 }
 
 // specDown is the host Pod spec for a tenant Pod of VirtualCluster
-// cluster: scheduled by the host under policy (nodes are the tenant's
-// virtual nodes, named the host node the tenant bound the Pod to, if it
-// did and the node exists), resolving through dns (nil: the host's DNS),
-// and reaching its own tenant's API server (APIAccess).
+// cluster: scheduled by the host under policy, resolving through dns (nil:
+// the host's DNS), and reaching its own tenant's API server (APIAccess).
+// nodes are the tenant's virtual nodes; named is the host node that the
+// tenant bound the Pod to by name, nil if it did not or the host has no
+// node of that name.
 func specDown(tenant *corev1.Pod, cluster string, nodes []corev1.Node, named *corev1.Node, policy Policy, dns *DNSConfig) (corev1.PodSpec, error) {
 	spec := *tenant.Spec.DeepCopy()
 	// Before the host policy, whose node selector goes on top.
@@ -502,9 +503,9 @@ func (lifecycle) DeleteHost(ctx context.Context, c client.Client, t, h client.Ob
 	return nil
 }
 
-// endFailed ends pod Failed, as a kubelet ends a Pod it stops: each
-// container not yet terminated is, killed (exit code 137, reason and
-// message), and the Pod is no longer ready.
+// endFailed ends pod Failed, as a kubelet ends a Pod it stops: every
+// container that had not terminated is killed (exit code 137, with reason
+// and message), and the Pod is no longer ready.
 func endFailed(pod *corev1.Pod, reason, message string) {
 	now := metav1.Now()
 	pod.Status.Phase = corev1.PodFailed
