@@ -48,11 +48,13 @@ func createPausePod(t *testing.T, tenant client.Client, name string, nodeSelecto
 	return createPod(t, tenant, name, corev1.PodSpec{NodeSelector: nodeSelector})
 }
 
-// createPod creates, in tenant's namespace default, a Pod of spec and one
-// pause container, and deletes it when the test ends.
+// createPod creates, in tenant's namespace default, a Pod of spec (of one
+// pause container if it has none), and deletes it when the test ends.
 func createPod(t *testing.T, tenant client.Client, name string, spec corev1.PodSpec) *corev1.Pod {
 	t.Helper()
-	spec.Containers = []corev1.Container{{Name: "app", Image: "registry.k8s.io/pause:3.10"}}
+	if len(spec.Containers) == 0 {
+		spec.Containers = []corev1.Container{{Name: "app", Image: "registry.k8s.io/pause:3.10"}}
+	}
 	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: name}, Spec: spec}
 	if err := tenant.Create(t.Context(), pod); err != nil {
 		t.Fatal(err)

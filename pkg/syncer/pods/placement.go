@@ -49,15 +49,14 @@ type nodeViews struct {
 }
 
 type nodeView struct {
-	id     int
-	reader client.Reader
-	// host reads the host's nodes.
-	host client.Reader
+	id int
+	// tenant reads the tenant's virtual nodes, host the host's nodes.
+	tenant, host client.Reader
 }
 
-// register makes reader (the tenant's) and host (the host's) cluster's
-// node view until unregister is called.
-func (v *nodeViews) register(cluster string, reader, host client.Reader) (unregister func()) {
+// register makes tenant and host, readers of the tenant's and the host's
+// nodes, cluster's node view until unregister is called.
+func (v *nodeViews) register(cluster string, tenant, host client.Reader) (unregister func()) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	if v.byCluster == nil {
@@ -65,7 +64,7 @@ func (v *nodeViews) register(cluster string, reader, host client.Reader) (unregi
 	}
 	v.next++
 	id := v.next
-	v.byCluster[cluster] = append(v.byCluster[cluster], nodeView{id: id, reader: reader, host: host})
+	v.byCluster[cluster] = append(v.byCluster[cluster], nodeView{id: id, tenant: tenant, host: host})
 	return func() {
 		v.mu.Lock()
 		defer v.mu.Unlock()
@@ -76,8 +75,9 @@ func (v *nodeViews) register(cluster string, reader, host client.Reader) (unregi
 	}
 }
 
-// nodeListTimeout bounds a read of a tenant's virtual nodes from its cache.
-const nodeListTimeout = 10 * time.Second
+// nodeReadTimeout bounds a read of nodes from a cache: a tenant's virtual
+// nodes, or a host node.
+const nodeReadTimeout = 10 * time.Second
 
 // virtualNodesOf are cluster's virtual nodes, from its newest registered
 // reader; none when it has no reader (its virtual nodes do not run).
@@ -86,8 +86,8 @@ func (v *nodeViews) virtualNodesOf(cluster string) ([]corev1.Node, error) {
 	if !ok {
 		return nil, nil
 	}
-	reader := view.reader
-	ctx, cancel := context.WithTimeout(context.Background(), nodeListTimeout)
+	reader := view.tenant
+	ctx, cancel := context.WithTimeout(context.Background(), nodeReadTimeout)
 	defer cancel()
 	var nodes corev1.NodeList
 	// Read only (place never writes a node): the cache's own objects.
@@ -109,14 +109,14 @@ func (v *nodeViews) newest(cluster string) (nodeView, bool) {
 	return views[len(views)-1], true
 }
 
-// hostNode is the host node name, as cluster's view reads it; nil when
-// it does not exist, or cluster has no view.
+// hostNode reads the host node name through cluster's newest view; nil
+// when the host has no such node, or cluster no view.
 func (v *nodeViews) hostNode(cluster, name string) (*corev1.Node, error) {
 	view, ok := v.newest(cluster)
 	if !ok || view.host == nil {
 		return nil, nil
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), nodeListTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), nodeReadTimeout)
 	defer cancel()
 	var node corev1.Node
 	if err := view.host.Get(ctx, client.ObjectKey{Name: name}, &node); err != nil {
@@ -233,35 +233,57 @@ func nodeTerms(names []string) []corev1.NodeSelectorTerm {
 // A Pod the tenant binds to a node by name (spec.nodeName) skips its
 // scheduler, as on any cluster: the node's kubelet alone admits or refuses
 // it, and a refusal (its ports taken, its resources short) ends the Pod
-// Failed, for its controller to make it again. The host copy is bound to
-// that node by name as well, so that the host's kubelet judges it and says
-// so in the Pod's status, which goes up as always; but only where the host
-// would let the host's scheduler put it (bindable): the tenant names the
-// node, not past the host's cordons and taints. Elsewhere it is pinned to
-// the node (pin), and waits Pending for the host's scheduler to place it
-// there, its FailedScheduling telling the tenant why.
+// Failed, for its controller to make it again. Its host copy is pinned to
+// that node (pin), so that the host's scheduler places it there or
+// nowhere; and, where the host's scheduler could have put it there
+// itself (bindable), it is created bound to the node by name as well
+// (bindByName, the Pod syncer's Prefer), for the host's kubelet to judge
+// and to say so in its status, which goes up as always. A host that
+// refuses the bound copy (a webhook of the host's added scheduling gates,
+// say) gets the pinned one.
 
 // bindable says whether the host copy of a Pod the tenant bound by name
-// to node may be bound to it past the host's scheduler: node exists and is
-// not going, not cordoned, and spec (the host Pod's, after the host
-// policy) tolerates every taint that keeps Pods off it, those of its
-// conditions (not ready, under pressure) included. What the host policy's
-// node selector and the Pod's own node affinity ask, the host's kubelet
-// checks itself as it admits the Pod.
+// to node may be created bound to it, past the host's scheduler: spec,
+// the host Pod's after the host policy, names the default scheduler and
+// no scheduling gate, and the host's scheduler could place it on node, as
+// far as the node itself decides: it exists and is not going, is not
+// cordoned, matches the Pod's node selector and required node affinity
+// (the host policy's node selector among them), and has no NoSchedule or
+// NoExecute taint the Pod does not tolerate (those of its conditions, not
+// ready or under pressure, included). Resources and ports are the
+// kubelet's to judge as it admits the Pod.
 func bindable(spec *corev1.PodSpec, node *corev1.Node) bool {
-	if node == nil || !node.DeletionTimestamp.IsZero() || node.Spec.Unschedulable {
+	if node == nil || !node.DeletionTimestamp.IsZero() || node.Spec.Unschedulable ||
+		spec.SchedulerName != "" && spec.SchedulerName != corev1.DefaultSchedulerName || len(spec.SchedulingGates) > 0 {
+		return false
+	}
+	if !labels.SelectorFromSet(spec.NodeSelector).Matches(labels.Set(node.Labels)) {
+		return false
+	}
+	if a := spec.Affinity; a != nil && a.NodeAffinity != nil && a.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution != nil &&
+		!slices.ContainsFunc(a.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms, func(t corev1.NodeSelectorTerm) bool { return termMatches(t, node) }) {
 		return false
 	}
 	return !slices.ContainsFunc(node.Spec.Taints, func(t corev1.Taint) bool { return keepsOff(spec.Tolerations, &t) })
 }
 
-// pin keeps a Pod that the tenant bound to a node by name, and that the
-// host may not bind there (see bindable), on that node in the host: a
-// required node affinity to it, added to each of the Pod's own required
-// terms (they are ORed), so that the host's scheduler places it there or
-// nowhere, with the host's taints and policy still in force. Without it
-// the host would place it wherever it fits, and the tenant would see it
-// run on the node it named while it ran on another.
+// bindByName binds host, the new host copy of tenant, to the node that
+// tenant was bound to by name, if node (that host node, nil if the host
+// has none) is bindable, and says whether it did.
+func bindByName(tenant, host *corev1.Pod, node *corev1.Node) bool {
+	if tenant.Spec.NodeName == "" || host.ResourceVersion != "" || node == nil || node.Name != tenant.Spec.NodeName || !bindable(&host.Spec, node) {
+		return false
+	}
+	host.Spec.NodeName = tenant.Spec.NodeName
+	return true
+}
+
+// pin keeps a Pod that the tenant bound to a node by name on that node in
+// the host: a required node affinity to it, added to each of the Pod's own
+// required terms (they are ORed), so that the host's scheduler places it
+// there or nowhere, with the host's taints and policy still in force.
+// Without it the host would place it wherever it fits, and the tenant
+// would see it run on the node it named while it ran on another.
 func pin(spec *corev1.PodSpec, node string) {
 	field := corev1.NodeSelectorRequirement{Key: metav1ObjectNameField, Operator: corev1.NodeSelectorOpIn, Values: []string{node}}
 	if spec.Affinity == nil {

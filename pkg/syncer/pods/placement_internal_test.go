@@ -285,9 +285,62 @@ func TestBindable(t *testing.T) {
 		{"not ready", corev1.PodSpec{}, node(func(n *corev1.Node) {
 			n.Spec.Taints = []corev1.Taint{{Key: corev1.TaintNodeNotReady, Effect: corev1.TaintEffectNoSchedule}}
 		}), false},
+		{"another scheduler", corev1.PodSpec{SchedulerName: "gang"}, node(func(*corev1.Node) {}), false},
+		{"the default scheduler, named", corev1.PodSpec{SchedulerName: corev1.DefaultSchedulerName}, node(func(*corev1.Node) {}), true},
+		{"gated", corev1.PodSpec{SchedulingGates: []corev1.PodSchedulingGate{{Name: "queue"}}}, node(func(*corev1.Node) {}), false},
+		{"a node selector the node lacks", corev1.PodSpec{NodeSelector: map[string]string{"pool": "tenants"}}, node(func(*corev1.Node) {}), false},
+		{"a node selector the node has", corev1.PodSpec{NodeSelector: map[string]string{"pool": "tenants"}},
+			node(func(n *corev1.Node) { n.Labels = map[string]string{"pool": "tenants"} }), true},
+		{"a required node affinity to another node", func() corev1.PodSpec {
+			var spec corev1.PodSpec
+			pin(&spec, "node-2")
+			return spec
+		}(), node(func(*corev1.Node) {}), false},
 	} {
 		if got := bindable(&tc.spec, tc.node); got != tc.want {
 			t.Errorf("%s: bindable %t, want %t", tc.name, got, tc.want)
 		}
+	}
+}
+
+// The copy of a Pod bound by name is bound only as the host policy leaves
+// it: a toleration of the policy's opens a tainted node, one the tenant
+// wrote itself (which the policy strips) does not; a node the host has not
+// leaves the copy pinned, unbound.
+func TestBindByNameAfterThePolicy(t *testing.T) {
+	reserved := &corev1.Node{
+		ObjectMeta: metav1.ObjectMeta{Name: "node-1"},
+		Spec:       corev1.NodeSpec{Taints: []corev1.Taint{{Key: "reserved", Effect: corev1.TaintEffectNoSchedule}}},
+	}
+	tolerateAll := []corev1.Toleration{{Operator: corev1.TolerationOpExists}}
+	tenant := tenantPod(func(p *corev1.Pod) {
+		p.Spec.NodeName = "node-1"
+		p.Spec.Tolerations = tolerateAll
+	})
+	for _, tc := range []struct {
+		name   string
+		policy Policy
+		node   *corev1.Node
+		want   bool
+	}{
+		{"the tenant's own toleration", Policy{}, reserved, false},
+		{"the policy's toleration", Policy{Tolerations: []corev1.Toleration{{Key: "reserved", Operator: corev1.TolerationOpExists}}}, reserved, true},
+		{"no such node", Policy{Tolerations: tolerateAll}, nil, false},
+	} {
+		spec, err := specDown(tenant, "vc", nil, tc.policy, nil)
+		if err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		host := &corev1.Pod{Spec: spec}
+		if got := bindByName(tenant, host, tc.node); got != tc.want || (host.Spec.NodeName == "node-1") != tc.want {
+			t.Errorf("%s: bound %t, nodeName %q; want bound %t", tc.name, got, host.Spec.NodeName, tc.want)
+		}
+		if a := host.Spec.Affinity; a == nil || a.NodeAffinity == nil || a.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution == nil {
+			t.Errorf("%s: the copy is not pinned to node-1", tc.name)
+		}
+	}
+	made := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{ResourceVersion: "7"}}
+	if bindByName(tenant, made, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-1"}}) {
+		t.Error("a host copy that exists was bound: a Pod's node is set as it is made")
 	}
 }

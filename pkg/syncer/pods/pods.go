@@ -109,13 +109,7 @@ func Syncer(opts Options) syncer.Syncer {
 				if err != nil {
 					return err
 				}
-				var named *corev1.Node
-				if tenant.Spec.NodeName != "" {
-					if named, err = views.hostNode(cluster, tenant.Spec.NodeName); err != nil {
-						return err
-					}
-				}
-				spec, err := specDown(tenant, cluster, nodes, named, policy, opts.DNSConfig)
+				spec, err := specDown(tenant, cluster, nodes, policy, opts.DNSConfig)
 				if hostIP != nil {
 					showHostIP(&spec, hostIP())
 				}
@@ -131,6 +125,20 @@ func Syncer(opts Options) syncer.Syncer {
 			host.Spec.ActiveDeadlineSeconds = tenant.Spec.ActiveDeadlineSeconds
 			host.Spec.SchedulingGates = slices.DeleteFunc(host.Spec.SchedulingGates, removedByTenant(host, tenant))
 			return nil
+		},
+		// A Pod the tenant bound by name goes to its node by name too,
+		// where the host allows (see bindByName); a copy the host refuses
+		// so is made pinned to the node alone, as Down made it.
+		Prefer: func(t, h client.Object) []string {
+			tenant, host := t.(*corev1.Pod), h.(*corev1.Pod)
+			if tenant.Spec.NodeName == "" || host.ResourceVersion != "" {
+				return nil // a Pod's node is set once, as it is made
+			}
+			node, err := views.hostNode(host.Labels[syncer.LabelCluster], tenant.Spec.NodeName)
+			if err != nil || !bindByName(tenant, host, node) {
+				return nil // pinned: the host's scheduler places it
+			}
+			return []string{"spec.nodeName"}
 		},
 		Stripped: func(t client.Object) string {
 			spec := t.(*corev1.Pod).Spec.DeepCopy()
@@ -169,12 +177,18 @@ func extensions(opts Options, views *nodeViews) []syncer.Extension {
 // completes once the host Pod is gone.
 type lifecycle struct{}
 
-// Created says whether a tenant Pod's host copy was scheduled, and so may
-// have run: the tenant Pod carries the host scheduler's verdict
-// (PodScheduled=True, copied up with the status) and the node it bound to.
-// A Pod the tenant created with a node name of its own was not.
+// Created says whether a tenant Pod's host copy was made, and so may have
+// run: the tenant Pod has ended (Succeeded or Failed: a Pod that ended,
+// refused by its node's kubelet too, never runs again), or it carries the
+// host's verdict that its copy was placed (PodScheduled=True, copied up
+// with the status) and the node it is bound to. A Pod the tenant created
+// with a node name of its own and that no host Pod's status reached yet
+// was not.
 func (lifecycle) Created(t client.Object) bool {
 	pod := t.(*corev1.Pod)
+	if pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed {
+		return true
+	}
 	return pod.Spec.NodeName != "" && slices.ContainsFunc(pod.Status.Conditions, func(c corev1.PodCondition) bool {
 		return c.Type == corev1.PodScheduled && c.Status == corev1.ConditionTrue
 	})
@@ -260,17 +274,19 @@ func (lifecycle) HostRejected(ctx context.Context, c client.Client, t client.Obj
 }
 
 // specDown is the host Pod spec for a tenant Pod of VirtualCluster
-// cluster: scheduled by the host under policy, resolving through dns (nil:
-// the host's DNS), and reaching its own tenant's API server (APIAccess).
-// nodes are the tenant's virtual nodes; named is the host node that the
-// tenant bound the Pod to by name, nil if it did not or the host has no
-// node of that name.
-func specDown(tenant *corev1.Pod, cluster string, nodes []corev1.Node, named *corev1.Node, policy Policy, dns *DNSConfig) (corev1.PodSpec, error) {
+// cluster, nodes its virtual nodes: left to the host's scheduler under
+// policy (a Pod the tenant bound to a node by name pinned to that node),
+// resolving through dns (nil: the host's DNS), and reaching its own
+// tenant's API server (APIAccess).
+func specDown(tenant *corev1.Pod, cluster string, nodes []corev1.Node, policy Policy, dns *DNSConfig) (corev1.PodSpec, error) {
 	spec := *tenant.Spec.DeepCopy()
 	// Before the host policy, whose node selector goes on top.
 	place(&spec, nodes)
-	bound := spec.NodeName
-	spec.NodeName = "" // the host schedules, unless the tenant bound it
+	if spec.NodeName != "" {
+		// Bound by the tenant past its scheduler: on that node, or none.
+		pin(&spec, spec.NodeName)
+	}
+	spec.NodeName = "" // the host schedules (but see bindByName)
 	// The host's token would be the host's credential; the tenant's comes
 	// from the API access Secret.
 	spec.AutomountServiceAccountToken = ptr.To(false)
@@ -278,14 +294,6 @@ func specDown(tenant *corev1.Pod, cluster string, nodes []corev1.Node, named *co
 	spec.EphemeralContainers = nil
 	if _, err := policy.apply(&spec, cluster); err != nil {
 		return spec, err
-	}
-	if bound != "" {
-		// Bound by the tenant past its scheduler: on that node, or none.
-		if bindable(&spec, named) {
-			spec.NodeName = bound
-		} else {
-			pin(&spec, bound)
-		}
 	}
 	if dns != nil {
 		dns.apply(&spec, tenant.Namespace)
@@ -407,6 +415,7 @@ func copyStatus(h, t client.Object, hostIP func() string) bool {
 			status.HostIPs = []corev1.HostIP{{IP: status.HostIP}}
 		}
 	}
+	status.Message = withoutNodeUsage(status.Reason, status.Message)
 	// The tenant's API server set the tenant Pod's QoS class at creation,
 	// from its own view (no host LimitRange), and it never changes.
 	status.QOSClass = tenant.Status.QOSClass
@@ -430,6 +439,21 @@ func copyStatus(h, t client.Object, hostIP func() string) bool {
 	}
 	tenant.Status = status
 	return true
+}
+
+// withoutNodeUsage is the message of a Pod's status without what a
+// kubelet that refused the Pod for want of a resource (reason OutOf<name>)
+// says of its node: "Node didn't have enough resource: cpu, requested: R,
+// used: U, capacity: C", where U is what every Pod on the node asks,
+// other tenants' among them. The resource's name stays.
+func withoutNodeUsage(reason, message string) string {
+	if !strings.HasPrefix(reason, "OutOf") {
+		return message
+	}
+	if i := strings.Index(message, ", requested:"); i >= 0 {
+		return message[:i]
+	}
+	return message
 }
 
 // tenantsOwn are the statuses of the tenant Pod's own containers, of a
@@ -528,10 +552,10 @@ func endFailed(pod *corev1.Pod, reason, message string) {
 	}
 }
 
-// reasonStoppedOnDeletion is the reason a container of a deleted tenant
-// Pod ends with when its host Pod went before its end was seen: the
-// kubelet's, for a container it no longer finds.
-const reasonStoppedOnDeletion = "ContainerStatusUnknown"
+// reasonContainerStatusUnknown is the reason a container of a deleted
+// tenant Pod ends with when its host Pod went before its end was seen:
+// the kubelet's, for a container it no longer finds.
+const reasonContainerStatusUnknown = "ContainerStatusUnknown"
 
 // FinishDelete removes a terminating tenant Pod once its host Pod is
 // gone: the tenant's kubelet would, but a tenant has none. A Pod that a
@@ -543,7 +567,7 @@ const reasonStoppedOnDeletion = "ContainerStatusUnknown"
 func (lifecycle) FinishDelete(ctx context.Context, c client.Client, t client.Object) error {
 	pod := t.(*corev1.Pod)
 	if len(pod.Finalizers) > 0 && pod.Status.Phase != corev1.PodSucceeded && pod.Status.Phase != corev1.PodFailed {
-		endFailed(pod, reasonStoppedOnDeletion, "the container was stopped as its Pod was deleted")
+		endFailed(pod, reasonContainerStatusUnknown, "the container was stopped as its Pod was deleted")
 		if err := c.Status().Update(ctx, pod); err != nil {
 			return fmt.Errorf("ending the deleted tenant Pod: %w", err)
 		}

@@ -61,6 +61,11 @@ func TestLifecycleCreated(t *testing.T) {
 		"scheduled in the host":    {scheduledPod(), true},
 		"not yet scheduled":        {unscheduled, false},
 		"node named by the tenant": {ownNode, false},
+		"refused by its node's kubelet": {func() *corev1.Pod {
+			p := scheduledPod()
+			p.Status = corev1.PodStatus{Phase: corev1.PodFailed, Reason: "NodePorts"} // no PodScheduled: the kubelet's refusal
+			return p
+		}(), true},
 	} {
 		if got := (lifecycle{}).Created(tc.pod); got != tc.want {
 			t.Errorf("%s: %v, want %v", name, got, tc.want)
@@ -162,5 +167,19 @@ func TestPodStatusKeepsTheTenantsEvictionMark(t *testing.T) {
 				t.Errorf("DisruptionTarget reason %q (%d conditions), want %q", reason, marks, tc.wantReason)
 			}
 		})
+	}
+}
+
+// A kubelet that refuses a Pod for want of a resource says what every
+// Pod on the node asks: other tenants' business. The tenant hears which
+// resource was short, and no figure.
+func TestWithoutNodeUsage(t *testing.T) {
+	const refusal = "Pod was rejected: Node didn't have enough resource: cpu, requested: 1000000, used: 1850, capacity: 2000"
+	if got, want := withoutNodeUsage("OutOfcpu", refusal), "Pod was rejected: Node didn't have enough resource: cpu"; got != want {
+		t.Errorf("OutOfcpu: %q, want %q", got, want)
+	}
+	const ports = "Pod was rejected: Predicate NodePorts failed: node(s) didn't have free ports for the requested pod ports"
+	if got := withoutNodeUsage("NodePorts", ports); got != ports {
+		t.Errorf("NodePorts: %q, want it as the kubelet wrote it", got)
 	}
 }
