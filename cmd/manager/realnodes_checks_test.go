@@ -241,6 +241,9 @@ func (k *tenantKit) lifecycle(t *testing.T) {
 		t.Errorf("a Pod bound to %s asking 1000 CPUs: phase %s, reason %q (%s), on %q; want Failed, OutOfcpu, on the node it named",
 			exits.Spec.NodeName, refused.Status.Phase, refused.Status.Reason, refused.Status.Message, refused.Spec.NodeName)
 	}
+	if strings.Contains(refused.Status.Message, "used:") || !strings.Contains(refused.Status.Message, "cpu") {
+		t.Errorf("the refusal's message %q: want the resource named, and not what the node's Pods use", refused.Status.Message)
+	}
 
 	crasher := checkPod("app", "crasher", "exit 1")
 	crasher.Spec.RestartPolicy = corev1.RestartPolicyAlways
