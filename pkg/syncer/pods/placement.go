@@ -86,12 +86,11 @@ func (v *nodeViews) virtualNodesOf(cluster string) ([]corev1.Node, error) {
 	if !ok {
 		return nil, nil
 	}
-	reader := view.tenant
 	ctx, cancel := context.WithTimeout(context.Background(), nodeReadTimeout)
 	defer cancel()
 	var nodes corev1.NodeList
 	// Read only (place never writes a node): the cache's own objects.
-	if err := reader.List(ctx, &nodes, client.MatchingLabels{syncer.LabelManagedBy: syncer.ManagedByValue}, client.UnsafeDisableDeepCopy); err != nil {
+	if err := view.tenant.List(ctx, &nodes, client.MatchingLabels{syncer.LabelManagedBy: syncer.ManagedByValue}, client.UnsafeDisableDeepCopy); err != nil {
 		return nil, fmt.Errorf("reading the tenant's virtual nodes: %w", err)
 	}
 	return nodes.Items, nil
