@@ -174,9 +174,7 @@ func place(spec *corev1.PodSpec, nodes []corev1.Node) {
 	var fit []string
 	for i := range nodes {
 		n := &nodes[i]
-		if labels.SelectorFromSet(spec.NodeSelector).Matches(labels.Set(n.Labels)) &&
-			(required == nil || slices.ContainsFunc(required.NodeSelectorTerms, func(t corev1.NodeSelectorTerm) bool { return termMatches(t, n) })) &&
-			tolerated(spec.Tolerations, n.Spec.Taints) {
+		if selects(spec, n) && tolerated(spec.Tolerations, n.Spec.Taints) {
 			fit = append(fit, n.Name)
 		}
 	}
@@ -256,14 +254,20 @@ func bindable(spec *corev1.PodSpec, node *corev1.Node) bool {
 		spec.SchedulerName != "" && spec.SchedulerName != corev1.DefaultSchedulerName || len(spec.SchedulingGates) > 0 {
 		return false
 	}
+	return selects(spec, node) && !slices.ContainsFunc(node.Spec.Taints, func(t corev1.Taint) bool { return keepsOff(spec.Tolerations, &t) })
+}
+
+// selects says whether spec's node selector and required node affinity
+// (one of its terms, ORed) both hold of node, as the scheduler reads them.
+func selects(spec *corev1.PodSpec, node *corev1.Node) bool {
 	if !labels.SelectorFromSet(spec.NodeSelector).Matches(labels.Set(node.Labels)) {
 		return false
 	}
-	if a := spec.Affinity; a != nil && a.NodeAffinity != nil && a.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution != nil &&
-		!slices.ContainsFunc(a.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms, func(t corev1.NodeSelectorTerm) bool { return termMatches(t, node) }) {
-		return false
+	a := spec.Affinity
+	if a == nil || a.NodeAffinity == nil || a.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution == nil {
+		return true
 	}
-	return !slices.ContainsFunc(node.Spec.Taints, func(t corev1.Taint) bool { return keepsOff(spec.Tolerations, &t) })
+	return slices.ContainsFunc(a.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms, func(t corev1.NodeSelectorTerm) bool { return termMatches(t, node) })
 }
 
 // bindByName binds host, the new host copy of tenant, to the node that
