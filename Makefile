@@ -76,9 +76,9 @@ IMAGE_LABELS = \
 # containerd and the CNI plugins (hack/node), runc with seccomp (hack/runc),
 # kube-router's NetworkPolicy firewall (hack/kuberouter), the host's
 # cluster DNS (CoreDNS with the plugins it needs, hack/coredns), and the
-# images its Pods run, served by bin/kitregistry. Debian packages
-# it needs: libseccomp-dev and pkg-config (runc), busybox-static (images),
-# iptables, ipset and conntrack (kube-proxy); .ci/run installs them.
+# images its Pods run, served by bin/kitregistry. What it needs of this
+# machine (root, cgroups, Debian packages) is hack/prereqs.sh's to check,
+# and to install where it runs as root.
 NODE_TOOLS := hack/node
 NODE_DEPS  := $(NODE_TOOLS)/go.mod $(NODE_TOOLS)/go.sum
 RUNC_TOOLS := hack/runc
@@ -93,16 +93,16 @@ COREDNS_DEPS  := $(COREDNS_TOOLS)/go.mod $(COREDNS_TOOLS)/go.sum $(COREDNS_TOOLS
 COREDNS_VERSION := $(shell awk '$$1 == "require" && $$2 == "github.com/coredns/coredns" { print $$3 }' $(COREDNS_TOOLS)/go.mod)
 NODE_BINS := $(addprefix $(BIN)/,kubelet kube-proxy containerd containerd-shim-runc-v2 ctr runc kitregistry kube-router) \
              $(addprefix $(BIN)/cni/,$(CNI_PLUGINS)) $(BIN)/kit-images/index.json
-BUSYBOX ?= /bin/busybox
-# The busybox images' /bin/sh: Debian's busybox (1.35) has a sh that drops
-# variables whose names are not identifiers, which upstream's (1.37) keeps.
-BUSYBOX_SHELL ?= /bin/bash
+# The busybox of the kit's images: 1.37.0, upstream's source and applets,
+# static with musl, as upstream's image (hack/busybox/build.sh). Its sh is
+# every busybox image's /bin/sh, and agnhost's, as upstream's (Alpine's).
+BUSYBOX ?= $(BIN)/busybox
 # This machine's programs that the e2e suite runs in the agnhost image, as
-# its upstream image has them (Debian: dash as /bin/sh, curl,
-# bind9-dnsutils, netcat-openbsd, socat, libc-bin). dash finds a command
-# on PATH, where busybox's sh would run its own applet first (its nc knows
-# no -v).
-AGNHOST_TOOLS ?= /bin/sh=/bin/dash /usr/bin/curl /usr/bin/dig /usr/bin/nslookup /usr/bin/nc=/bin/nc.openbsd /usr/bin/socat /usr/bin/getent
+# its upstream image (Alpine's bind-tools, curl, netcat-openbsd, iproute2,
+# bash, socat) has them: curl, dig, nslookup, nc, socat, getent, bash, ip
+# and ss, each with its shared libraries.
+AGNHOST_TOOLS ?= /usr/bin/curl /usr/bin/dig /usr/bin/nslookup /usr/bin/nc=/bin/nc.openbsd /usr/bin/socat /usr/bin/getent \
+                 /bin/bash /sbin/ip=/usr/bin/ip /usr/sbin/ss=/usr/bin/ss
 
 CONTROLLER_GEN := $(BIN)/controller-gen
 # What `make envtest` builds: the test control planes' programs, and the
@@ -117,14 +117,37 @@ help: ## Show this help.
 	  /^[a-zA-Z_-]+:.*##/ { printf "  %-12s %s\n", $$1, $$2 } \
 	  /^##@/ { printf "\n%s\n", substr($$0, 5) }' $(MAKEFILE_LIST)
 
+# Every target that runs real nodes checks this machine first
+# (hack/prereqs.sh: seconds; as root with apt it installs what is
+# missing), then runs the rest with NODES=node where real nodes can run
+# here and NODES= where they cannot, the script having said why in one
+# line: no build step is the first to find a missing prerequisite.
+PREREQS := hack/prereqs.sh
+define with_prereqs
+rc=0; $(PREREQS) || rc=$$?; \
+case $$rc in 0) nodes=node ;; 2) nodes= ;; *) exit $$rc ;; esac; \
+$(if $(2),if [ -z "$$nodes" ] && [ "$${CI:-}" = true ]; then echo "make $(2): CI=true runs every real-node test, and this machine cannot run real nodes (above)"; exit 1; fi;) \
+$(MAKE) --no-print-directory $(1) NODES=$$nodes
+endef
+
 # hack/image's test builds the manager statically first: minutes when cold.
 # hack/monitoring's reads config/monitoring and the docs its runbook URLs
 # name, outside its module, which the test cache does not watch: -count=1.
 .PHONY: test
-test: envtest node helm fmt-check vet ## gofmt check and go vet, then every test with the race detector against real API servers and real nodes, then make image's test and config/monitoring's checks.
+test: ## Check this machine (hack/prereqs.sh), gofmt and go vet, then every test with the race detector against real API servers and real nodes (skipped, saying why, where real nodes cannot run; CI=true fails instead), then make image's test and config/monitoring's checks.
+	@$(call with_prereqs,test-all,test)
+
+.PHONY: test-all
+test-all: envtest $(NODES) helm fmt-check vet
 	$(GO) test -race -timeout 30m ./...
 	cd $(IMAGE_TOOLS) && $(GO) vet ./... && $(GO) test -timeout 20m ./...
+	cd $(NODE_TOOLS) && $(GO) vet ./cmd/... && $(GO) test -race ./cmd/...
 	cd hack/monitoring && $(GO) vet ./... && $(GO) test -count=1 ./...
+	@[ -n "$(NODES)" ] || echo "make test: the real-node tests were skipped: this machine cannot run real nodes (hack/prereqs.sh --check says why)"
+
+.PHONY: prereqs
+prereqs: ## Check what this machine needs (Go, a C compiler; for real nodes root, cgroups, Debian packages), installing what is missing where run as root with apt.
+	@$(PREREQS)
 
 .PHONY: vet
 vet: ## go vet the module.
@@ -149,7 +172,7 @@ bench: build envtest ## Benchmarks (spawn, memory, Pods, sync through bin/manage
 	$(BIN)/tenantry-dev bench --out bench/results
 
 .PHONY: conformance
-conformance: build envtest node $(BIN)/e2e.test $(BIN)/ginkgo ## The upstream conformance suite against a tenant and, as the control, its host (hours): tiers 1 and 2 on simulated nodes; CONFORMANCE_ARGS='--tiers 3' every spec on real nodes. conformance-results/.
+conformance: node-prereqs build envtest node $(BIN)/e2e.test $(BIN)/ginkgo ## The upstream conformance suite against a tenant and, as the control, its host (hours): tiers 1 and 2 on simulated nodes; CONFORMANCE_ARGS='--tiers 3' every spec on real nodes. conformance-results/.
 	$(BIN)/tenantry-dev conformance --e2e $(BIN)/e2e.test --ginkgo $(BIN)/ginkgo --out conformance-results $(CONFORMANCE_ARGS)
 
 .PHONY: fuzz
@@ -161,12 +184,20 @@ build: ## Build the binaries into bin/: manager, tenantry (the operator's CLI) a
 	$(GO) build -o $(BIN)/ ./cmd/...
 
 .PHONY: dev
-dev: build envtest node ## A local host, two tenants and the controller-manager, until Ctrl-C (tenantry dev, which runs tenantry-dev up).
-	$(BIN)/tenantry dev
+dev: ## A local host, two tenants and the controller-manager, until Ctrl-C (tenantry dev): real nodes where this machine can run them (hack/prereqs.sh), else simulated ones.
+	@$(call with_prereqs,dev-run)
+
+.PHONY: dev-run
+dev-run: build envtest $(NODES)
+	$(BIN)/tenantry dev $(if $(NODES),,--simulated-nodes)
 
 .PHONY: demo
-demo: build envtest node ## The end-to-end demo: sync a sample workload through two tenants, then exit.
-	$(BIN)/tenantry-dev demo
+demo: ## The end-to-end demo: sync a sample workload through two tenants, then exit: on real nodes where this machine can run them (hack/prereqs.sh), else on simulated ones.
+	@$(call with_prereqs,demo-run)
+
+.PHONY: demo-run
+demo-run: build envtest $(NODES)
+	$(BIN)/tenantry-dev demo $(if $(NODES),,--simulated-nodes)
 
 .PHONY: image
 image: $(BIN)/image-builder ## The manager's OCI image, no Docker: bin/image/ (OCI layout), bin/manager-image.tar (docker load), named IMG.
@@ -183,7 +214,12 @@ $(BIN)/kube-apiserver $(BIN)/kube-controller-manager $(BIN)/kube-scheduler $(BIN
 	cd $(TOOLS) && $(GO) build -ldflags '$(KUBE_LDFLAGS)' -o $@ k8s.io/kubernetes/cmd/$*
 
 .PHONY: node
-node: $(NODE_BINS) ## Build what a real kit node runs (kubelet, kube-proxy, containerd, runc, CNI plugins, kube-router's firewall) and its images into bin/ (once).
+node: node-prereqs $(NODE_BINS) ## Build what a real kit node runs (kubelet, kube-proxy, containerd, runc, CNI plugins, kube-router's firewall) and its images into bin/ (once).
+
+# hack/prereqs.sh, before anything of a node is built.
+.PHONY: node-prereqs
+node-prereqs:
+	@$(PREREQS)
 
 $(BIN)/kubelet $(BIN)/kube-proxy: $(BIN)/%: $(TOOLS_DEPS)
 	cd $(TOOLS) && CGO_ENABLED=0 $(GO) build -ldflags '$(KUBE_LDFLAGS)' -o $@ k8s.io/kubernetes/cmd/$*
@@ -232,6 +268,9 @@ $(BIN)/coredns: $(COREDNS_DEPS)
 $(BIN)/kitregistry: $(NODE_DEPS) $(wildcard $(NODE_TOOLS)/cmd/kitregistry/*.go)
 	cd $(NODE_TOOLS) && $(GO) build -o $@ ./cmd/kitregistry
 
+$(BIN)/busybox: hack/busybox/build.sh
+	hack/busybox/build.sh $@
+
 # The sandbox image's program, from the pinned release's sources.
 $(BIN)/pause: $(TOOLS_DEPS)
 	src=$$(cd $(TOOLS) && $(GO) list -m -f '{{.Dir}}' k8s.io/kubernetes)/build/pause/linux/pause.c; \
@@ -243,9 +282,8 @@ $(PREVIOUS_BINS): $(BIN)/$(PREVIOUS_KUBE_VERSION)/%: $(PREVIOUS_DEPS)
 	  -ldflags '-X k8s.io/component-base/version.gitVersion=$(PREVIOUS_KUBE_VERSION) -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=$(word 2,$(subst ., ,$(PREVIOUS_KUBE_VERSION))) -X k8s.io/component-base/version.gitTreeState=clean' \
 	  -o $@ k8s.io/kubernetes/cmd/$*
 
-$(BIN)/kit-images/index.json: $(BIN)/kitregistry $(BIN)/pause $(BIN)/agnhost $(BIN)/coredns $(BIN)/etcd $(BIN)/sample-apiserver $(BIN)/nonewprivs $(BIN)/nginx $(BIN)/kube-apiserver $(BIN)/kube-controller-manager $(PREVIOUS_BINS)
-	@test -x $(BUSYBOX) || { echo "no static busybox at $(BUSYBOX): install Debian's busybox-static, or set BUSYBOX"; exit 1; }
-	$(BIN)/kitregistry build --out $(BIN)/kit-images --pause $(BIN)/pause --busybox $(BUSYBOX) --shell $(BUSYBOX_SHELL) --agnhost $(BIN)/agnhost \
+$(BIN)/kit-images/index.json: $(BIN)/kitregistry $(BIN)/pause $(BUSYBOX) $(BIN)/agnhost $(BIN)/coredns $(BIN)/etcd $(BIN)/sample-apiserver $(BIN)/nonewprivs $(BIN)/nginx $(BIN)/kube-apiserver $(BIN)/kube-controller-manager $(PREVIOUS_BINS)
+	$(BIN)/kitregistry build --out $(BIN)/kit-images --pause $(BIN)/pause --busybox $(BUSYBOX) --agnhost $(BIN)/agnhost \
 	  --coredns $(BIN)/coredns --coredns-version $(COREDNS_VERSION) \
 	  --etcd $(BIN)/etcd --sample-apiserver $(BIN)/sample-apiserver --nonewprivs $(BIN)/nonewprivs --nginx $(BIN)/nginx \
 	  --kube-apiserver $(BIN)/kube-apiserver --kube-controller-manager $(BIN)/kube-controller-manager --kube-version $(KUBE_VERSION) \

@@ -216,16 +216,22 @@ func start(ctx context.Context, o Options, progress func(string)) (_ *Env, retEr
 	opts.ControlPlane = controlplane.DefaultOptions()
 	opts.Syncers.Resources = builtin.Names()
 	opts.Syncers.CustomResources = []schema.GroupVersionKind{fooGVK}
-	// The tenants' API servers run here: kubectl logs, exec, attach and
-	// port-forward reach the virtual nodes' kubelet API on loopback.
+	// kubectl logs, exec, attach and port-forward reach the virtual
+	// nodes' kubelet API, served by this process. On simulated nodes
+	// every tenant API server runs on this machine: loopback.
 	opts.Syncers.Kubelet = kubeletapi.Options{BindAddress: "127.0.0.1:0", AdvertiseAddress: "127.0.0.1"}
 	if d.realNodes {
+		// On real nodes a tenant's API server may run in a host Pod (a
+		// control plane Tenantry runs), where this machine's loopback is
+		// the Pod's own: the kit network's address, which this
+		// machine's tenant API servers reach too.
+		kitIP := d.env.KitIP()
+		opts.Syncers.Kubelet = kubeletapi.Options{BindAddress: net.JoinHostPort(kitIP, "0")}
 		// Tenant Pods ask the tenant DNS on the kit network, where they
 		// reach this process. It forwards other names to the host's
 		// cluster DNS, as a manager run in a Pod of the host does: not to
 		// this machine's resolvers, since nothing of the kit sends
 		// elsewhere.
-		kitIP := d.env.KitIP()
 		opts.Syncers.DNS.BindAddress = net.JoinHostPort(kitIP, "53")
 		opts.Syncers.DNSNameserver = kitIP
 		opts.Syncers.DNS.Upstream = []string{net.JoinHostPort(d.env.ClusterDNSIP(), "53")}
