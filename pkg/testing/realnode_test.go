@@ -170,6 +170,76 @@ func TestRealNodes(t *testing.T) {
 		}
 	})
 
+	// The kit's images are built here, not pulled: they hold what
+	// upstream's hold, and the programs behave as upstream's. busybox is
+	// 1.37.0 with upstream's applets, static with musl, whose resolver
+	// reads resolv.conf's search list without NSS.
+	t.Run("busybox and agnhost behave as upstream's", func(t *testing.T) {
+		script := func(name, image, script string) *corev1.Pod {
+			pod := &corev1.Pod{
+				ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: name},
+				Spec: corev1.PodSpec{
+					NodeName:                      nodes.Items[1].Name,
+					RestartPolicy:                 corev1.RestartPolicyNever,
+					TerminationGracePeriodSeconds: new(int64),
+					Containers: []corev1.Container{{
+						Name: "c", Image: image, Command: []string{"sh", "-c", script},
+						// A name that is no shell identifier, as a
+						// ConfigMap's key may be: sh hands it on.
+						Env: []corev1.EnvVar{{Name: "data-1", Value: "value-1"}},
+					}},
+				},
+			}
+			if err := host.Create(ctx, pod); err != nil {
+				t.Fatal(err)
+			}
+			return pod
+		}
+		fqdn := "web.default.svc." + tenantrytest.ClusterDomain
+		busybox := script("busybox", "registry.k8s.io/e2e-test-images/busybox:1.37.0-2", `set -e
+busybox | head -1
+echo "printenv: $(printenv data-1)"
+echo "wget: $(wget -qO- http://web.default/hostname)"
+nslookup `+fqdn+` | grep -q '`+svc.Spec.ClusterIP+`' && echo "nslookup: `+svc.Spec.ClusterIP+`"
+echo "text: $(echo abc | sed s/b/x/ | awk '{ print toupper($0) }' | tr X Y)"
+echo "numbers: $(seq 3 | sort -r | head -1) $(echo -n hi | base64) $(echo -n hi | md5sum | cut -c1-8)"
+timeout 1 sleep 10 || echo "timeout: $?"
+for a in cat cp cut date dd df du env find grep gzip head hostname id ip kill ln ls mkdir mktemp mount mv nc ping ps rm sha256sum stat tail tar tee test touch wc xargs; do
+  command -v $a >/dev/null || { echo "no applet $a"; exit 1; }
+done
+echo applets ok`)
+		agnhostTools := script("agnhost-tools", agnhost, `set -e
+echo "sh: $(readlink /bin/sh)"
+echo "bash: $(bash -c 'echo ${BASH_VERSINFO[0]}')"
+echo "curl: $(curl -sS http://web.default/hostname)"
+echo "dig: $(dig +short `+fqdn+`)"
+nc -z -w 5 web.default 80 && echo "nc: open"
+ip -o link show lo | grep -q LOOPBACK && echo "ip: lo"
+ss -ltn >/dev/null && echo "ss: ok"
+echo "getent: $(getent hosts web.default | cut -d' ' -f1)"
+socat -V | head -1`)
+		for pod, want := range map[*corev1.Pod][]string{
+			busybox: {"BusyBox v1.37.0", "printenv: value-1", "wget: web-", "nslookup: " + svc.Spec.ClusterIP,
+				"text: AYC", "numbers: 3 aGk= 49f68a5c", "timeout: 143", "applets ok"},
+			agnhostTools: {"sh: /bin/busybox", "bash: 5", "curl: web-", "dig: " + svc.Spec.ClusterIP, "nc: open", "ip: lo", "ss: ok",
+				"getent: " + svc.Spec.ClusterIP, "socat by Gerhard Rieger"},
+		} {
+			done := waitPod(t, host, pod, "ended", func(p *corev1.Pod) bool {
+				return p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed
+			})
+			logs := podLogs(t, env, done)
+			if done.Status.Phase != corev1.PodSucceeded {
+				t.Errorf("%s ended %s, logging:\n%s", pod.Name, done.Status.Phase, logs)
+				continue
+			}
+			for _, w := range want {
+				if !strings.Contains(logs, w) {
+					t.Errorf("%s logged no %q:\n%s", pod.Name, w, logs)
+				}
+			}
+		}
+	})
+
 	t.Run("the conformance suite's images run", func(t *testing.T) {
 		e2e := "registry.k8s.io/e2e-test-images/"
 		run := func(name, image string, sc *corev1.SecurityContext, command ...string) *corev1.Pod {

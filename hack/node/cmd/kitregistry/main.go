@@ -2,7 +2,7 @@
 // nodes run, and serves them as the kit's own registry, so that no image is
 // ever pulled from the internet.
 //
-//	kitregistry build --out DIR --pause FILE --busybox FILE [--shell FILE] --agnhost FILE [--tool FILE]... \
+//	kitregistry build --out DIR --pause FILE --busybox FILE --agnhost FILE [--tool FILE]... \
 //	    --coredns FILE --coredns-version VERSION
 //	kitregistry serve --layout DIR --listen ADDR
 //
@@ -12,12 +12,14 @@
 //
 // build writes one OCI image layout holding every image under its upstream
 // name (the annotation org.opencontainers.image.ref.name): the same inputs
-// give the same digests. serve pushes them into an in-memory registry at
-// ADDR, under their repository paths (registry.k8s.io/pause:3.10.2 is
-// ADDR/pause:3.10.2, docker.io/library/busybox:1.37 ADDR/library/busybox:1.37),
-// and answers GET /kit/ready with 200 once all of them are there; from then
-// on it refuses every write. A node's
-// containerd uses ADDR as the only host of registry.k8s.io and docker.io.
+// give the same digests. serve serves them at ADDR straight from the layout
+// on disk (it streams each blob from its file, holding only the index and
+// the manifests in memory), read-only, under their repository paths
+// (registry.k8s.io/pause:3.10.2 is ADDR/pause:3.10.2,
+// docker.io/library/busybox:1.37 ADDR/library/busybox:1.37), and answers
+// GET /kit/ready with 200 once it serves them; it refuses every write. A
+// node's containerd uses ADDR as the only host of registry.k8s.io and
+// docker.io.
 package main
 
 import (
@@ -41,17 +43,13 @@ import (
 	"slices"
 	"sort"
 	"strings"
-	"sync/atomic"
 	"syscall"
 	"time"
 
-	"github.com/google/go-containerregistry/pkg/name"
-	"github.com/google/go-containerregistry/pkg/registry"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/empty"
 	"github.com/google/go-containerregistry/pkg/v1/layout"
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
-	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 	"github.com/google/go-containerregistry/pkg/v1/types"
 )
@@ -137,7 +135,6 @@ func build(args []string) error {
 	apiServer := fs.String("kube-apiserver", "", "a kube-apiserver binary, for a provisioned tenant control plane's image")
 	controllerManager := fs.String("kube-controller-manager", "", "a kube-controller-manager binary, for a provisioned tenant control plane's image")
 	kubeVersion := fs.String("kube-version", "", "the pinned Kubernetes release, the tag of the control plane images (v1.37.2)")
-	shell := fs.String("shell", "", "a shell of this machine for the busybox images' /bin/sh, with its shared libraries (empty: busybox's own)")
 	var releases multiFlag
 	fs.Var(&releases, "control-plane-release", "a further release's control plane images: VERSION=KUBE-APISERVER,KUBE-CONTROLLER-MANAGER (repeatable)")
 	var tools multiFlag
@@ -211,21 +208,7 @@ func build(args []string) error {
 				[]v1.Layer{layer}, v1.Config{Entrypoint: []string{"/usr/local/bin/" + name}}})
 		}
 	}
-	// Upstream's busybox images are of busybox 1.37, whose sh hands its
-	// commands the variables whose names are not identifiers (data-1, as
-	// a ConfigMap's keys may be); an older busybox's sh drops them.
 	busyboxLayers := []v1.Layer{base}
-	if *shell != "" {
-		files := map[string]string{}
-		if err := addWithLibraries(files, "/bin/sh="+*shell); err != nil {
-			return err
-		}
-		shellLayer, err := filesLayer(files)
-		if err != nil {
-			return err
-		}
-		busyboxLayers = append(busyboxLayers, shellLayer)
-	}
 	agnhostConfig := v1.Config{Entrypoint: []string{"/agnhost"}, Cmd: []string{"pause"}, WorkingDir: "/"}
 	webserver := agnhostConfig
 	webserver.Cmd = []string{"test-webserver"}
@@ -554,8 +537,8 @@ func busyboxLayer(busybox string) (v1.Layer, error) {
 	return layer(entries)
 }
 
-// serve pushes the layout's images into an in-memory registry and serves it
-// until SIGTERM or SIGINT.
+// serve serves the layout's images, read-only, straight from the layout
+// (newLayoutRegistry) until SIGTERM or SIGINT.
 func serve(args []string) error {
 	fs := flag.NewFlagSet("serve", flag.ExitOnError)
 	dir := fs.String("layout", "", "the OCI layout that build wrote")
@@ -564,68 +547,31 @@ func serve(args []string) error {
 	if *dir == "" {
 		return errors.New("serve: --layout is required")
 	}
-	lp, err := layout.FromPath(*dir)
+	images, count, err := newLayoutRegistry(*dir)
 	if err != nil {
-		return fmt.Errorf("reading the layout %s: %w", *dir, err)
+		return fmt.Errorf("serve: %w", err)
 	}
-	index, err := lp.ImageIndex()
-	if err != nil {
-		return err
-	}
-	manifest, err := index.IndexManifest()
-	if err != nil {
-		return err
-	}
-
 	ln, err := net.Listen("tcp", *listen)
 	if err != nil {
-		return err
+		return fmt.Errorf("serve: %w", err)
 	}
-	var ready atomic.Bool
-	images := registry.New(registry.Logger(log.New(io.Discard, "", 0)))
 	mux := http.NewServeMux()
-	// Read-only once the images are in: Pods reach this address too, and
-	// must not replace an image that other Pods, or the host, pull.
-	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		if ready.Load() && r.Method != http.MethodGet && r.Method != http.MethodHead {
-			http.Error(w, "the kit's registry is read-only", http.StatusMethodNotAllowed)
-			return
-		}
-		images.ServeHTTP(w, r)
-	})
-	mux.HandleFunc("/kit/ready", func(w http.ResponseWriter, _ *http.Request) {
-		if !ready.Load() {
-			http.Error(w, "pushing images", http.StatusServiceUnavailable)
-		}
-	})
+	mux.Handle("/", images)
+	// Every image is there as soon as the layout is read: ready once
+	// serving.
+	mux.HandleFunc("/kit/ready", func(http.ResponseWriter, *http.Request) {})
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
-	go func() { _ = srv.Serve(ln) }()
-
-	addr := ln.Addr().String()
-	for _, desc := range manifest.Manifests {
-		ref := desc.Annotations[refAnnotation]
-		upstream, err := name.NewTag(ref)
-		if err != nil {
-			return fmt.Errorf("image %q of the layout: %w", ref, err)
-		}
-		local, err := name.NewTag(addr+"/"+upstream.RepositoryStr()+":"+upstream.TagStr(), name.Insecure)
-		if err != nil {
-			return err
-		}
-		img, err := lp.Image(desc.Digest)
-		if err != nil {
-			return fmt.Errorf("image %s: %w", ref, err)
-		}
-		if err := remote.Write(local, img); err != nil {
-			return fmt.Errorf("pushing %s: %w", ref, err)
-		}
-	}
-	ready.Store(true)
-	log.Printf("serving %d images at %s", len(manifest.Manifests), addr)
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(ln) }()
+	log.Printf("serving %d images at %s", count, ln.Addr())
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()
-	<-ctx.Done()
+	select {
+	case err := <-served:
+		return fmt.Errorf("serve: %w", err)
+	case <-ctx.Done():
+	}
 	shutdown, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	return srv.Shutdown(shutdown)
