@@ -53,6 +53,12 @@ func TestDevProvisionedKubectl(t *testing.T) {
 	} {
 		t.Run(cluster, func(t *testing.T) {
 			k := newKubectl(t, kubeconfig)
+			// A new cluster's controller-manager makes the namespace's
+			// ServiceAccount soon after it is Ready; a Pod waits for it.
+			tenantrytest.Eventually(t, time.Minute, "the default ServiceAccount", func(ctx context.Context) (bool, error) {
+				out, err := k.command(ctx, "get", "serviceaccount", "default", "-o", "name").CombinedOutput()
+				return err == nil, fmt.Errorf("%v: %s", err, out)
+			})
 			k.run("", "run", "web", "--image="+agnhost, "--", "netexec", "--http-port=8080")
 			k.run("", "wait", "--for=condition=Ready", "pod/web", "--timeout=3m")
 			if got := k.run("", "logs", "web"); !strings.Contains(got, "Started HTTP server on port 8080") {
@@ -100,6 +106,9 @@ func connect(t *testing.T, tenantry, host, name string) string {
 	t.Cleanup(func() {
 		cancel()
 		<-exited
+		if t.Failed() {
+			t.Logf("tenantry connect %s:\n%s", name, out.String())
+		}
 	})
 	forwarding := regexp.MustCompile(`^forwarding \S+ to virtualcluster/` + name + `'s API server`)
 	tenantrytest.Eventually(t, time.Minute, "tenantry connect forwards", func(context.Context) (bool, error) {

@@ -9,18 +9,32 @@ import (
 	"net/http"
 	"net/url"
 	"strconv"
+	"sync"
+	"time"
 
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/util/httpstream"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/portforward"
 	"k8s.io/client-go/transport/spdy"
 )
 
+// forwardGiveUp is how long Forward keeps trying to reach the control
+// plane's Pod again, for each local connection, before it ends.
+const forwardGiveUp = time.Minute
+
 // Forward forwards a port of 127.0.0.1 (port, or a free one if 0) to the
 // API server of VirtualCluster cluster's control plane, through the host's
-// pods/portforward, as kubectl port-forward does: how a user outside the
-// host reaches it (its serving certificate names 127.0.0.1). It returns
-// once the port listens, with its URL, and forwards until ctx ends; done
-// then gives nil, or the error that ended it sooner.
+// pods/portforward: how a user outside the host reaches it (its serving
+// certificate names 127.0.0.1). It returns once the port listens and the
+// Pod answered, with its URL, and forwards until ctx ends; done then gives
+// nil, or the error that ended it sooner (the Pod unreachable for a
+// minute).
+//
+// Unlike kubectl port-forward, one connection's failure ends that
+// connection alone, and a connection to the Pod that the host or its
+// kubelet ends is made again for the next one: the port stays open, so a
+// client of the kubeconfig sees at most the requests in flight fail.
 func Forward(ctx context.Context, host *rest.Config, cluster string, port int) (server string, done <-chan error, err error) {
 	ns, pod := Namespace(cluster), WorkloadName+"-0"
 	transport, upgrader, err := spdy.RoundTripperFor(host)
@@ -32,42 +46,163 @@ func Forward(ctx context.Context, host *rest.Config, cluster string, port int) (
 		return "", nil, fmt.Errorf("the host's address %q: %w", host.Host, err)
 	}
 	target.Path = fmt.Sprintf("%s/api/v1/namespaces/%s/pods/%s/portforward", target.Path, ns, pod)
-	dialer := spdy.NewDialer(upgrader, &http.Client{Transport: transport}, http.MethodPost, target)
-	stop, ready := make(chan struct{}), make(chan struct{})
-	pf, err := portforward.NewOnAddresses(dialer, []string{"127.0.0.1"}, []string{fmt.Sprintf("%d:%d", port, APIServerPort)}, stop, ready, io.Discard, io.Discard)
-	if err != nil {
+	f := &forwarder{dialer: spdy.NewDialer(upgrader, &http.Client{Transport: transport}, http.MethodPost, target), pod: ns + "/" + pod}
+	if _, err := f.connection(); err != nil {
 		return "", nil, err
 	}
-	ended := make(chan error, 1)
-	go func() { ended <- pf.ForwardPorts() }()
-	select {
-	case err := <-ended:
-		return "", nil, fmt.Errorf("forwarding to pod %s/%s: %w", ns, pod, err)
-	case <-ctx.Done():
-		close(stop)
-		<-ended
-		return "", nil, ctx.Err()
-	case <-ready:
-	}
-	ports, err := pf.GetPorts()
-	if err != nil || len(ports) != 1 {
-		close(stop)
-		<-ended
-		return "", nil, fmt.Errorf("the forwarded port of pod %s/%s: %v", ns, pod, err)
+	ln, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
+	if err != nil {
+		f.close()
+		return "", nil, fmt.Errorf("listening on 127.0.0.1:%d: %w", port, err)
 	}
 	out := make(chan error, 1)
+	failed := make(chan error, 1)
+	var handlers sync.WaitGroup
 	go func() {
-		select {
-		case <-ctx.Done():
-			close(stop)
-			<-ended
-			out <- nil
-		case err := <-ended:
-			if err == nil {
-				err = errors.New("the host ended the connection")
+		for {
+			local, err := ln.Accept()
+			if err != nil {
+				return // closed
 			}
-			out <- fmt.Errorf("forwarding to pod %s/%s: %w", ns, pod, err)
+			handlers.Go(func() {
+				if err := f.handle(local); err != nil {
+					select {
+					case failed <- err:
+					default:
+					}
+				}
+			})
 		}
 	}()
-	return "https://" + net.JoinHostPort("127.0.0.1", strconv.Itoa(int(ports[0].Local))), out, nil
+	go func() {
+		var err error
+		select {
+		case <-ctx.Done():
+		case err = <-failed:
+		}
+		_ = ln.Close()
+		f.close()
+		handlers.Wait()
+		out <- err
+	}()
+	return "https://" + ln.Addr().String(), out, nil
+}
+
+// forwarder carries local connections to one port of a Pod over one
+// connection to the host's pods/portforward, made again when it ends.
+type forwarder struct {
+	dialer httpstream.Dialer
+	pod    string // namespace/name, for errors
+
+	mu        sync.Mutex
+	conn      httpstream.Connection
+	requestID int
+	// failingSince is when the Pod stopped answering; zero while it does.
+	failingSince time.Time
+	closed       bool
+}
+
+// connection is the connection to the Pod's port forwarding, dialled
+// again when the last one ended.
+func (f *forwarder) connection() (httpstream.Connection, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.closed {
+		return nil, errors.New("forwarding stopped")
+	}
+	if f.conn != nil {
+		select {
+		case <-f.conn.CloseChan():
+			f.conn = nil
+		default:
+			return f.conn, nil
+		}
+	}
+	conn, protocol, err := f.dialer.Dial(portforward.PortForwardProtocolV1Name)
+	if err == nil && protocol != portforward.PortForwardProtocolV1Name {
+		_ = conn.Close()
+		err = fmt.Errorf("the host speaks %q, not %s", protocol, portforward.PortForwardProtocolV1Name)
+	}
+	if err != nil {
+		if f.failingSince.IsZero() {
+			f.failingSince = time.Now()
+		}
+		return nil, fmt.Errorf("forwarding to pod %s: %w", f.pod, err)
+	}
+	f.conn, f.failingSince = conn, time.Time{}
+	return conn, nil
+}
+
+// handle carries one local connection to the Pod's API server port, and
+// closes it. Its error is one that ends the forwarding: the Pod
+// unreachable for forwardGiveUp.
+func (f *forwarder) handle(local net.Conn) error {
+	defer local.Close()
+	conn, err := f.connection()
+	if err != nil {
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		if !f.closed && time.Since(f.failingSince) >= forwardGiveUp {
+			return fmt.Errorf("%w (for %s)", err, forwardGiveUp)
+		}
+		return nil
+	}
+	f.mu.Lock()
+	f.requestID++
+	headers := http.Header{}
+	headers.Set(corev1.PortHeader, strconv.Itoa(APIServerPort))
+	headers.Set(corev1.PortForwardRequestIDHeader, strconv.Itoa(f.requestID))
+	f.mu.Unlock()
+
+	// The protocol's error stream first (the kubelet writes a failure of
+	// this connection there), then the data stream.
+	headers.Set(corev1.StreamType, corev1.StreamTypeError)
+	errorStream, err := conn.CreateStream(headers)
+	if err != nil {
+		_ = conn.Close() // a connection that makes no stream is done
+		return nil
+	}
+	_ = errorStream.Close() // nothing to write
+	defer conn.RemoveStreams(errorStream)
+	remoteFailed := make(chan struct{})
+	go func() {
+		defer close(remoteFailed)
+		_, _ = io.Copy(io.Discard, errorStream) // this connection's failure alone: not the others'
+	}()
+	headers.Set(corev1.StreamType, corev1.StreamTypeData)
+	data, err := conn.CreateStream(headers)
+	if err != nil {
+		_ = conn.Close()
+		return nil
+	}
+	defer conn.RemoveStreams(data)
+
+	remoteDone := make(chan struct{})
+	go func() {
+		defer close(remoteDone)
+		_, _ = io.Copy(local, data)
+	}()
+	go func() {
+		defer data.Close() // nothing more to send
+		_, _ = io.Copy(data, local)
+	}()
+	select {
+	case <-remoteDone:
+	case <-conn.CloseChan():
+	}
+	// Discard what is unsent, so the error stream ends too.
+	_ = data.Reset()
+	<-remoteFailed
+	return nil
+}
+
+// close ends the connection to the Pod; handlers of local connections
+// then end.
+func (f *forwarder) close() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.closed = true
+	if f.conn != nil {
+		_ = f.conn.Close()
+	}
 }
