@@ -126,7 +126,7 @@ PREREQS := hack/prereqs.sh
 define with_prereqs
 rc=0; $(PREREQS) || rc=$$?; \
 case $$rc in 0) nodes=node ;; 2) nodes= ;; *) exit $$rc ;; esac; \
-$(if $(2),if [ -z "$$nodes" ] && [ "$${CI:-}" = true ]; then echo "make $(2): CI=true runs every real-node test, and this machine cannot run real nodes (above)"; exit 1; fi;) \
+$(if $(2),if [ -z "$$nodes" ] && [ "$${CI:-}" = true ]; then echo "make $(2): CI=true runs every real-node test; this machine cannot run real nodes (above)"; exit 1; fi;) \
 $(MAKE) --no-print-directory $(1) NODES=$$nodes
 endef
 
