@@ -3,12 +3,15 @@ package syncer
 import (
 	"context"
 	"fmt"
+	"maps"
+	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/tenantry/tenantry/pkg/syncer/internal/quota"
+	"github.com/tenantry/tenantry/pkg/syncer/netpol"
 )
 
 // labelPodSecurityEnforce is Pod Security Admission's enforce label, which
@@ -25,9 +28,12 @@ const DefaultPodSecurityLevel = "baseline"
 const namespaceSyncerName = "namespaces"
 
 // namespaceSyncer syncs tenant Namespaces to their host namespaces. Tenant
-// labels and annotations are not copied: on a host namespace they would
-// speak to the host (Pod Security levels, network policy selectors), which
-// a tenant must not. The host namespace enforces podSecurityLevel.
+// labels and annotations are not copied as they are: on a host namespace
+// they would speak to the host (Pod Security levels, network policy
+// selectors), which a tenant must not. The tenant's labels go under keys
+// of Tenantry's own (netpol.NamespaceLabels), which only the translation
+// of that tenant's NetworkPolicies reads. The host namespace enforces
+// podSecurityLevel.
 func namespaceSyncer(podSecurityLevel string) Syncer {
 	if podSecurityLevel == "" {
 		podSecurityLevel = DefaultPodSecurityLevel
@@ -37,8 +43,14 @@ func namespaceSyncer(podSecurityLevel string) Syncer {
 		Object:        func() client.Object { return &corev1.Namespace{} },
 		ClusterScoped: true,
 		OnlyExisting:  true,
-		Down: func(_, host client.Object) error {
+		Down: func(tenant, host client.Object) error {
 			labels := host.GetLabels()
+			for k := range labels {
+				if strings.HasPrefix(k, netpol.NamespaceLabelPrefix) {
+					delete(labels, k)
+				}
+			}
+			maps.Copy(labels, netpol.NamespaceLabels(tenant.GetLabels()))
 			labels[labelPodSecurityEnforce] = podSecurityLevel
 			host.SetLabels(labels)
 			return nil

@@ -23,6 +23,7 @@ import (
 
 	"github.com/tenantry/tenantry/pkg/syncer"
 	"github.com/tenantry/tenantry/pkg/syncer/builtin"
+	"github.com/tenantry/tenantry/pkg/syncer/netpol"
 	"github.com/tenantry/tenantry/pkg/syncer/syncertest"
 	tenantrytest "github.com/tenantry/tenantry/pkg/testing"
 )
@@ -537,6 +538,36 @@ func TestNamespaceLifecycle(t *testing.T) {
 	eventually(t, 10*time.Second, "host namespace and copy", func(ctx context.Context) (bool, error) {
 		err := shared.Host.Get(ctx, client.ObjectKey{Namespace: hostNamespace.Name, Name: "first"}, &corev1.ConfigMap{})
 		return err == nil, err
+	})
+
+	// The tenant namespace's labels, under Tenantry's own keys, in step
+	// (what the translation of its NetworkPolicies' namespace selectors
+	// selects on); never as written.
+	patch := client.MergeFrom(ns.DeepCopy())
+	ns.Labels = map[string]string{"team": "data"}
+	if err := tenant.Patch(ctx, ns, patch); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 10*time.Second, "the tenant namespace's labels on the host namespace", func(ctx context.Context) (bool, error) {
+		if err := shared.Host.Get(ctx, client.ObjectKeyFromObject(hostNamespace), hostNamespace); err != nil {
+			return false, err
+		}
+		l := hostNamespace.Labels
+		return l[netpol.NamespaceLabelKey("team")] == "data" && l[netpol.NamespaceLabelKey(corev1.LabelMetadataName)] == ns.Name && l["team"] == "",
+			fmt.Errorf("labels %v", l)
+	})
+	patch = client.MergeFrom(ns.DeepCopy())
+	ns.Labels = map[string]string{"tier": "1"}
+	if err := tenant.Patch(ctx, ns, patch); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 10*time.Second, "a label removed in the tenant gone from the host namespace", func(ctx context.Context) (bool, error) {
+		if err := shared.Host.Get(ctx, client.ObjectKeyFromObject(hostNamespace), hostNamespace); err != nil {
+			return false, err
+		}
+		l := hostNamespace.Labels
+		_, team := l[netpol.NamespaceLabelKey("team")]
+		return !team && l[netpol.NamespaceLabelKey("tier")] == "1", fmt.Errorf("labels %v", l)
 	})
 
 	// The tenant's namespace controller empties the namespace and removes
