@@ -543,31 +543,26 @@ func TestNamespaceLifecycle(t *testing.T) {
 	// The tenant namespace's labels, under Tenantry's own keys, in step
 	// (what the translation of its NetworkPolicies' namespace selectors
 	// selects on); never as written.
-	patch := client.MergeFrom(ns.DeepCopy())
-	ns.Labels = map[string]string{"team": "data"}
-	if err := tenant.Patch(ctx, ns, patch); err != nil {
-		t.Fatal(err)
-	}
-	eventually(t, 10*time.Second, "the tenant namespace's labels on the host namespace", func(ctx context.Context) (bool, error) {
-		if err := shared.Host.Get(ctx, client.ObjectKeyFromObject(hostNamespace), hostNamespace); err != nil {
-			return false, err
+	labelTenantNamespace := func(labels map[string]string, what string, want func(host map[string]string) bool) {
+		t.Helper()
+		patch := client.MergeFrom(ns.DeepCopy())
+		ns.Labels = labels
+		if err := tenant.Patch(ctx, ns, patch); err != nil {
+			t.Fatal(err)
 		}
-		l := hostNamespace.Labels
-		return l[netpol.NamespaceLabelKey("team")] == "data" && l[netpol.NamespaceLabelKey(corev1.LabelMetadataName)] == ns.Name && l["team"] == "",
-			fmt.Errorf("labels %v", l)
+		eventually(t, 10*time.Second, what, func(ctx context.Context) (bool, error) {
+			if err := shared.Host.Get(ctx, client.ObjectKeyFromObject(hostNamespace), hostNamespace); err != nil {
+				return false, err
+			}
+			return want(hostNamespace.Labels), fmt.Errorf("labels %v", hostNamespace.Labels)
+		})
+	}
+	labelTenantNamespace(map[string]string{"team": "data"}, "the tenant namespace's labels on the host namespace", func(l map[string]string) bool {
+		return l[netpol.NamespaceLabelKey("team")] == "data" && l[netpol.NamespaceLabelKey(corev1.LabelMetadataName)] == ns.Name && l["team"] == ""
 	})
-	patch = client.MergeFrom(ns.DeepCopy())
-	ns.Labels = map[string]string{"tier": "1"}
-	if err := tenant.Patch(ctx, ns, patch); err != nil {
-		t.Fatal(err)
-	}
-	eventually(t, 10*time.Second, "a label removed in the tenant gone from the host namespace", func(ctx context.Context) (bool, error) {
-		if err := shared.Host.Get(ctx, client.ObjectKeyFromObject(hostNamespace), hostNamespace); err != nil {
-			return false, err
-		}
-		l := hostNamespace.Labels
+	labelTenantNamespace(map[string]string{"tier": "1"}, "a label removed in the tenant gone from the host namespace", func(l map[string]string) bool {
 		_, team := l[netpol.NamespaceLabelKey("team")]
-		return !team && l[netpol.NamespaceLabelKey("tier")] == "1", fmt.Errorf("labels %v", l)
+		return !team && l[netpol.NamespaceLabelKey("tier")] == "1"
 	})
 
 	// The tenant's namespace controller empties the namespace and removes
