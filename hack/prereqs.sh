@@ -104,6 +104,17 @@ apt_install() {
   return 1
 }
 
+# ensure_packages sets pkgs to the Debian packages of the given entries
+# that are missing, after installing them where it may (root, apt, no
+# --check).
+ensure_packages() {
+  mapfile -t pkgs < <(missing_packages "$@")
+  if [ ${#pkgs[@]} -gt 0 ] && [ $install -eq 1 ] && [ $root -eq 1 ] && [ $apt -eq 1 ]; then
+    apt_install "${pkgs[@]}" || say "could not install ${pkgs[*]}"
+    mapfile -t pkgs < <(missing_packages "$@")
+  fi
+}
+
 # The build: Go, make, a C compiler (cgo, the race detector) and git.
 # Debian's Go may be older than go.mod asks: Go 1.21 and later fetch the
 # toolchain go.mod names by themselves; .ci/run hands an older one over.
@@ -115,11 +126,7 @@ build_packages=(
   "libc6-dev:/usr/include/stdio.h"
   "git:git"
 )
-mapfile -t pkgs < <(missing_packages "${build_packages[@]}")
-if [ ${#pkgs[@]} -gt 0 ] && [ $install -eq 1 ] && [ $root -eq 1 ] && [ $apt -eq 1 ]; then
-  apt_install "${pkgs[@]}" || say "could not install ${pkgs[*]}"
-  mapfile -t pkgs < <(missing_packages "${build_packages[@]}")
-fi
+ensure_packages "${build_packages[@]}"
 if [ ${#pkgs[@]} -gt 0 ]; then
   if [ $apt -eq 1 ]; then
     say "cannot build: missing Debian packages ${pkgs[*]}. Fix: sudo apt-get install -y ${pkgs[*]} (or Go from https://go.dev/dl)"
@@ -135,11 +142,7 @@ why=()
 if [ ! -d /sys/fs/cgroup ] || [ -z "$(ls -A /sys/fs/cgroup 2>/dev/null)" ]; then
   why+=("cgroups mounted at /sys/fs/cgroup")
 fi
-mapfile -t pkgs < <(missing_packages "${real_node_packages[@]}")
-if [ ${#pkgs[@]} -gt 0 ] && [ $install -eq 1 ] && [ $root -eq 1 ] && [ $apt -eq 1 ]; then
-  apt_install "${pkgs[@]}" || say "could not install ${pkgs[*]}"
-  mapfile -t pkgs < <(missing_packages "${real_node_packages[@]}")
-fi
+ensure_packages "${real_node_packages[@]}"
 if [ ${#pkgs[@]} -gt 0 ]; then
   if [ $apt -eq 1 ]; then
     why+=("Debian packages ${pkgs[*]}")
