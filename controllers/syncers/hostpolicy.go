@@ -159,6 +159,9 @@ func overDefault(def tenantryv1alpha1.HostPolicy, vc *tenantryv1alpha1.HostPolic
 			// Denials add up, as metadata's do.
 			network.DeniedEgressCIDRs = append(slices.Clone(network.DeniedEgressCIDRs), n.DeniedEgressCIDRs...)
 			network.ControlPlaneCIDRs = n.ControlPlaneCIDRs
+			if n.TranslatePolicies != nil {
+				network.TranslatePolicies = n.TranslatePolicies
+			}
 		}
 		out.Network = &network
 	}

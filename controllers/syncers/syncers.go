@@ -22,6 +22,7 @@ import (
 	networkingv1 "k8s.io/api/networking/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/validation"
@@ -37,6 +38,7 @@ import (
 	"github.com/tenantry/tenantry/pkg/sharding"
 	"github.com/tenantry/tenantry/pkg/syncer"
 	"github.com/tenantry/tenantry/pkg/syncer/builtin"
+	"github.com/tenantry/tenantry/pkg/syncer/netpol"
 	"github.com/tenantry/tenantry/pkg/syncer/pods"
 	"github.com/tenantry/tenantry/pkg/tenantdns"
 )
@@ -108,6 +110,10 @@ type Options struct {
 	// server, whose cluster IP host Pods ask when DNSNameserver is not set.
 	// A tenant that starts while it does not exist keeps the host's DNS.
 	DNSService string
+	// HostPodCIDRs are the host's Pod networks (syncer.Options.HostPodCIDRs);
+	// nil reads them off the host's Nodes (spec.podCIDRs) as each tenant
+	// starts.
+	HostPodCIDRs []string
 }
 
 // BindFlags registers the syncers' flags on fs, all syncers on by default.
@@ -189,6 +195,12 @@ func (o *Options) BindFlags(fs *flag.FlagSet) {
 	fs.StringVar(&o.DNSNameserver, "dns-nameserver", "", "IP at which host Pods reach the DNS server on port 53 (default: the cluster IP of --dns-service).")
 	fs.StringVar(&o.DNSService, "dns-service", "tenantry-system/tenantry-dns",
 		"Service (namespace/name) that maps port 53 to --dns-bind-address; host Pods ask its cluster IP. Without it, and without --dns-nameserver, Pods keep the host's DNS.")
+	fs.Func("host-pod-cidrs", "Comma-separated CIDRs of the host's Pod networks, which no ingress ipBlock of a tenant's NetworkPolicy admits (another tenant's Pods). Default: the host's Nodes' spec.podCIDRs, read as each tenant starts.",
+		func(v string) error {
+			o.HostPodCIDRs = strings.FieldsFunc(v, func(r rune) bool { return r == ',' || r == ' ' })
+			_, err := syncer.CanonicalCIDRs(o.HostPodCIDRs)
+			return err
+		})
 	fs.Float64Var(&o.HostQPS, "host-qps", syncer.DefaultHostQPS,
 		"Requests per second the syncers send the host, all tenants together; the tenants that have work share them in turn.")
 	fs.IntVar(&o.HostBurst, "host-burst", syncer.DefaultHostBurst, "Burst of the syncers' requests to the host, all tenants together.")
@@ -374,8 +386,14 @@ func newTenants(p tenantParams) (*Tenants, error) {
 	if _, err := builtin.ByName(o.Resources, builtin.Options{}); err != nil {
 		return nil, err
 	}
-	dnsService := &sharedRead[*pods.DNSConfig]{read: func(ctx context.Context) (*pods.DNSConfig, error) {
+	dnsService := &sharedRead[podDNSAnswer]{read: func(ctx context.Context) (podDNSAnswer, error) {
 		return podDNS(ctx, p.Manager.GetAPIReader(), o)
+	}}
+	podCIDRs := &sharedRead[[]string]{read: func(ctx context.Context) ([]string, error) {
+		if o.HostPodCIDRs != nil {
+			return o.HostPodCIDRs, nil
+		}
+		return nodePodCIDRs(ctx, p.Manager.GetAPIReader())
 	}}
 	serviceRanges := &sharedRead[[]netip.Prefix]{read: func(ctx context.Context) ([]netip.Prefix, error) {
 		return hostServiceRanges(ctx, p.Manager.GetAPIReader())
@@ -402,7 +420,15 @@ func newTenants(p tenantParams) (*Tenants, error) {
 		if policy.Network != nil {
 			opts.DeniedEgressCIDRs = policy.Network.DeniedEgressCIDRs
 			opts.ControlPlaneCIDRs = policy.Network.ControlPlaneCIDRs
+			if t := policy.Network.TranslatePolicies; t != nil {
+				opts.DisableNetworkPolicyTranslation = !*t
+			}
 		}
+		hostPods, err := podCIDRs.get(ctx)
+		if err != nil {
+			return syncer.Options{}, nil, err
+		}
+		opts.HostPodCIDRs = hostPods
 		// No tenant's Pods reach a shared DataStore: only the control
 		// planes that use it, under their own policy.
 		stores, err := dataStores.get(ctx)
@@ -439,9 +465,10 @@ func newTenants(p tenantParams) (*Tenants, error) {
 			if err != nil {
 				return syncer.Options{}, nil, err
 			}
-			if dns != nil {
-				own := *dns // each tenant's own
+			if dns.config != nil {
+				own := *dns.config // each tenant's own
 				podOpts.DNSConfig = &own
+				opts.NetworkPolicyServices = append(opts.NetworkPolicyServices, netpol.Service{Ports: []int32{53}, Peers: dns.peers})
 			}
 		}
 		ranges, err := serviceRanges.get(ctx)
@@ -545,27 +572,72 @@ func hostServiceRanges(ctx context.Context, host client.Reader) ([]netip.Prefix,
 // podDNS is the DNS that host Pods get: the tenant DNS server at the
 // configured nameserver, or at the cluster IP of its Service; nil (the
 // host's DNS) when that Service does not exist.
-func podDNS(ctx context.Context, host client.Reader, o Options) (*pods.DNSConfig, error) {
+// podDNSAnswer is the DNS that host Pods get (nil: the host's), and the
+// peers of a NetworkPolicy that reach it.
+type podDNSAnswer struct {
+	config *pods.DNSConfig
+	peers  []networkingv1.NetworkPolicyPeer
+}
+
+func podDNS(ctx context.Context, host client.Reader, o Options) (podDNSAnswer, error) {
 	dns := &pods.DNSConfig{Nameserver: o.DNSNameserver, ClusterDomain: o.DNS.ClusterDomain}
-	if dns.Nameserver != "" || o.DNSService == "" {
-		return dns, nil
+	if dns.Nameserver != "" {
+		return podDNSAnswer{config: dns, peers: []networkingv1.NetworkPolicyPeer{addressPeer(dns.Nameserver)}}, nil
+	}
+	if o.DNSService == "" {
+		return podDNSAnswer{config: dns}, nil
 	}
 	ns, name, ok := strings.Cut(o.DNSService, "/")
 	if !ok {
-		return nil, fmt.Errorf("--dns-service %q is not namespace/name", o.DNSService)
+		return podDNSAnswer{}, fmt.Errorf("--dns-service %q is not namespace/name", o.DNSService)
 	}
 	var svc corev1.Service
 	if err := host.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &svc); err != nil {
 		if apierrors.IsNotFound(err) {
-			return nil, nil
+			return podDNSAnswer{}, nil
 		}
-		return nil, fmt.Errorf("reading the DNS Service %s: %w", o.DNSService, err)
+		return podDNSAnswer{}, fmt.Errorf("reading the DNS Service %s: %w", o.DNSService, err)
 	}
 	if net.ParseIP(svc.Spec.ClusterIP) == nil {
-		return nil, fmt.Errorf("the DNS Service %s has no cluster IP (%q)", o.DNSService, svc.Spec.ClusterIP)
+		return podDNSAnswer{}, fmt.Errorf("the DNS Service %s has no cluster IP (%q)", o.DNSService, svc.Spec.ClusterIP)
 	}
 	dns.Nameserver = svc.Spec.ClusterIP
-	return dns, nil
+	// A NetworkPolicy sees a Service's endpoints, not its cluster IP:
+	// the Pods it selects in its namespace.
+	peers := []networkingv1.NetworkPolicyPeer{addressPeer(dns.Nameserver)}
+	if len(svc.Spec.Selector) > 0 {
+		peers = append(peers, networkingv1.NetworkPolicyPeer{
+			NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{corev1.LabelMetadataName: ns}},
+			PodSelector:       &metav1.LabelSelector{MatchLabels: svc.Spec.Selector},
+		})
+	}
+	return podDNSAnswer{config: dns, peers: peers}, nil
+}
+
+// addressPeer is a NetworkPolicy peer of one IP address.
+func addressPeer(ip string) networkingv1.NetworkPolicyPeer {
+	bits := 32
+	if net.ParseIP(ip).To4() == nil {
+		bits = 128
+	}
+	return networkingv1.NetworkPolicyPeer{IPBlock: &networkingv1.IPBlock{CIDR: fmt.Sprintf("%s/%d", ip, bits)}}
+}
+
+// nodePodCIDRs are the host's Pod networks as its Nodes hold them
+// (spec.podCIDRs), each once.
+func nodePodCIDRs(ctx context.Context, host client.Reader) ([]string, error) {
+	var nodes corev1.NodeList
+	if err := host.List(ctx, &nodes); err != nil {
+		return nil, fmt.Errorf("listing the host's Nodes for their Pod networks: %w", err)
+	}
+	var cidrs []string
+	for _, n := range nodes.Items {
+		cidrs = append(cidrs, n.Spec.PodCIDRs...)
+		if n.Spec.PodCIDR != "" {
+			cidrs = append(cidrs, n.Spec.PodCIDR)
+		}
+	}
+	return syncer.CanonicalCIDRs(cidrs)
 }
 
 // parseGVK parses "group/version/Kind" (or "version/Kind" for the core

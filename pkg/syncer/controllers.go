@@ -1,9 +1,11 @@
 package syncer
 
 import (
+	"context"
 	"fmt"
 
 	"github.com/go-logr/logr"
+	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
@@ -63,4 +65,12 @@ func (t *tenantControllers) run(log logr.Logger, name string, workers int, r rec
 // (from the manager's cache) that every predicate lets through.
 func (t *tenantControllers) objects(obj client.Object, predicates ...predicate.Predicate) source.TypedSource[reconcile.Request] {
 	return source.Kind(t.mgr.GetCache(), obj, &handler.TypedEnqueueRequestForObject[client.Object]{}, predicates...)
+}
+
+// namespacesOf is a source of requests for the namespaces (by name, as
+// a Namespace's request) of the tenant's objects of obj's type.
+func (t *tenantControllers) namespacesOf(obj client.Object) source.TypedSource[reconcile.Request] {
+	return source.Kind(t.mgr.GetCache(), obj, handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []reconcile.Request {
+		return []reconcile.Request{{NamespacedName: types.NamespacedName{Name: o.GetNamespace()}}}
+	}))
 }

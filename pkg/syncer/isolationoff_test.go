@@ -50,6 +50,15 @@ func TestIsolationOffDeletesEarlierPolicies(t *testing.T) {
 	if err := w.Host.Create(ctx, earlier); err != nil {
 		t.Fatal(err)
 	}
+	// Nor are the tenant's own policies enforced, which each is told.
+	policy := &networkingv1.NetworkPolicy{
+		ObjectMeta: metav1.ObjectMeta{Namespace: cm.Namespace, Name: "deny-all"},
+		Spec:       networkingv1.NetworkPolicySpec{PolicyTypes: []networkingv1.PolicyType{networkingv1.PolicyTypeIngress}},
+	}
+	if err := w.Tenants["tenant-1"].Create(ctx, policy); err != nil {
+		t.Fatal(err)
+	}
+	expectNotEnforced(t, w.Tenants["tenant-1"], policy, "isolation of this cluster is off")
 	eventually(t, 10*time.Second, "the earlier isolation NetworkPolicy deleted", func(ctx context.Context) (bool, error) {
 		err := w.Host.Get(ctx, key, &networkingv1.NetworkPolicy{})
 		return apierrors.IsNotFound(err), fmt.Errorf("NetworkPolicy: %v", err)

@@ -11,6 +11,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 
 	"github.com/tenantry/tenantry/pkg/clusterregistry"
+	"github.com/tenantry/tenantry/pkg/syncer/netpol"
 )
 
 // Options tune how syncers run in each tenant.
@@ -45,6 +46,26 @@ type Options struct {
 	// tenant commands its API server, and another tenant's API server at
 	// one of them would reach this tenant's Pods.
 	ControlPlaneCIDRs []string
+
+	// DisableNetworkPolicyTranslation leaves the tenant's own
+	// NetworkPolicies out of the host: each gets a Warning Event
+	// (ReasonNotEnforced), and the isolation policy treats every Pod as
+	// one that no policy selects. Otherwise (and while the isolation
+	// policy is on) they are translated into its host namespaces and
+	// enforced there (docs/design/tenant-network-policies.md).
+	DisableNetworkPolicyTranslation bool
+
+	// HostPodCIDRs are the host's Pod networks (IPv4 or IPv6 CIDRs): an
+	// ingress ipBlock of a tenant NetworkPolicy never admits them, so
+	// that no Pod of another tenant comes in by its address. None: a
+	// tenant's ingress ipBlocks admit only what lies outside of what
+	// Tenantry knows, which is nothing; each says so.
+	HostPodCIDRs []string
+
+	// NetworkPolicyServices are what Tenantry serves the tenant's Pods
+	// outside its namespaces (its DNS, its API server): an egress rule of
+	// a tenant NetworkPolicy that names one's port reaches its peers.
+	NetworkPolicyServices []netpol.Service
 
 	// DisablePublicCRDs turns off copying the host's public CRDs into
 	// tenants.

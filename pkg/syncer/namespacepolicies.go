@@ -51,22 +51,29 @@ type namespacePolicy struct {
 	resource  string // plural, for logs and metrics
 	name      string
 	newObject func() client.Object
-	// fill sets obj's content, or says that the namespace has no such
-	// object.
-	fill func(obj client.Object) bool
-	// wanted is what fill says.
+	// fill sets obj's content for a namespace whose open world is open,
+	// or says that the namespace has no such object.
+	fill func(obj client.Object, open openWorld) bool
+	// wanted is what fill says of a namespace without tenant
+	// NetworkPolicies: what a new namespace needs before its first object.
 	wanted bool
 }
 
 // namespacePolicies keeps the policy objects in each of one tenant's host
 // namespaces: made with the namespace, before anything goes in it, and
-// restored when they are changed or deleted by hand.
+// restored when they are changed or deleted by hand. With the tenant's
+// NetworkPolicies translated (docs/design/tenant-network-policies.md),
+// the isolation policy and the open-world policies of a namespace follow
+// the tenant's NetworkPolicies in it.
 type namespacePolicies struct {
 	translator translator
 	hostRead   client.Reader
 	host       client.Client
 	excluded   map[string]bool
 	policies   []namespacePolicy
+	// network is the tenant's network, where it is isolated (nil: it is
+	// not).
+	network *tenantNetwork
 	// created are the policy objects this tenant created that the cache
 	// may not show yet; its mutex serializes keep.
 	created recentCreates
@@ -88,22 +95,15 @@ var DefaultDeniedEgressCIDRs = []string{
 
 // newNamespacePolicies keeps opts' policy objects in the host namespaces of
 // a tenant; apiServerIPs are the host API server's addresses, which its
-// Pods may not reach.
-func newNamespacePolicies(tr translator, hostRead client.Reader, host client.Client, excluded map[string]bool, opts Options, apiServerIPs []string) (*namespacePolicies, error) {
+// Pods may not reach. tenantRead reads the tenant's NetworkPolicies where
+// they are translated.
+func newNamespacePolicies(tr translator, tenantRead, hostRead client.Reader, host client.Client, excluded map[string]bool, opts Options, apiServerIPs []string) (*namespacePolicies, error) {
 	p := &namespacePolicies{translator: tr, hostRead: hostRead, host: host, excluded: excluded}
-	deniedEgress, err := egressDenials(apiServerIPs, opts.DeniedEgressCIDRs)
-	if err != nil {
-		return nil, err
-	}
-	controlPlane, err := CanonicalCIDRs(opts.ControlPlaneCIDRs)
-	if err != nil {
-		return nil, fmt.Errorf("control plane addresses: %w", err)
-	}
 	// The quota first: it counts what follows.
 	p.policies = append(p.policies, namespacePolicy{
 		resource: "resourcequotas", name: QuotaName,
 		newObject: func() client.Object { return &corev1.ResourceQuota{} },
-		fill: func(o client.Object) bool {
+		fill: func(o client.Object, _ openWorld) bool {
 			if opts.ResourceQuota != nil {
 				o.(*corev1.ResourceQuota).Spec = *opts.ResourceQuota.DeepCopy()
 			}
@@ -112,24 +112,34 @@ func newNamespacePolicies(tr translator, hostRead client.Reader, host client.Cli
 	}, namespacePolicy{
 		resource: "limitranges", name: LimitRangeName,
 		newObject: func() client.Object { return &corev1.LimitRange{} },
-		fill: func(o client.Object) bool {
+		fill: func(o client.Object, _ openWorld) bool {
 			if opts.LimitRange != nil {
 				o.(*corev1.LimitRange).Spec = *opts.LimitRange.DeepCopy()
 			}
 			return opts.LimitRange != nil
 		},
 	})
+	if !opts.DisableNetworkIsolation {
+		network, err := newTenantNetwork(tr, tenantRead, opts, apiServerIPs)
+		if err != nil {
+			return nil, err
+		}
+		p.network = network
+	}
 	// Kept even when isolation is off, to delete the ones made before.
 	p.policies = append(p.policies, namespacePolicy{
 		resource: "networkpolicies", name: IsolationPolicyName,
 		newObject: func() client.Object { return &networkingv1.NetworkPolicy{} },
-		fill: func(o client.Object) bool {
-			o.(*networkingv1.NetworkPolicy).Spec = isolationPolicy(tr.Cluster, controlPlane, deniedEgress)
-			return !opts.DisableNetworkIsolation
+		fill: func(o client.Object, open openWorld) bool {
+			if p.network == nil {
+				return false
+			}
+			o.(*networkingv1.NetworkPolicy).Spec = p.network.isolation(open)
+			return true
 		},
 	})
 	for i := range p.policies {
-		p.policies[i].wanted = p.policies[i].fill(p.policies[i].newObject())
+		p.policies[i].wanted = p.policies[i].fill(p.policies[i].newObject(), everyPod)
 	}
 	return p, nil
 }
@@ -184,9 +194,13 @@ func (p *namespacePolicies) setup(controllers *tenantControllers, hub *Hub) erro
 	for _, policy := range p.policies {
 		byPolicy := func(o client.Object) (types.NamespacedName, bool) {
 			ns, ok := o.GetAnnotations()[AnnotationTenantNamespace]
-			return types.NamespacedName{Name: ns}, ok && p.translator.owns(o) && o.GetName() == policy.name
+			return types.NamespacedName{Name: ns}, ok && p.translator.owns(o) && p.kept(policy, o.GetName())
 		}
 		sources = append(sources, routed(hub, policy.newObject(), cluster, byPolicy))
+	}
+	if p.network != nil && p.network.translate {
+		// A tenant NetworkPolicy changes its namespace's open world.
+		sources = append(sources, controllers.namespacesOf(&networkingv1.NetworkPolicy{}))
 	}
 	return controllers.run(controllers.mgr.GetLogger(), "namespace-policies", 1, p, sources...)
 }
@@ -216,16 +230,31 @@ func (p *namespacePolicies) Reconcile(ctx context.Context, req reconcile.Request
 func (p *namespacePolicies) keep(ctx context.Context, hostNS, tenantNS string) (foreign bool, err error) {
 	p.created.Lock()
 	defer p.created.Unlock()
+	open := everyPod
+	policies := p.policies
+	if p.network != nil {
+		if open, err = p.network.openWorld(ctx, tenantNS); err != nil {
+			return false, err
+		}
+		// The open world's own policies before the isolation policy
+		// gives up its part: never a moment with neither.
+		// and the stale ones deleted after it took its part back.
+		want, stale, err := p.network.openPolicies(ctx, p.hostRead, hostNS, open)
+		if err != nil {
+			return false, err
+		}
+		policies = slices.Concat(want, policies, stale)
+	}
 	var errs []error
-	for _, policy := range p.policies {
-		f, err := p.keepOne(ctx, policy, hostNS, tenantNS)
+	for _, policy := range policies {
+		f, err := p.keepOne(ctx, policy, hostNS, tenantNS, open)
 		foreign = foreign || f
 		errs = append(errs, err)
 	}
 	return foreign, errors.Join(errs...)
 }
 
-func (p *namespacePolicies) keepOne(ctx context.Context, policy namespacePolicy, hostNS, tenantNS string) (foreign bool, err error) {
+func (p *namespacePolicies) keepOne(ctx context.Context, policy namespacePolicy, hostNS, tenantNS string, open openWorld) (foreign bool, err error) {
 	cluster := p.translator.Cluster
 	key := client.ObjectKey{Namespace: hostNS, Name: policy.name}
 	current := policy.newObject()
@@ -243,7 +272,7 @@ func (p *namespacePolicies) keepOne(ctx context.Context, policy namespacePolicy,
 	desired.SetName(policy.name)
 	desired.SetLabels(map[string]string{LabelManagedBy: ManagedByValue, LabelCluster: cluster})
 	desired.SetAnnotations(map[string]string{AnnotationTenantNamespace: tenantNS})
-	wanted := policy.fill(desired)
+	wanted := policy.fill(desired, open)
 	switch {
 	case found && !p.translator.owns(current):
 		return true, nil // the cache holds Tenantry's objects only, but of every cluster
@@ -294,12 +323,20 @@ func (p *namespacePolicies) keepOne(ctx context.Context, policy namespacePolicy,
 	return false, nil
 }
 
+// kept says whether a host object of that name is policy: the isolation
+// policy's source also brings the open-world policies.
+func (p *namespacePolicies) kept(policy namespacePolicy, name string) bool {
+	return name == policy.name || policy.name == IsolationPolicyName && isOpenPolicy(name)
+}
+
 // errPolicyPending says that a host namespace's policy objects are not all
 // there and in force yet.
 var errPolicyPending = errors.New("the host namespace's policy objects are not all there, or its ResourceQuota is not in force yet")
 
-// ready says whether host namespace hostNS has every policy object it
-// should (in the cache, or created by this tenant a moment ago), and its
+// ready says whether host namespace hostNS has every policy object that a
+// namespace without tenant NetworkPolicies has (in the cache, or created
+// by this tenant a moment ago: the open-world policies may come later,
+// and their Pods are isolated until they do), and its
 // quota, if it should have one, is in force: the host's quota controller
 // has taken it up (its status holds its limits), until when the host's
 // admission lets anything in. Every sync of a new namespace asks, not only
@@ -365,36 +402,6 @@ func CanonicalCIDR(cidr string) (netip.Prefix, error) {
 		return netip.Prefix{}, fmt.Errorf("%s is every address of its family (a Pod would reach nothing)", cidr)
 	}
 	return prefix.Masked(), nil
-}
-
-// isolationPolicy is the spec of the isolation NetworkPolicy of cluster's
-// host namespaces (see IsolationPolicyName): all Pods; ingress from the
-// VirtualCluster's host namespaces, from the host's own and from the
-// tenant's control plane's addresses, not from other tenants'; egress to
-// every Pod, and to every address but the denied CIDRs (egressDenials).
-func isolationPolicy(cluster string, controlPlane, denied []string) networkingv1.NetworkPolicySpec {
-	from := []networkingv1.NetworkPolicyPeer{
-		{NamespaceSelector: &metav1.LabelSelector{
-			MatchLabels: map[string]string{LabelManagedBy: ManagedByValue, LabelCluster: cluster},
-		}},
-		{NamespaceSelector: &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{
-			{Key: LabelManagedBy, Operator: metav1.LabelSelectorOpDoesNotExist},
-		}}},
-		// The tenant's control plane, where Tenantry runs it: its API
-		// server calls webhooks, aggregated APIs and proxied Pods.
-		{NamespaceSelector: &metav1.LabelSelector{
-			MatchLabels: map[string]string{LabelManagedBy: ManagedByValue, LabelControlPlane: cluster},
-		}},
-	}
-	for _, cidr := range controlPlane {
-		from = append(from, networkingv1.NetworkPolicyPeer{IPBlock: &networkingv1.IPBlock{CIDR: cidr}})
-	}
-	return networkingv1.NetworkPolicySpec{
-		PodSelector: metav1.LabelSelector{},
-		PolicyTypes: []networkingv1.PolicyType{networkingv1.PolicyTypeIngress, networkingv1.PolicyTypeEgress},
-		Ingress:     []networkingv1.NetworkPolicyIngressRule{{From: from}},
-		Egress:      egressBut(denied),
-	}
 }
 
 // IsolatedEgress are the egress rules of the isolation policy (see

@@ -13,14 +13,14 @@ import (
 func TestIsolationPolicyAdmitsTheControlPlane(t *testing.T) {
 	isolation := func(t *testing.T, opts Options) (networkingv1.NetworkPolicySpec, error) {
 		t.Helper()
-		p, err := newNamespacePolicies(translator{Cluster: "alpha"}, nil, nil, nil, opts, []string{"10.0.0.1"})
+		p, err := newNamespacePolicies(translator{Cluster: "alpha"}, nil, nil, nil, nil, opts, []string{"10.0.0.1"})
 		if err != nil {
 			return networkingv1.NetworkPolicySpec{}, err
 		}
 		for _, policy := range p.policies {
 			if policy.name == IsolationPolicyName {
 				o := policy.newObject()
-				policy.fill(o)
+				policy.fill(o, everyPod)
 				return o.(*networkingv1.NetworkPolicy).Spec, nil
 			}
 		}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"slices"
-	"strings"
 	"testing"
 	"time"
 
@@ -151,28 +150,4 @@ func TestHostNamespacesAreIsolated(t *testing.T) {
 	if err == nil {
 		t.Fatalf("the settled policy was rewritten: resourceVersion %s, then %s", settled, policy.ResourceVersion)
 	}
-}
-
-// A tenant NetworkPolicy is not carried to the host: the tenant is told so
-// on the policy, rather than left to believe it holds.
-func TestTenantNetworkPolicyIsToldItIsNotEnforced(t *testing.T) {
-	useWorld(t)
-	ctx := t.Context()
-	tenant := shared.Tenants["tenant-1"]
-	policy := &networkingv1.NetworkPolicy{
-		ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: unique("deny-all")},
-		Spec:       networkingv1.NetworkPolicySpec{PolicyTypes: []networkingv1.PolicyType{networkingv1.PolicyTypeIngress}},
-	}
-	if err := tenant.Create(ctx, policy); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = tenant.Delete(context.Background(), policy) })
-	eventually(t, 20*time.Second, "a NotEnforced Warning on the tenant NetworkPolicy", func(ctx context.Context) (bool, error) {
-		for _, e := range syncertest.Events(t, tenant, policy.Namespace, policy.Name, syncer.ReasonNotEnforced) {
-			if e.Type == corev1.EventTypeWarning && strings.Contains(e.Note, "not enforced") {
-				return true, nil
-			}
-		}
-		return false, nil
-	})
 }

@@ -64,7 +64,7 @@ func newTenant(mgr manager.Manager, cluster string, log logr.Logger, hub *Hub, o
 			return nil, fmt.Errorf("isolating cluster %s's Pods from the host API server: %w", cluster, err)
 		}
 	}
-	if t.policies, err = newNamespacePolicies(t.tr, hub.Reader(), host, t.excluded, opts, apiServerIPs); err != nil {
+	if t.policies, err = newNamespacePolicies(t.tr, mgr.GetClient(), hub.Reader(), host, t.excluded, opts, apiServerIPs); err != nil {
 		return nil, fmt.Errorf("cluster %s: %w", cluster, err)
 	}
 	t.namespaces = &hostNamespaces{
@@ -100,7 +100,7 @@ func (t *tenant) setup(syncers []Syncer) error {
 	if err := t.policies.setup(t.controllers, t.hub); err != nil {
 		return err
 	}
-	if err := setupNetworkPolicyNotice(t.controllers, t.recorder, t.excluded); err != nil {
+	if err := setupNetworkPolicyNotice(t.controllers, t.recorder, t.excluded, t.policies.network); err != nil {
 		return err
 	}
 	if !t.opts.DisablePublicCRDs {
@@ -110,6 +110,17 @@ func (t *tenant) setup(syncers []Syncer) error {
 	}
 	pending := &pendingSyncers{log: t.log, tenantMapper: t.mgr.GetRESTMapper(), hub: t.hub, start: t.start}
 	seen := map[string]bool{}
+	if n := t.policies.network; n != nil && n.translate {
+		s := networkPolicySyncer(n.env)
+		gvk, err := s.gvk(t.mgr.GetScheme())
+		if err != nil {
+			return err
+		}
+		if err := t.start(&s, gvk); err != nil {
+			return err
+		}
+		seen[s.Name] = true
+	}
 	for i := range syncers {
 		s := &syncers[i]
 		if err := s.Validate(); err != nil {

@@ -26,13 +26,23 @@ type Env struct {
 	// address), and EgressDenied those that an egress ipBlock never
 	// reaches (the isolation policy's denials).
 	IngressDenied, EgressDenied []netip.Prefix
-	// DNS are the peers of the tenant's DNS, added to an egress rule that
-	// allows port 53 to some peers: the tenant's DNS is not where its
-	// policy can name it.
-	DNS []networkingv1.NetworkPolicyPeer
+	// Services are what Tenantry serves the tenant's Pods from outside
+	// its namespaces (its DNS, its API server), which its policies cannot
+	// name as peers.
+	Services []Service
 	// PodLabelCopied says whether host Pods carry a tenant Pod label key
 	// (the host's metadata policy); nil: every key.
 	PodLabelCopied func(key string) bool
+}
+
+// Service is a service of the tenant's that Tenantry serves outside the
+// tenant's namespaces: an egress rule to some peers that names one of its
+// Ports (alone or in a range) reaches Peers too, so that a tenant that
+// allows its Pods DNS (port 53) or its API server gets them, as on a
+// cluster of its own.
+type Service struct {
+	Ports []int32
+	Peers []networkingv1.NetworkPolicyPeer
 }
 
 // Nothing is a peer that selects no Pod: what a peer that admits nothing
@@ -48,7 +58,7 @@ func Nothing() networkingv1.NetworkPolicyPeer {
 // Translate returns the host's spec of a tenant NetworkPolicy: pod
 // selectors as written, namespace selectors over the tenant's own
 // namespaces, ipBlocks confined, "everyone" the tenant's open world, the
-// tenant's DNS where a rule allows port 53; ports and policy types as
+// tenant's Services where a rule names their ports; ports and policy types as
 // written. Warnings say where the host cannot enforce it as written.
 func Translate(spec networkingv1.NetworkPolicySpec, env Env) (networkingv1.NetworkPolicySpec, []string, error) {
 	t := translation{env: env}
@@ -69,8 +79,12 @@ func Translate(spec networkingv1.NetworkPolicySpec, env Env) (networkingv1.Netwo
 		if err != nil {
 			return out, nil, err
 		}
-		if len(r.To) > 0 && allowsDNS(r.Ports) {
-			to = append(to, env.DNS...)
+		if len(r.To) > 0 {
+			for _, svc := range env.Services {
+				if namesPort(r.Ports, svc.Ports) {
+					to = append(to, svc.Peers...)
+				}
+			}
 		}
 		out.Egress = append(out.Egress, networkingv1.NetworkPolicyEgressRule{Ports: copyPorts(r.Ports), To: to})
 	}
@@ -132,13 +146,22 @@ func (t *translation) checkPodSelector(path string, s *metav1.LabelSelector) {
 	}
 }
 
-// allowsDNS says whether ports name port 53, alone or in a range: the
-// rule's author meant DNS. A rule of every port to some peers is about
-// those peers, not DNS.
-func allowsDNS(ports []networkingv1.NetworkPolicyPort) bool {
+// namesPort says whether a rule's ports name one of want, alone or in a
+// range: the rule's author meant that service. A rule of every port to
+// some peers is about those peers, not the service.
+func namesPort(ports []networkingv1.NetworkPolicyPort, want []int32) bool {
 	for _, p := range ports {
-		if p.Port != nil && p.Port.Type == intstr.Int && p.Port.IntVal <= 53 && (p.Port.IntVal == 53 || p.EndPort != nil && *p.EndPort >= 53) {
-			return true
+		if p.Port == nil || p.Port.Type != intstr.Int {
+			continue
+		}
+		end := p.Port.IntVal
+		if p.EndPort != nil {
+			end = *p.EndPort
+		}
+		for _, w := range want {
+			if p.Port.IntVal <= w && w <= end {
+				return true
+			}
 		}
 	}
 	return false

@@ -23,7 +23,7 @@ func TestTranslate(t *testing.T) {
 		EgressEveryone:  []networkingv1.NetworkPolicyPeer{{NamespaceSelector: &metav1.LabelSelector{}}},
 		IngressDenied:   []netip.Prefix{netip.MustParsePrefix("10.244.0.0/16")},
 		EgressDenied:    []netip.Prefix{netip.MustParsePrefix("169.254.0.0/16"), netip.MustParsePrefix("10.96.0.1/32")},
-		DNS:             []networkingv1.NetworkPolicyPeer{dns},
+		Services:        []Service{{Ports: []int32{53}, Peers: []networkingv1.NetworkPolicyPeer{dns}}},
 		PodLabelCopied:  func(key string) bool { return !strings.HasPrefix(key, "kubernetes.io/") },
 	}
 	udp, tcp := corev1.ProtocolUDP, corev1.ProtocolTCP
@@ -77,7 +77,7 @@ func TestTranslate(t *testing.T) {
 	}
 }
 
-func TestAllowsDNS(t *testing.T) {
+func TestNamesPort(t *testing.T) {
 	for _, tc := range []struct {
 		ports []networkingv1.NetworkPolicyPort
 		want  bool
@@ -88,9 +88,10 @@ func TestAllowsDNS(t *testing.T) {
 		{[]networkingv1.NetworkPolicyPort{{Port: ptr.To(intstr.FromInt32(54)), EndPort: ptr.To[int32](60)}}, false},
 		{[]networkingv1.NetworkPolicyPort{{Port: ptr.To(intstr.FromString("dns"))}}, false},
 		{[]networkingv1.NetworkPolicyPort{{}}, false},
+		{[]networkingv1.NetworkPolicyPort{{Port: ptr.To(intstr.FromInt32(443))}, {Port: ptr.To(intstr.FromInt32(6000)), EndPort: ptr.To[int32](7000)}}, true},
 	} {
-		if got := allowsDNS(tc.ports); got != tc.want {
-			t.Errorf("allowsDNS(%+v) = %v, want %v", tc.ports, got, tc.want)
+		if got := namesPort(tc.ports, []int32{53, 6443}); got != tc.want {
+			t.Errorf("namesPort(%+v, 53 and 6443) = %v, want %v", tc.ports, got, tc.want)
 		}
 	}
 }

@@ -255,6 +255,15 @@ type NetworkPolicy struct {
 	// +kubebuilder:validation:items:XValidation:rule="isCIDR(self) && cidr(self).prefixLength() > 0",message="must be an IPv4 or IPv6 CIDR narrower than all addresses, such as 10.0.0.5/32 or fd00::5/128"
 	// +optional
 	ControlPlaneCIDRs []string `json:"controlPlaneCIDRs,omitempty"`
+
+	// TranslatePolicies says whether the tenant's own NetworkPolicies
+	// are translated into its host namespaces and enforced there, each
+	// confined to the tenant (a namespace selector over its own
+	// namespaces only; an ipBlock never admitting what the isolation
+	// policy keeps out, nor another tenant's Pods). Unset: true. False:
+	// they are not enforced, and each gets a Warning Event NotEnforced.
+	// +optional
+	TranslatePolicies *bool `json:"translatePolicies,omitempty"`
 }
 
 // StoragePolicy says which host storage a tenant's claims may ask for. A

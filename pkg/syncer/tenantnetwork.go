@@ -1,0 +1,242 @@
+package syncer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+	"slices"
+	"strconv"
+	"strings"
+
+	networkingv1 "k8s.io/api/networking/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/tenantry/tenantry/pkg/syncer/netpol"
+)
+
+// OpenPolicyPrefix begins the names of the NetworkPolicies that hold a
+// host namespace's open world where the tenant's own NetworkPolicies
+// select some of its Pods: tenantry-open-ingress-N and
+// tenantry-open-egress-N, for the Pods that no tenant policy of that
+// direction selects (docs/design/tenant-network-policies.md). Like
+// IsolationPolicyName, it is Tenantry's: a tenant NetworkPolicy of such a
+// name is not synced.
+const OpenPolicyPrefix = "tenantry-open-"
+
+// reservedPolicyName says whether a tenant NetworkPolicy's name is one of
+// Tenantry's own in the host.
+func reservedPolicyName(name string) bool {
+	return name == IsolationPolicyName || isOpenPolicy(name)
+}
+
+func isOpenPolicy(name string) bool { return strings.HasPrefix(name, OpenPolicyPrefix) }
+
+// openWorld is, per direction, the Pods of a host namespace that no tenant
+// NetworkPolicy of that direction selects, as label selectors whose union
+// they are (netpol.Complement): they keep what the isolation policy let
+// them do, as a cluster leaves Pods that no policy selects open.
+type openWorld struct {
+	ingress, egress []metav1.LabelSelector
+	// tooComplex names the directions whose open world took more
+	// selectors than Tenantry writes: the namespace stays open in them.
+	tooComplex []string
+}
+
+// everyPod is the open world of a namespace without tenant
+// NetworkPolicies.
+var everyPod = openWorld{ingress: []metav1.LabelSelector{{}}, egress: []metav1.LabelSelector{{}}}
+
+// whole says whether selectors are every Pod.
+func whole(selectors []metav1.LabelSelector) bool {
+	return len(selectors) == 1 && len(selectors[0].MatchLabels) == 0 && len(selectors[0].MatchExpressions) == 0
+}
+
+// tenantNetwork is what isolating one tenant's Pods, and translating its
+// NetworkPolicies, takes.
+type tenantNetwork struct {
+	cluster string
+	// translate says whether the tenant's NetworkPolicies are translated
+	// into the host (Options.DisableNetworkPolicyTranslation).
+	translate  bool
+	tenantRead client.Reader
+	env        netpol.Env
+	// controlPlane are the tenant's control plane's peers, which every
+	// Pod takes traffic from.
+	controlPlane []networkingv1.NetworkPolicyPeer
+	// egress are the open world's egress rules.
+	egress []networkingv1.NetworkPolicyEgressRule
+}
+
+func newTenantNetwork(tr translator, tenantRead client.Reader, opts Options, apiServerIPs []string) (*tenantNetwork, error) {
+	denied, err := egressDenials(apiServerIPs, opts.DeniedEgressCIDRs)
+	if err != nil {
+		return nil, err
+	}
+	controlPlaneCIDRs, err := CanonicalCIDRs(opts.ControlPlaneCIDRs)
+	if err != nil {
+		return nil, fmt.Errorf("control plane addresses: %w", err)
+	}
+	hostPods, err := CanonicalCIDRs(opts.HostPodCIDRs)
+	if err != nil {
+		return nil, fmt.Errorf("the host's Pod networks: %w", err)
+	}
+	n := &tenantNetwork{
+		cluster: tr.Cluster, translate: !opts.DisableNetworkPolicyTranslation, tenantRead: tenantRead,
+		// The tenant's control plane, where Tenantry runs it: its API
+		// server calls webhooks, aggregated APIs and proxied Pods.
+		controlPlane: []networkingv1.NetworkPolicyPeer{{NamespaceSelector: &metav1.LabelSelector{
+			MatchLabels: map[string]string{LabelManagedBy: ManagedByValue, LabelControlPlane: tr.Cluster},
+		}}},
+		egress: egressBut(denied),
+	}
+	for _, cidr := range controlPlaneCIDRs {
+		n.controlPlane = append(n.controlPlane, networkingv1.NetworkPolicyPeer{IPBlock: &networkingv1.IPBlock{CIDR: cidr}})
+	}
+	own := map[string]string{LabelManagedBy: ManagedByValue, LabelCluster: tr.Cluster}
+	n.env = netpol.Env{
+		Own: own,
+		IngressEveryone: slices.Concat([]networkingv1.NetworkPolicyPeer{
+			{NamespaceSelector: &metav1.LabelSelector{MatchLabels: own}},
+			// The host's own namespaces: ingress controllers, monitoring.
+			{NamespaceSelector: &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{
+				{Key: LabelManagedBy, Operator: metav1.LabelSelectorOpDoesNotExist},
+			}}},
+		}, n.controlPlane),
+		IngressDenied:  prefixes(hostPods),
+		EgressDenied:   prefixes(denied),
+		// The tenant's API server where Tenantry knows its addresses,
+		// at the port of its kubernetes Service and the usual port of
+		// its endpoints.
+		Services: append(slices.Clone(opts.NetworkPolicyServices),
+			netpol.Service{Ports: []int32{443, 6443}, Peers: n.controlPlane}),
+		PodLabelCopied: func(key string) bool { return !tr.denied(key) },
+	}
+	for _, rule := range n.egress {
+		n.env.EgressEveryone = append(n.env.EgressEveryone, rule.To...)
+	}
+	return n, nil
+}
+
+func prefixes(cidrs []string) []netip.Prefix {
+	out := make([]netip.Prefix, 0, len(cidrs))
+	for _, c := range cidrs {
+		out = append(out, netip.MustParsePrefix(c))
+	}
+	return out
+}
+
+// isolation is the spec of the isolation policy of a host namespace whose
+// open world is open (see IsolationPolicyName): every Pod isolated in
+// both directions; ingress from the tenant's control plane always, and
+// the open world's ingress and egress where it is every Pod.
+func (n *tenantNetwork) isolation(open openWorld) networkingv1.NetworkPolicySpec {
+	spec := networkingv1.NetworkPolicySpec{
+		PodSelector: metav1.LabelSelector{},
+		PolicyTypes: []networkingv1.PolicyType{networkingv1.PolicyTypeIngress, networkingv1.PolicyTypeEgress},
+		Ingress:     []networkingv1.NetworkPolicyIngressRule{{From: n.controlPlane}},
+	}
+	if whole(open.ingress) {
+		spec.Ingress = []networkingv1.NetworkPolicyIngressRule{{From: n.env.IngressEveryone}}
+	}
+	if whole(open.egress) {
+		spec.Egress = n.egress
+	}
+	return spec
+}
+
+// openWorld reads the open world of tenant namespace ns off the tenant's
+// NetworkPolicies in it (all of them: an error of one's translation is
+// its own business, and it selects its Pods all the same).
+func (n *tenantNetwork) openWorld(ctx context.Context, ns string) (openWorld, error) {
+	if !n.translate {
+		return everyPod, nil
+	}
+	var list networkingv1.NetworkPolicyList
+	if err := n.tenantRead.List(ctx, &list, client.InNamespace(ns)); err != nil {
+		return openWorld{}, fmt.Errorf("listing the tenant's NetworkPolicies in %s: %w", ns, err)
+	}
+	var ingress, egress []metav1.LabelSelector
+	for _, p := range list.Items {
+		if reservedPolicyName(p.Name) {
+			continue // not synced: it selects nothing in the host
+		}
+		if policyType(p.Spec, networkingv1.PolicyTypeIngress) {
+			ingress = append(ingress, p.Spec.PodSelector)
+		}
+		if policyType(p.Spec, networkingv1.PolicyTypeEgress) {
+			egress = append(egress, p.Spec.PodSelector)
+		}
+	}
+	var out openWorld
+	var err error
+	for _, dir := range []struct {
+		name      string
+		selectors []metav1.LabelSelector
+		open      *[]metav1.LabelSelector
+	}{{"ingress", ingress, &out.ingress}, {"egress", egress, &out.egress}} {
+		*dir.open, err = netpol.Complement(dir.selectors)
+		if errors.Is(err, netpol.ErrTooComplex) {
+			*dir.open = []metav1.LabelSelector{{}}
+			out.tooComplex = append(out.tooComplex, dir.name)
+		} else if err != nil {
+			return openWorld{}, fmt.Errorf("the Pods of %s that no NetworkPolicy selects for %s: %w", ns, dir.name, err)
+		}
+	}
+	return out, nil
+}
+
+// policyType says whether a policy isolates its Pods for t, as the API
+// server defaults policyTypes: Ingress always, Egress where it has egress
+// rules.
+func policyType(spec networkingv1.NetworkPolicySpec, t networkingv1.PolicyType) bool {
+	if len(spec.PolicyTypes) == 0 {
+		return t == networkingv1.PolicyTypeIngress || len(spec.Egress) > 0
+	}
+	return slices.Contains(spec.PolicyTypes, t)
+}
+
+// openPolicies are the policies that hold host namespace hostNS's open
+// world where it is not every Pod (want), and those of Tenantry's that it
+// holds no more, to delete (stale).
+func (n *tenantNetwork) openPolicies(ctx context.Context, hostRead client.Reader, hostNS string, open openWorld) (want, stale []namespacePolicy, err error) {
+	newObject := func() client.Object { return &networkingv1.NetworkPolicy{} }
+	wanted := map[string]bool{}
+	add := func(direction string, selectors []metav1.LabelSelector, rules func(*networkingv1.NetworkPolicySpec)) {
+		if whole(selectors) {
+			return
+		}
+		for i, sel := range selectors {
+			name := OpenPolicyPrefix + direction + "-" + strconv.Itoa(i)
+			wanted[name] = true
+			want = append(want, namespacePolicy{resource: "networkpolicies", name: name, newObject: newObject,
+				fill: func(o client.Object, _ openWorld) bool {
+					spec := &o.(*networkingv1.NetworkPolicy).Spec
+					spec.PodSelector = *sel.DeepCopy()
+					rules(spec)
+					return true
+				}})
+		}
+	}
+	add("ingress", open.ingress, func(spec *networkingv1.NetworkPolicySpec) {
+		spec.PolicyTypes = []networkingv1.PolicyType{networkingv1.PolicyTypeIngress}
+		spec.Ingress = []networkingv1.NetworkPolicyIngressRule{{From: n.env.IngressEveryone}}
+	})
+	add("egress", open.egress, func(spec *networkingv1.NetworkPolicySpec) {
+		spec.PolicyTypes = []networkingv1.PolicyType{networkingv1.PolicyTypeEgress}
+		spec.Egress = n.egress
+	})
+	var existing networkingv1.NetworkPolicyList
+	if err := hostRead.List(ctx, &existing, client.InNamespace(hostNS),
+		client.MatchingLabels{LabelManagedBy: ManagedByValue, LabelCluster: n.cluster}); err != nil {
+		return nil, nil, fmt.Errorf("listing the NetworkPolicies of %s: %w", hostNS, err)
+	}
+	for _, p := range existing.Items {
+		if isOpenPolicy(p.Name) && !wanted[p.Name] {
+			stale = append(stale, namespacePolicy{resource: "networkpolicies", name: p.Name, newObject: newObject,
+				fill: func(client.Object, openWorld) bool { return false }})
+		}
+	}
+	return want, stale, nil
+}
