@@ -104,8 +104,8 @@ func newTenantNetwork(tr translator, tenantRead client.Reader, opts Options, api
 				{Key: LabelManagedBy, Operator: metav1.LabelSelectorOpDoesNotExist},
 			}}},
 		}, n.controlPlane),
-		IngressDenied:  prefixes(hostPods),
-		EgressDenied:   prefixes(denied),
+		IngressDenied: prefixes(hostPods),
+		EgressDenied:  prefixes(denied),
 		// The tenant's API server where Tenantry knows its addresses,
 		// at the port of its kubernetes Service and the usual port of
 		// its endpoints.
