@@ -533,14 +533,7 @@ func httpGetBody(ctx context.Context, url string) (string, error) {
 // answers the host Pod's.
 func (k *tenantKit) isolation(t *testing.T, host client.Client, other *corev1.Pod, metadata, kubeletAddr string) {
 	ctx := t.Context()
-	var slice discoveryv1.EndpointSlice
-	if err := host.Get(ctx, client.ObjectKey{Namespace: "default", Name: "kubernetes"}, &slice); err != nil {
-		t.Fatal(err)
-	}
-	if len(slice.Endpoints) == 0 || len(slice.Endpoints[0].Addresses) == 0 || len(slice.Ports) == 0 || slice.Ports[0].Port == nil {
-		t.Fatalf("the host's kubernetes EndpointSlice names no endpoint: %+v", slice)
-	}
-	apiServer := net.JoinHostPort(slice.Endpoints[0].Addresses[0], fmt.Sprint(*slice.Ports[0].Port))
+	apiServer := hostAPIServerEndpoint(t, host)
 	targets := map[string]string{
 		"the host API server's endpoint": apiServer,
 		"cloud metadata":                 metadata,
@@ -593,6 +586,19 @@ func (k *tenantKit) isolation(t *testing.T, host client.Client, other *corev1.Po
 	}
 	eventually(t, 30*time.Second, "the tenant's container's connection to the kubelet API closed before its handshake", closed)
 	tenantrytest.Consistently(t, 3*time.Second, time.Second, "the tenant's container kept from the kubelet API", closed)
+}
+
+// hostAPIServerEndpoint is host:port of the host API server's endpoint.
+func hostAPIServerEndpoint(t *testing.T, host client.Client) string {
+	t.Helper()
+	var slice discoveryv1.EndpointSlice
+	if err := host.Get(t.Context(), client.ObjectKey{Namespace: "default", Name: "kubernetes"}, &slice); err != nil {
+		t.Fatal(err)
+	}
+	if len(slice.Endpoints) == 0 || len(slice.Endpoints[0].Addresses) == 0 || len(slice.Ports) == 0 || slice.Ports[0].Port == nil {
+		t.Fatalf("the host's kubernetes EndpointSlice names no endpoint: %+v", slice)
+	}
+	return net.JoinHostPort(slice.Endpoints[0].Addresses[0], fmt.Sprint(*slice.Ports[0].Port))
 }
 
 // controlPlaneIngress: a tenant API server reaches its own Pods through

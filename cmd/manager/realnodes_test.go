@@ -187,6 +187,17 @@ func TestTenantPodsOnRealNodes(t *testing.T) {
 		}
 		k.controlPlaneIngress(t, betaKubeconfig, other)
 	})
+	t.Run("the tenant's own NetworkPolicies hold, within the tenant", func(t *testing.T) {
+		if other == nil {
+			t.Fatal("beta's Pod did not start")
+		}
+		betaKubeconfig, err := env.Tenants[1].KubeconfigFile(t.TempDir())
+		if err != nil {
+			t.Fatal(err)
+		}
+		beta := podExec{kubectl: kubectl, kubeconfig: betaKubeconfig, namespace: other.Namespace, name: other.Name}
+		k.networkPolicies(t, host, web, beta, listenAt(t, env.CloudMetadataIP()))
+	})
 
 	t.Run("kubectl logs and exec reach the container through the tenant", func(t *testing.T) {
 		eventually(t, 30*time.Second, "the container's log line", func(ctx context.Context) (bool, error) {

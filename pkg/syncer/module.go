@@ -58,8 +58,8 @@ type Options struct {
 	// HostPodCIDRs are the host's Pod networks (IPv4 or IPv6 CIDRs): an
 	// ingress ipBlock of a tenant NetworkPolicy never admits them, so
 	// that no Pod of another tenant comes in by its address. None: a
-	// tenant's ingress ipBlocks admit only what lies outside of what
-	// Tenantry knows, which is nothing; each says so.
+	// tenant's ingress ipBlocks admit nothing, and each policy that has
+	// one is told so.
 	HostPodCIDRs []string
 
 	// NetworkPolicyServices are what Tenantry serves the tenant's Pods

@@ -57,6 +57,10 @@ type namespacePolicy struct {
 	// wanted is what fill says of a namespace without tenant
 	// NetworkPolicies: what a new namespace needs before its first object.
 	wanted bool
+	// exact says that the host adds nothing to the object: what it holds
+	// must be what was written, to the last field (a NetworkPolicy whose
+	// egress rules went must lose them).
+	exact bool
 }
 
 // namespacePolicies keeps the policy objects in each of one tenant's host
@@ -128,7 +132,7 @@ func newNamespacePolicies(tr translator, tenantRead, hostRead client.Reader, hos
 	}
 	// Kept even when isolation is off, to delete the ones made before.
 	p.policies = append(p.policies, namespacePolicy{
-		resource: "networkpolicies", name: IsolationPolicyName,
+		resource: "networkpolicies", name: IsolationPolicyName, exact: true,
 		newObject: func() client.Object { return &networkingv1.NetworkPolicy{} },
 		fill: func(o client.Object, open openWorld) bool {
 			if p.network == nil {
@@ -312,7 +316,11 @@ func (p *namespacePolicies) keepOne(ctx context.Context, policy namespacePolicy,
 	if err != nil {
 		return false, err
 	}
-	if containsExactLists(have, want) && equality.Semantic.DeepEqual(current.GetAnnotations(), desired.GetAnnotations()) {
+	settled := containsExactLists(have, want)
+	if policy.exact {
+		settled = equality.Semantic.DeepEqual(have, want)
+	}
+	if settled && equality.Semantic.DeepEqual(current.GetAnnotations(), desired.GetAnnotations()) {
 		return false, nil
 	}
 	desired.SetResourceVersion(current.GetResourceVersion())

@@ -82,6 +82,12 @@ func newTenantNetwork(tr translator, tenantRead client.Reader, opts Options, api
 	if err != nil {
 		return nil, fmt.Errorf("the host's Pod networks: %w", err)
 	}
+	ingressDenied := prefixes(hostPods)
+	if len(ingressDenied) == 0 {
+		// Without the host's Pod networks, any address may be another
+		// tenant's Pod: an ingress ipBlock admits nothing.
+		ingressDenied = []netip.Prefix{netip.MustParsePrefix("0.0.0.0/0"), netip.MustParsePrefix("::/0")}
+	}
 	n := &tenantNetwork{
 		cluster: tr.Cluster, translate: !opts.DisableNetworkPolicyTranslation, tenantRead: tenantRead,
 		// The tenant's control plane, where Tenantry runs it: its API
@@ -104,7 +110,7 @@ func newTenantNetwork(tr translator, tenantRead client.Reader, opts Options, api
 				{Key: LabelManagedBy, Operator: metav1.LabelSelectorOpDoesNotExist},
 			}}},
 		}, n.controlPlane),
-		IngressDenied: prefixes(hostPods),
+		IngressDenied: ingressDenied,
 		EgressDenied:  prefixes(denied),
 		// The tenant's API server where Tenantry knows its addresses,
 		// at the port of its kubernetes Service and the usual port of
@@ -210,7 +216,7 @@ func (n *tenantNetwork) openPolicies(ctx context.Context, hostRead client.Reader
 		for i, sel := range selectors {
 			name := OpenPolicyPrefix + direction + "-" + strconv.Itoa(i)
 			wanted[name] = true
-			want = append(want, namespacePolicy{resource: "networkpolicies", name: name, newObject: newObject,
+			want = append(want, namespacePolicy{resource: "networkpolicies", name: name, newObject: newObject, exact: true,
 				fill: func(o client.Object, _ openWorld) bool {
 					spec := &o.(*networkingv1.NetworkPolicy).Spec
 					spec.PodSelector = *sel.DeepCopy()

@@ -52,6 +52,8 @@ func TestTenantNetworkPoliciesAreEnforced(t *testing.T) {
 	if err := tenant.Create(ctx, cm); err != nil { // makes the host namespace
 		t.Fatal(err)
 	}
+	// Whole first: the policy takes away what the isolation policy had.
+	expectWholeIsolation(t, shared.Host, "tenant-1", ns.Name)
 	tcp, udp := corev1.ProtocolTCP, corev1.ProtocolUDP
 	policy := &networkingv1.NetworkPolicy{
 		ObjectMeta: metav1.ObjectMeta{Namespace: ns.Name, Name: "db", Labels: map[string]string{"tier": "data"}},
@@ -116,13 +118,45 @@ func TestTenantNetworkPoliciesAreEnforced(t *testing.T) {
 	if err := tenant.Delete(ctx, policy); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 20*time.Second, "the namespace as it was: the isolation policy whole, no open-world policy, no copy", func(ctx context.Context) (bool, error) {
+	expectWholeIsolation(t, shared.Host, "tenant-1", ns.Name)
+
+	// An egress deny-all takes the isolation policy's egress away, and
+	// leaves its ingress be.
+	denyEgress := &networkingv1.NetworkPolicy{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns.Name, Name: "deny-egress"},
+		Spec:       networkingv1.NetworkPolicySpec{PolicyTypes: []networkingv1.PolicyType{networkingv1.PolicyTypeEgress}},
+	}
+	if err := tenant.Create(ctx, denyEgress); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 20*time.Second, "the isolation policy without egress, its ingress whole", func(ctx context.Context) (bool, error) {
 		policies, err := hostPolicies(ctx, shared.Host, "tenant-1", ns.Name)
 		if err != nil {
 			return false, err
 		}
 		isolation := policies[syncer.IsolationPolicyName]
-		return len(policies) == 1 && len(isolation.Spec.Egress) == 2 && len(isolation.Spec.Ingress[0].From) == 3,
+		_, copied := policies[denyEgress.Name]
+		return copied && len(policies) == 2 && len(isolation.Spec.Egress) == 0 && len(isolation.Spec.Ingress) == 1 && len(isolation.Spec.Ingress[0].From) == 3,
+			fmt.Errorf("policies %v, isolation %+v", slices.Sorted(maps.Keys(policies)), isolation.Spec)
+	})
+	if err := tenant.Delete(ctx, denyEgress); err != nil {
+		t.Fatal(err)
+	}
+	expectWholeIsolation(t, shared.Host, "tenant-1", ns.Name)
+}
+
+// expectWholeIsolation waits for the isolation policy of cluster's host
+// namespace of ns to be whole (the open world in both directions) and
+// alone.
+func expectWholeIsolation(t *testing.T, host client.Client, cluster, ns string) {
+	t.Helper()
+	eventually(t, 20*time.Second, "the isolation policy of "+ns+" whole and alone", func(ctx context.Context) (bool, error) {
+		policies, err := hostPolicies(ctx, host, cluster, ns)
+		if err != nil {
+			return false, err
+		}
+		isolation := policies[syncer.IsolationPolicyName]
+		return len(policies) == 1 && len(isolation.Spec.Egress) == 2 && len(isolation.Spec.Ingress) == 1 && len(isolation.Spec.Ingress[0].From) == 3,
 			fmt.Errorf("policies %v, isolation %+v", slices.Sorted(maps.Keys(policies)), isolation.Spec)
 	})
 }
@@ -206,15 +240,7 @@ func TestTenantNetworkPoliciesTranslationOff(t *testing.T) {
 		t.Fatal(err)
 	}
 	expectNotEnforced(t, tenant, policy, "turns the translation of NetworkPolicies off")
-	eventually(t, 20*time.Second, "the isolation policy, whole, and alone", func(ctx context.Context) (bool, error) {
-		policies, err := hostPolicies(ctx, w.Host, "tenant-1", "default")
-		if err != nil {
-			return false, err
-		}
-		isolation := policies[syncer.IsolationPolicyName]
-		return len(policies) == 1 && len(isolation.Spec.Egress) == 2 && len(isolation.Spec.Ingress[0].From) == 3,
-			fmt.Errorf("policies %v", slices.Sorted(maps.Keys(policies)))
-	})
+	expectWholeIsolation(t, w.Host, "tenant-1", "default")
 }
 
 // expectNotEnforced waits for a Warning NotEnforced on policy that says

@@ -16,6 +16,7 @@ import (
 
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
@@ -343,6 +344,15 @@ exec "$bin/kubelet" --config "$dir/kubelet.yaml" --kubeconfig "$dir/kubelet.kube
 			node, err := clientset.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
 			if err != nil {
 				return fmt.Errorf("not registered: %w", err)
+			}
+			if node.Spec.PodCIDR == "" {
+				// As kube-controller-manager's IPAM would: the kubelet's
+				// own, which clients of the host read off the Node (the
+				// host's Pod networks).
+				patch := fmt.Sprintf(`{"spec":{"podCIDR":%q,"podCIDRs":[%[1]q]}}`, k.podCIDR(i))
+				if _, err := clientset.CoreV1().Nodes().Patch(ctx, name, types.StrategicMergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
+					return fmt.Errorf("setting its pod CIDR: %w", err)
+				}
 			}
 			if why := notSchedulable(node); why != "" {
 				return errors.New(why)

@@ -111,7 +111,7 @@ func (t *translation) peers(path string, in, everyone []networkingv1.NetworkPoli
 				return nil, fmt.Errorf("%s.ipBlock: %w", at, err)
 			}
 			if block == nil {
-				t.warnings = append(t.warnings, fmt.Sprintf("%s.ipBlock %s admits nothing here: every address of it is one this cluster's Pods may not reach", at, p.IPBlock.CIDR))
+				t.warnings = append(t.warnings, fmt.Sprintf("%s.ipBlock %s admits nothing here: every address of it is one that Tenantry keeps out of this rule (the host's own, cloud metadata, other clusters' Pods)", at, p.IPBlock.CIDR))
 				out = append(out, Nothing())
 				continue
 			}

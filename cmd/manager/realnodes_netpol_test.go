@@ -1,0 +1,208 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/tenantry/tenantry/pkg/syncer"
+	tenantrytest "github.com/tenantry/tenantry/pkg/testing"
+)
+
+// podExec runs a shell script in a Pod's container through kubectl and
+// kubeconfig.
+type podExec struct {
+	kubectl    tenantrytest.Kubectl
+	kubeconfig string
+	namespace  string
+	name       string
+}
+
+// reaches says whether the Pod opens a TCP connection to addr (nc -z's
+// own verdict, from an exec that itself worked: a failed exec says
+// nothing of a policy).
+func (p podExec) reaches(ctx context.Context, addr string) (bool, error) {
+	host, port, _ := net.SplitHostPort(addr)
+	// /usr/bin/nc: the images' sh is busybox's, whose own nc knows no -z.
+	out, err := p.kubectl.Run(ctx, p.kubeconfig, "", "-n", p.namespace, "exec", p.name, "--",
+		"sh", "-c", "/usr/bin/nc -z -w 2 "+host+" "+port+"; echo rc=$?")
+	switch out = strings.TrimSpace(out); {
+	case err != nil:
+		return false, fmt.Errorf("exec in %s/%s: %w", p.namespace, p.name, err)
+	case out == "rc=0":
+		return true, nil
+	case out == "rc=1":
+		return false, nil
+	}
+	return false, fmt.Errorf("nc in %s/%s: %q", p.namespace, p.name, out)
+}
+
+// resolves says whether the Pod's DNS answers name.
+func (p podExec) resolves(ctx context.Context, name string) (bool, error) {
+	out, err := p.kubectl.Run(ctx, p.kubeconfig, "", "-n", p.namespace, "exec", p.name, "--",
+		"sh", "-c", "dig +short +time=2 +tries=1 "+name+"; echo rc=$?")
+	if err != nil {
+		return false, fmt.Errorf("exec in %s/%s: %w", p.namespace, p.name, err)
+	}
+	return net.ParseIP(strings.Fields(out)[0]) != nil, nil
+}
+
+// networkPolicies: the tenant's own NetworkPolicies hold, from its
+// running containers: a policy admitting one namespace admits it and
+// refuses another; namespaceSelector {} and ipBlock 0.0.0.0/0 admit no Pod
+// of another tenant; an egress deny-all cuts a namespace's Pods off, DNS
+// included; an egress ipBlock 0.0.0.0/0 reaches neither the host API
+// server nor cloud metadata; an egress rule for port 53 lets DNS through.
+// web is the tenant's Pod app/web, serving on 8080; the shell Pod is in
+// namespace other; beta is a Pod of another tenant, with the agnhost
+// image; metadata is an address in the cloud metadata range that a host
+// Pod reaches.
+func (k *tenantKit) networkPolicies(t *testing.T, host client.Client, web *corev1.Pod, beta podExec, metadata string) {
+	ctx := t.Context()
+	if err := k.tenant.Get(ctx, client.ObjectKeyFromObject(web), web); err != nil {
+		t.Fatal(err)
+	}
+	webAddr := net.JoinHostPort(web.Status.PodIP, "8080")
+	shell := podExec{kubectl: k.kubectl, kubeconfig: k.kubeconfig, namespace: "other", name: "shell"}
+	probe := podExec{kubectl: k.kubectl, kubeconfig: k.kubeconfig, namespace: "default", name: "probe"}
+	k.run(t, &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "probe"},
+		Spec: corev1.PodSpec{TerminationGracePeriodSeconds: new(int64), Containers: []corev1.Container{{
+			Name: "probe", Image: agnhostImage, Command: []string{"sh", "-c", "exec sleep 3600"},
+		}}},
+	}, "running", func(p *corev1.Pod) (bool, error) { return p.Status.Phase == corev1.PodRunning, nil })
+
+	// expect waits until from reaches (or not) addr, then holds it so.
+	expect := func(t *testing.T, from podExec, addr string, want bool, what string) {
+		t.Helper()
+		check := func(ctx context.Context) (bool, error) {
+			got, err := from.reaches(ctx, addr)
+			if err != nil {
+				return false, err
+			}
+			return got == want, fmt.Errorf("%s/%s reaches %s: %v", from.namespace, from.name, addr, got)
+		}
+		eventually(t, 60*time.Second, what, check)
+		tenantrytest.Consistently(t, 3*time.Second, time.Second, what, check)
+	}
+	expectDNS := func(t *testing.T, want bool, what string) {
+		t.Helper()
+		check := func(ctx context.Context) (bool, error) {
+			got, err := shell.resolves(ctx, "web.app.svc.cluster.local")
+			return err == nil && got == want, fmt.Errorf("resolves: %v, %v", got, err)
+		}
+		eventually(t, 60*time.Second, what, check)
+		tenantrytest.Consistently(t, 3*time.Second, time.Second, what, check)
+	}
+	apply := func(t *testing.T, policies ...*networkingv1.NetworkPolicy) {
+		t.Helper()
+		for _, p := range policies {
+			if err := k.tenant.Create(ctx, p); err != nil {
+				t.Fatal(err)
+			}
+		}
+		t.Cleanup(func() {
+			for _, p := range policies {
+				_ = k.tenant.Delete(context.Background(), p)
+			}
+		})
+	}
+	ingressTo := func(name string, from ...networkingv1.NetworkPolicyPeer) *networkingv1.NetworkPolicy {
+		return &networkingv1.NetworkPolicy{
+			ObjectMeta: metav1.ObjectMeta{Namespace: "app", Name: name},
+			Spec: networkingv1.NetworkPolicySpec{
+				PodSelector: metav1.LabelSelector{MatchLabels: map[string]string{"app": "web"}},
+				Ingress:     []networkingv1.NetworkPolicyIngressRule{{From: from}},
+			},
+		}
+	}
+	egressFrom := func(name string, rules ...networkingv1.NetworkPolicyEgressRule) *networkingv1.NetworkPolicy {
+		return &networkingv1.NetworkPolicy{
+			ObjectMeta: metav1.ObjectMeta{Namespace: "other", Name: name},
+			Spec: networkingv1.NetworkPolicySpec{
+				PolicyTypes: []networkingv1.PolicyType{networkingv1.PolicyTypeEgress},
+				Egress:      rules,
+			},
+		}
+	}
+	t.Cleanup(func() {
+		if !t.Failed() {
+			return
+		}
+		// What the host held: the policies of the tenant's namespaces.
+		var list networkingv1.NetworkPolicyList
+		if err := host.List(context.Background(), &list, client.MatchingLabels{syncer.LabelCluster: "alpha"}); err != nil {
+			t.Logf("listing the host's NetworkPolicies: %v", err)
+			return
+		}
+		for _, p := range list.Items {
+			spec, _ := json.Marshal(p.Spec)
+			t.Logf("host NetworkPolicy %s/%s: %s", p.Namespace, p.Name, spec)
+		}
+	})
+	expect(t, probe, webAddr, true, "without a policy, every namespace of the tenant reaches web")
+
+	t.Run("a policy admitting one namespace admits it and refuses another", func(t *testing.T) {
+		var other corev1.Namespace
+		if err := k.tenant.Get(ctx, client.ObjectKey{Name: "other"}, &other); err != nil {
+			t.Fatal(err)
+		}
+		other.Labels["team"] = "blue"
+		if err := k.tenant.Update(ctx, &other); err != nil {
+			t.Fatal(err)
+		}
+		apply(t, ingressTo("from-blue", networkingv1.NetworkPolicyPeer{
+			NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"team": "blue"}},
+		}))
+		expect(t, probe, webAddr, false, "namespace default (not team=blue) refused")
+		expect(t, shell, webAddr, true, "namespace other (team=blue) admitted")
+	})
+	expect(t, probe, webAddr, true, "the policy gone, namespace default reaches web again")
+
+	t.Run("namespaceSelector {} and ipBlock 0.0.0.0/0 admit no Pod of another tenant", func(t *testing.T) {
+		apply(t, ingressTo("from-everywhere",
+			networkingv1.NetworkPolicyPeer{NamespaceSelector: &metav1.LabelSelector{}},
+			networkingv1.NetworkPolicyPeer{IPBlock: &networkingv1.IPBlock{CIDR: "0.0.0.0/0"}}))
+		expect(t, shell, webAddr, true, "the tenant's own Pods admitted")
+		expect(t, beta, webAddr, false, "another tenant's Pod refused")
+	})
+
+	t.Run("an egress deny-all cuts a namespace's Pods off, DNS too", func(t *testing.T) {
+		apply(t, egressFrom("deny-egress"))
+		expect(t, shell, webAddr, false, "web out of the shell's reach")
+		expectDNS(t, false, "no DNS under an egress deny-all")
+	})
+	expect(t, shell, webAddr, true, "the deny-all gone, the shell reaches web again")
+
+	t.Run("an egress ipBlock 0.0.0.0/0 reaches neither the host API server nor cloud metadata", func(t *testing.T) {
+		apply(t, egressFrom("anywhere", networkingv1.NetworkPolicyEgressRule{
+			To: []networkingv1.NetworkPolicyPeer{{IPBlock: &networkingv1.IPBlock{CIDR: "0.0.0.0/0"}}},
+		}))
+		expect(t, shell, webAddr, true, "web, in 0.0.0.0/0, reached")
+		expect(t, shell, hostAPIServerEndpoint(t, host), false, "the host API server's endpoint out of reach")
+		expect(t, shell, metadata, false, "cloud metadata out of reach")
+	})
+
+	t.Run("an egress rule for port 53 lets DNS through, and nothing else", func(t *testing.T) {
+		udp, tcp := corev1.ProtocolUDP, corev1.ProtocolTCP
+		apply(t, egressFrom("dns-only", networkingv1.NetworkPolicyEgressRule{
+			To: []networkingv1.NetworkPolicyPeer{{NamespaceSelector: &metav1.LabelSelector{}}},
+			Ports: []networkingv1.NetworkPolicyPort{
+				{Protocol: &udp, Port: ptr.To(intstr.FromInt32(53))}, {Protocol: &tcp, Port: ptr.To(intstr.FromInt32(53))},
+			},
+		}))
+		expect(t, shell, webAddr, false, "web out of reach (port 8080)")
+		expectDNS(t, true, "DNS answers")
+	})
+}
