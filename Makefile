@@ -175,6 +175,10 @@ bench: build envtest ## Benchmarks (spawn, memory, Pods, sync through bin/manage
 conformance: node-prereqs build envtest node $(BIN)/e2e.test $(BIN)/ginkgo ## The upstream conformance suite against a tenant and, as the control, its host (hours): tiers 1 and 2 on simulated nodes; CONFORMANCE_ARGS='--tiers 3' every spec on real nodes. conformance-results/.
 	$(BIN)/tenantry-dev conformance --e2e $(BIN)/e2e.test --ginkgo $(BIN)/ginkgo --out conformance-results $(CONFORMANCE_ARGS)
 
+.PHONY: conformance-netpol
+conformance-netpol: node-prereqs build envtest node $(BIN)/e2e.test $(BIN)/ginkgo ## The upstream suite's NetworkPolicy specs (sig-network's Netpol and older NetworkPolicy ones, not conformance specs) against a tenant and its host, on real nodes enforced by kube-router (hours). conformance-results/netpol/.
+	$(BIN)/tenantry-dev conformance --e2e $(BIN)/e2e.test --ginkgo $(BIN)/ginkgo --tiers netpol --out conformance-results/netpol $(CONFORMANCE_ARGS)
+
 .PHONY: fuzz
 fuzz: ## Fuzz the host namespace translation for a minute (FUZZTIME=1m).
 	$(GO) test ./pkg/syncer/ -run '^$$' -fuzz FuzzHostNamespace -fuzztime $(or $(FUZZTIME),1m)

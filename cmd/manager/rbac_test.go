@@ -580,6 +580,11 @@ func exerciseTenant(t *testing.T, host, tenant client.Client, hostCP, tenantCP *
 		e := hostPod.Spec.EphemeralContainers
 		return len(e) == 1 && e[0].Name == "debugger", fmt.Errorf("ephemeral containers %+v", e)
 	})
+	// The tenant's NetworkPolicy, translated into the host.
+	eventually(t, 30*time.Second, "the tenant NetworkPolicy's host copy", func(ctx context.Context) (bool, error) {
+		err := host.Get(ctx, client.ObjectKey{Namespace: hostNS, Name: "tenant-policy"}, &networkingv1.NetworkPolicy{})
+		return err == nil, err
+	})
 	for _, kind := range []client.ObjectList{&corev1.ConfigMapList{}, &corev1.SecretList{}, &corev1.ServiceAccountList{},
 		&corev1.ServiceList{}, &corev1.PersistentVolumeClaimList{}, &corev1.ResourceQuotaList{}, &corev1.LimitRangeList{}} {
 		eventually(t, 30*time.Second, fmt.Sprintf("%T in %s", kind, hostNS), func(ctx context.Context) (bool, error) {

@@ -26,7 +26,7 @@ var conformanceCommand = cli.Command{
 		fs.IntVar(&o.Procs, "procs", o.Procs, "Parallel processes of the suite (its [Serial] specs run alone, at the end).")
 		fs.StringVar(&o.Out, "out", o.Out, "Directory of the reports and logs.")
 		fs.StringVar(&o.Tiers, "tiers", o.Tiers, "Comma-separated tiers to report: 1 (no container runtime needed), 2 (1 and Pods running on simulated nodes), "+
-			"3 (every conformance spec, on real nodes; asked for alone). Each cluster runs the suite once, for the widest tier asked.")
+			"3 (every conformance spec, on real nodes; asked for alone); netpol (not conformance specs: sig-network's NetworkPolicy specs, on real nodes; asked for alone). Each cluster runs the suite once, for the widest tier asked.")
 		fs.StringVar(&o.Part, "part", o.Part, "With --tiers 3, run one part of it: "+strings.Join(slices.Sorted(maps.Keys(conformance.Tier3Parts)), ", ")+
 			" (by SIG); compare the parts' reports as one with --reports.")
 		fs.StringVar(&o.Focus, "focus", o.Focus, "With --tiers 3 and no --part, run only the specs whose names match this regular expression.")

@@ -6,6 +6,7 @@
 package conformance
 
 import (
+	"cmp"
 	"context"
 	"encoding/xml"
 	"fmt"
@@ -77,6 +78,8 @@ type conformanceTier struct {
 	focus, skip []string
 	// realNodes: the tier's specs need containers that run.
 	realNodes bool
+	// labels is the suite's label filter; "": its conformance specs.
+	labels string
 }
 
 // selector says whether the spec named spec (its full text, as in the
@@ -115,6 +118,12 @@ var conformanceTiers = []conformanceTier{
 		`\[sig-apps\] Daemon ?[Ss]et`, `\[sig-scheduling\] SchedulerPredicates`,
 	), skip: simulatedSkip},
 	{name: "tier 3", realNodes: true},
+	// Not conformance specs: the NetworkPolicy specs of sig-network (the
+	// Netpol ones of the connectivity matrix, and the older ones), on real
+	// nodes, whose network plugin (kube-router in the kit) enforces them.
+	// SCTP needs a kernel module this project's machines cannot load.
+	{name: "netpol", realNodes: true, labels: "!Disruptive && !Flaky && !Feature:SCTPConnectivity",
+		focus: []string{`\[sig-network\] Netpol`, `\[sig-network\] NetworkPolicy`}, skip: []string{`SCTP`}},
 }
 
 // Tier3Parts split tier 3 by SIG into runs that each fit into a few hours
@@ -240,14 +249,14 @@ func plan(o Options) (tiers []conformanceTier, run conformanceTier, err error) {
 	}
 	run = tiers[len(tiers)-1]
 	if run.realNodes && len(tiers) > 1 {
-		return nil, run, fmt.Errorf("--tiers %s: tier 3 runs on real nodes, tiers 1 and 2 on simulated ones; run them apart, and compare their reports with --reports", o.Tiers)
+		return nil, run, fmt.Errorf("--tiers %s: tier 3 and netpol run on real nodes, alone; tiers 1 and 2 on simulated ones; run them apart, and compare their reports with --reports", o.Tiers)
 	}
 	switch {
 	case o.Part != "" && o.Focus != "":
 		return nil, run, fmt.Errorf("--part %q and --focus %q: ask for one", o.Part, o.Focus)
 	case o.Part != "":
 		focus, ok := Tier3Parts[o.Part]
-		if !run.realNodes || !ok {
+		if run.name != "tier 3" || !ok {
 			return nil, run, fmt.Errorf("--part %q: only tier 3 has parts: %s", o.Part, strings.Join(slices.Sorted(maps.Keys(Tier3Parts)), ", "))
 		}
 		run.name, run.focus = run.name+", part "+o.Part, focus
@@ -269,14 +278,14 @@ func askedTiers(list string) ([]conformanceTier, error) {
 	asked := strings.Split(list, ",")
 	var tiers []conformanceTier
 	for _, t := range conformanceTiers {
-		name := strings.TrimPrefix(t.name, "tier ")
+		name := strings.TrimPrefix(t.name, "tier ") // "netpol" as it is
 		if slices.Contains(asked, name) {
 			tiers = append(tiers, t)
 			asked = slices.DeleteFunc(asked, func(a string) bool { return a == name })
 		}
 	}
 	if len(asked) > 0 {
-		return nil, fmt.Errorf("unknown tier %q: tiers are 1, 2 and 3", asked[0])
+		return nil, fmt.Errorf("unknown tier %q: tiers are 1, 2, 3 and netpol", asked[0])
 	}
 	return tiers, nil
 }
@@ -360,7 +369,7 @@ func runSuite(ctx context.Context, o Options, tier conformanceTier, cluster, kub
 	}
 	args := []string{
 		"--procs=" + strconv.Itoa(o.Procs), "--timeout=" + o.Timeout.String(), "--no-color",
-		"--label-filter=Conformance",
+		"--label-filter=" + cmp.Or(tier.labels, "Conformance"),
 	}
 	for _, f := range tier.focus {
 		args = append(args, "--focus="+f)

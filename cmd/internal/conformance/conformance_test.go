@@ -137,3 +137,26 @@ func TestTier3Parts(t *testing.T) {
 		t.Errorf("joined parts: passed %d failed %d skipped %d selected %d, want 1 2 0 3 (the second part's setup failed)", r.passed, r.failed, r.skipped, r.selected)
 	}
 }
+
+// The netpol tier is sig-network's NetworkPolicy specs, which are not
+// conformance specs, on real nodes and alone; SCTP's are left out.
+func TestNetpolTier(t *testing.T) {
+	for _, o := range []Options{{Tiers: "3,netpol"}, {Tiers: "netpol", Part: "network"}} {
+		if _, _, err := plan(o); err == nil {
+			t.Errorf("tiers %q, part %q: want an error", o.Tiers, o.Part)
+		}
+	}
+	_, run, err := plan(Options{Tiers: "netpol"})
+	if err != nil || !run.realNodes || run.labels == "" || strings.Contains(run.labels, "Conformance") {
+		t.Fatalf("netpol: %+v, %v", run, err)
+	}
+	for spec, want := range map[string]bool{
+		"[It] [sig-network] Netpol NetworkPolicy between server and client should deny ingress access to updated pod [Feature:NetworkPolicy]": true,
+		"[It] [sig-network] NetworkPolicyLegacy [LinuxOnly] NetworkPolicy between server and client should support a 'default-deny' policy":   true,
+		"[It] [sig-network] DNS should provide DNS for services [Conformance]":                                                                  false,
+	} {
+		if got := run.selector()(spec); got != want {
+			t.Errorf("netpol selects %q: %v, want %v", spec, got, want)
+		}
+	}
+}
