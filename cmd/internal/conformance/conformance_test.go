@@ -153,7 +153,7 @@ func TestNetpolTier(t *testing.T) {
 	for spec, want := range map[string]bool{
 		"[It] [sig-network] Netpol NetworkPolicy between server and client should deny ingress access to updated pod [Feature:NetworkPolicy]": true,
 		"[It] [sig-network] NetworkPolicyLegacy [LinuxOnly] NetworkPolicy between server and client should support a 'default-deny' policy":   true,
-		"[It] [sig-network] DNS should provide DNS for services [Conformance]":                                                                  false,
+		"[It] [sig-network] DNS should provide DNS for services [Conformance]":                                                                false,
 	} {
 		if got := run.selector()(spec); got != want {
 			t.Errorf("netpol selects %q: %v, want %v", spec, got, want)
