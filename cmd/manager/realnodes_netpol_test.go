@@ -206,3 +206,55 @@ func (k *tenantKit) networkPolicies(t *testing.T, host client.Client, web *corev
 		expectDNS(t, true, "DNS answers")
 	})
 }
+
+// dig asks server for name (-x: a reverse lookup of an address) from the
+// Pod, and returns its answers, none when it has none or no answer came.
+func (p podExec) dig(ctx context.Context, server string, args ...string) ([]string, error) {
+	out, err := p.kubectl.Run(ctx, p.kubeconfig, "", append([]string{"-n", p.namespace, "exec", p.name, "--",
+		"dig", "+short", "+time=2", "+tries=1", "@" + server}, args...)...)
+	if err != nil && !strings.Contains(out, "timed out") && !strings.Contains(out, "no servers could be reached") {
+		return nil, fmt.Errorf("dig in %s/%s: %q, %w", p.namespace, p.name, out, err)
+	}
+	var answers []string
+	for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
+		if line != "" && !strings.HasPrefix(line, ";") {
+			answers = append(answers, line)
+		}
+	}
+	return answers, nil
+}
+
+// hostDNS: where the tenant DNS serves the tenant's Pods, the host's
+// cluster DNS answers them nothing: not the name of another tenant's
+// Service address (a reverse lookup), nor the host's names (a forward
+// one), which a host Pod is answered. betaService is a Service of the
+// other tenant; unisolated a host Pod of the agnhost image.
+func (k *tenantKit) hostDNS(t *testing.T, host client.Client, betaService *corev1.Service, unisolated podExec) {
+	ctx := t.Context()
+	var dns corev1.Service
+	if err := host.Get(ctx, client.ObjectKey{Namespace: "kube-system", Name: "kube-dns"}, &dns); err != nil {
+		t.Fatal(err)
+	}
+	var hostCopy corev1.Service
+	eventually(t, 30*time.Second, "the other tenant's Service in the host", func(ctx context.Context) (bool, error) {
+		err := host.Get(ctx, client.ObjectKey{Namespace: syncer.HostNamespace("beta", betaService.Namespace), Name: betaService.Name}, &hostCopy)
+		return err == nil && hostCopy.Spec.ClusterIP != "", err
+	})
+	shell := podExec{kubectl: k.kubectl, kubeconfig: k.kubeconfig, namespace: "other", name: "shell"}
+	lookups := map[string][]string{
+		"a reverse lookup of the other tenant's Service address": {"-x", hostCopy.Spec.ClusterIP},
+		"a forward lookup of the host's API server Service":      {"kubernetes.default.svc.cluster.local"},
+	}
+	for what, args := range lookups {
+		eventually(t, 30*time.Second, "the host DNS answers a host Pod "+what, func(ctx context.Context) (bool, error) {
+			answers, err := unisolated.dig(ctx, dns.Spec.ClusterIP, args...)
+			return err == nil && len(answers) > 0, fmt.Errorf("answers %q, %v", answers, err)
+		})
+		nothing := func(ctx context.Context) (bool, error) {
+			answers, err := shell.dig(ctx, dns.Spec.ClusterIP, args...)
+			return err == nil && len(answers) == 0, fmt.Errorf("answers %q, %v", answers, err)
+		}
+		eventually(t, 30*time.Second, "the host DNS answers the tenant's Pod nothing of "+what, nothing)
+		tenantrytest.Consistently(t, 5*time.Second, time.Second, "the host DNS answers the tenant's Pod nothing of "+what, nothing)
+	}
+}

@@ -198,6 +198,16 @@ func TestTenantPodsOnRealNodes(t *testing.T) {
 		beta := podExec{kubectl: kubectl, kubeconfig: betaKubeconfig, namespace: other.Namespace, name: other.Name}
 		k.networkPolicies(t, host, web, beta, listenAt(t, env.CloudMetadataIP()))
 	})
+	t.Run("the host's DNS answers a tenant's Pod nothing of other tenants", func(t *testing.T) {
+		betaService := &corev1.Service{
+			ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "betaweb"},
+			Spec:       corev1.ServiceSpec{Selector: map[string]string{"app": "betaweb"}, Ports: []corev1.ServicePort{{Port: 80}}},
+		}
+		if err := newHostClient(t, env.Tenants[1]).Create(ctx, betaService); err != nil {
+			t.Fatal(err)
+		}
+		k.hostDNS(t, host, betaService, podExec{kubectl: kubectl, kubeconfig: hostKubeconfig, namespace: "default", name: "unisolated"})
+	})
 
 	t.Run("kubectl logs and exec reach the container through the tenant", func(t *testing.T) {
 		eventually(t, 30*time.Second, "the container's log line", func(ctx context.Context) (bool, error) {

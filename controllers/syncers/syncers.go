@@ -19,6 +19,7 @@ import (
 	"github.com/go-logr/logr"
 	"go.uber.org/fx"
 	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -110,6 +111,10 @@ type Options struct {
 	// server, whose cluster IP host Pods ask when DNSNameserver is not set.
 	// A tenant that starts while it does not exist keeps the host's DNS.
 	DNSService string
+	// HostDNSService is the host's cluster DNS Service (namespace/name),
+	// which tenants' Pods may not query where the tenant DNS serves them;
+	// "" lets them.
+	HostDNSService string
 	// HostPodCIDRs are the host's Pod networks (syncer.Options.HostPodCIDRs);
 	// nil reads them off the host's Nodes (spec.podCIDRs) as each tenant
 	// starts.
@@ -195,6 +200,8 @@ func (o *Options) BindFlags(fs *flag.FlagSet) {
 	fs.StringVar(&o.DNSNameserver, "dns-nameserver", "", "IP at which host Pods reach the DNS server on port 53 (default: the cluster IP of --dns-service).")
 	fs.StringVar(&o.DNSService, "dns-service", "tenantry-system/tenantry-dns",
 		"Service (namespace/name) that maps port 53 to --dns-bind-address; host Pods ask its cluster IP. Without it, and without --dns-nameserver, Pods keep the host's DNS.")
+	fs.StringVar(&o.HostDNSService, "host-dns-service", "kube-system/kube-dns",
+		"The host's cluster DNS Service (namespace/name), which tenants' Pods may not query where the tenant DNS serves them (it would name other tenants' namespaces and Services); empty lets them.")
 	fs.Func("host-pod-cidrs", "Comma-separated CIDRs of the host's Pod networks, which no ingress ipBlock of a tenant's NetworkPolicy admits (another tenant's Pods). Default: the host's Nodes' spec.podCIDRs, read as each tenant starts.",
 		func(v string) error {
 			o.HostPodCIDRs = strings.FieldsFunc(v, func(r rune) bool { return r == ',' || r == ' ' })
@@ -389,6 +396,9 @@ func newTenants(p tenantParams) (*Tenants, error) {
 	dnsService := &sharedRead[podDNSAnswer]{read: func(ctx context.Context) (podDNSAnswer, error) {
 		return podDNS(ctx, p.Manager.GetAPIReader(), o)
 	}}
+	hostDNS := &sharedRead[*syncer.HostDNS]{read: func(ctx context.Context) (*syncer.HostDNS, error) {
+		return readHostDNS(ctx, p.Manager.GetAPIReader(), o.HostDNSService)
+	}}
 	podCIDRs := &sharedRead[[]string]{read: func(ctx context.Context) ([]string, error) {
 		if o.HostPodCIDRs != nil {
 			return o.HostPodCIDRs, nil
@@ -469,6 +479,9 @@ func newTenants(p tenantParams) (*Tenants, error) {
 				own := *dns.config // each tenant's own
 				podOpts.DNSConfig = &own
 				opts.NetworkPolicyServices = append(opts.NetworkPolicyServices, netpol.Service{Ports: []int32{53}, Peers: dns.peers})
+				if opts.HostDNS, err = hostDNS.get(ctx); err != nil {
+					return syncer.Options{}, nil, err
+				}
 			}
 		}
 		ranges, err := serviceRanges.get(ctx)
@@ -612,6 +625,42 @@ func podDNS(ctx context.Context, host client.Reader, o Options) (podDNSAnswer, e
 		})
 	}
 	return podDNSAnswer{config: dns, peers: peers}, nil
+}
+
+// readHostDNS reads the host's cluster DNS off its Service (namespace/name)
+// and its EndpointSlices: nil where service is "" or there is no such
+// Service.
+func readHostDNS(ctx context.Context, host client.Reader, service string) (*syncer.HostDNS, error) {
+	if service == "" {
+		return nil, nil
+	}
+	ns, name, ok := strings.Cut(service, "/")
+	if !ok {
+		return nil, fmt.Errorf("--host-dns-service %q is not namespace/name", service)
+	}
+	var svc corev1.Service
+	if err := host.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &svc); err != nil {
+		if apierrors.IsNotFound(err) {
+			return nil, nil
+		}
+		return nil, fmt.Errorf("reading the host's DNS Service %s: %w", service, err)
+	}
+	dns := &syncer.HostDNS{Namespace: ns, Selector: svc.Spec.Selector}
+	for _, ip := range svc.Spec.ClusterIPs {
+		if net.ParseIP(ip) != nil {
+			dns.Addresses = append(dns.Addresses, ip)
+		}
+	}
+	var endpoints discoveryv1.EndpointSliceList
+	if err := host.List(ctx, &endpoints, client.InNamespace(ns), client.MatchingLabels{discoveryv1.LabelServiceName: name}); err != nil {
+		return nil, fmt.Errorf("reading the endpoints of the host's DNS Service %s: %w", service, err)
+	}
+	for _, es := range endpoints.Items {
+		for _, e := range es.Endpoints {
+			dns.Addresses = append(dns.Addresses, e.Addresses...)
+		}
+	}
+	return dns, nil
 }
 
 // addressPeer is a NetworkPolicy peer of one IP address.

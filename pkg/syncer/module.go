@@ -67,6 +67,12 @@ type Options struct {
 	// a tenant NetworkPolicy that names one's port reaches its peers.
 	NetworkPolicyServices []netpol.Service
 
+	// HostDNS, if set, is the host's cluster DNS, which the tenant's Pods
+	// may not query: it would tell them of other tenants' namespaces and
+	// Services (a reverse lookup of another tenant's address gives its
+	// name). Set it where the tenant's own DNS serves its Pods.
+	HostDNS *HostDNS
+
 	// DisablePublicCRDs turns off copying the host's public CRDs into
 	// tenants.
 	DisablePublicCRDs bool
@@ -186,4 +192,15 @@ func TenantModulePerCluster(hub *Hub, perCluster PerCluster) fx.Option {
 		},
 		fx.ParamTags(``, ``, clusterregistry.ClusterNameTag, ``, `optional:"true"`),
 	)))
+}
+
+// HostDNS is the host's cluster DNS (Options.HostDNS).
+type HostDNS struct {
+	// Namespace holds its Pods, which Selector selects (its Service's
+	// selector).
+	Namespace string
+	Selector  map[string]string
+	// Addresses are its Service's cluster IPs and its Pods' addresses,
+	// as they are when the tenant starts.
+	Addresses []string
 }

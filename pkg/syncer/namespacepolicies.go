@@ -152,19 +152,24 @@ func newNamespacePolicies(tr translator, tenantRead, hostRead client.Reader, hos
 // host API server's addresses, DefaultDeniedEgressCIDRs and more, each
 // in its canonical form, once.
 func egressDenials(apiServerIPs, more []string) ([]string, error) {
-	var all []string
-	for _, ip := range apiServerIPs {
-		bits := 32
-		if net.ParseIP(ip).To4() == nil {
-			bits = 128
-		}
-		all = append(all, fmt.Sprintf("%s/%d", ip, bits))
-	}
-	out, err := CanonicalCIDRs(slices.Concat(all, DefaultDeniedEgressCIDRs, more))
+	out, err := CanonicalCIDRs(slices.Concat(addressCIDRs(apiServerIPs), DefaultDeniedEgressCIDRs, more))
 	if err != nil {
 		return nil, fmt.Errorf("denied egress: %w", err)
 	}
 	return out, nil
+}
+
+// addressCIDRs are the CIDRs of single addresses ips.
+func addressCIDRs(ips []string) []string {
+	out := make([]string, 0, len(ips))
+	for _, ip := range ips {
+		bits := 32
+		if net.ParseIP(ip).To4() == nil {
+			bits = 128
+		}
+		out = append(out, fmt.Sprintf("%s/%d", ip, bits))
+	}
+	return out
 }
 
 // CanonicalCIDRs are cidrs each in its canonical form (CanonicalCIDR),
@@ -422,12 +427,15 @@ func IsolatedEgress(apiServerIPs, more []string) ([]networkingv1.NetworkPolicyEg
 	if err != nil {
 		return nil, err
 	}
-	return egressBut(denied), nil
+	return egressBut(denied, nil), nil
 }
 
-// egressBut are egress rules to every Pod, and every address but denied
-// (canonical CIDRs).
-func egressBut(denied []string) []networkingv1.NetworkPolicyEgressRule {
+// egressBut are egress rules to the Pods of pods (nil: every Pod), and
+// every address but denied (canonical CIDRs).
+func egressBut(denied []string, pods []networkingv1.NetworkPolicyPeer) []networkingv1.NetworkPolicyEgressRule {
+	if pods == nil {
+		pods = []networkingv1.NetworkPolicyPeer{{NamespaceSelector: &metav1.LabelSelector{}}}
+	}
 	var v4, v6 []string
 	for _, cidr := range denied {
 		if netip.MustParsePrefix(cidr).Addr().Is4() {
@@ -437,7 +445,7 @@ func egressBut(denied []string) []networkingv1.NetworkPolicyEgressRule {
 		}
 	}
 	return []networkingv1.NetworkPolicyEgressRule{
-		{To: []networkingv1.NetworkPolicyPeer{{NamespaceSelector: &metav1.LabelSelector{}}}},
+		{To: pods},
 		{To: []networkingv1.NetworkPolicyPeer{
 			{IPBlock: &networkingv1.IPBlock{CIDR: "0.0.0.0/0", Except: v4}},
 			{IPBlock: &networkingv1.IPBlock{CIDR: "::/0", Except: v6}},

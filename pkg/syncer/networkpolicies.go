@@ -7,7 +7,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/events"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
@@ -25,18 +24,21 @@ const ReasonNotEnforced = "NotEnforced"
 const networkPolicySyncerName = "networkpolicies"
 
 // networkPolicySyncer syncs a tenant's NetworkPolicies into its host
-// namespaces, translated (netpol.Translate under env): they hold there
-// beside the isolation and open-world policies, which leave the Pods they
-// select to them. A policy of a name that is Tenantry's own in the host
-// (reservedPolicyName) is not synced.
-func networkPolicySyncer(env netpol.Env) Syncer {
+// namespaces, translated (netpol.Translate in network's environment):
+// they hold there beside the isolation and open-world policies, which
+// leave the Pods they select to them. A policy of a name that is
+// Tenantry's own in the host (reservedPolicyName) is not synced, nor is
+// any where the translation is off (network nil, or not translating),
+// whose copies made before go.
+func networkPolicySyncer(network *tenantNetwork) Syncer {
+	translated := network != nil && network.translate
 	return Syncer{
 		Name:             networkPolicySyncerName,
 		Object:           func() client.Object { return &networkingv1.NetworkPolicy{} },
 		CopyUserMetadata: true,
-		Filter:           func(t client.Object) bool { return !reservedPolicyName(t.GetName()) },
+		Filter:           func(t client.Object) bool { return translated && !reservedPolicyName(t.GetName()) },
 		Down: func(t, h client.Object) error {
-			spec, _, err := netpol.Translate(t.(*networkingv1.NetworkPolicy).Spec, env)
+			spec, _, err := netpol.Translate(t.(*networkingv1.NetworkPolicy).Spec, network.env)
 			if err != nil {
 				return Refuse("%v", err)
 			}
@@ -54,19 +56,11 @@ func networkPolicySyncer(env netpol.Env) Syncer {
 func setupNetworkPolicyNotice(controllers *tenantControllers, recorder events.EventRecorder, excluded map[string]bool, network *tenantNetwork) error {
 	mgr := controllers.mgr
 	translated := network != nil && network.translate
-	newObject := func() client.Object {
-		if translated {
-			return &networkingv1.NetworkPolicy{} // the syncer's informer
-		}
-		policy := &metav1.PartialObjectMetadata{}
-		policy.SetGroupVersionKind(networkingv1.SchemeGroupVersion.WithKind("NetworkPolicy"))
-		return policy
-	}
 	notice := reconcile.Func(func(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
 		if excluded[req.Namespace] {
 			return reconcile.Result{}, nil
 		}
-		policy := newObject()
+		policy := &networkingv1.NetworkPolicy{} // from the syncer's informer
 		if err := mgr.GetClient().Get(ctx, req.NamespacedName, policy); err != nil {
 			return reconcile.Result{}, client.IgnoreNotFound(err)
 		}
@@ -79,7 +73,7 @@ func setupNetworkPolicyNotice(controllers *tenantControllers, recorder events.Ev
 				"Every Pod of this cluster takes traffic from every other Pod of this cluster, and from no other cluster's (the host's isolation policy)"
 		default:
 			var err error
-			if why, err = network.notEnforced(ctx, policy.(*networkingv1.NetworkPolicy)); err != nil {
+			if why, err = network.notEnforced(ctx, policy); err != nil {
 				return reconcile.Result{}, err
 			}
 		}
@@ -89,7 +83,7 @@ func setupNetworkPolicyNotice(controllers *tenantControllers, recorder events.Ev
 		return reconcile.Result{}, nil
 	})
 	return controllers.run(mgr.GetLogger(), "networkpolicy-notice", 1, notice,
-		controllers.objects(newObject(), predicate.GenerationChangedPredicate{}))
+		controllers.objects(&networkingv1.NetworkPolicy{}, predicate.GenerationChangedPredicate{}))
 }
 
 // notEnforced says where the host does not enforce a translated policy

@@ -235,7 +235,18 @@ func (r *reporter) report(ctx context.Context) (SyncReport, error) {
 		if err := r.read.List(ctx, list, client.MatchingFields{hostcache.ClusterIndex: r.cluster}, client.UnsafeDisableDeepCopy); err != nil {
 			return SyncReport{}, fmt.Errorf("counting the host copies of %s: %w", name, err)
 		}
-		n := meta.LenList(list)
+		// Copies of tenant objects, and what Tenantry makes for one (a
+		// Pod's API access Secret): not a namespace's own policies, such
+		// as its isolation NetworkPolicy, which name no tenant object.
+		n := 0
+		if err := meta.EachListItem(list, func(o runtime.Object) error {
+			if _, ok := o.(client.Object).GetAnnotations()[AnnotationTenantName]; ok {
+				n++
+			}
+			return nil
+		}); err != nil {
+			return SyncReport{}, err
+		}
 		out.Objects[name] = n
 		if name == namespaceSyncerName {
 			err := meta.EachListItem(list, func(o runtime.Object) error {

@@ -110,8 +110,10 @@ func (t *tenant) setup(syncers []Syncer) error {
 	}
 	pending := &pendingSyncers{log: t.log, tenantMapper: t.mgr.GetRESTMapper(), hub: t.hub, start: t.start}
 	seen := map[string]bool{}
-	if n := t.policies.network; n != nil && n.translate {
-		s := networkPolicySyncer(n.env)
+	{
+		// Run even where the translation is off: it deletes the copies
+		// made while it was on.
+		s := networkPolicySyncer(t.policies.network)
 		gvk, err := s.gvk(t.mgr.GetScheme())
 		if err != nil {
 			return err

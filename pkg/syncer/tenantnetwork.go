@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 
+	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -95,8 +96,25 @@ func newTenantNetwork(tr translator, tenantRead client.Reader, opts Options, api
 		controlPlane: []networkingv1.NetworkPolicyPeer{{NamespaceSelector: &metav1.LabelSelector{
 			MatchLabels: map[string]string{LabelManagedBy: ManagedByValue, LabelControlPlane: tr.Cluster},
 		}}},
-		egress: egressBut(denied),
 	}
+	egressDenied, openDenied := denied, denied
+	var pods []networkingv1.NetworkPolicyPeer // nil: every Pod
+	if dns := opts.HostDNS; dns != nil {
+		// Its Pods are kept out of the Pods the tenant's reach, by
+		// selector; by address, its addresses, and, for the open world,
+		// whose Pods the selectors reach, every Pod's.
+		addresses := addressCIDRs(dns.Addresses)
+		if egressDenied, err = CanonicalCIDRs(slices.Concat(denied, addresses)); err != nil {
+			return nil, fmt.Errorf("the host DNS's addresses: %w", err)
+		}
+		if openDenied, err = CanonicalCIDRs(slices.Concat(denied, addresses, hostPods)); err != nil {
+			return nil, err
+		}
+		if pods, err = podsBut(dns); err != nil {
+			return nil, err
+		}
+	}
+	n.egress = egressBut(openDenied, pods)
 	for _, cidr := range controlPlaneCIDRs {
 		n.controlPlane = append(n.controlPlane, networkingv1.NetworkPolicyPeer{IPBlock: &networkingv1.IPBlock{CIDR: cidr}})
 	}
@@ -111,7 +129,7 @@ func newTenantNetwork(tr translator, tenantRead client.Reader, opts Options, api
 			}}},
 		}, n.controlPlane),
 		IngressDenied: ingressDenied,
-		EgressDenied:  prefixes(denied),
+		EgressDenied:  prefixes(egressDenied),
 		// The tenant's API server where Tenantry knows its addresses,
 		// at the port of its kubernetes Service and the usual port of
 		// its endpoints.
@@ -123,6 +141,27 @@ func newTenantNetwork(tr translator, tenantRead client.Reader, opts Options, api
 		n.env.EgressEveryone = append(n.env.EgressEveryone, rule.To...)
 	}
 	return n, nil
+}
+
+// podsBut are peers of every Pod but the host DNS's: every namespace
+// but its own, and the Pods of its namespace that its selector does not
+// select.
+func podsBut(dns *HostDNS) ([]networkingv1.NetworkPolicyPeer, error) {
+	name := corev1.LabelMetadataName
+	peers := []networkingv1.NetworkPolicyPeer{{NamespaceSelector: &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{
+		{Key: name, Operator: metav1.LabelSelectorOpNotIn, Values: []string{dns.Namespace}},
+	}}}}
+	others, err := netpol.Complement([]metav1.LabelSelector{{MatchLabels: dns.Selector}})
+	if err != nil {
+		return nil, fmt.Errorf("the Pods of %s beside the host DNS's: %w", dns.Namespace, err)
+	}
+	for _, sel := range others {
+		peers = append(peers, networkingv1.NetworkPolicyPeer{
+			NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{name: dns.Namespace}},
+			PodSelector:       &sel,
+		})
+	}
+	return peers, nil
 }
 
 func prefixes(cidrs []string) []netip.Prefix {

@@ -241,6 +241,24 @@ func TestTenantNetworkPoliciesTranslationOff(t *testing.T) {
 	}
 	expectNotEnforced(t, tenant, policy, "turns the translation of NetworkPolicies off")
 	expectWholeIsolation(t, w.Host, "tenant-1", "default")
+
+	// A copy made while the translation was on goes.
+	earlier := &networkingv1.NetworkPolicy{
+		ObjectMeta: metav1.ObjectMeta{
+			Namespace: hostNS("tenant-1", "default"), Name: policy.Name,
+			Labels: map[string]string{syncer.LabelManagedBy: syncer.ManagedByValue, syncer.LabelCluster: "tenant-1"},
+			Annotations: map[string]string{syncer.AnnotationTenantNamespace: policy.Namespace, syncer.AnnotationTenantName: policy.Name,
+				syncer.AnnotationTenantUID: string(policy.UID)},
+		},
+		Spec: networkingv1.NetworkPolicySpec{PolicyTypes: []networkingv1.PolicyType{networkingv1.PolicyTypeIngress}},
+	}
+	if err := w.Host.Create(ctx, earlier); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 20*time.Second, "the earlier copy deleted", func(ctx context.Context) (bool, error) {
+		err := w.Host.Get(ctx, client.ObjectKeyFromObject(earlier), &networkingv1.NetworkPolicy{})
+		return apierrors.IsNotFound(err), fmt.Errorf("the earlier copy: %v", err)
+	})
 }
 
 // expectNotEnforced waits for a Warning NotEnforced on policy that says
