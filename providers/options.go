@@ -6,6 +6,8 @@ import (
 	"strconv"
 	"time"
 
+	"k8s.io/apimachinery/pkg/api/resource"
+
 	"github.com/tenantry/tenantry/pkg/clusterregistry"
 	"github.com/tenantry/tenantry/pkg/sharding"
 )
@@ -96,6 +98,11 @@ type Options struct {
 	ClusterHealthInterval   time.Duration
 	ClusterUnhealthyTimeout time.Duration
 
+	// CacheBudget bounds the bytes every tenant's cache holds together
+	// (clusterregistry.Options.CacheBudget). 0 takes DefaultCacheBudget
+	// of the container's memory limit (none without one); negative: none.
+	CacheBudget int64
+
 	// Logger configures the process logger.
 	Logger LoggerOptions
 }
@@ -175,6 +182,12 @@ func (o *Options) Default() {
 	if o.ClusterUnhealthyTimeout <= 0 {
 		o.ClusterUnhealthyTimeout = clusterregistry.DefaultUnhealthyTimeout
 	}
+	if o.CacheBudget == 0 {
+		o.CacheBudget = -1
+		if limit, ok := ContainerMemoryLimit(); ok {
+			o.CacheBudget = DefaultCacheBudget(limit)
+		}
+	}
 }
 
 // BindFlags registers the options' flags on fs, with their defaults.
@@ -193,6 +206,18 @@ func (o *Options) BindFlags(fs *flag.FlagSet) {
 	fs.StringVar(&o.HealthProbeBindAddress, "health-probe-bind-address", o.HealthProbeBindAddress, `Address of /healthz and /readyz; "0" turns them off.`)
 	fs.StringVar(&o.PprofBindAddress, "pprof-bind-address", o.PprofBindAddress,
 		`Address of Go's profiles (/debug/pprof/); empty or "0", the default, serves none. They show the process's memory and code: keep it local.`)
+	fs.Func("cache-budget", fmt.Sprintf("The most bytes every tenant's cache may hold together, as encoded (such as 256Mi): past it, the tenant that holds the most is stopped with CacheLimitExceeded. Default: %d%% of the container's memory limit (here %s); 0: none.",
+		int(cacheBudgetShare*100), budgetText(o.CacheBudget)), func(v string) error {
+		q, err := resource.ParseQuantity(v)
+		if err != nil || q.Sign() < 0 {
+			return fmt.Errorf("%q is not a size in bytes, such as 256Mi", v)
+		}
+		o.CacheBudget = q.Value()
+		if o.CacheBudget == 0 {
+			o.CacheBudget = -1
+		}
+		return nil
+	})
 	fs.Float64Var(&o.HostAPIQPS, "kube-api-qps", o.HostAPIQPS,
 		"Requests per second of the management manager's own host client (VirtualClusters, their Secrets and status, events); the syncers' have --host-qps.")
 	fs.IntVar(&o.HostAPIBurst, "kube-api-burst", o.HostAPIBurst, "Burst of the management manager's own host client.")
@@ -277,4 +302,12 @@ func (o Options) validateLeaderElection() error {
 		return fmt.Errorf("--leader-elect-renew-deadline (%s) must be longer than 1.2 times --leader-elect-retry-period (%s)", o.RenewDeadline, o.RetryPeriod)
 	}
 	return nil
+}
+
+// budgetText says what a cache budget is, for the flag's help.
+func budgetText(budget int64) string {
+	if budget <= 0 {
+		return "none: no container limit"
+	}
+	return resource.NewQuantity(budget, resource.BinarySI).String()
 }

@@ -53,6 +53,7 @@ func newRegistry(lc fx.Lifecycle, o Options, log logr.Logger, scheme *runtime.Sc
 		UnhealthyTimeout:        o.ClusterUnhealthyTimeout,
 		GracefulShutdownTimeout: o.GracefulShutdownTimeout,
 		Fence:                   fence,
+		CacheBudget:             max(o.CacheBudget, 0),
 	}, modules...)
 	lc.Append(fx.Hook{
 		OnStop: func(ctx context.Context) error {

@@ -61,6 +61,7 @@ func run(args []string, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "manager: %v\n", err)
 		return 1
 	}
+	providers.SetMemoryLimit(log)
 	// A host that is away at start is waited for, not a crash loop.
 	waitCtx, stopWaiting := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	err = providers.WaitForHost(waitCtx, opts.Options, log)

@@ -60,10 +60,67 @@ func (l CacheLimits) over(def CacheLimits) CacheLimits {
 	return l
 }
 
-// listPageSize is how many objects a cluster's informer asks for at once
+// listPageSize is the most objects a cluster's informer asks for at once
 // when it lists: the list is counted page by page, so that a cluster past
 // its limits is never read whole.
 const listPageSize = 500
+
+// A page of a list may take at most an eighth of the cluster's byte
+// limit on the wire, between minPageBytes (more than the largest object
+// an API server stores: etcd refuses requests past 1.5 MiB) and
+// maxPageBytes: what a list holds in flight, its answer read and decoded,
+// stays a small share of what the cluster may hold, whatever the size of
+// its objects. A page past it is asked for again with fewer objects.
+const (
+	minPageBytes = 4 << 20
+	maxPageBytes = 16 << 20
+)
+
+// pageBytes is the most bytes a page of m's cluster's lists may take on
+// the wire; 0 where the cluster has no byte limit.
+func (m *CacheMeter) pageBytes() int64 {
+	maxB := m.maxBytes.Load()
+	if maxB <= 0 {
+		return 0
+	}
+	return min(max(maxB/8, minPageBytes), maxPageBytes)
+}
+
+// errPageTooLarge is the error of a list's page whose answer went past
+// its pageAnswer's cap: the page is asked for again with fewer objects.
+var errPageTooLarge = errors.New("the page's answer is larger than a page may be")
+
+// pageAnswer is what ListWithContext and the transport (capAnswers) share
+// of the page under way, through the request's context: the most bytes
+// its answer may take, and the bytes it took.
+type pageAnswer struct {
+	limit int64
+	read  atomic.Int64
+	cut   atomic.Bool
+}
+
+type pageAnswerKey struct{}
+
+// pageSizes says how many objects to ask for in each page of a list: as
+// many as half a page's bytes hold at the size of the objects on the wire
+// so far (a quarter of the last count after a page was cut), between 1
+// and listPageSize.
+type pageSizes struct {
+	limit          int64 // bytes a page may take; 0: no limit
+	objects, bytes int64 // listed so far, as they came on the wire
+}
+
+func (p *pageSizes) next(last int64, cut bool) int64 {
+	switch {
+	case p.limit <= 0:
+		return listPageSize
+	case cut:
+		return max(1, last/4)
+	case p.objects == 0 || p.bytes == 0:
+		return listPageSize
+	}
+	return min(max(1, p.limit/2*p.objects/p.bytes), listPageSize)
+}
 
 // CacheMeter counts what one cluster's cache holds, and stops the cluster
 // once it holds more than its CacheLimits. Every cluster's app provides its
@@ -92,6 +149,11 @@ type CacheMeter struct {
 	listing, listingB atomic.Int64
 
 	objectsGauge, bytesGauge prometheus.Gauge
+
+	// budget is the registry's budget of every cluster together (nil:
+	// none), and budgeted what this meter counts in it.
+	budget   *cacheBudget
+	budgeted atomic.Int64
 
 	mu        sync.Mutex
 	informers map[*informerUsage]struct{}
@@ -173,6 +235,7 @@ func (m *CacheMeter) Err() error {
 // limits exceeded stays if it counted, as the registry's failures do,
 // until the cluster is forgotten (RemoteClusterRegistry.Forget).
 func (m *CacheMeter) forget() {
+	m.budget.leave(m)
 	cacheObjects.DeleteLabelValues(m.cluster)
 	cacheBytes.DeleteLabelValues(m.cluster)
 	cacheLimitBytes.DeleteLabelValues(m.cluster)
@@ -233,6 +296,7 @@ func (m *CacheMeter) add(u *informerUsage, objects, bytes int64) {
 	if objects > 0 || bytes > 0 {
 		m.check(o, b, "")
 	}
+	m.budget.add(m, bytes)
 }
 
 // listed counts a page of a list under way by u's informer, which will
@@ -258,8 +322,13 @@ func (m *CacheMeter) listed(u *informerUsage, page runtime.Object) error {
 	listed, listedB := u.listed.Add(objects), u.listedB.Add(bytes)
 	extra, extraB := max(0, listed-u.objects.Load()), max(0, listedB-u.bytes.Load())
 	o := m.objects.Load() + m.listing.Add(extra-u.extra.Swap(extra))
-	b := m.bytes.Load() + m.listingB.Add(extraB-u.extraB.Swap(extraB))
-	return m.check(o, b, fmt.Sprintf(" (listing %s)", u.what))
+	moreB := extraB - u.extraB.Swap(extraB)
+	b := m.bytes.Load() + m.listingB.Add(moreB)
+	if err := m.check(o, b, fmt.Sprintf(" (listing %s)", u.what)); err != nil {
+		return err
+	}
+	m.budget.add(m, moreB)
+	return m.Err() // past the budget, and the largest
 }
 
 // listDone ends the list under way of u's informer, if any: its store now
@@ -270,7 +339,9 @@ func (m *CacheMeter) listDone(u *informerUsage) {
 	}
 	// The informer's end and its reflector's last list may meet here.
 	m.listing.Add(-u.extra.Swap(0))
-	m.listingB.Add(-u.extraB.Swap(0))
+	lessB := u.extraB.Swap(0)
+	m.listingB.Add(-lessB)
+	m.budget.add(m, -lessB)
 	u.listed.Store(0)
 	u.listedB.Store(0)
 }
@@ -284,12 +355,8 @@ func (m *CacheMeter) check(objects, bytes int64, while string) error {
 		return m.exceed(fmt.Errorf("%w: %d objects%s, more than the limit of %d%s",
 			ErrCacheLimit, objects, while, maxO, m.largest()))
 	case maxB > 0 && bytes > maxB:
-		held := byteSize(bytes)
-		if held == byteSize(maxB) {
-			held = fmt.Sprintf("%d bytes", bytes) // over by less than the rounding
-		}
 		return m.exceed(fmt.Errorf("%w: %s of objects%s, more than the limit of %s%s",
-			ErrCacheLimit, held, while, byteSize(maxB), m.largest()))
+			ErrCacheLimit, pastSize(bytes, maxB), while, byteSize(maxB), m.largest()))
 	}
 	return nil
 }
@@ -437,6 +504,15 @@ func metadataSize(md map[string]any) int64 {
 	return n
 }
 
+// pastSize writes n, past limit, for a person to read: in bytes where
+// both round to the same.
+func pastSize(n, limit int64) string {
+	if byteSize(n) == byteSize(limit) {
+		return fmt.Sprintf("%d bytes", n) // over by less than the rounding
+	}
+	return byteSize(n)
+}
+
 // byteSize writes n bytes for a person to read.
 func byteSize(n int64) string {
 	switch {
@@ -461,7 +537,11 @@ func (m *CacheMeter) capAnswers(rt http.RoundTripper) http.RoundTripper {
 		if err != nil || maxB <= 0 || req.Method != http.MethodGet || isWatch(req) {
 			return resp, err
 		}
-		resp.Body = &cappedBody{ReadCloser: resp.Body, left: 2 * maxB, meter: m, url: req.URL.Path}
+		body := &cappedBody{ReadCloser: resp.Body, left: 2 * maxB, meter: m, url: req.URL.Path}
+		if page, ok := req.Context().Value(pageAnswerKey{}).(*pageAnswer); ok && page.limit > 0 && page.limit < body.left {
+			body.left, body.page = page.limit, page
+		}
+		resp.Body = body
 		return resp, nil
 	})
 }
@@ -475,12 +555,15 @@ type roundTripperFunc func(*http.Request) (*http.Response, error)
 
 func (f roundTripperFunc) RoundTrip(req *http.Request) (*http.Response, error) { return f(req) }
 
-// cappedBody is an answer's body that fails past left bytes.
+// cappedBody is an answer's body that fails past left bytes: a page of a
+// list past its pageAnswer's limit with errPageTooLarge, any other answer
+// as a cluster over its limits.
 type cappedBody struct {
 	io.ReadCloser
 	left  int64
 	meter *CacheMeter
 	url   string
+	page  *pageAnswer // nil: not a page
 }
 
 func (b *cappedBody) Read(p []byte) (int, error) {
@@ -488,6 +571,10 @@ func (b *cappedBody) Read(p []byte) (int, error) {
 		var one [1]byte
 		if n, err := b.ReadCloser.Read(one[:]); n == 0 && err != nil {
 			return 0, err // the answer ends right at the cap
+		}
+		if b.page != nil {
+			b.page.cut.Store(true)
+			return 0, fmt.Errorf("GET %s: %w (%s)", b.url, errPageTooLarge, byteSize(b.page.limit))
 		}
 		return 0, b.meter.exceed(fmt.Errorf("%w: the answer to GET %s is larger than %s, twice the byte limit",
 			ErrCacheLimit, b.url, byteSize(2*b.meter.maxBytes.Load())))
@@ -497,5 +584,8 @@ func (b *cappedBody) Read(p []byte) (int, error) {
 	}
 	n, err := b.ReadCloser.Read(p)
 	b.left -= int64(n)
+	if b.page != nil {
+		b.page.read.Add(int64(n))
+	}
 	return n, err
 }

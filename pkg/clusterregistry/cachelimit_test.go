@@ -166,6 +166,63 @@ func TestAClusterIsListedInPagesAndNoFurther(t *testing.T) {
 	}
 }
 
+// A list of large objects is read in pages that each take at most a page's
+// bytes on the wire (an eighth of the byte limit, at least 4 MiB): a page
+// past it is cut and asked for again with fewer objects, and the cluster,
+// within its limits, runs.
+func TestAListOfLargeObjectsIsReadInSmallPages(t *testing.T) {
+	const (
+		limit    = 40 << 20 // pages of 5 MiB
+		pageMost = limit / 8
+		big      = 900 << 10
+	)
+	c := newClient(t, shared.Tenants[1])
+	ns := unique("large")
+	ensureNamespace(t, c, ns)
+	t.Cleanup(func() {
+		if err := c.DeleteAllOf(context.Background(), &corev1.ConfigMap{}, client.InNamespace(ns)); err != nil {
+			t.Errorf("deleting the ConfigMaps: %v", err)
+		}
+	})
+	if err := createBig(c, ns, 0, 24, big); err != nil { // 21 MiB
+		t.Fatal(err)
+	}
+	cutBefore := metricValue(t, "tenantry_registry_list_pages_cut_total", nil)
+	name := unique("large")
+	r := newRegistry(t, clusterregistry.Options{CacheLimits: clusterregistry.CacheLimits{Bytes: limit}}, copyModule)
+	cfg, largest := largestListAnswer(shared.Tenants[1].Config(), "/api/v1/configmaps")
+	if err := r.Spawn(name, cfg); err != nil {
+		t.Fatalf("Spawn of a cluster within its limits: %v", err)
+	}
+	// The transport reads a byte past a page's bytes to know the answer
+	// is longer.
+	if got := largest.Load(); got > pageMost+8 {
+		t.Errorf("the largest answer to a ConfigMap list took %d bytes, more than a page's %d", got, pageMost)
+	}
+	if cut := metricValue(t, "tenantry_registry_list_pages_cut_total", nil) - cutBefore; cut < 1 {
+		t.Errorf("%v pages cut: the first page of 500 objects of 900 KiB fits no page", cut)
+	}
+	if held := gauge(t, "tenantry_registry_cache_bytes", map[string]string{"cluster": name}); held < 24*big {
+		t.Errorf("the cache holds %v bytes, want the 24 ConfigMaps of %d", held, big)
+	}
+}
+
+// largestListAnswer is cfg, and the most bytes read of one answer to its
+// list requests to path.
+func largestListAnswer(cfg *rest.Config, path string) (*rest.Config, *atomic.Int64) {
+	var most atomic.Int64
+	cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper {
+		return roundTrip(func(req *http.Request) (*http.Response, error) {
+			resp, err := rt.RoundTrip(req)
+			if err == nil && req.Method == http.MethodGet && req.URL.Path == path && req.URL.Query().Get("watch") == "" {
+				resp.Body = &countingBody{ReadCloser: resp.Body, n: new(atomic.Int64), most: &most}
+			}
+			return resp, err
+		})
+	})
+	return cfg, &most
+}
+
 // createBig creates ConfigMaps big-<from> ... big-<to-1> in ns, each with
 // size bytes of data, eight at a time; a name taken already is skipped.
 func createBig(c client.Client, ns string, from, to, size int) error {
@@ -243,13 +300,21 @@ type roundTrip func(*http.Request) (*http.Response, error)
 
 func (f roundTrip) RoundTrip(req *http.Request) (*http.Response, error) { return f(req) }
 
+// countingBody counts the bytes read into n, and, if most is set, keeps
+// there the most that n came to.
 type countingBody struct {
 	io.ReadCloser
-	n *atomic.Int64
+	n    *atomic.Int64
+	most *atomic.Int64
 }
 
 func (b *countingBody) Read(p []byte) (int, error) {
 	n, err := b.ReadCloser.Read(p)
-	b.n.Add(int64(n))
+	total := b.n.Add(int64(n))
+	for b.most != nil {
+		if m := b.most.Load(); total <= m || b.most.CompareAndSwap(m, total) {
+			break
+		}
+	}
 	return n, err
 }

@@ -306,9 +306,11 @@ func (d drainingListerWatcher) List(options metav1.ListOptions) (runtime.Object,
 }
 
 // ListWithContext lists whole, as the reflector expects, but asks for
-// the list in pages of listPageSize and counts each page with the meter as
-// it comes, so that a cluster past its limits is refused before the list
-// ends. The reflector sees one list without a continue token, whatever it
+// the list in pages and counts each page with the meter as it comes, so
+// that a cluster past its limits is refused before the list ends. A page
+// is at most listPageSize objects, and at most the meter's pageBytes on
+// the wire: its size follows the size of the objects so far, and a page
+// whose answer goes past it is cut and asked for again with fewer. The reflector sees one list without a continue token, whatever it
 // asked: it never pages itself (with a limit and a version but no match,
 // the API server would read the version as Exact), and never falls back
 // to a list of the first page only (client-go's pager does, on an expired
@@ -324,8 +326,9 @@ func (d drainingListerWatcher) ListWithContext(ctx context.Context, options meta
 		return d.ListerWatcherWithContext.ListWithContext(ctx, options)
 	}
 	defer d.meter.listDone(d.usage)
+	sizes := pageSizes{limit: d.meter.pageBytes()}
 	opts := options
-	opts.Limit, opts.Continue = listPageSize, ""
+	opts.Limit, opts.Continue = sizes.next(0, false), ""
 	switch {
 	case opts.ResourceVersion == "" || opts.ResourceVersion == "0":
 		opts.ResourceVersion, opts.ResourceVersionMatch = "", ""
@@ -340,10 +343,19 @@ func (d drainingListerWatcher) ListWithContext(ctx context.Context, options meta
 		if err := d.meter.Err(); err != nil {
 			return nil, err
 		}
-		page, err := d.ListerWatcherWithContext.ListWithContext(ctx, opts)
+		answer := &pageAnswer{limit: sizes.limit}
+		page, err := d.ListerWatcherWithContext.ListWithContext(context.WithValue(ctx, pageAnswerKey{}, answer), opts)
 		switch {
 		case err != nil && d.meter.Err() != nil:
 			return nil, d.meter.Err() // cut: its answer was larger than the meter lets in
+		case err != nil && answer.cut.Load() && opts.Limit > 1:
+			pagesCut.Inc()
+			opts.Limit = sizes.next(opts.Limit, true)
+			continue
+		case err != nil && answer.cut.Load():
+			// One object larger than a page may be: none is, that an
+			// API server stores.
+			return nil, d.meter.exceed(fmt.Errorf("%w: one object of %s takes more than %s on the wire", ErrCacheLimit, d.usage.what, byteSize(sizes.limit)))
 		case err != nil && opts.Continue != "" && apierrors.IsResourceExpired(err):
 			opts.Continue, opts.ResourceVersion, opts.ResourceVersionMatch = "", "", ""
 			list, items = nil, nil
@@ -355,11 +367,13 @@ func (d drainingListerWatcher) ListWithContext(ctx context.Context, options meta
 		if err := d.meter.listed(d.usage, page); err != nil {
 			return nil, err
 		}
+		sizes.bytes += answer.read.Load()
 		pageItems, err := meta.ExtractListWithAlloc(page)
 		if err != nil {
 			return nil, fmt.Errorf("reading a page of %s: %w", d.usage.what, err)
 		}
 		items = append(items, pageItems...)
+		sizes.objects += int64(len(pageItems))
 		if list == nil {
 			list = page
 		}
@@ -371,6 +385,7 @@ func (d drainingListerWatcher) ListWithContext(ctx context.Context, options meta
 			break
 		}
 		opts.Continue, opts.ResourceVersion, opts.ResourceVersionMatch = l.GetContinue(), "", ""
+		opts.Limit = sizes.next(opts.Limit, false)
 	}
 	if err := meta.SetList(list, items); err != nil {
 		return nil, fmt.Errorf("assembling the list of %s: %w", d.usage.what, err)

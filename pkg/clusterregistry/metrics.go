@@ -44,6 +44,16 @@ var (
 		Help: "Times a cluster's objects went past its cache limits, at a spawn or while it ran.",
 	}, []string{"cluster"})
 
+	cacheBudgetSpent = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "tenantry_registry_cache_budget_spent_total",
+		Help: "Times every cluster's cache together went past the registry's cache budget, and the largest cluster was stopped.",
+	})
+
+	pagesCut = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "tenantry_registry_list_pages_cut_total",
+		Help: "Pages of clusters' lists whose answers went past the bytes a page may take, asked for again with fewer objects.",
+	})
+
 	spawnDuration = prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name:    "tenantry_registry_spawn_duration_seconds",
 		Help:    "Time from Spawn to a running cluster with synced caches, or to the error.",
@@ -59,7 +69,7 @@ var (
 
 func init() {
 	metrics.Registry.MustRegister(clustersByState, clusterState, clusterFailures, spawnDuration, stopDuration,
-		cacheObjects, cacheBytes, cacheLimitBytes, cacheLimitExceeded)
+		cacheObjects, cacheBytes, cacheLimitBytes, cacheLimitExceeded, cacheBudgetSpent, pagesCut)
 }
 
 // recordTransition moves a cluster's state gauges from one state to the

@@ -113,6 +113,15 @@ type Options struct {
 	// (CacheMeter.SetLimits). A field left 0 takes DefaultCacheObjects or
 	// DefaultCacheBytes; negative turns that limit off.
 	CacheLimits CacheLimits
+
+	// CacheBudget bounds the bytes every cluster's cache holds together,
+	// their lists under way with them, counted as CacheLimits' bytes are:
+	// past it, the cluster that holds the most is stopped as one past its
+	// own limits (its error wrapping ErrCacheLimit says the budget was
+	// spent), then the next, until the running clusters hold less. Many
+	// clusters that grow at once are so stopped one after another while
+	// the others run on. 0 or negative: none.
+	CacheBudget int64
 }
 
 func (o *Options) setDefaults() {
@@ -145,6 +154,8 @@ type RemoteClusterRegistry struct {
 	// mappers are the built-in groups' REST mappings, by API server
 	// version, that every cluster's manager shares.
 	mappers builtinMappers
+	// budget is Options.CacheBudget's, nil for none.
+	budget *cacheBudget
 
 	mu          sync.RWMutex
 	closed      bool
@@ -164,12 +175,16 @@ func New(logger logr.Logger, manageClient client.Client, modules ...fx.Option) *
 // documentation for what a module can ask for.
 func NewWithOptions(opts Options, modules ...fx.Option) *RemoteClusterRegistry {
 	opts.setDefaults()
-	return &RemoteClusterRegistry{
+	r := &RemoteClusterRegistry{
 		opts:        opts,
 		modules:     slices.Clone(modules),
 		clusters:    map[string]*cluster{},
 		subscribers: map[int]func(Status){},
 	}
+	if opts.CacheBudget > 0 {
+		r.budget = newCacheBudget(opts.CacheBudget)
+	}
+	return r
 }
 
 // Spawn builds and starts the app of the named cluster from config, which it

@@ -128,6 +128,7 @@ func (r *RemoteClusterRegistry) startTenant(c *cluster, config *rest.Config) (_ 
 		exited: make(chan struct{}),
 		down:   make(chan struct{}),
 	}
+	r.budget.join(t.meter)
 	cfg.Dial = t.dialer.DialContext
 	cfg.Wrap(t.meter.capAnswers)
 	defer func() {
