@@ -46,6 +46,7 @@ var benchCommand = cli.Command{
 		})
 		fs.StringVar(&o.ManagerBinary, "manager", o.ManagerBinary, "bin/manager for the scale run (default: the manager beside this binary).")
 		fs.IntVar(&o.HandoverClusters, "handover-clusters", o.HandoverClusters, "VirtualClusters shared by the sharded replicas of the handover run.")
+		fs.IntVar(&o.AttackTenants, "attack-tenants", o.AttackTenants, "Hostile tenants of the attack step's second round, at once (its first has one).")
 		fs.IntVar(&o.SpawnClusters, "spawn-clusters", o.SpawnClusters, "Clusters spawned and stopped one by one for the spawn figures.")
 		fs.IntVar(&o.MemoryClusters, "memory-clusters", o.MemoryClusters, "Clusters spawned at once for the memory figure.")
 		fs.IntVar(&o.LatencySamples, "latency-samples", o.LatencySamples, "Objects created for each latency figure.")

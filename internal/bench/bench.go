@@ -9,11 +9,13 @@
 //	pods      Pod start through the host's scheduler and kwok (library.go)
 //	dns       the tenant DNS server's latency and queries per second (dns.go)
 //	sync      bin/manager's added latency and throughput (sync.go)
+//	attack    bin/manager's memory under tenants of large objects, one and
+//	          ten at once, and the other tenants' sync meanwhile (attack.go)
 //	scale     bin/manager with many VirtualClusters (scale.go)
 //	handover  sharded bin/manager replicas, one killed, one added (handover.go)
 //
 // The library steps end with the memory of the control-plane processes
-// (clusters.go). The sync, scale and handover steps run bin/manager as a
+// (clusters.go). The sync, attack, scale and handover steps run bin/manager as a
 // process, as users run it (world.go); measure.go holds the timing helpers
 // the steps share.
 //
@@ -71,6 +73,9 @@ type Options struct {
 	// HandoverClusters is how many VirtualClusters the sharded replicas of
 	// the handover run share.
 	HandoverClusters int
+	// AttackTenants is how many hostile tenants the attack step's second
+	// round runs at once (its first runs one).
+	AttackTenants int
 	// ManagerBinary is the bin/manager that the sync, scale and handover
 	// runs start; empty, the manager beside this binary.
 	ManagerBinary string
@@ -139,6 +144,7 @@ func DefaultOptions() Options {
 		ScaleExtraObjects: 10,
 		ScaleIdleWindow:   20 * time.Second,
 		HandoverClusters:  300,
+		AttackTenants:     10,
 		SpawnClusters:     50,
 		MemoryClusters:    100,
 		LatencySamples:    300,
@@ -154,7 +160,7 @@ func DefaultOptions() Options {
 }
 
 // Steps are the bench's steps, in the order they run.
-var Steps = []string{"starts", "spawn", "memory", "pods", "dns", "real-pods", "control-planes", "sync", "scale", "handover"}
+var Steps = []string{"starts", "spawn", "memory", "pods", "dns", "real-pods", "control-planes", "sync", "attack", "scale", "handover"}
 
 // ParseSteps reads a comma-separated list of step names, for
 // Options.Steps.
@@ -254,6 +260,14 @@ func Run(ctx context.Context, o Options, out io.Writer) error {
 		rs, err := runSync(ctx, o, out)
 		if err != nil {
 			return fmt.Errorf("sync: %w", err)
+		}
+		results = append(results, rs...)
+	}
+	if o.Steps["attack"] {
+		fmt.Fprintln(out, "==> attacking bin/manager's memory with tenants of large objects")
+		rs, err := runAttack(ctx, o, out)
+		if err != nil {
+			return fmt.Errorf("attack: %w", err)
 		}
 		results = append(results, rs...)
 	}

@@ -96,6 +96,13 @@ func (c *childProcess) stop() error {
 }
 
 func startManagerProcess(ctx context.Context, binary, kubeconfig string, extraArgs []string, logPath string) (*managerProcess, error) {
+	return startManagerProcessIn(ctx, "", binary, kubeconfig, extraArgs, logPath)
+}
+
+// startManagerProcessIn is startManagerProcess in the cgroup whose
+// cgroup.procs file is procs (none: ""), from its first instruction on,
+// as in a container: the manager reads its memory limit as it starts.
+func startManagerProcessIn(ctx context.Context, procs, binary, kubeconfig string, extraArgs []string, logPath string) (*managerProcess, error) {
 	var addrs [3]string
 	for i := range addrs {
 		var err error
@@ -121,7 +128,11 @@ func startManagerProcess(ctx context.Context, binary, kubeconfig string, extraAr
 		// token to make, and no TokenReview in the figures.
 		"--metrics-secure=false"}
 	m.started = time.Now()
-	if m.childProcess, err = startChild("bin/manager", exec.Command(binary, append(args, extraArgs...)...), log, nil); err != nil {
+	cmd := exec.Command(binary, append(args, extraArgs...)...)
+	if procs != "" {
+		cmd = exec.Command("sh", append([]string{"-c", `echo $$ > "$0" && exec "$@"`, procs, binary}, append(args, extraArgs...)...)...)
+	}
+	if m.childProcess, err = startChild("bin/manager", cmd, log, nil); err != nil {
 		return nil, err
 	}
 	readyz := "http://" + addrs[1] + "/readyz"
@@ -378,6 +389,9 @@ type managerWorld struct {
 	kubeconfig string
 	binary     string
 	manager    *managerProcess
+	// managerCgroup is the cgroup.procs file of the cgroup the manager
+	// runs in; "": the bench's own.
+	managerCgroup string
 }
 
 // startManagerWorld starts a host and servers tenant API servers for the
@@ -515,7 +529,7 @@ func (w *managerWorld) close(err error) error {
 // startManager starts bin/manager with default flags (and the bench's
 // --manager-args), logging to logName in the world's directory.
 func (w *managerWorld) startManager(ctx context.Context, logName string) error {
-	m, err := startManagerProcess(ctx, w.binary, w.kubeconfig, w.o.ManagerArgs, filepath.Join(w.dir, logName))
+	m, err := startManagerProcessIn(ctx, w.managerCgroup, w.binary, w.kubeconfig, w.o.ManagerArgs, filepath.Join(w.dir, logName))
 	if err != nil {
 		return err
 	}
