@@ -231,7 +231,7 @@ func (w *managerWorld) cacheLimitExceeded(ctx context.Context, vc string) bool {
 
 // probe creates a ConfigMap in one of the two quiet tenants every
 // probeInterval, in turn, until ctx ends; it returns when each was
-// created, by the host copy's namespace/name.
+// created, by name.
 func (w *managerWorld) probe(ctx context.Context, attackers, round int) map[string]time.Time {
 	created := map[string]time.Time{}
 	tick := time.NewTicker(probeInterval)
@@ -247,7 +247,7 @@ func (w *managerWorld) probe(ctx context.Context, attackers, round int) map[stri
 		cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: probeNamespace, Name: name}}
 		start := time.Now()
 		if err := w.tenants[q].Create(ctx, cm); err == nil {
-			created[syncer.HostNamespace(attackName(q, attackers), probeNamespace)+"/"+name] = start
+			created[name] = start // names are the round's own, whichever tenant
 		}
 	}
 }
