@@ -163,6 +163,10 @@ func (w *managerWorld) attack(ctx context.Context, out io.Writer, n, attackers i
 			late++
 		}
 	}
+	after, err := residentMiB(pid) // the attackers stopped 10 s ago and more
+	if err != nil {
+		return nil, err
+	}
 	if err := w.clearHoards(ctx, n); err != nil {
 		return nil, err
 	}
@@ -182,6 +186,7 @@ func (w *managerWorld) attack(ctx context.Context, out io.Writer, n, attackers i
 	return []result{
 		growth,
 		{Name: "attack, " + label + ": peak RSS of bin/manager", Value: round(peakMiB, 0), Unit: "MiB", Target: "< 1024 MiB (its limit)", Met: ptrBool(peakMiB < 1024), Note: note},
+		{Name: "attack, " + label + ": RSS of bin/manager 10 s after", Value: round(after, 0), Unit: "MiB", Note: note},
 		ms("attack, "+label+": the others' sync latency p50", percentile(lat, 50), "", probeNote),
 		ms("attack, "+label+": the others' sync latency p99", percentile(lat, 99), "", probeNote),
 		{Name: "attack, " + label + ": the others' late probes", Value: float64(late), Unit: "probes", Target: "0", Met: ptrBool(late == 0), Note: probeNote},

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"runtime/debug"
 	"sync"
 	"time"
 
@@ -302,6 +303,11 @@ func (t *tenant) stop(ctx context.Context) error {
 	err := t.app.Stop(ctx)
 	t.dialer.Close()
 	t.meter.forget()
+	if t.meter.Err() != nil {
+		// It held more than it may: what it held goes back to the
+		// system now, not when the heap next grows as large.
+		debug.FreeOSMemory()
+	}
 	if err != nil {
 		return fmt.Errorf("stopping app: %w", err)
 	}
