@@ -100,7 +100,7 @@ func newTenantNetwork(tr translator, tenantRead client.Reader, opts Options, api
 	egressDenied, openDenied := denied, denied
 	var pods []networkingv1.NetworkPolicyPeer // nil: every Pod
 	if dns := opts.HostDNS; dns != nil {
-		// Its Pods are kept out of the Pods the tenant's reach, by
+		// Its Pods are kept out of the Pods the tenant's Pods reach, by
 		// selector; by address, its addresses, and, for the open world,
 		// whose Pods the selectors reach, every Pod's.
 		addresses := addressCIDRs(dns.Addresses)
