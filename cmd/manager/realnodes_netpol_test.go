@@ -178,6 +178,26 @@ func (k *tenantKit) networkPolicies(t *testing.T, host client.Client, web *corev
 		expect(t, beta, webAddr, false, "another tenant's Pod refused")
 	})
 
+	t.Run("an ingress deny-all keeps out the namespace's own Pods too", func(t *testing.T) {
+		peer := podExec{kubectl: k.kubectl, kubeconfig: k.kubeconfig, namespace: "app", name: "peer"}
+		k.run(t, &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Namespace: "app", Name: "peer"},
+			Spec: corev1.PodSpec{TerminationGracePeriodSeconds: new(int64), Containers: []corev1.Container{{
+				Name: "peer", Image: agnhostImage, Command: []string{"sh", "-c", "exec sleep 3600"},
+			}}},
+		}, "running", func(p *corev1.Pod) (bool, error) { return p.Status.Phase == corev1.PodRunning, nil })
+		t.Cleanup(func() {
+			_ = k.tenant.Delete(context.Background(), &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "app", Name: "peer"}})
+		})
+		expect(t, peer, webAddr, true, "without a policy, a Pod of web's namespace reaches it")
+		apply(t, &networkingv1.NetworkPolicy{
+			ObjectMeta: metav1.ObjectMeta{Namespace: "app", Name: "deny-ingress"},
+			Spec:       networkingv1.NetworkPolicySpec{PolicyTypes: []networkingv1.PolicyType{networkingv1.PolicyTypeIngress}},
+		})
+		expect(t, peer, webAddr, false, "a Pod of web's own namespace refused")
+		expect(t, shell, webAddr, false, "a Pod of another namespace refused")
+	})
+
 	t.Run("an egress deny-all cuts a namespace's Pods off, DNS too", func(t *testing.T) {
 		apply(t, egressFrom("deny-egress"))
 		expect(t, shell, webAddr, false, "web out of the shell's reach")

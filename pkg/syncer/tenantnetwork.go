@@ -174,22 +174,29 @@ func prefixes(cidrs []string) []netip.Prefix {
 
 // isolation is the spec of the isolation policy of a host namespace whose
 // open world is open (see IsolationPolicyName): every Pod isolated in
-// both directions; ingress from the tenant's control plane always, and
-// the open world's ingress and egress where it is every Pod.
+// both directions, and ingress from the tenant's control plane; where no
+// tenant policy selects any Pod (the open world is every Pod both ways),
+// the open world's ingress and egress too. Else the open world is in
+// policies of one direction each (openPolicies): a network plugin may
+// weigh a policy's egress rules in the ingress of the Pods it selects
+// (kube-router does, for a policy of both types), which would let the
+// namespace's own Pods past a tenant's ingress policy.
 func (n *tenantNetwork) isolation(open openWorld) networkingv1.NetworkPolicySpec {
 	spec := networkingv1.NetworkPolicySpec{
 		PodSelector: metav1.LabelSelector{},
 		PolicyTypes: []networkingv1.PolicyType{networkingv1.PolicyTypeIngress, networkingv1.PolicyTypeEgress},
 		Ingress:     []networkingv1.NetworkPolicyIngressRule{{From: n.controlPlane}},
 	}
-	if whole(open.ingress) {
+	if open.everyPod() {
 		spec.Ingress = []networkingv1.NetworkPolicyIngressRule{{From: n.env.IngressEveryone}}
-	}
-	if whole(open.egress) {
 		spec.Egress = n.egress
 	}
 	return spec
 }
+
+// everyPod says whether the open world is every Pod, both ways: the
+// isolation policy holds it.
+func (w openWorld) everyPod() bool { return whole(w.ingress) && whole(w.egress) }
 
 // openWorld reads the open world of tenant namespace ns off the tenant's
 // NetworkPolicies in it (all of them: an error of one's translation is
@@ -243,14 +250,14 @@ func policyType(spec networkingv1.NetworkPolicySpec, t networkingv1.PolicyType) 
 }
 
 // openPolicies are the policies that hold host namespace hostNS's open
-// world where it is not every Pod (want), and those of Tenantry's that it
-// holds no more, to delete (stale).
+// world, one direction each, where it is not every Pod both ways (want),
+// and those of Tenantry's that it holds no more, to delete (stale).
 func (n *tenantNetwork) openPolicies(ctx context.Context, hostRead client.Reader, hostNS string, open openWorld) (want, stale []namespacePolicy, err error) {
 	newObject := func() client.Object { return &networkingv1.NetworkPolicy{} }
 	wanted := map[string]bool{}
 	add := func(direction string, selectors []metav1.LabelSelector, rules func(*networkingv1.NetworkPolicySpec)) {
-		if whole(selectors) {
-			return
+		if open.everyPod() {
+			return // the isolation policy's
 		}
 		for i, sel := range selectors {
 			name := OpenPolicyPrefix + direction + "-" + strconv.Itoa(i)

@@ -120,8 +120,8 @@ func TestTenantNetworkPoliciesAreEnforced(t *testing.T) {
 	}
 	expectWholeIsolation(t, shared.Host, "tenant-1", ns.Name)
 
-	// An egress deny-all takes the isolation policy's egress away, and
-	// leaves its ingress be.
+	// An egress deny-all takes the isolation policy's egress away; the
+	// ingress of every Pod stays open, in a policy of ingress alone.
 	denyEgress := &networkingv1.NetworkPolicy{
 		ObjectMeta: metav1.ObjectMeta{Namespace: ns.Name, Name: "deny-egress"},
 		Spec:       networkingv1.NetworkPolicySpec{PolicyTypes: []networkingv1.PolicyType{networkingv1.PolicyTypeEgress}},
@@ -129,15 +129,17 @@ func TestTenantNetworkPoliciesAreEnforced(t *testing.T) {
 	if err := tenant.Create(ctx, denyEgress); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 20*time.Second, "the isolation policy without egress, its ingress whole", func(ctx context.Context) (bool, error) {
+	eventually(t, 20*time.Second, "the isolation policy without egress, every Pod's ingress open apart", func(ctx context.Context) (bool, error) {
 		policies, err := hostPolicies(ctx, shared.Host, "tenant-1", ns.Name)
 		if err != nil {
 			return false, err
 		}
 		isolation := policies[syncer.IsolationPolicyName]
+		open := policies[syncer.OpenPolicyPrefix+"ingress-0"]
 		_, copied := policies[denyEgress.Name]
-		return copied && len(policies) == 2 && len(isolation.Spec.Egress) == 0 && len(isolation.Spec.Ingress) == 1 && len(isolation.Spec.Ingress[0].From) == 3,
-			fmt.Errorf("policies %v, isolation %+v", slices.Sorted(maps.Keys(policies)), isolation.Spec)
+		return copied && len(policies) == 3 && len(isolation.Spec.Egress) == 0 && len(isolation.Spec.Ingress) == 1 && len(isolation.Spec.Ingress[0].From) == 1 &&
+				slices.Equal(open.Spec.PolicyTypes, []networkingv1.PolicyType{networkingv1.PolicyTypeIngress}) && len(open.Spec.PodSelector.MatchLabels)+len(open.Spec.PodSelector.MatchExpressions) == 0,
+			fmt.Errorf("policies %v, isolation %+v, open %+v", slices.Sorted(maps.Keys(policies)), isolation.Spec, open.Spec)
 	})
 	if err := tenant.Delete(ctx, denyEgress); err != nil {
 		t.Fatal(err)
