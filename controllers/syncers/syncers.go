@@ -582,9 +582,6 @@ func hostServiceRanges(ctx context.Context, host client.Reader) ([]netip.Prefix,
 	return out, nil
 }
 
-// podDNS is the DNS that host Pods get: the tenant DNS server at the
-// configured nameserver, or at the cluster IP of its Service; nil (the
-// host's DNS) when that Service does not exist.
 // podDNSAnswer is the DNS that host Pods get (nil: the host's), and the
 // peers of a NetworkPolicy that reach it.
 type podDNSAnswer struct {
@@ -592,6 +589,10 @@ type podDNSAnswer struct {
 	peers  []networkingv1.NetworkPolicyPeer
 }
 
+// podDNS is the DNS that host Pods get: the tenant DNS server at the
+// configured nameserver, or at the cluster IP of its Service, reached by
+// its address and by its Pods; none (the host's DNS) when that Service
+// does not exist.
 func podDNS(ctx context.Context, host client.Reader, o Options) (podDNSAnswer, error) {
 	dns := &pods.DNSConfig{Nameserver: o.DNSNameserver, ClusterDomain: o.DNS.ClusterDomain}
 	if dns.Nameserver != "" {
