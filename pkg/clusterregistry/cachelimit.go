@@ -134,6 +134,11 @@ func (p *pageSizes) next(last int64, cut bool) int64 {
 //     informer's lists together: a cluster over its limits is refused
 //     before the list ends, so the manager holds no more than its limits
 //     and a page, but while a relist replaces a store, both are held;
+//   - a page takes at most pageBytes on the wire (an eighth of the byte
+//     limit, 4 to 16 MiB), whatever the size of the objects: one that
+//     would take more is cut and asked for again with fewer objects;
+//   - with the registry's CacheBudget, what every cluster holds together
+//     stays under it: past it, the largest running cluster is stopped;
 //   - no single answer of the cluster's API server but a watch may be
 //     larger than twice the byte limit (a server that ignores pages);
 //   - once over, the cluster's watches are cut and no list or watch is

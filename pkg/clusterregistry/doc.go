@@ -98,9 +98,12 @@
 // objects and 64 MiB of them as encoded, every watched type together.
 // Options.CacheLimits changes the default, and a module can set one
 // cluster's own through its CacheMeter before the manager starts. A
-// cluster is listed in pages, each counted as it comes, and no answer of
+// cluster is listed in pages, each counted as it comes and each at most
+// an eighth of its byte limit on the wire (4 to 16 MiB), and no answer of
 // its API server but a watch may be larger than twice its byte limit, so
-// a cluster that holds more is never read whole. A cluster past a limit,
+// a cluster that holds more is never read whole. Options.CacheBudget
+// bounds what every cluster holds together: past it, the cluster that
+// holds the most is stopped as one past its own limits. A cluster past a limit,
 // at Spawn or later, is torn down with an error wrapping ErrCacheLimit
 // that gives the figures and the type that holds the most: Spawn fails
 // with it, or the cluster is reported Failed with it. No other cluster is

@@ -310,8 +310,9 @@ func (d drainingListerWatcher) List(options metav1.ListOptions) (runtime.Object,
 // that a cluster past its limits is refused before the list ends. A page
 // is at most listPageSize objects, and at most the meter's pageBytes on
 // the wire: its size follows the size of the objects so far, and a page
-// whose answer goes past it is cut and asked for again with fewer. The reflector sees one list without a continue token, whatever it
-// asked: it never pages itself (with a limit and a version but no match,
+// whose answer goes past it is cut and asked for again with fewer. The
+// reflector sees one list without a continue token, whatever it asked:
+// it never pages itself (with a limit and a version but no match,
 // the API server would read the version as Exact), and never falls back
 // to a list of the first page only (client-go's pager does, on an expired
 // token, with no limit, which would here be a page).
