@@ -71,6 +71,16 @@ func TestVirtualClusterPolicyOverDefault(t *testing.T) {
 	if !slices.Equal(network.ControlPlaneCIDRs, []string{"10.98.0.2/32"}) {
 		t.Errorf("control plane addresses %v: want the VirtualCluster's alone", network.ControlPlaneCIDRs)
 	}
+	// The translation of tenant NetworkPolicies: the VirtualCluster's
+	// choice over the default's; unset, the default's (unset: on).
+	off, on := false, true
+	def.Network.TranslatePolicies = &off
+	if network := overDefault(def, &tenantryv1alpha1.HostPolicy{Network: &tenantryv1alpha1.NetworkPolicy{}}).Network; network.TranslatePolicies == nil || *network.TranslatePolicies {
+		t.Errorf("translatePolicies %v: want the default's false", network.TranslatePolicies)
+	}
+	if network := overDefault(def, &tenantryv1alpha1.HostPolicy{Network: &tenantryv1alpha1.NetworkPolicy{TranslatePolicies: &on}}).Network; network.TranslatePolicies == nil || !*network.TranslatePolicies {
+		t.Errorf("translatePolicies %v: want the VirtualCluster's true", network.TranslatePolicies)
+	}
 
 	denied, allowed := metadataPrefixes(nil, nil, got)
 	if !slices.Contains(denied, "team.example.com/") || !slices.Contains(denied, "billing.example.com/") ||
