@@ -98,8 +98,12 @@ func TestBenchSmall(t *testing.T) {
 		names[r.Name] = true
 		// Growths over a handful of objects or tenants are within the
 		// heap's noise at this size, and may come out below zero; so may
-		// CPU per object less the idle rate, over 20 objects.
-		if r.Value < 0 && !strings.Contains(r.Name, "per synced object") && !strings.Contains(r.Name, "per idle tenant") && !strings.Contains(r.Name, "CPU") {
+		// CPU per object less the idle rate, over 20 objects; and the
+		// last copy after the last create, whose copy can be in the
+		// host's watch before the create's answer is in the writer's
+		// hands.
+		if r.Value < 0 && !strings.Contains(r.Name, "per synced object") && !strings.Contains(r.Name, "per idle tenant") && !strings.Contains(r.Name, "CPU") &&
+			!strings.Contains(r.Name, "after the last tenant create") {
 			t.Errorf("%s = %v", r.Name, r.Value)
 		}
 	}
