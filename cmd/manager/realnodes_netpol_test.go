@@ -48,6 +48,19 @@ func (p podExec) reaches(ctx context.Context, addr string) (bool, error) {
 	return false, fmt.Errorf("nc in %s/%s: %q", p.namespace, p.name, out)
 }
 
+// sleeper runs a tenant Pod ns/name of the agnhost image that sleeps, and
+// returns exec into it once it runs.
+func (k *tenantKit) sleeper(t *testing.T, ns, name string) podExec {
+	t.Helper()
+	k.run(t, &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+		Spec: corev1.PodSpec{TerminationGracePeriodSeconds: new(int64), Containers: []corev1.Container{{
+			Name: name, Image: agnhostImage, Command: []string{"sh", "-c", "exec sleep 3600"},
+		}}},
+	}, "running", func(p *corev1.Pod) (bool, error) { return p.Status.Phase == corev1.PodRunning, nil })
+	return podExec{kubectl: k.kubectl, kubeconfig: k.kubeconfig, namespace: ns, name: name}
+}
+
 // resolves says whether the Pod's DNS answers name.
 func (p podExec) resolves(ctx context.Context, name string) (bool, error) {
 	out, err := p.kubectl.Run(ctx, p.kubeconfig, "", "-n", p.namespace, "exec", p.name, "--",
@@ -75,13 +88,7 @@ func (k *tenantKit) networkPolicies(t *testing.T, host client.Client, web *corev
 	}
 	webAddr := net.JoinHostPort(web.Status.PodIP, "8080")
 	shell := podExec{kubectl: k.kubectl, kubeconfig: k.kubeconfig, namespace: "other", name: "shell"}
-	probe := podExec{kubectl: k.kubectl, kubeconfig: k.kubeconfig, namespace: "default", name: "probe"}
-	k.run(t, &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "probe"},
-		Spec: corev1.PodSpec{TerminationGracePeriodSeconds: new(int64), Containers: []corev1.Container{{
-			Name: "probe", Image: agnhostImage, Command: []string{"sh", "-c", "exec sleep 3600"},
-		}}},
-	}, "running", func(p *corev1.Pod) (bool, error) { return p.Status.Phase == corev1.PodRunning, nil })
+	probe := k.sleeper(t, "default", "probe")
 
 	// expect waits until from reaches (or not) addr, then holds it so.
 	expect := func(t *testing.T, from podExec, addr string, want bool, what string) {
@@ -179,13 +186,7 @@ func (k *tenantKit) networkPolicies(t *testing.T, host client.Client, web *corev
 	})
 
 	t.Run("an ingress deny-all keeps out the namespace's own Pods too", func(t *testing.T) {
-		peer := podExec{kubectl: k.kubectl, kubeconfig: k.kubeconfig, namespace: "app", name: "peer"}
-		k.run(t, &corev1.Pod{
-			ObjectMeta: metav1.ObjectMeta{Namespace: "app", Name: "peer"},
-			Spec: corev1.PodSpec{TerminationGracePeriodSeconds: new(int64), Containers: []corev1.Container{{
-				Name: "peer", Image: agnhostImage, Command: []string{"sh", "-c", "exec sleep 3600"},
-			}}},
-		}, "running", func(p *corev1.Pod) (bool, error) { return p.Status.Phase == corev1.PodRunning, nil })
+		peer := k.sleeper(t, "app", "peer")
 		t.Cleanup(func() {
 			_ = k.tenant.Delete(context.Background(), &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "app", Name: "peer"}})
 		})
