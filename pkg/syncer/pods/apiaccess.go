@@ -680,25 +680,29 @@ func (e *apiAccessExtension) Setup(scope *syncer.TenantScope) error {
 		scope.HostEvents(&corev1.Pod{}, hostPod),
 		scope.HostEvents(&corev1.Secret{}, accessSecret),
 	}
+	// Bundles and requests are watched from the first Pod that reads them
+	// (see onFirstUse).
 	if servesBundles {
 		// A bundle's change reaches the Pods that project it, by its name
 		// or its signer.
 		if err := mgr.GetFieldIndexer().IndexField(context.Background(), &corev1.Pod{}, podBundleIndex, bundlesRead); err != nil {
 			return fmt.Errorf("indexing tenant Pods by the ClusterTrustBundles they project: %w", err)
 		}
-		sources = append(sources, source.Kind(mgr.GetCache(), &certificatesv1.ClusterTrustBundle{},
+		r.bundleEvents = &onFirstUse{watch: source.Kind(mgr.GetCache(), &certificatesv1.ClusterTrustBundle{},
 			handler.TypedEnqueueRequestsFromMapFunc(func(ctx context.Context, bundle *certificatesv1.ClusterTrustBundle) []reconcile.Request {
 				requests, err := podsReadingBundle(ctx, mgr.GetClient(), bundle)
 				if err != nil {
 					scope.Logger().Error(err, "finding the Pods that project a changed ClusterTrustBundle", "clusterTrustBundle", bundle.Name)
 				}
 				return requests
-			})))
+			}))}
+		sources = append(sources, r.bundleEvents)
 	}
 	if servesRequests {
 		// A request's change reaches the Pod that made it.
-		sources = append(sources, source.Kind(mgr.GetCache(), &certificatesv1.PodCertificateRequest{},
-			handler.TypedEnqueueRequestsFromMapFunc(podsOfRequest)))
+		r.requestEvents = &onFirstUse{watch: source.Kind(mgr.GetCache(), &certificatesv1.PodCertificateRequest{},
+			handler.TypedEnqueueRequestsFromMapFunc(podsOfRequest))}
+		sources = append(sources, r.requestEvents)
 	}
 	return scope.RunController("pod-api-access", 1, r, sources...)
 }
@@ -728,6 +732,10 @@ type apiAccess struct {
 	bundles      trustBundles
 	certificates podCertificates
 	recorder     events.EventRecorder
+	// bundleEvents and requestEvents watch the tenant's ClusterTrustBundles
+	// and PodCertificateRequests once a Pod reads them; nil where the
+	// tenant does not serve them.
+	bundleEvents, requestEvents *onFirstUse
 }
 
 func (r *apiAccess) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
@@ -755,6 +763,10 @@ func (r *apiAccess) Reconcile(ctx context.Context, req reconcile.Request) (recon
 		// node claims), as a kubelet's do: they wait for the binding,
 		// which follows the host scheduler's; so does every container.
 		return reconcile.Result{RequeueAfter: unboundRetry}, nil
+	}
+
+	if err := r.watchWhatItReads(ctx, &pod.Spec); err != nil {
+		return reconcile.Result{}, err
 	}
 
 	var current *corev1.Secret
@@ -823,6 +835,22 @@ func (r *apiAccess) Reconcile(ctx context.Context, req reconcile.Request) (recon
 	r.scope.CountWrite("pod-api-access", "down", write)
 	ctrl.LoggerFrom(ctx).V(1).Info("wrote the Pod's API access Secret", "secret", name, "write", write, "refreshAt", refreshAt)
 	return reconcile.Result{RequeueAfter: max(time.Until(refreshAt), time.Second)}, nil
+}
+
+// watchWhatItReads starts the watches of the ClusterTrustBundles and the
+// PodCertificateRequests of the tenant, if spec is the first to read them.
+func (r *apiAccess) watchWhatItReads(ctx context.Context, spec *corev1.PodSpec) error {
+	if r.bundleEvents != nil && len(trustBundleProjections(spec)) > 0 {
+		if err := r.bundleEvents.use(ctx); err != nil {
+			return fmt.Errorf("watching the tenant's ClusterTrustBundles: %w", err)
+		}
+	}
+	if r.requestEvents != nil && len(podCertificateProjections(spec)) > 0 {
+		if err := r.requestEvents.use(ctx); err != nil {
+			return fmt.Errorf("watching the tenant's PodCertificateRequests: %w", err)
+		}
+	}
+	return nil
 }
 
 // fillTrustAnchors puts into data, an API access Secret's, the trust

@@ -3,18 +3,23 @@ package pods_test
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/tenantry/tenantry/pkg/syncer/syncertest"
 	authenticationv1 "k8s.io/api/authentication/v1"
+	certificatesv1 "k8s.io/api/certificates/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/tenantry/tenantry/pkg/syncer/syncertest"
+	tenantrytest "github.com/tenantry/tenantry/pkg/testing"
 )
 
 // A Pod reaches its own tenant's API server as an in-cluster client: its
@@ -183,4 +188,81 @@ func TestPodCannotReadAnotherPodsToken(t *testing.T) {
 	syncertest.ExpectHostRejected(t, tenant, "default", poser.Name, "reserved for Pods' API access")
 	expectNoHostCopy(t, "tenant-2", thief)
 	expectNoHostCopy(t, "tenant-2", poser)
+}
+
+// A tenant is not watched for ClusterTrustBundles until a Pod projects
+// one: an idle tenant costs the manager no watch of a kind few use. The
+// first such Pod starts the watch, and a bundle created after it reaches
+// the Pod's API access Secret.
+func TestTrustBundlesAreWatchedFromTheFirstPodThatReadsThem(t *testing.T) {
+	useWorld(t)
+	ctx := t.Context()
+	tenant := shared.Tenants["tenant-1"]
+	clientset, err := kubernetes.NewForConfig(shared.Env.Tenants[0].Config())
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The API server's own watch and the tenant controller-manager's.
+	before := bundleWatches(t, clientset)
+
+	name := unique("late-root")
+	pod := createPod(t, tenant, unique("reads-bundle"), corev1.PodSpec{
+		Volumes: []corev1.Volume{{Name: "trust", VolumeSource: corev1.VolumeSource{Projected: &corev1.ProjectedVolumeSource{
+			Sources: []corev1.VolumeProjection{{ClusterTrustBundle: &corev1.ClusterTrustBundleProjection{Name: &name, Path: "ca.pem", Optional: ptr.To(true)}}},
+		}}}},
+	})
+	eventually(t, 30*time.Second, "the manager's watch of the tenant's ClusterTrustBundles", func(context.Context) (bool, error) {
+		return bundleWatches(t, clientset) == before+1, nil
+	})
+
+	ca, err := tenantrytest.CACertificatePEM("late root")
+	if err != nil {
+		t.Fatal(err)
+	}
+	bundle := &certificatesv1.ClusterTrustBundle{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec:       certificatesv1.ClusterTrustBundleSpec{TrustBundle: string(ca)},
+	}
+	if err := tenant.Create(ctx, bundle); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = tenant.Delete(context.Background(), bundle) })
+	hostKey := shared.HostKey("tenant-1", pod.Namespace, pod.Name)
+	eventually(t, 30*time.Second, "the new bundle in the Pod's API access Secret", func(ctx context.Context) (bool, error) {
+		var secret corev1.Secret
+		err := shared.Host.Get(ctx, client.ObjectKey{Namespace: hostKey.Namespace, Name: pod.Name + "-tenantry-api-access"}, &secret)
+		if apierrors.IsNotFound(err) {
+			return false, nil
+		}
+		for key, value := range secret.Data {
+			if strings.HasPrefix(key, "clustertrustbundle-") && len(value) > 0 {
+				return true, nil
+			}
+		}
+		return false, err
+	})
+}
+
+// bundleWatches counts the watches of ClusterTrustBundles that the tenant
+// API server of clientset serves now.
+func bundleWatches(t *testing.T, clientset kubernetes.Interface) int {
+	t.Helper()
+	body, err := clientset.CoreV1().RESTClient().Get().AbsPath("/metrics").DoRaw(t.Context())
+	if err != nil {
+		t.Fatalf("reading the tenant API server's metrics: %v", err)
+	}
+	n := 0
+	for line := range strings.Lines(string(body)) {
+		if !strings.HasPrefix(line, "apiserver_longrunning_requests{") || !strings.Contains(line, `resource="clustertrustbundles"`) ||
+			!strings.Contains(line, `verb="WATCH"`) {
+			continue
+		}
+		fields := strings.Fields(line)
+		v, err := strconv.ParseFloat(fields[len(fields)-1], 64)
+		if err != nil {
+			t.Fatalf("metrics line %q: %v", line, err)
+		}
+		n += int(v)
+	}
+	return n
 }
