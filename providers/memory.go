@@ -101,3 +101,23 @@ func SetMemoryLimit(log logr.Logger) {
 	debug.SetMemoryLimit(soft)
 	log.Info("the Go heap's soft limit set from the container's memory limit", "containerLimit", limit, "softLimit", soft)
 }
+
+// gcPercent is the manager's default GOGC (the Go default is 100).
+const gcPercent = 50
+
+// SetGCPercent sets the garbage collector's target (GOGC) to 50, unless
+// GOGC sets one, and logs it. Nearly all of the manager's heap is its
+// tenants' caches and apps, which live as long as the tenants do, and its
+// garbage comes in bursts (a tenant's first lists); the Go default lets
+// the heap grow to twice what lives before a collection, and what a burst
+// leaves spread over the heap's pages stays resident. Half of that cut
+// the manager's resident memory at 1,000 idle tenants by about a sixth
+// (see docs/design/cache-limits.md) for no measurable CPU at rest, where
+// there is little garbage to collect.
+func SetGCPercent(log logr.Logger) {
+	if v := os.Getenv("GOGC"); v != "" {
+		log.Info("the garbage collector's target is GOGC's", "GOGC", v)
+		return
+	}
+	debug.SetGCPercent(gcPercent)
+}

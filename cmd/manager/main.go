@@ -62,6 +62,7 @@ func run(args []string, stderr io.Writer) int {
 		return 1
 	}
 	providers.SetMemoryLimit(log)
+	providers.SetGCPercent(log)
 	// A host that is away at start is waited for, not a crash loop.
 	waitCtx, stopWaiting := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	err = providers.WaitForHost(waitCtx, opts.Options, log)
