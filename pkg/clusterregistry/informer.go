@@ -26,41 +26,34 @@ func newDirectInformer(lw toolscache.ListerWatcher, obj runtime.Object, resync t
 }
 
 // newMeteredInformer is the NewInformer of every cluster's cache (through
-// its CacheMeter). It builds a directInformer: client-go's informer, with
-// each event handed to every handler on the informer's own goroutine, and
-// every object it stores counted by m (when not nil).
+// its CacheMeter). It builds a directInformer: client-go's reflector, whose
+// changes go into the store and to every handler on the reflector's own
+// goroutine, with every object it stores counted by m (when not nil).
 //
 // client-go's shared informer gives each handler a goroutine pair and a
-// buffer of 1,024 notifications (16 KiB) that is never given back. A
-// cluster's manager adds a handler per controller and watched type: at
-// 1,000 clusters those buffers alone were a fifth of the manager's heap.
-// The handlers here are controller-runtime's, which only put requests on a
-// queue, so they need neither.
+// buffer of 1,024 notifications (16 KiB) that is never given back, and
+// its controller a queue, a goroutine that drains it and one that closes
+// it. A cluster's manager adds a handler per controller and watched type
+// and runs an informer per type: at 1,000 clusters those buffers alone
+// were a fifth of the manager's heap, and those goroutines' stacks a
+// fifth of its resident memory. The handlers here are controller-runtime's,
+// which only put requests on a queue, so they need none of it.
 func newMeteredInformer(m *CacheMeter, lw toolscache.ListerWatcher, obj runtime.Object, resync time.Duration, indexers toolscache.Indexers) toolscache.SharedIndexInformer {
 	if indexers == nil {
 		indexers = toolscache.Indexers{} // an Indexer, not a bare Store
 	}
-	i := &directInformer{meter: m, usage: m.track(typeName(obj))}
-	store, controller := toolscache.NewInformerWithOptions(toolscache.InformerOptions{
-		ListerWatcher: drainingListerWatcher{
-			ListerWatcherWithContext: toolscache.ToListerWatcherWithContext(lw),
-			given:                    lw,
-			meter:                    m,
-			usage:                    i.usage,
-		},
-		ObjectType:   obj,
-		Handler:      (*directHandlers)(i),
-		ResyncPeriod: resync,
-		Indexers:     indexers,
-		// Set (SetTransform) before Run, which starts the only callers.
-		Transform: func(o any) (any, error) {
-			if i.transform == nil {
-				return o, nil
-			}
-			return i.transform(o)
-		},
-	})
-	i.indexer, i.controller = store.(toolscache.Indexer), controller
+	i := &directInformer{
+		meter: m, usage: m.track(typeName(obj)),
+		objType: obj, resync: resync,
+		indexer: toolscache.NewIndexer(toolscache.MetaNamespaceKeyFunc, indexers),
+		synced:  make(chan struct{}),
+	}
+	i.lw = drainingListerWatcher{
+		ListerWatcherWithContext: toolscache.ToListerWatcherWithContext(lw),
+		given:                    lw,
+		meter:                    m,
+		usage:                    i.usage,
+	}
 	return i
 }
 
@@ -74,14 +67,14 @@ func typeName(obj runtime.Object) string {
 }
 
 // directInformer is a SharedIndexInformer that calls its event handlers
-// itself, one after the other, as it takes each change off its queue,
-// instead of through a buffer and a goroutine per handler.
+// itself, one after the other, as its reflector hands it each change,
+// instead of through a queue, a buffer and a goroutine per handler.
 //
 // What changes for a handler:
 //   - it must return quickly, and never wait for the informer: a slow
-//     handler holds back every other handler of the informer, and one that
-//     reads the cache (which waits for informers to sync) or adds or
-//     removes a handler of the same informer can deadlock it;
+//     handler holds back every other handler of the informer, and the
+//     watch; one that reads the cache (which waits for informers to sync)
+//     or adds or removes a handler of the same informer can deadlock it;
 //   - a handler added while events flow may see an object twice, once in
 //     the replay of the informer's store that every new handler gets and
 //     once as the event that put it there arrives; a level-driven handler,
@@ -94,9 +87,13 @@ type directInformer struct {
 	meter *CacheMeter
 	usage *informerUsage
 
-	indexer    toolscache.Indexer
-	controller toolscache.Controller
-	transform  toolscache.TransformFunc
+	lw        toolscache.ListerWatcher
+	objType   runtime.Object
+	resync    time.Duration
+	indexer   toolscache.Indexer
+	transform toolscache.TransformFunc
+	// reflector is set by Run; LastSyncResourceVersion reads it.
+	reflector atomic.Pointer[toolscache.Reflector]
 
 	// mu is held while events are handed out, and while the handlers
 	// change, so that a new handler's replay and the events that follow it
@@ -105,7 +102,11 @@ type directInformer struct {
 	handlers []*directRegistration
 	started  bool
 
-	stopped atomic.Bool
+	// synced is closed once the first list is in the store and every
+	// handler has been told of it.
+	synced   chan struct{}
+	syncOnce sync.Once
+	stopped  atomic.Bool
 }
 
 var _ toolscache.SharedIndexInformer = &directInformer{}
@@ -218,8 +219,9 @@ func (i *directInformer) AddIndexers(indexers toolscache.Indexers) error {
 	return i.indexer.AddIndexers(indexers)
 }
 
-// GetController implements toolscache.SharedInformer.
-func (i *directInformer) GetController() toolscache.Controller { return i.controller }
+// GetController implements toolscache.SharedInformer: the informer is
+// its own controller.
+func (i *directInformer) GetController() toolscache.Controller { return i }
 
 // Run implements toolscache.SharedInformer.
 func (i *directInformer) Run(stopCh <-chan struct{}) {
@@ -227,7 +229,8 @@ func (i *directInformer) Run(stopCh <-chan struct{}) {
 }
 
 // RunWithContext implements toolscache.SharedInformer: it lists and
-// watches until ctx ends. A second call returns at once.
+// watches, on the caller's goroutine, until ctx ends. A second call
+// returns at once.
 func (i *directInformer) RunWithContext(ctx context.Context) {
 	i.mu.Lock()
 	if i.started || i.stopped.Load() {
@@ -238,20 +241,144 @@ func (i *directInformer) RunWithContext(ctx context.Context) {
 	i.mu.Unlock()
 	defer i.meter.untrack(i.usage) // its store goes with it
 	defer i.stopped.Store(true)
-	i.controller.RunWithContext(ctx)
+	r := toolscache.NewReflectorWithOptions(i.lw, i.objType, (*directStore)(i), toolscache.ReflectorOptions{
+		TypeDescription: typeName(i.objType),
+		ResyncPeriod:    i.resync,
+	})
+	i.reflector.Store(r)
+	r.RunWithContext(ctx)
 }
 
 // HasSynced implements toolscache.SharedInformer.
-func (i *directInformer) HasSynced() bool { return i.controller.HasSynced() }
+func (i *directInformer) HasSynced() bool { return toolscache.IsDone(i.HasSyncedChecker()) }
 
 // HasSyncedChecker implements toolscache.SharedInformer.
-func (i *directInformer) HasSyncedChecker() toolscache.DoneChecker {
-	return i.controller.HasSyncedChecker()
-}
+func (i *directInformer) HasSyncedChecker() toolscache.DoneChecker { return syncedChecker{i} }
+
+// syncedChecker is a directInformer's DoneChecker.
+type syncedChecker struct{ i *directInformer }
+
+func (c syncedChecker) Name() string          { return typeName(c.i.objType) + " informer" }
+func (c syncedChecker) Done() <-chan struct{} { return c.i.synced }
 
 // LastSyncResourceVersion implements toolscache.SharedInformer.
 func (i *directInformer) LastSyncResourceVersion() string {
-	return i.controller.LastSyncResourceVersion()
+	if r := i.reflector.Load(); r != nil {
+		return r.LastSyncResourceVersion()
+	}
+	return ""
+}
+
+// directStore is what a directInformer's reflector writes to: each change
+// goes into the informer's store, then to its handlers, as client-go's
+// informer does with each change it takes off its queue.
+type directStore directInformer
+
+var _ toolscache.ReflectorStore = &directStore{}
+
+// transformed is obj as the informer's transform makes it.
+func (s *directStore) transformed(obj any) (any, error) {
+	if s.transform == nil {
+		return obj, nil
+	}
+	obj, err := s.transform(obj)
+	if err != nil {
+		return nil, fmt.Errorf("transforming a %s: %w", typeName(s.objType), err)
+	}
+	return obj, nil
+}
+
+func (s *directStore) Add(obj any) error    { return s.put(obj) }
+func (s *directStore) Update(obj any) error { return s.put(obj) }
+
+// put stores obj, as an update of the object it replaces or an add.
+func (s *directStore) put(obj any) error {
+	obj, err := s.transformed(obj)
+	if err != nil {
+		return err
+	}
+	old, exists, err := s.indexer.Get(obj)
+	if err != nil {
+		return err
+	}
+	if exists {
+		if err := s.indexer.Update(obj); err != nil {
+			return err
+		}
+		(*directHandlers)(s).OnUpdate(old, obj)
+		return nil
+	}
+	if err := s.indexer.Add(obj); err != nil {
+		return err
+	}
+	(*directHandlers)(s).OnAdd(obj, false)
+	return nil
+}
+
+func (s *directStore) Delete(obj any) error {
+	obj, err := s.transformed(obj)
+	if err != nil {
+		return err
+	}
+	if err := s.indexer.Delete(obj); err != nil {
+		return err
+	}
+	(*directHandlers)(s).OnDelete(obj)
+	return nil
+}
+
+// Replace takes a whole list, the first or one after a watch that could
+// not go on. As client-go's informer does, it tells first of what the
+// list lacks, as deleted (DeletedFinalStateUnknown: the deletion itself
+// was not seen), then, in the list's order, of what the store held as
+// updated and of the rest as added, as in the initial list for the first.
+func (s *directStore) Replace(list []any, resourceVersion string) error {
+	keys := make([]string, len(list))
+	listed := make(map[string]bool, len(list))
+	for n, obj := range list {
+		obj, err := s.transformed(obj)
+		if err != nil {
+			return err
+		}
+		if keys[n], err = toolscache.MetaNamespaceKeyFunc(obj); err != nil {
+			return err
+		}
+		list[n], listed[keys[n]] = obj, true
+	}
+	before := map[string]any{}
+	for _, key := range s.indexer.ListKeys() {
+		if obj, ok, _ := s.indexer.GetByKey(key); ok {
+			before[key] = obj
+		}
+	}
+	if err := s.indexer.Replace(list, resourceVersion); err != nil {
+		return err
+	}
+	handlers := (*directHandlers)(s)
+	for key, obj := range before {
+		if !listed[key] {
+			handlers.OnDelete(toolscache.DeletedFinalStateUnknown{Key: key, Obj: obj})
+		}
+	}
+	initial := !toolscache.IsDone(syncedChecker{(*directInformer)(s)})
+	for n, obj := range list {
+		if old, ok := before[keys[n]]; ok {
+			handlers.OnUpdate(old, obj)
+		} else {
+			handlers.OnAdd(obj, initial)
+		}
+	}
+	s.syncOnce.Do(func() { close(s.synced) })
+	return nil
+}
+
+// Resync tells every handler of every object again, as an update to
+// itself.
+func (s *directStore) Resync() error {
+	for _, obj := range s.indexer.List() {
+		(*directHandlers)(s).OnUpdate(obj, obj)
+	}
+	return nil
 }
 
 // errWatchErrorHandler says that a directInformer takes no watch error

@@ -170,3 +170,75 @@ func TestListsUnderWayCountTogether(t *testing.T) {
 		t.Fatal("two lists of 1,200 at once under a limit of 2,000 were let in")
 	}
 }
+
+// What the reflector writes reaches the store and every handler as
+// client-go's informer hands it on: the first list as the initial list
+// (and the informer synced after it), each change once, a later list as
+// deletions of what it lacks (DeletedFinalStateUnknown) before updates of
+// what the store held and adds of the rest, and a resync as updates.
+func TestDirectStoreTellsWhatTheReflectorWrites(t *testing.T) {
+	informer := newDirectInformer(&toolscache.ListWatch{}, &corev1.ConfigMap{}, 0, nil).(*directInformer)
+	store := (*directStore)(informer)
+	var told []string
+	name := func(o any) string { return o.(*corev1.ConfigMap).Name + "@" + o.(*corev1.ConfigMap).ResourceVersion }
+	if _, err := informer.AddEventHandler(toolscache.ResourceEventHandlerDetailedFuncs{
+		AddFunc: func(o any, initial bool) {
+			if initial {
+				told = append(told, "initial "+name(o))
+			} else {
+				told = append(told, "add "+name(o))
+			}
+		},
+		UpdateFunc: func(old, o any) { told = append(told, "update "+name(old)+" "+name(o)) },
+		DeleteFunc: func(o any) {
+			if d, ok := o.(toolscache.DeletedFinalStateUnknown); ok {
+				told = append(told, "unknown "+d.Key+" "+name(d.Obj))
+				return
+			}
+			told = append(told, "delete "+name(o))
+		},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	cm := func(n, rv string) *corev1.ConfigMap {
+		return &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: n, ResourceVersion: rv}}
+	}
+	expect := func(step string, want ...string) {
+		t.Helper()
+		if fmt.Sprint(told) != fmt.Sprint(want) {
+			t.Errorf("%s: told %q, want %q", step, told, want)
+		}
+		told = nil
+	}
+
+	if informer.HasSynced() {
+		t.Fatal("synced before the first list")
+	}
+	must(t, store.Replace([]any{cm("a", "1"), cm("b", "1")}, "1"))
+	expect("the first list", "initial a@1", "initial b@1")
+	if !informer.HasSynced() {
+		t.Error("not synced after the first list")
+	}
+	must(t, store.Add(cm("c", "2")))
+	must(t, store.Update(cm("b", "3")))
+	must(t, store.Add(cm("c", "4"))) // an add of what the store holds updates it
+	must(t, store.Delete(cm("c", "5")))
+	expect("the watch", "add c@2", "update b@1 b@3", "update c@2 c@4", "delete c@5")
+
+	must(t, store.Replace([]any{cm("b", "6"), cm("d", "6")}, "6"))
+	expect("a list after the watch broke", "unknown ns/a a@1", "update b@3 b@6", "add d@6")
+	if keys := informer.GetStore().ListKeys(); len(keys) != 2 {
+		t.Errorf("the store holds %v, want ns/b and ns/d", keys)
+	}
+	must(t, store.Resync())
+	if len(told) != 2 || told[0][:6] != "update" || told[1][:6] != "update" {
+		t.Errorf("a resync told %q, want an update of each object", told)
+	}
+}
+
+func must(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
