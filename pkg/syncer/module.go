@@ -8,6 +8,7 @@ import (
 	"github.com/go-logr/logr"
 	"go.uber.org/fx"
 	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 
 	"github.com/tenantry/tenantry/pkg/clusterregistry"
@@ -182,6 +183,7 @@ func TenantModulePerCluster(hub *Hub, perCluster PerCluster) fx.Option {
 			opts.setDefaults()
 			if meter != nil {
 				meter.SetLimits(opts.CacheLimits)
+				countHostCopies(lc, hub, cluster, meter)
 			}
 			all := append([]Syncer{namespaceSyncer(opts.PodSecurityLevel)}, syncers...)
 			t, err := newTenant(mgr, cluster, log, hub, opts)
@@ -204,3 +206,33 @@ type HostDNS struct {
 	// as they are when the tenant starts.
 	Addresses []string
 }
+
+// countHostCopies counts the cluster's copies in the hub's host cache,
+// which every cluster shares, against the cluster's cache limits, from
+// the app's start to its stop: a tenant's limits bound what it makes the
+// manager hold on both sides, not only in its own cache.
+func countHostCopies(lc fx.Lifecycle, hub *Hub, cluster string, meter *clusterregistry.CacheMeter) {
+	copies := meter.Hold("host copies")
+	stop := func() {}
+	lc.Append(fx.Hook{
+		OnStart: func(ctx context.Context) error {
+			cancel, err := hub.cache.Count(ctx, cluster, heldCopies{copies})
+			if err != nil {
+				return fmt.Errorf("counting cluster %s's host copies: %w", cluster, err)
+			}
+			stop = cancel
+			return nil
+		},
+		OnStop: func(context.Context) error {
+			stop()
+			copies.Release()
+			return nil
+		},
+	})
+}
+
+// heldCopies tells a Holding of the host copies the hub's cache holds.
+type heldCopies struct{ *clusterregistry.Holding }
+
+func (h heldCopies) Hold(key string, obj client.Object) { h.Set(key, obj) }
+func (h heldCopies) Drop(key string)                    { h.Forget(key) }

@@ -9,6 +9,7 @@ package hostcache
 import (
 	"context"
 	"fmt"
+	"maps"
 	"net/http"
 	"sync"
 	"time"
@@ -113,11 +114,14 @@ type Cache struct {
 	// watchers get, by watched kind and then by id, the name of every
 	// watched host object that changes.
 	watchers map[string]map[int]func(name string)
+	// counters are told, by cluster, of every routed host object of the
+	// cluster the cache holds (Count).
+	counters map[string]Counter
 
 	// indexOnce guards indexed: the routed types whose informer has the
 	// cluster index.
 	indexOnce sync.Mutex
-	indexed   map[schema.GroupVersionKind]bool
+	indexed   map[schema.GroupVersionKind]client.Object // an object of the type, as informed
 	// indexes are Options.Indexes by type, and indexType their types by
 	// name.
 	indexes   map[schema.GroupVersionKind][]Index
@@ -190,7 +194,8 @@ func New(config *rest.Config, opts Options) (*Cache, error) {
 		routes:     map[routeKey]map[int]func(client.Object){},
 		informed:   map[string]bool{},
 		watchers:   map[string]map[int]func(string){},
-		indexed:    map[schema.GroupVersionKind]bool{},
+		counters:   map[string]Counter{},
+		indexed:    map[schema.GroupVersionKind]client.Object{},
 		indexes:    indexes,
 		indexType:  indexType,
 	}, nil
@@ -255,7 +260,7 @@ const ClusterIndex = "tenantry.dev/cluster"
 func (hc *Cache) index(ctx context.Context, gvk schema.GroupVersionKind, obj client.Object) error {
 	hc.indexOnce.Lock()
 	defer hc.indexOnce.Unlock()
-	if hc.indexed[gvk] {
+	if hc.indexed[gvk] != nil {
 		return nil
 	}
 	if err := hc.cache.IndexField(ctx, obj, ClusterIndex, hc.clusterOf); err != nil {
@@ -266,7 +271,7 @@ func (hc *Cache) index(ctx context.Context, gvk schema.GroupVersionKind, obj cli
 			return fmt.Errorf("indexing host %s by %s: %w", gvk.Kind, idx.Name, err)
 		}
 	}
-	hc.indexed[gvk] = true
+	hc.indexed[gvk] = obj
 	return nil
 }
 
@@ -280,7 +285,7 @@ func (hc *Cache) ListBy(ctx context.Context, list client.ObjectList, index, valu
 		return false, fmt.Errorf("the cache has no index %q: add it to the hub's Indexes", index)
 	}
 	hc.indexOnce.Lock()
-	informed = hc.indexed[gvk]
+	informed = hc.indexed[gvk] != nil
 	hc.indexOnce.Unlock()
 	if !informed {
 		return false, nil
@@ -343,18 +348,88 @@ func (hc *Cache) Route(ctx context.Context, obj client.Object, cluster string, h
 	return cancel, nil
 }
 
+// A Counter is told of every routed host object of one cluster that the
+// cache holds, as it comes, changes and goes (see Count). It must return
+// quickly: it is told on the informers' goroutines.
+type Counter interface {
+	// Hold tells of obj, held under key, new or changed.
+	Hold(key string, obj client.Object)
+	// Drop tells that what key held is gone.
+	Drop(key string)
+}
+
+// countKey is the key a Counter knows o by: its type and name.
+func countKey(gvk schema.GroupVersionKind, o client.Object) string {
+	return gvk.String() + " " + o.GetNamespace() + "/" + o.GetName()
+}
+
+// Count tells counter of every host object of cluster that the cache
+// holds of a routed type (Route, Inform), those it holds now first, and of
+// every change of them, until the returned cancel is called: so that what
+// a cluster's copies hold in this cache, which every cluster shares, can
+// count against the cluster's own limits. A cluster has one counter at a
+// time: a second replaces the first (a cluster re-spawned while its old
+// app still stops); a cancel removes only its own.
+func (hc *Cache) Count(ctx context.Context, cluster string, counter Counter) (cancel func(), err error) {
+	hc.mu.Lock()
+	defer hc.mu.Unlock()
+	hc.counters[cluster] = counter
+	cancel = func() {
+		hc.mu.Lock()
+		if hc.counters[cluster] == counter {
+			delete(hc.counters, cluster)
+		}
+		hc.mu.Unlock()
+	}
+	hc.indexOnce.Lock()
+	informed := maps.Clone(hc.indexed)
+	hc.indexOnce.Unlock()
+	for gvk, obj := range informed {
+		// The informer's store as it is, not a read of the cache, which
+		// would wait for a new informer to sync while no event can be
+		// told: an object that the store does not have yet is told
+		// once it does.
+		informer, err := hc.cache.GetInformer(ctx, obj, cache.BlockUntilSynced(false))
+		if err != nil {
+			delete(hc.counters, cluster)
+			return nil, fmt.Errorf("counting cluster %s's host %s: %w", cluster, gvk.Kind, err)
+		}
+		stored, ok := informer.(interface{ GetStore() toolscache.Store })
+		if !ok {
+			delete(hc.counters, cluster)
+			return nil, fmt.Errorf("counting cluster %s's host %s: its informer, a %T, has no store to read", cluster, gvk.Kind, informer)
+		}
+		for _, o := range stored.GetStore().List() {
+			if o, ok := o.(client.Object); ok && o.GetLabels()[hc.opts.ClusterLabel] == cluster {
+				counter.Hold(countKey(gvk, o), o)
+			}
+		}
+	}
+	return cancel, nil
+}
+
 // Inform makes sure the type's informer runs, indexed by cluster, with the
 // cache's dispatcher, which routes each event by the object's cluster label.
 func (hc *Cache) Inform(ctx context.Context, gvk schema.GroupVersionKind, obj client.Object) error {
 	if err := hc.index(ctx, gvk, obj); err != nil {
 		return err
 	}
-	return hc.handleOnce(ctx, gvk.String(), obj, func(o client.Object) {
+	return hc.handleOnce(ctx, gvk.String(), obj, func(o client.Object, deleted bool) {
+		cluster := o.GetLabels()[hc.opts.ClusterLabel]
 		hc.mu.RLock()
-		routes := hc.routes[routeKey{gvk: gvk, cluster: o.GetLabels()[hc.opts.ClusterLabel]}]
+		routes := hc.routes[routeKey{gvk: gvk, cluster: cluster}]
 		handlers := make([]func(client.Object), 0, len(routes))
 		for _, handle := range routes {
 			handlers = append(handlers, handle)
+		}
+		// Told under the lock, so that Count's first count of what the
+		// cache holds comes wholly before or after.
+		if counter := hc.counters[cluster]; counter != nil {
+			if deleted {
+				counter.Drop(countKey(gvk, o))
+			} else {
+				counter.Hold(countKey(gvk, o), o)
+			}
 		}
 		hc.mu.RUnlock()
 		for _, handle := range handlers {
@@ -364,8 +439,8 @@ func (hc *Cache) Inform(ctx context.Context, gvk schema.GroupVersionKind, obj cl
 }
 
 // handleOnce adds handle to the informer of obj's type, once per key, for
-// every add, update and delete (tombstones unwrapped).
-func (hc *Cache) handleOnce(ctx context.Context, key string, obj client.Object, handle func(client.Object)) error {
+// every add, update and delete (tombstones unwrapped; deleted says which).
+func (hc *Cache) handleOnce(ctx context.Context, key string, obj client.Object, handle func(o client.Object, deleted bool)) error {
 	hc.mu.RLock()
 	done := hc.informed[key]
 	hc.mu.RUnlock()
@@ -381,18 +456,18 @@ func (hc *Cache) handleOnce(ctx context.Context, key string, obj client.Object, 
 	if hc.informed[key] {
 		return nil
 	}
-	event := func(o any) {
+	event := func(o any, deleted bool) {
 		if tombstone, ok := o.(toolscache.DeletedFinalStateUnknown); ok {
 			o = tombstone.Obj
 		}
 		if obj, ok := o.(client.Object); ok {
-			handle(obj)
+			handle(obj, deleted)
 		}
 	}
 	if _, err := informer.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
-		AddFunc:    event,
-		UpdateFunc: func(_, o any) { event(o) },
-		DeleteFunc: event,
+		AddFunc:    func(o any) { event(o, false) },
+		UpdateFunc: func(_, o any) { event(o, false) },
+		DeleteFunc: func(o any) { event(o, true) },
 	}); err != nil {
 		return fmt.Errorf("host event handler for %s: %w", key, err)
 	}
@@ -414,7 +489,7 @@ func GVKOf(obj client.Object, scheme *runtime.Scheme) (schema.GroupVersionKind, 
 // list type) in the cache's cache now and of every one that changes later,
 // under kind, until the returned cancel is called.
 func (hc *Cache) Watch(ctx context.Context, kind string, obj client.Object, list client.ObjectList, handle func(name string)) (cancel func(), err error) {
-	err = hc.handleOnce(ctx, kind, obj, func(o client.Object) {
+	err = hc.handleOnce(ctx, kind, obj, func(o client.Object, _ bool) {
 		hc.mu.RLock()
 		watchers := make([]func(string), 0, len(hc.watchers[kind]))
 		for _, w := range hc.watchers[kind] {
