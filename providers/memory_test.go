@@ -2,8 +2,11 @@ package providers
 
 import (
 	"io/fs"
+	"runtime/debug"
 	"slices"
 	"testing"
+
+	"github.com/go-logr/logr"
 )
 
 // A container's memory limit is read from cgroup v2's file, else v1's; a
@@ -40,5 +43,20 @@ func TestContainerMemoryLimit(t *testing.T) {
 	}
 	if got := DefaultCacheBudget(1 << 30); got != 256<<20 {
 		t.Errorf("the default budget of a 1 GiB container: %d, want 256 MiB", got)
+	}
+}
+
+// The manager's GOGC is 50, unless the environment sets one.
+func TestSetGCPercent(t *testing.T) {
+	defer debug.SetGCPercent(debug.SetGCPercent(100)) // as it was, after
+	t.Setenv("GOGC", "")
+	SetGCPercent(logr.Discard())
+	if got := debug.SetGCPercent(100); got != 50 {
+		t.Errorf("GOGC = %d, want 50", got)
+	}
+	t.Setenv("GOGC", "200")
+	SetGCPercent(logr.Discard())
+	if got := debug.SetGCPercent(100); got != 100 {
+		t.Errorf("with GOGC=200 in the environment, GOGC = %d, want it left alone (100 here)", got)
 	}
 }

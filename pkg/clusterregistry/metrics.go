@@ -26,12 +26,12 @@ var (
 
 	cacheObjects = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "tenantry_registry_cache_objects",
-		Help: "Objects a running cluster's cache holds, every watched type together.",
+		Help: "Objects a running cluster makes the manager hold, against its cache limits: its cache's, every watched type together, and its copies in a cache every cluster shares (the syncer's host copies).",
 	}, []string{"cluster"})
 
 	cacheBytes = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "tenantry_registry_cache_bytes",
-		Help: "Bytes of the objects a running cluster's cache holds, as encoded, without managed fields.",
+		Help: "Bytes of the objects a running cluster makes the manager hold, against its cache limits (its cache's and its host copies'), as encoded, without managed fields.",
 	}, []string{"cluster"})
 
 	cacheLimitBytes = prometheus.NewGaugeVec(prometheus.GaugeOpts{

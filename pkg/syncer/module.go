@@ -3,11 +3,13 @@ package syncer
 import (
 	"context"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/go-logr/logr"
 	"go.uber.org/fx"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 
@@ -165,7 +167,7 @@ const perClusterTimeout = 30 * time.Second
 // cluster's start.
 func TenantModulePerCluster(hub *Hub, perCluster PerCluster) fx.Option {
 	return fx.Module("syncer", fx.Invoke(fx.Annotate(
-		func(lc fx.Lifecycle, mgr manager.Manager, cluster string, log logr.Logger, meter *clusterregistry.CacheMeter) error {
+		func(lc fx.Lifecycle, mgr manager.Manager, cluster string, log logr.Logger, meter *clusterregistry.CacheMeter) (err error) {
 			// Its series go with the cluster. The hook runs as the app
 			// stops, before the manager drains: a sync that ends during
 			// the drain can leave a series behind, until the cluster is
@@ -183,7 +185,20 @@ func TenantModulePerCluster(hub *Hub, perCluster PerCluster) fx.Option {
 			opts.setDefaults()
 			if meter != nil {
 				meter.SetLimits(opts.CacheLimits)
-				countHostCopies(lc, hub, cluster, meter)
+				var stop func()
+				if stop, err = countHostCopies(ctx, hub, cluster, meter); err != nil {
+					return err
+				}
+				// An app that never starts is never stopped.
+				defer func() {
+					if err != nil {
+						stop()
+					}
+				}()
+				lc.Append(fx.Hook{OnStop: func(context.Context) error {
+					stop()
+					return nil
+				}})
 			}
 			all := append([]Syncer{namespaceSyncer(opts.PodSecurityLevel)}, syncers...)
 			t, err := newTenant(mgr, cluster, log, hub, opts)
@@ -208,31 +223,65 @@ type HostDNS struct {
 }
 
 // countHostCopies counts the cluster's copies in the hub's host cache,
-// which every cluster shares, against the cluster's cache limits, from
-// the app's start to its stop: a tenant's limits bound what it makes the
-// manager hold on both sides, not only in its own cache.
-func countHostCopies(lc fx.Lifecycle, hub *Hub, cluster string, meter *clusterregistry.CacheMeter) {
-	copies := meter.Hold("host copies")
-	stop := func() {}
-	lc.Append(fx.Hook{
-		OnStart: func(ctx context.Context) error {
-			cancel, err := hub.cache.Count(ctx, cluster, heldCopies{copies})
-			if err != nil {
-				return fmt.Errorf("counting cluster %s's host copies: %w", cluster, err)
-			}
-			stop = cancel
-			return nil
-		},
-		OnStop: func(context.Context) error {
-			stop()
-			copies.Release()
-			return nil
-		},
-	})
+// which every cluster shares, against the cluster's cache limits, until
+// stop is called: a tenant's limits bound what it makes the manager hold
+// on both sides, not only in its own cache. The count starts now, before
+// the cluster's caches list: copies that outlive an app (a tenant stopped
+// past its limits keeps its copies in the host) leave its next app only
+// what is left of its limits.
+func countHostCopies(ctx context.Context, hub *Hub, cluster string, meter *clusterregistry.CacheMeter) (stop func(), err error) {
+	copies := &heldCopies{meter: meter, byType: map[schema.GroupVersionKind]*clusterregistry.Holding{}}
+	cancel, err := hub.cache.Count(ctx, cluster, copies)
+	if err != nil {
+		copies.release()
+		return nil, fmt.Errorf("counting cluster %s's host copies: %w", cluster, err)
+	}
+	return func() {
+		cancel()
+		copies.release()
+	}, nil
 }
 
-// heldCopies tells a Holding of the host copies the hub's cache holds.
-type heldCopies struct{ *clusterregistry.Holding }
+// heldCopies counts a cluster's copies in the hub's host cache, a
+// Holding by type, so that a limit's error names the type whose copies
+// hold the most ("host copies of ConfigMap").
+type heldCopies struct {
+	meter *clusterregistry.CacheMeter
 
-func (h heldCopies) Hold(key string, obj client.Object) { h.Set(key, obj) }
-func (h heldCopies) Drop(key string)                    { h.Forget(key) }
+	mu       sync.Mutex
+	byType   map[schema.GroupVersionKind]*clusterregistry.Holding
+	released bool
+}
+
+// of is the Holding of gvk's copies; nil once released.
+func (h *heldCopies) of(gvk schema.GroupVersionKind) *clusterregistry.Holding {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.released {
+		return nil
+	}
+	held, ok := h.byType[gvk]
+	if !ok {
+		held = h.meter.Hold("host copies of " + gvk.Kind)
+		h.byType[gvk] = held
+	}
+	return held
+}
+
+func (h *heldCopies) Hold(gvk schema.GroupVersionKind, obj client.Object) {
+	h.of(gvk).Set(client.ObjectKeyFromObject(obj).String(), obj)
+}
+
+func (h *heldCopies) Drop(gvk schema.GroupVersionKind, obj client.Object) {
+	h.of(gvk).Forget(client.ObjectKeyFromObject(obj).String())
+}
+
+// release takes every copy off the count; no more are counted.
+func (h *heldCopies) release() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.released = true
+	for _, held := range h.byType {
+		held.Release()
+	}
+}

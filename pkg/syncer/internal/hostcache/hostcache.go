@@ -352,15 +352,10 @@ func (hc *Cache) Route(ctx context.Context, obj client.Object, cluster string, h
 // cache holds, as it comes, changes and goes (see Count). It must return
 // quickly: it is told on the informers' goroutines.
 type Counter interface {
-	// Hold tells of obj, held under key, new or changed.
-	Hold(key string, obj client.Object)
-	// Drop tells that what key held is gone.
-	Drop(key string)
-}
-
-// countKey is the key a Counter knows o by: its type and name.
-func countKey(gvk schema.GroupVersionKind, o client.Object) string {
-	return gvk.String() + " " + o.GetNamespace() + "/" + o.GetName()
+	// Hold tells of obj, of type gvk, new or changed.
+	Hold(gvk schema.GroupVersionKind, obj client.Object)
+	// Drop tells that obj, of type gvk, is gone.
+	Drop(gvk schema.GroupVersionKind, obj client.Object)
 }
 
 // Count tells counter of every host object of cluster that the cache
@@ -401,7 +396,7 @@ func (hc *Cache) Count(ctx context.Context, cluster string, counter Counter) (ca
 		}
 		for _, o := range stored.GetStore().List() {
 			if o, ok := o.(client.Object); ok && o.GetLabels()[hc.opts.ClusterLabel] == cluster {
-				counter.Hold(countKey(gvk, o), o)
+				counter.Hold(gvk, o)
 			}
 		}
 	}
@@ -426,9 +421,9 @@ func (hc *Cache) Inform(ctx context.Context, gvk schema.GroupVersionKind, obj cl
 		// cache holds comes wholly before or after.
 		if counter := hc.counters[cluster]; counter != nil {
 			if deleted {
-				counter.Drop(countKey(gvk, o))
+				counter.Drop(gvk, o)
 			} else {
-				counter.Hold(countKey(gvk, o), o)
+				counter.Hold(gvk, o)
 			}
 		}
 		hc.mu.RUnlock()
