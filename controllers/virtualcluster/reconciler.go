@@ -74,6 +74,9 @@ type Reconciler struct {
 	// up: a VirtualCluster read at one of them comes from a cache that has
 	// not seen those writes yet.
 	superseded map[string][]string
+	// overLimit holds, per cluster past its cache limits, when to spawn
+	// it again.
+	overLimit map[string]overLimit
 	// hostUID is the host's kube-system namespace UID, once read.
 	hostUIDMu sync.Mutex
 	hostUID   types.UID
@@ -98,8 +101,10 @@ type readiness struct {
 	reason  string
 	message string
 	retry   error
-	event   string // eventtype when the outcome deserves an event beyond a transition
-	action  string
+	// after, with no retry, is when to look again.
+	after  time.Duration
+	event  string // eventtype when the outcome deserves an event beyond a transition
+	action string
 	// transient: the kubeconfig could not be read this time, which says
 	// nothing about it (see loadKubeconfig).
 	transient bool
@@ -190,7 +195,10 @@ func (r *Reconciler) reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	if err := r.updateStatus(ctx, &vc, outcome); err != nil {
 		return ctrl.Result{}, err
 	}
-	return ctrl.Result{}, outcome.retry
+	if outcome.retry != nil {
+		return ctrl.Result{}, outcome.retry
+	}
+	return ctrl.Result{RequeueAfter: outcome.after}, nil
 }
 
 // reconcileCluster brings the registry in line with vc's spec, and kc,
@@ -267,6 +275,16 @@ func (r *Reconciler) reconcileCluster(ctx context.Context, vc *tenantryv1alpha1.
 			"The kubeconfig reaches the management cluster itself: syncing it would copy Tenantry's own copies without end, so nothing runs. Point it at the tenant cluster.", nil)
 	}
 
+	if err == nil && status.State == clusterregistry.StateFailed && errors.Is(status.Err, clusterregistry.ErrCacheLimit) {
+		// Under the spec it ran with: a changed one is tried at once.
+		r.wentOverLimit(name, r.digest(name), status.Err, time.Now())
+	}
+	if next, why := r.overLimitUntil(name, digest, time.Now()); !next.IsZero() {
+		out := notReady(tenantryv1alpha1.ReasonCacheLimitExceeded, cacheLimitMessage(next, why), nil)
+		out.after = time.Until(next)
+		return out
+	}
+
 	action := "Spawn"
 	if err == nil {
 		// Running from another kubeconfig, or failed: start afresh.
@@ -293,13 +311,17 @@ func (r *Reconciler) reconcileCluster(ctx context.Context, vc *tenantryv1alpha1.
 		case errors.Is(err, clusterregistry.ErrUnreachable):
 			return notReady(tenantryv1alpha1.ReasonUnreachable, fmt.Sprintf("The tenant API server did not answer: %v", err), err)
 		case errors.Is(err, clusterregistry.ErrCacheLimit):
-			return notReady(tenantryv1alpha1.ReasonCacheLimitExceeded, fmt.Sprintf(
-				"The tenant cluster holds more than the manager may hold of it (spec.hostPolicy.cache), so it is not synced; retrying with backoff, and at once when the policy changes: %v", err), err)
+			now := time.Now()
+			next := r.wentOverLimit(name, digest, err, now)
+			out := notReady(tenantryv1alpha1.ReasonCacheLimitExceeded, cacheLimitMessage(next, err), nil)
+			out.after = next.Sub(now)
+			return out
 		default:
 			return notReady(tenantryv1alpha1.ReasonFailed, fmt.Sprintf("Starting the cluster's controllers failed: %v", err), err)
 		}
 	}
 	r.setDigest(name, digest)
+	r.withinLimit(name)
 	out := ready()
 	out.event, out.action = corev1.EventTypeNormal, action
 	return out
@@ -313,6 +335,7 @@ const clusterIDTimeout = 10 * time.Second
 // or another replica runs it.
 func (r *Reconciler) forget(name string) {
 	forgetReady(name)
+	r.withinLimit(name)
 	r.mu.Lock()
 	delete(r.superseded, name)
 	r.mu.Unlock()
@@ -341,6 +364,13 @@ func (r *Reconciler) stop(ctx context.Context, name string) error {
 func ready() readiness {
 	return readiness{status: metav1.ConditionTrue, reason: tenantryv1alpha1.ReasonSpawned,
 		message: "The tenant cluster's controllers are running."}
+}
+
+// cacheLimitMessage is the Ready message of a tenant past its cache
+// limits, spawned again at next: the same at every reconcile until then.
+func cacheLimitMessage(next time.Time, err error) string {
+	return fmt.Sprintf("The tenant cluster holds more than the manager may hold of it (spec.hostPolicy.cache), so it is not synced; "+
+		"trying again at %s, and at once when its spec changes: %v", next.UTC().Format(time.TimeOnly), err)
 }
 
 func notReady(reason, message string, retry error) readiness {
