@@ -129,7 +129,9 @@ func (p *pageSizes) next(last int64, cut bool) int64 {
 //
 // What it promises:
 //   - every object an informer of the cluster's cache stores is counted
-//     from the moment it is stored until it leaves the store;
+//     from the moment it is stored until it leaves the store, and so is
+//     every object a Holding of the cluster counts (Hold): what the
+//     cluster makes the manager hold outside its cache;
 //   - a list is asked for in pages, and counted page by page, every
 //     informer's lists together: a cluster over its limits is refused
 //     before the list ends, so the manager holds no more than its limits

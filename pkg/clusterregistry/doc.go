@@ -97,8 +97,10 @@
 // Every cluster's cache is bounded (CacheLimits): by default 50,000
 // objects and 64 MiB of them as encoded, every watched type together.
 // Options.CacheLimits changes the default, and a module can set one
-// cluster's own through its CacheMeter before the manager starts. A
-// cluster is listed in pages, each counted as it comes and each at most
+// cluster's own through its CacheMeter before the manager starts. What
+// the cluster makes the manager hold outside its cache (its copies in a
+// cache every cluster shares, say) counts too, through a Holding
+// (CacheMeter.Hold). A cluster is listed in pages, each counted as it comes and each at most
 // an eighth of its byte limit on the wire (4 to 16 MiB), and no answer of
 // its API server but a watch may be larger than twice its byte limit, so
 // a cluster that holds more is never read whole. Options.CacheBudget
