@@ -2,12 +2,18 @@ package syncer_test
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/tenantry/tenantry/pkg/clusterregistry"
+	"github.com/tenantry/tenantry/pkg/syncer"
+	"github.com/tenantry/tenantry/pkg/syncer/builtin"
+	"github.com/tenantry/tenantry/pkg/syncer/syncertest"
 	tenantrytest "github.com/tenantry/tenantry/pkg/testing"
 )
 
@@ -45,4 +51,38 @@ func TestHostCopiesCountAgainstTheTenantsLimits(t *testing.T) {
 		err := shared.Host.Get(ctx, client.ObjectKey{Namespace: hostNS("tenant-1", "default"), Name: cm.Name}, cm)
 		return client.IgnoreNotFound(err) == nil && err != nil && held() < before+size/2, nil
 	})
+}
+
+// A tenant's copies outlive its app (the host keeps them), and count
+// before its next app's caches list: a tenant stopped with a copy of 300
+// KiB, which made two more ConfigMaps of 300 KiB meanwhile, is refused at
+// its next Spawn under a limit of 1 MiB, which its cache alone would fit.
+func TestHostCopiesCountBeforeTheCachesList(t *testing.T) {
+	w := syncertest.NewWorld(t, syncertest.WorldOptions{
+		Tenants: 1, Syncers: []syncer.Syncer{builtin.ConfigMaps()},
+		Syncer: syncer.Options{CacheLimits: clusterregistry.CacheLimits{Bytes: 1 << 20}},
+	})
+	ctx := t.Context()
+	tenant := w.Tenants["tenant-1"]
+	large := func() *corev1.ConfigMap {
+		cm := configMap(unique("large"), map[string]string{"data": strings.Repeat("x", 300<<10)})
+		if err := tenant.Create(ctx, cm); err != nil {
+			t.Fatal(err)
+		}
+		return cm
+	}
+	first := large()
+	eventually(t, 10*time.Second, "the first ConfigMap's host copy", func(ctx context.Context) (bool, error) {
+		err := w.Host.Get(ctx, client.ObjectKey{Namespace: hostNS("tenant-1", "default"), Name: first.Name}, &corev1.ConfigMap{})
+		return err == nil, client.IgnoreNotFound(err)
+	})
+	if err := w.Registry.Stop(ctx, "tenant-1"); err != nil {
+		t.Fatal(err)
+	}
+	large()
+	large()
+	err := w.Registry.Spawn("tenant-1", w.Env.Tenants[0].Config())
+	if !errors.Is(err, clusterregistry.ErrCacheLimit) {
+		t.Fatalf("Spawn with 900 KiB in the cache and a 300 KiB copy, under 1 MiB: %v; want ErrCacheLimit", err)
+	}
 }
