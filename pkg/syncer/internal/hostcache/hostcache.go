@@ -380,27 +380,50 @@ func (hc *Cache) Count(ctx context.Context, cluster string, counter Counter) (ca
 	informed := maps.Clone(hc.indexed)
 	hc.indexOnce.Unlock()
 	for gvk, obj := range informed {
-		// The informer's store as it is, not a read of the cache, which
-		// would wait for a new informer to sync while no event can be
-		// told: an object that the store does not have yet is told
-		// once it does.
-		informer, err := hc.cache.GetInformer(ctx, obj, cache.BlockUntilSynced(false))
+		held, err := hc.heldBy(ctx, gvk, obj, cluster)
 		if err != nil {
 			delete(hc.counters, cluster)
 			return nil, fmt.Errorf("counting cluster %s's host %s: %w", cluster, gvk.Kind, err)
 		}
-		stored, ok := informer.(interface{ GetStore() toolscache.Store })
-		if !ok {
-			delete(hc.counters, cluster)
-			return nil, fmt.Errorf("counting cluster %s's host %s: its informer, a %T, has no store to read", cluster, gvk.Kind, informer)
-		}
-		for _, o := range stored.GetStore().List() {
-			if o, ok := o.(client.Object); ok && o.GetLabels()[hc.opts.ClusterLabel] == cluster {
-				counter.Hold(gvk, o)
-			}
+		for _, o := range held {
+			counter.Hold(gvk, o)
 		}
 	}
 	return cancel, nil
+}
+
+// heldBy is what the cache holds now of cluster's objects of type gvk
+// (obj is one), as stored, not copied: through the cluster index once the
+// type's informer has synced, and from its store as it is before, since a
+// read of the cache would wait for the sync while Count holds back every
+// event (an object the store does not have yet is told once it does).
+func (hc *Cache) heldBy(ctx context.Context, gvk schema.GroupVersionKind, obj client.Object, cluster string) ([]client.Object, error) {
+	informer, err := hc.cache.GetInformer(ctx, obj, cache.BlockUntilSynced(false))
+	if err != nil {
+		return nil, err
+	}
+	var held []client.Object
+	if informer.HasSynced() {
+		list := NewList(obj, gvk, hc.opts.Scheme)
+		if err := hc.cache.List(ctx, list, client.MatchingFields{ClusterIndex: cluster}, client.UnsafeDisableDeepCopy); err != nil {
+			return nil, err
+		}
+		err := meta.EachListItem(list, func(o runtime.Object) error {
+			held = append(held, o.(client.Object))
+			return nil
+		})
+		return held, err
+	}
+	stored, ok := informer.(interface{ GetStore() toolscache.Store })
+	if !ok {
+		return nil, fmt.Errorf("its informer, a %T, has no store to read", informer)
+	}
+	for _, o := range stored.GetStore().List() {
+		if o, ok := o.(client.Object); ok && o.GetLabels()[hc.opts.ClusterLabel] == cluster {
+			held = append(held, o)
+		}
+	}
+	return held, nil
 }
 
 // Inform makes sure the type's informer runs, indexed by cluster, with the
