@@ -61,9 +61,11 @@ func TestDevProvisionedKubectl(t *testing.T) {
 			})
 			k.run("", "run", "web", "--image="+agnhost, "--", "netexec", "--http-port=8080")
 			k.run("", "wait", "--for=condition=Ready", "pod/web", "--timeout=3m")
-			if got := k.run("", "logs", "web"); !strings.Contains(got, "Started HTTP server on port 8080") {
-				t.Errorf("kubectl logs web = %q, want netexec's start", got)
-			}
+			// Ready says the container started, not that it has logged yet.
+			tenantrytest.Eventually(t, 30*time.Second, "netexec's start in kubectl logs web", func(ctx context.Context) (bool, error) {
+				out, err := k.command(ctx, "logs", "web").CombinedOutput()
+				return err == nil && strings.Contains(string(out), "Started HTTP server on port 8080"), fmt.Errorf("%v: %q", err, out)
+			})
 			k.execStdin("web")
 			k.attach("web", metricsAddr, cluster)
 
