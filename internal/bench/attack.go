@@ -77,8 +77,12 @@ func runAttack(ctx context.Context, o Options, out io.Writer) (_ []result, retEr
 	}
 	w.managerCgroup = cgroup
 	fmt.Fprintf(out, "    bin/manager %s, %s\n", w.managerFlags(), limited)
+	rounds := []int{1}
+	if attackers > 1 {
+		rounds = append(rounds, attackers)
+	}
 	var results []result
-	for _, n := range []int{1, attackers} {
+	for _, n := range rounds {
 		rs, err := w.attack(ctx, out, n, attackers, limited)
 		if err != nil {
 			return nil, fmt.Errorf("%d attackers: %w", n, err)
@@ -197,7 +201,9 @@ func (w *managerWorld) attack(ctx context.Context, out io.Writer, n, attackers i
 // time, until all are written or the manager stops the VirtualCluster
 // named vc.
 func (w *managerWorld) hoard(ctx context.Context, tenant client.Client, vc string) error {
-	data := strings.Repeat("x", attackObjectBytes-4096) // its metadata within the MiB
+	// Each object's data its own (the manager holds equal values once),
+	// its metadata within the MiB.
+	filler := strings.Repeat("x", attackObjectBytes-4096-16)
 	var next atomic.Int64
 	return parallel(attackWriters, attackWriters, func(int) error {
 		for i := next.Add(1) - 1; i < attackObjects; i = next.Add(1) - 1 {
@@ -206,7 +212,7 @@ func (w *managerWorld) hoard(ctx context.Context, tenant client.Client, vc strin
 			}
 			cm := &corev1.ConfigMap{
 				ObjectMeta: metav1.ObjectMeta{Namespace: attackNamespace, Name: fmt.Sprintf("hoard-%d", i)},
-				Data:       map[string]string{"data": data},
+				Data:       map[string]string{"data": fmt.Sprintf("%s-%016d", vc, i) + filler},
 			}
 			if err := tenant.Create(ctx, cm); err != nil {
 				return fmt.Errorf("%s: creating ConfigMap %s: %w", vc, cm.Name, err)

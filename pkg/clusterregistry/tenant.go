@@ -14,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/rest"
+	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/flowcontrol"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
@@ -22,6 +23,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
+	"github.com/tenantry/tenantry/internal/dedup"
 	"github.com/tenantry/tenantry/pkg/fxlogr"
 )
 
@@ -187,10 +189,12 @@ func (r *RemoteClusterRegistry) startTenant(c *cluster, config *rest.Config) (_ 
 // newManager builds the cluster's controller-runtime manager and hooks its
 // start and stop into the app's lifecycle.
 func (r *RemoteClusterRegistry) newManager(lc fx.Lifecycle, t *tenant, cfg *rest.Config, log logr.Logger) (manager.Manager, error) {
-	var cacheOpts cache.Options
+	var strip toolscache.TransformFunc
 	if !r.opts.KeepManagedFields {
-		cacheOpts.DefaultTransform = cache.TransformStripManagedFields()
+		strip = cache.TransformStripManagedFields()
 	}
+	// A ConfigMap's or Secret's data shares its memory with its copies.
+	cacheOpts := cache.Options{DefaultTransform: dedup.After(strip)}
 	mgr, err := manager.New(cfg, manager.Options{
 		Scheme:                 r.opts.Scheme,
 		Logger:                 log,

@@ -20,7 +20,8 @@ import (
 // A tenant's copies in the hub's host cache, which every tenant shares,
 // count against the tenant's own cache limits with its cache: a large
 // ConfigMap counts twice (the tenant's object and its host copy) once it
-// is copied, and no more once it is deleted.
+// is copied, and no more once it is deleted. Its data is held once: the
+// copy's shares the tenant object's memory, though both count in full.
 func TestHostCopiesCountAgainstTheTenantsLimits(t *testing.T) {
 	useWorld(t)
 	ctx := t.Context()
@@ -32,9 +33,17 @@ func TestHostCopiesCountAgainstTheTenantsLimits(t *testing.T) {
 		}
 		return m.GetGauge().GetValue()
 	}
+	sharedBytes := func() float64 {
+		m := tenantrytest.Metric(t, "tenantry_cache_shared_bytes_total", nil)
+		if m == nil {
+			t.Fatal("no tenantry_cache_shared_bytes_total")
+		}
+		return m.GetCounter().GetValue()
+	}
 	const size = 300 << 10
-	before := held()
-	cm := configMap(unique("large"), map[string]string{"data": strings.Repeat("x", size)})
+	before, sharedBefore := held(), sharedBytes()
+	// Data of its own: an equal value held elsewhere would be shared too.
+	cm := configMap(unique("large"), map[string]string{"data": unique("data") + strings.Repeat("x", size)})
 	if err := tenant.Create(ctx, cm); err != nil {
 		t.Fatal(err)
 	}
@@ -43,6 +52,9 @@ func TestHostCopiesCountAgainstTheTenantsLimits(t *testing.T) {
 	eventually(t, 10*time.Second, "the tenant's object and its host copy counted", func(context.Context) (bool, error) {
 		return held() >= before+2*size, nil
 	})
+	if got := sharedBytes() - sharedBefore; got < size {
+		t.Errorf("the host copy's data shares %v bytes with its tenant object, want %d", got, size)
+	}
 
 	if err := tenant.Delete(ctx, cm); err != nil {
 		t.Fatal(err)

@@ -27,6 +27,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/apiutil"
 
+	"github.com/tenantry/tenantry/internal/dedup"
 	"github.com/tenantry/tenantry/pkg/clusterregistry"
 	"github.com/tenantry/tenantry/pkg/syncer/internal/fairqueue"
 )
@@ -159,9 +160,11 @@ func New(config *rest.Config, opts Options) (*Cache, error) {
 		Mapper:               mapper,
 		Scheme:               opts.Scheme,
 		DefaultLabelSelector: opts.Selector,
-		// Nothing reads them, and they would be most of a small copy's
-		// memory; an update leaves the API server's as they are.
-		DefaultTransform: cache.TransformStripManagedFields(),
+		// Nothing reads managed fields, and they would be most of a
+		// small copy's memory; an update leaves the API server's as they
+		// are. A copy's ConfigMap or Secret data shares its memory with
+		// its tenant object's.
+		DefaultTransform: dedup.After(cache.TransformStripManagedFields()),
 		ByObject:         opts.ByObject,
 	})
 	if err != nil {
