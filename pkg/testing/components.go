@@ -520,28 +520,18 @@ func cleanUp(specs []componentSpec) error {
 	return errors.Join(errs...)
 }
 
-// FreeAddress asks the kernel for a free loopback address (host:port), for
-// a listener of a test's own. Another process may take it before the
-// listener does, as with envtest's own ports; the listener then fails,
-// naming the address.
+// FreeAddress is a free loopback address (host:port) for a listener of a
+// test's own, that this process has not handed out before, below the
+// kernel's ephemeral range (see freePortOn). Another process may take it
+// before the listener does, as with envtest's own ports; the listener then
+// fails, naming the address.
 func FreeAddress() (string, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	port, err := freePort()
 	if err != nil {
-		return "", fmt.Errorf("finding a free loopback port: %w", err)
+		return "", err
 	}
-	defer l.Close()
-	return l.Addr().String(), nil
+	return net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), nil
 }
 
-// freePort is FreeAddress's port.
-func freePort() (int, error) {
-	addr, err := FreeAddress()
-	if err != nil {
-		return 0, err
-	}
-	_, port, err := net.SplitHostPort(addr)
-	if err != nil {
-		return 0, err
-	}
-	return strconv.Atoi(port)
-}
+// freePort is a free loopback port (see freePortOn).
+func freePort() (int, error) { return freePortOn(net.IPv4(127, 0, 0, 1)) }

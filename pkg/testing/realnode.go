@@ -495,12 +495,3 @@ func removeEmptyCgroup(dir string) error {
 	return nil
 }
 
-// freePortOn asks the kernel for a free port of ip.
-func freePortOn(ip net.IP) (int, error) {
-	l, err := net.Listen("tcp", net.JoinHostPort(ip.String(), "0"))
-	if err != nil {
-		return 0, fmt.Errorf("finding a free port of %s: %w", ip, err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
-}
