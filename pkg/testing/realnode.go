@@ -494,4 +494,3 @@ func removeEmptyCgroup(dir string) error {
 	}
 	return nil
 }
-
