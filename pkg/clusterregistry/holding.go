@@ -31,11 +31,15 @@ func (m *CacheMeter) Hold(what string) *Holding {
 
 // Set counts obj under key, in place of what key held: once however often
 // it is set.
-func (h *Holding) Set(key string, obj any) {
+func (h *Holding) Set(key string, obj any) { h.SetPart(key, obj, 0) }
+
+// SetPart is Set for obj held in part: left more bytes, which obj stands
+// for but does not hold (data held as a digest), count as if it did.
+func (h *Holding) SetPart(key string, obj any, left int64) {
 	if h == nil {
 		return
 	}
-	size := encodedSize(obj)
+	size := encodedSize(obj) + max(left, 0)
 	// Counted under the lock, so that no count comes after Release.
 	h.mu.Lock()
 	defer h.mu.Unlock()

@@ -20,8 +20,9 @@ import (
 // A tenant's copies in the hub's host cache, which every tenant shares,
 // count against the tenant's own cache limits with its cache: a large
 // ConfigMap counts twice (the tenant's object and its host copy) once it
-// is copied, and no more once it is deleted. Its data is held once: the
-// copy's shares the tenant object's memory, though both count in full.
+// is copied, and no more once it is deleted. The hub holds a large copy's
+// data as a digest, yet counts it in full, and syncs it as any: a change
+// of the tenant's goes down, a change made in the host is repaired.
 func TestHostCopiesCountAgainstTheTenantsLimits(t *testing.T) {
 	useWorld(t)
 	ctx := t.Context()
@@ -33,17 +34,16 @@ func TestHostCopiesCountAgainstTheTenantsLimits(t *testing.T) {
 		}
 		return m.GetGauge().GetValue()
 	}
-	sharedBytes := func() float64 {
-		m := tenantrytest.Metric(t, "tenantry_cache_shared_bytes_total", nil)
+	digested := func() float64 {
+		m := tenantrytest.Metric(t, "tenantry_hub_copies_digested_bytes_total", nil)
 		if m == nil {
-			t.Fatal("no tenantry_cache_shared_bytes_total")
+			t.Fatal("no tenantry_hub_copies_digested_bytes_total")
 		}
 		return m.GetCounter().GetValue()
 	}
 	const size = 300 << 10
-	before, sharedBefore := held(), sharedBytes()
-	// Data of its own: an equal value held elsewhere would be shared too.
-	cm := configMap(unique("large"), map[string]string{"data": unique("data") + strings.Repeat("x", size)})
+	before, digestedBefore := held(), digested()
+	cm := configMap(unique("large"), map[string]string{"data": strings.Repeat("x", size)})
 	if err := tenant.Create(ctx, cm); err != nil {
 		t.Fatal(err)
 	}
@@ -52,9 +52,20 @@ func TestHostCopiesCountAgainstTheTenantsLimits(t *testing.T) {
 	eventually(t, 10*time.Second, "the tenant's object and its host copy counted", func(context.Context) (bool, error) {
 		return held() >= before+2*size, nil
 	})
-	if got := sharedBytes() - sharedBefore; got < size {
-		t.Errorf("the host copy's data shares %v bytes with its tenant object, want %d", got, size)
+	if got := digested() - digestedBefore; got < size {
+		t.Errorf("the hub held %v bytes of the copy's data as a digest, want %d", got, size)
 	}
+
+	cm.Data = map[string]string{"data": strings.Repeat("y", size)}
+	if err := tenant.Update(ctx, cm); err != nil {
+		t.Fatal(err)
+	}
+	copied := expectHostConfigMap(t, "tenant-1", cm.Name, cm.Data)
+	copied.Data = map[string]string{"data": "changed in the host"}
+	if err := shared.Host.Update(ctx, copied); err != nil {
+		t.Fatal(err)
+	}
+	expectHostConfigMap(t, "tenant-1", cm.Name, cm.Data)
 
 	if err := tenant.Delete(ctx, cm); err != nil {
 		t.Fatal(err)
@@ -62,6 +73,33 @@ func TestHostCopiesCountAgainstTheTenantsLimits(t *testing.T) {
 	eventually(t, 10*time.Second, "both taken off the count once deleted", func(ctx context.Context) (bool, error) {
 		err := shared.Host.Get(ctx, client.ObjectKey{Namespace: hostNS("tenant-1", "default"), Name: cm.Name}, cm)
 		return client.IgnoreNotFound(err) == nil && err != nil && held() < before+size/2, nil
+	})
+}
+
+// A copy small enough to be held whole shares its data's memory with its
+// tenant object's.
+func TestHostCopiesShareTheirTenantObjectsData(t *testing.T) {
+	useWorld(t)
+	ctx := t.Context()
+	tenant := shared.Tenants["tenant-1"]
+	sharedBytes := func() float64 {
+		m := tenantrytest.Metric(t, "tenantry_cache_shared_bytes_total", nil)
+		if m == nil {
+			t.Fatal("no tenantry_cache_shared_bytes_total")
+		}
+		return m.GetCounter().GetValue()
+	}
+	const size = 8 << 10
+	before := sharedBytes()
+	// Data of its own: an equal value held elsewhere would be shared too.
+	cm := configMap(unique("shared"), map[string]string{"data": unique("data") + strings.Repeat("x", size)})
+	if err := tenant.Create(ctx, cm); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = tenant.Delete(context.Background(), cm) })
+	expectHostConfigMap(t, "tenant-1", cm.Name, cm.Data)
+	eventually(t, 10*time.Second, "the copy's data shared with its tenant object's", func(context.Context) (bool, error) {
+		return sharedBytes()-before >= size, nil
 	})
 }
 

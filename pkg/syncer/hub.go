@@ -135,8 +135,14 @@ func NewHub(config *rest.Config, opts HubOptions) (*Hub, error) {
 }
 
 // Reader reads the hub's cache: Tenantry's host copies, the host's nodes
-// and its public CRDs.
+// and its public CRDs, whole (a large ConfigMap's or Secret's data, which
+// the cache holds as a digest, is read from the host).
 func (h *Hub) Reader() client.Reader { return h.cache.Reader() }
+
+// heldReader reads the hub's cache as it holds objects (see
+// hostcache.Cache.HeldReader): for what counts or compares, never for what
+// is written back.
+func (h *Hub) heldReader() client.Reader { return h.cache.HeldReader() }
 
 // Start runs the hub's informers and hands out the host budget until ctx
 // ends.

@@ -14,6 +14,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 
 	"github.com/tenantry/tenantry/pkg/clusterregistry"
+	"github.com/tenantry/tenantry/pkg/syncer/internal/hostcache"
 	"github.com/tenantry/tenantry/pkg/syncer/netpol"
 )
 
@@ -268,8 +269,12 @@ func (h *heldCopies) of(gvk schema.GroupVersionKind) *clusterregistry.Holding {
 	return held
 }
 
+// Hold counts a copy at its size in the host, whether the hub holds its
+// data or its digest: the limit bounds what the tenant puts through the
+// manager, which reads a copy whole whenever it syncs it.
 func (h *heldCopies) Hold(gvk schema.GroupVersionKind, obj client.Object) {
-	h.of(gvk).Set(client.ObjectKeyFromObject(obj).String(), obj)
+	left, _ := hostcache.HeldAsDigest(obj)
+	h.of(gvk).SetPart(client.ObjectKeyFromObject(obj).String(), obj, left)
 }
 
 func (h *heldCopies) Drop(gvk schema.GroupVersionKind, obj client.Object) {

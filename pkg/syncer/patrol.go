@@ -71,7 +71,7 @@ func (p *patroller) round(ctx context.Context, q workqueue.TypedRateLimitingInte
 		return fmt.Errorf("listing tenant %s: %w", s.Name, err)
 	}
 	hosts := hostcache.NewList(s.Object(), p.gvk, p.scheme)
-	if err := p.r.hostRead.List(ctx, hosts, client.MatchingFields{hostcache.ClusterIndex: tr.Cluster}); err != nil {
+	if err := p.r.hostHeld.List(ctx, hosts, client.MatchingFields{hostcache.ClusterIndex: tr.Cluster}); err != nil {
 		return fmt.Errorf("listing host %s: %w", s.Name, err)
 	}
 
@@ -124,5 +124,12 @@ func (p *patroller) drifted(t, h client.Object, found bool) bool {
 		return true
 	}
 	desired, err := s.hostCopy(p.r.translator, t, h)
-	return err != nil || !semanticallyEqual(h, desired)
+	if err != nil {
+		return true
+	}
+	if _, digested := hostcache.HeldAsDigest(h); digested {
+		// h's data is its digest: compared as the cache would hold desired.
+		desired = hostcache.AsHeld(desired)
+	}
+	return !semanticallyEqual(h, desired)
 }

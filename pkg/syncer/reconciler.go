@@ -19,6 +19,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
+	"github.com/tenantry/tenantry/pkg/syncer/internal/hostcache"
 	"github.com/tenantry/tenantry/pkg/syncer/internal/ondemand"
 
 	"github.com/tenantry/tenantry/pkg/syncer/internal/quota"
@@ -55,7 +56,10 @@ type reconciler struct {
 	namespaces *hostNamespaces
 
 	tenant   client.Client // the tenant's cached client
-	hostRead client.Reader // the hub's cache of managed host objects
+	hostRead client.Reader // the hub's cache of managed host objects, whole
+	// hostHeld is the hub's cache as it holds objects, for the patrol's
+	// comparisons (see hostcache.AsHeld).
+	hostHeld client.Reader
 	host     client.Client // this tenant's rate-limited host writer
 	recorder events.EventRecorder
 	// excluded are tenant namespaces whose objects are never synced.
@@ -279,6 +283,11 @@ func (r *reconciler) createHost(ctx context.Context, tenant client.Object) (bool
 // with what the syncer's Prefer asks for; when the host refuses that,
 // it writes desired as it was. It returns the object it wrote last.
 func (r *reconciler) writePreferred(ctx context.Context, tenant, desired client.Object, write func(client.Object) error) (client.Object, error) {
+	if _, digested := hostcache.HeldAsDigest(desired); digested {
+		// Built on what the hub's cache holds, not on the host object:
+		// written, its data would be lost.
+		return desired, fmt.Errorf("refusing to write host %s %s built on a copy whose data the hub holds as a digest", r.syncer.Name, client.ObjectKeyFromObject(desired))
+	}
 	if r.syncer.Prefer == nil {
 		return desired, write(desired)
 	}

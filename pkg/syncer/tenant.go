@@ -80,13 +80,13 @@ func newTenant(mgr manager.Manager, cluster string, log logr.Logger, hub *Hub, o
 			return nil, fmt.Errorf("the budget of cluster %s: %w", cluster, err)
 		}
 		t.budget = quota.New(quota.Options{
-			Limits: opts.Budget, Read: hub.Reader(), Refuse: Refuse,
+			Limits: opts.Budget, Read: hub.heldReader(), Refuse: Refuse,
 			Copies:     []client.ListOption{client.MatchingFields{hostcache.ClusterIndex: cluster}},
 			Namespaces: []client.ListOption{client.MatchingLabels{LabelManagedBy: ManagedByValue, LabelCluster: cluster}},
 		})
 		t.namespaces.budget = t.budget
 	}
-	t.reporter = &reporter{cluster: cluster, read: hub.Reader(), scheme: mgr.GetScheme(), activity: t.activity, types: map[string]syncedType{}}
+	t.reporter = &reporter{cluster: cluster, read: hub.heldReader(), scheme: mgr.GetScheme(), activity: t.activity, types: map[string]syncedType{}}
 	return t, nil
 }
 
@@ -194,13 +194,13 @@ func (t *tenant) start(s *Syncer, gvk schema.GroupVersionKind) error {
 		t.budget.Count(quota.Counted{
 			GVK: gvk, Resource: mapping.Resource.Resource,
 			NewList: func() client.ObjectList { return hostcache.NewList(s.Object(), gvk, t.mgr.GetScheme()) },
-			Usage:   s.usage(t.opts.Budget, t.opts.LimitRange, t.hub.Reader()),
+			Usage:   s.usage(t.opts.Budget, t.opts.LimitRange, t.hub.heldReader()),
 		})
 	}
 	t.reporter.add(s, gvk)
 	r := &reconciler{
 		syncer: s, gvk: gvk, budget: t.budget, translator: t.tr, namespaces: t.namespaces,
-		tenant: t.mgr.GetClient(), hostRead: t.hub.Reader(), host: t.host,
+		tenant: t.mgr.GetClient(), hostRead: t.hub.Reader(), hostHeld: t.hub.heldReader(), host: t.host,
 		recorder: t.recorder, excluded: t.excluded, rejections: newRejections(), activity: t.activity,
 	}
 	if s.Up == nil {

@@ -162,10 +162,17 @@ func New(config *rest.Config, opts Options) (*Cache, error) {
 		DefaultLabelSelector: opts.Selector,
 		// Nothing reads managed fields, and they would be most of a
 		// small copy's memory; an update leaves the API server's as they
-		// are. A copy's ConfigMap or Secret data shares its memory with
-		// its tenant object's.
-		DefaultTransform: dedup.After(cache.TransformStripManagedFields()),
-		ByObject:         opts.ByObject,
+		// are. A copy's ConfigMap or Secret data is held as a digest when
+		// large (see DigestFrom), and shares its memory with its tenant
+		// object's otherwise.
+		DefaultTransform: dedup.After(func(obj any) (any, error) {
+			obj, err := cache.TransformStripManagedFields()(obj)
+			if err != nil {
+				return nil, err
+			}
+			return digestLargeData(obj)
+		}),
+		ByObject: opts.ByObject,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("building host cache: %w", err)
@@ -205,8 +212,14 @@ func New(config *rest.Config, opts Options) (*Cache, error) {
 }
 
 // Reader reads the cache: the objects Options.Selector picks, and those
-// of Options.ByObject.
-func (hc *Cache) Reader() client.Reader { return hc.cache }
+// of Options.ByObject, whole (what the cache holds as a digest is read
+// from the host).
+func (hc *Cache) Reader() client.Reader { return wholeReader{held: hc.cache, host: hc.uncached} }
+
+// HeldReader reads the cache as it holds objects: a large ConfigMap's or
+// Secret's data as a digest (HeldAsDigest). For what counts or compares
+// (with AsHeld), never for what is written back.
+func (hc *Cache) HeldReader() client.Reader { return hc.cache }
 
 // Start runs the cache's informers and hands out the host budget until ctx
 // ends.
