@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -317,4 +318,48 @@ func (b *countingBody) Read(p []byte) (int, error) {
 		}
 	}
 	return n, err
+}
+
+// A cluster that failed stays in the registry, Failed, until it is stopped
+// or spawned again; its app, and every object its cache held, do not: a
+// value its app alone holds is collected once it failed.
+func TestAFailedClusterLetsItsAppGo(t *testing.T) {
+	loud := unique("failed")
+	var collected atomic.Int32
+	held := fx.Invoke(func(lc fx.Lifecycle, p clusterregistry.Tenant) {
+		if p.ClusterName != loud {
+			return
+		}
+		v := new([64]byte) // held by the app's lifecycle, as its caches are
+		lc.Append(fx.Hook{OnStop: func(context.Context) error { v[0]++; return nil }})
+		runtime.AddCleanup(v, func(*atomic.Int32) { collected.Add(1) }, &collected)
+	})
+	r := newRegistry(t, clusterregistry.Options{}, copyModule, held, limitsFor(loud, clusterregistry.CacheLimits{Bytes: 1 << 20}))
+	seen := subscribe(t, r)
+	attacker := newClient(t, shared.Tenants[0])
+	ns := unique("hoard")
+	ensureNamespace(t, attacker, ns)
+	t.Cleanup(func() {
+		if err := attacker.DeleteAllOf(context.Background(), &corev1.ConfigMap{}, client.InNamespace(ns)); err != nil {
+			t.Errorf("deleting the hoard: %v", err)
+		}
+	})
+	if err := r.Spawn(loud, shared.Tenants[0].Config()); err != nil {
+		t.Fatal(err)
+	}
+	if err := createBig(attacker, ns, 0, 8, 256<<10); err != nil {
+		t.Fatal(err)
+	}
+	seen.waitFor(t, loud, clusterregistry.StateFailed)
+	deadline := time.Now().Add(30 * time.Second)
+	for collected.Load() == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("the failed cluster's app is still held 30s after it failed")
+		}
+		runtime.GC()
+		time.Sleep(50 * time.Millisecond) // cleanups run on a goroutine of their own
+	}
+	if s, err := r.Status(loud); err != nil || s.State != clusterregistry.StateFailed {
+		t.Errorf("the failed cluster is %v (%v), want Failed still", s.State, err)
+	}
 }

@@ -162,4 +162,11 @@ func (r *RemoteClusterRegistry) fail(c *cluster, t *tenant, err error) {
 	if err := t.stop(ctx); err != nil {
 		c.log.Error(err, "failed cluster did not stop cleanly")
 	}
+	// The cluster stays, Failed, until it is stopped or spawned again; its
+	// app, and every object its cache held, go now.
+	r.mu.Lock()
+	if c.tenant == t {
+		c.client, c.tenant = nil, nil
+	}
+	r.mu.Unlock()
 }
