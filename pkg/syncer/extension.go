@@ -103,7 +103,8 @@ func (s *TenantScope) HostClient() client.Client { return s.host }
 
 // HostReader reads, from the hub's cache shared by every tenant, the host
 // objects Tenantry manages (of the types the hub watches) and every host
-// node.
+// node, whole: the data of a large ConfigMap or Secret, which the cache
+// holds as a digest, is read from the host API server.
 func (s *TenantScope) HostReader() client.Reader { return s.hub.Reader() }
 
 // Excluded says whether the tenant's objects in namespace are never
