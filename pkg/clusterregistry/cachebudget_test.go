@@ -1,13 +1,9 @@
 package clusterregistry_test
 
 import (
-	"context"
 	"errors"
 	"strings"
 	"testing"
-
-	corev1 "k8s.io/api/core/v1"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/tenantry/tenantry/pkg/clusterregistry"
 )
@@ -27,13 +23,7 @@ func TestTheCacheBudgetStopsTheLargestCluster(t *testing.T) {
 	r := newRegistry(t, clusterregistry.Options{CacheBudget: budget}, copyModule)
 	seen := subscribe(t, r)
 	attacker := newClient(t, shared.Tenants[0])
-	ns := unique("hoard")
-	ensureNamespace(t, attacker, ns)
-	t.Cleanup(func() {
-		if err := attacker.DeleteAllOf(context.Background(), &corev1.ConfigMap{}, client.InNamespace(ns)); err != nil {
-			t.Errorf("deleting the hoard: %v", err)
-		}
-	})
+	ns := hoardNamespace(t, attacker)
 	for name, tenant := range map[string]int{loud: 0, quiet: 1} {
 		if err := r.Spawn(name, shared.Tenants[tenant].Config()); err != nil {
 			t.Fatalf("Spawn %s: %v", name, err)

@@ -23,6 +23,20 @@ import (
 	"github.com/tenantry/tenantry/pkg/clusterregistry"
 )
 
+// hoardNamespace is a namespace of the attacker's for a test's large
+// ConfigMaps, whose ConfigMaps go when the test ends.
+func hoardNamespace(t *testing.T, attacker client.Client) string {
+	t.Helper()
+	ns := unique("hoard")
+	ensureNamespace(t, attacker, ns)
+	t.Cleanup(func() {
+		if err := attacker.DeleteAllOf(context.Background(), &corev1.ConfigMap{}, client.InNamespace(ns)); err != nil {
+			t.Errorf("deleting the hoard: %v", err)
+		}
+	})
+	return ns
+}
+
 // limitsFor is a module that gives the named cluster its own cache limits.
 func limitsFor(cluster string, limits clusterregistry.CacheLimits) fx.Option {
 	return fx.Invoke(func(p clusterregistry.Tenant) {
@@ -48,13 +62,7 @@ func TestAClusterPastItsCacheLimitsStopsAlone(t *testing.T) {
 	host := newClient(t, shared.Host)
 	ensureNamespace(t, host, copiesNamespace)
 	attacker, other := newClient(t, shared.Tenants[0]), newClient(t, shared.Tenants[1])
-	ns := unique("hoard")
-	ensureNamespace(t, attacker, ns)
-	t.Cleanup(func() {
-		if err := attacker.DeleteAllOf(context.Background(), &corev1.ConfigMap{}, client.InNamespace(ns)); err != nil {
-			t.Errorf("deleting the hoard: %v", err)
-		}
-	})
+	ns := hoardNamespace(t, attacker)
 
 	for _, name := range []string{loud, quiet} {
 		cfg := shared.Tenants[0].Config()
@@ -337,13 +345,7 @@ func TestAFailedClusterLetsItsAppGo(t *testing.T) {
 	r := newRegistry(t, clusterregistry.Options{}, copyModule, held, limitsFor(loud, clusterregistry.CacheLimits{Bytes: 1 << 20}))
 	seen := subscribe(t, r)
 	attacker := newClient(t, shared.Tenants[0])
-	ns := unique("hoard")
-	ensureNamespace(t, attacker, ns)
-	t.Cleanup(func() {
-		if err := attacker.DeleteAllOf(context.Background(), &corev1.ConfigMap{}, client.InNamespace(ns)); err != nil {
-			t.Errorf("deleting the hoard: %v", err)
-		}
-	})
+	ns := hoardNamespace(t, attacker)
 	if err := r.Spawn(loud, shared.Tenants[0].Config()); err != nil {
 		t.Fatal(err)
 	}

@@ -28,19 +28,9 @@ func TestHostCopiesCountAgainstTheTenantsLimits(t *testing.T) {
 	ctx := t.Context()
 	tenant := shared.Tenants["tenant-1"]
 	held := func() float64 {
-		m := tenantrytest.Metric(t, "tenantry_registry_cache_bytes", map[string]string{"cluster": "tenant-1"})
-		if m == nil {
-			t.Fatal("no tenantry_registry_cache_bytes for tenant-1")
-		}
-		return m.GetGauge().GetValue()
+		return metricValue(t, "tenantry_registry_cache_bytes", map[string]string{"cluster": "tenant-1"})
 	}
-	digested := func() float64 {
-		m := tenantrytest.Metric(t, "tenantry_hub_copies_digested_bytes_total", nil)
-		if m == nil {
-			t.Fatal("no tenantry_hub_copies_digested_bytes_total")
-		}
-		return m.GetCounter().GetValue()
-	}
+	digested := func() float64 { return metricValue(t, "tenantry_hub_copies_digested_bytes_total", nil) }
 	const size = 300 << 10
 	before, digestedBefore := held(), digested()
 	cm := configMap(unique("large"), map[string]string{"data": strings.Repeat("x", size)})
@@ -82,13 +72,7 @@ func TestHostCopiesShareTheirTenantObjectsData(t *testing.T) {
 	useWorld(t)
 	ctx := t.Context()
 	tenant := shared.Tenants["tenant-1"]
-	sharedBytes := func() float64 {
-		m := tenantrytest.Metric(t, "tenantry_cache_shared_bytes_total", nil)
-		if m == nil {
-			t.Fatal("no tenantry_cache_shared_bytes_total")
-		}
-		return m.GetCounter().GetValue()
-	}
+	sharedBytes := func() float64 { return metricValue(t, "tenantry_cache_shared_bytes_total", nil) }
 	const size = 8 << 10
 	before := sharedBytes()
 	// Data of its own: an equal value held elsewhere would be shared too.
@@ -135,4 +119,18 @@ func TestHostCopiesCountBeforeTheCachesList(t *testing.T) {
 	if !errors.Is(err, clusterregistry.ErrCacheLimit) {
 		t.Fatalf("Spawn with 900 KiB in the cache and a 300 KiB copy, under 1 MiB: %v; want ErrCacheLimit", err)
 	}
+}
+
+// metricValue is the value of a gauge or counter of the manager's
+// metrics, which must be there.
+func metricValue(t *testing.T, name string, labels map[string]string) float64 {
+	t.Helper()
+	m := tenantrytest.Metric(t, name, labels)
+	switch {
+	case m == nil:
+		t.Fatalf("no %s %v", name, labels)
+	case m.GetGauge() != nil:
+		return m.GetGauge().GetValue()
+	}
+	return m.GetCounter().GetValue()
 }
