@@ -71,7 +71,7 @@ func (p *patroller) round(ctx context.Context, q workqueue.TypedRateLimitingInte
 		return fmt.Errorf("listing tenant %s: %w", s.Name, err)
 	}
 	hosts := hostcache.NewList(s.Object(), p.gvk, p.scheme)
-	if err := p.r.hostHeld.List(ctx, hosts, client.MatchingFields{hostcache.ClusterIndex: tr.Cluster}); err != nil {
+	if err := p.r.hostRead.List(ctx, hosts, client.MatchingFields{hostcache.ClusterIndex: tr.Cluster}); err != nil {
 		return fmt.Errorf("listing host %s: %w", s.Name, err)
 	}
 

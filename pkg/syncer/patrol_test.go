@@ -60,7 +60,7 @@ func TestPatrolRoundQueuesDriftOnly(t *testing.T) {
 	host := fake.NewClientBuilder().WithScheme(clientgoscheme.Scheme).WithIndex(&corev1.ConfigMap{}, hostcache.ClusterIndex, func(o client.Object) []string { return []string{o.GetLabels()[LabelCluster]} }).
 		WithObjects(hostCM(inSync, "a"), hostCM(edited, "changed by hand"), staleHost, orphanHost, othersHost).Build()
 
-	r := &reconciler{syncer: &s, translator: tr, tenant: tenant, hostRead: host, hostHeld: host, excluded: map[string]bool{"kube-system": true}}
+	r := &reconciler{syncer: &s, translator: tr, tenant: tenant, hostRead: host, excluded: map[string]bool{"kube-system": true}}
 	p := &patroller{r: r, gvk: corev1.SchemeGroupVersion.WithKind("ConfigMap"), scheme: clientgoscheme.Scheme}
 	q := workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[reconcile.Request]())
 	defer q.ShutDown()

@@ -56,10 +56,9 @@ type reconciler struct {
 	namespaces *hostNamespaces
 
 	tenant   client.Client // the tenant's cached client
-	hostRead client.Reader // the hub's cache of managed host objects, whole
-	// hostHeld is the hub's cache as it holds objects, for the patrol's
-	// comparisons (see hostcache.AsHeld).
-	hostHeld client.Reader
+	// hostRead is the hub's cache of managed host objects, as it holds
+	// them: a large ConfigMap's or Secret's data as a digest.
+	hostRead client.Reader
 	host     client.Client // this tenant's rate-limited host writer
 	recorder events.EventRecorder
 	// excluded are tenant namespaces whose objects are never synced.
@@ -117,6 +116,18 @@ func (r *reconciler) reconcile(ctx context.Context, req reconcile.Request) (reco
 			return reconcile.Result{}, fmt.Errorf("reading host %s %s: %w", r.syncer.Name, hostKey, err)
 		}
 		host = nil
+	}
+	if host != nil {
+		if _, digested := hostcache.HeldAsDigest(host); digested {
+			// The hub holds its data as a digest: read whole from the
+			// host, in the tenant's turn of the host budget.
+			if err := r.host.Get(ctx, hostKey, host); err != nil {
+				if !apierrors.IsNotFound(err) {
+					return reconcile.Result{}, fmt.Errorf("reading host %s %s: %w", r.syncer.Name, hostKey, err)
+				}
+				host = nil
+			}
+		}
 	}
 	if host != nil && r.echoes != nil {
 		r.echoes.seen(hostKey, host.GetResourceVersion())

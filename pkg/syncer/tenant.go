@@ -200,7 +200,7 @@ func (t *tenant) start(s *Syncer, gvk schema.GroupVersionKind) error {
 	t.reporter.add(s, gvk)
 	r := &reconciler{
 		syncer: s, gvk: gvk, budget: t.budget, translator: t.tr, namespaces: t.namespaces,
-		tenant: t.mgr.GetClient(), hostRead: t.hub.Reader(), hostHeld: t.hub.heldReader(), host: t.host,
+		tenant: t.mgr.GetClient(), hostRead: t.hub.heldReader(), host: t.host,
 		recorder: t.recorder, excluded: t.excluded, rejections: newRejections(), activity: t.activity,
 	}
 	if s.Up == nil {
