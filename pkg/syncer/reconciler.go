@@ -55,7 +55,7 @@ type reconciler struct {
 	translator translator
 	namespaces *hostNamespaces
 
-	tenant   client.Client // the tenant's cached client
+	tenant client.Client // the tenant's cached client
 	// hostRead is the hub's cache of managed host objects, as it holds
 	// them: a large ConfigMap's or Secret's data as a digest.
 	hostRead client.Reader
