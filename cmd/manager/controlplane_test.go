@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -21,6 +22,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -28,6 +30,7 @@ import (
 	tenantryv1alpha1 "github.com/tenantry/tenantry/pkg/apis/tenantry/v1alpha1"
 	"github.com/tenantry/tenantry/pkg/controlplane"
 	"github.com/tenantry/tenantry/pkg/controlplane/datastore"
+	"github.com/tenantry/tenantry/pkg/snapshot"
 	tenantrytest "github.com/tenantry/tenantry/pkg/testing"
 )
 
@@ -187,6 +190,7 @@ func TestProvisionedControlPlane(t *testing.T) {
 	if out := kubectl.MustRun(t, kubeconfig, "", "logs", podName); out == "" {
 		t.Error("kubectl logs printed nothing")
 	}
+	expectSnapshot(t, env.Host.Config(), host, vc, tenantryv1alpha1.StorageEmbedded, "deployments/default/web")
 
 	// The control plane's Pod deleted: it comes back with the tenant's
 	// data.
@@ -346,6 +350,8 @@ func TestControlPlaneStorageAndVersions(t *testing.T) {
 		}
 		kubectl.MustRun(t, kubeconfigs[name], "", "create", "configmap", "kept", "--from-literal=owner="+name)
 	}
+	expectSnapshot(t, env.Host.Config(), host, vcs["own-etcd"], tenantryv1alpha1.StorageEtcd, "configmaps/default/kept")
+	expectSnapshot(t, env.Host.Config(), host, vcs["shared-a"], tenantryv1alpha1.StorageDataStore, "configmaps/default/kept")
 	if v := vcs["own-etcd"].Status.ControlPlane.Version; v != previousVersion {
 		t.Errorf("own-etcd runs %s, want %s", v, previousVersion)
 	}
@@ -496,6 +502,37 @@ const previousVersion = "v1.36.3"
 
 // describeNamespace logs what a failed test needs to know of a host
 // namespace: its Pods' statuses, its claims and its Events.
+// expectSnapshot takes a snapshot of vc while it runs, as `tenantry
+// snapshot` does, and checks it whole: taken from storage, holding the
+// tenant's key want (without the storage's prefix) and its identity.
+func expectSnapshot(t *testing.T, hostConfig *rest.Config, host client.Client, vc *tenantryv1alpha1.VirtualCluster, storage tenantryv1alpha1.StorageType, want string) {
+	t.Helper()
+	var out bytes.Buffer
+	taken, err := snapshot.OfVirtualCluster(t.Context(), hostConfig, host, vc, &out, t.TempDir())
+	if err != nil {
+		t.Fatalf("a snapshot of %s: %v", vc.Name, err)
+	}
+	m := taken.Manifest
+	t.Logf("a snapshot of %s (%s): %d keys, %d bytes, %d compressed, at revision %d, in %s", vc.Name, m.Storage, m.Keys, m.Bytes, taken.Size, m.Revision, m.Took)
+	if m.Storage != string(storage) || m.Cluster != vc.Name || m.KubernetesVersion == "" || len(m.PKI[controlplane.KeyCAKey]) == 0 || taken.Size != int64(out.Len()) {
+		t.Errorf("the snapshot's manifest: storage %s, cluster %s, version %q, a CA key: %v, size %d of %d", m.Storage, m.Cluster, m.KubernetesVersion, len(m.PKI[controlplane.KeyCAKey]) > 0, taken.Size, out.Len())
+	}
+	r, err := snapshot.Open(&out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	found := false
+	if err := r.Each(func(key, _ []byte) error {
+		found = found || string(key) == want
+		return nil
+	}); err != nil {
+		t.Fatalf("reading the snapshot of %s: %v", vc.Name, err)
+	}
+	if !found {
+		t.Errorf("the snapshot of %s has no %s", vc.Name, want)
+	}
+}
+
 func describeNamespace(t *testing.T, host client.Client, namespace string) {
 	ctx := context.Background()
 	var pods corev1.PodList

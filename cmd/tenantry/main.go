@@ -4,6 +4,7 @@
 //	tenantry connect NAME                      a kubeconfig for it, and a port forwarded to its API server
 //	tenantry register NAME --kubeconfig FILE   register a tenant cluster run elsewhere
 //	tenantry list                              the VirtualClusters at a glance
+//	tenantry snapshot NAME --out FILE          a snapshot of a tenant whose control plane Tenantry runs
 //	tenantry dev                               start a local host, tenants and the controller-manager
 //
 // Run `tenantry <command> --help` for a command's flags. `tenantry dev`
@@ -28,7 +29,7 @@ import (
 // program is bin/tenantry's commands.
 var program = cli.Program{
 	Name:     "tenantry",
-	Commands: []cli.Command{createCommand, connectCommand, registerCommand, listCommand, devCommand},
+	Commands: []cli.Command{createCommand, connectCommand, registerCommand, listCommand, snapshotCommand, devCommand},
 	Note:     "The development tools (the dev environment, demo, bench, conformance) are " + devBinary + "'s: run '" + devBinary + " help'.",
 }
 

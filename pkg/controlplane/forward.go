@@ -36,7 +36,17 @@ const forwardGiveUp = time.Minute
 // kubelet ends is made again for the next one: the port stays open, so a
 // client of the kubeconfig sees at most the requests in flight fail.
 func Forward(ctx context.Context, host *rest.Config, cluster string, port int) (server string, done <-chan error, err error) {
-	ns, pod := Namespace(cluster), WorkloadName+"-0"
+	addr, done, err := ForwardPort(ctx, host, Namespace(cluster), WorkloadName+"-0", APIServerPort, port)
+	if err != nil {
+		return "", nil, err
+	}
+	return "https://" + addr, done, nil
+}
+
+// ForwardPort is Forward for any port (remote) of any Pod: it forwards a
+// port of 127.0.0.1 (local, or a free one if 0) to it, and returns the
+// local address, host:port.
+func ForwardPort(ctx context.Context, host *rest.Config, namespace, pod string, remote, local int) (addr string, done <-chan error, err error) {
 	transport, upgrader, err := spdy.RoundTripperFor(host)
 	if err != nil {
 		return "", nil, err
@@ -45,15 +55,15 @@ func Forward(ctx context.Context, host *rest.Config, cluster string, port int) (
 	if err != nil {
 		return "", nil, fmt.Errorf("the host's address %q: %w", host.Host, err)
 	}
-	target.Path = fmt.Sprintf("%s/api/v1/namespaces/%s/pods/%s/portforward", target.Path, ns, pod)
-	f := &forwarder{dialer: spdy.NewDialer(upgrader, &http.Client{Transport: transport}, http.MethodPost, target), pod: ns + "/" + pod}
+	target.Path = fmt.Sprintf("%s/api/v1/namespaces/%s/pods/%s/portforward", target.Path, namespace, pod)
+	f := &forwarder{dialer: spdy.NewDialer(upgrader, &http.Client{Transport: transport}, http.MethodPost, target), pod: namespace + "/" + pod, port: remote}
 	if _, err := f.connection(); err != nil {
 		return "", nil, err
 	}
-	ln, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
+	ln, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(local)))
 	if err != nil {
 		f.close()
-		return "", nil, fmt.Errorf("listening on 127.0.0.1:%d: %w", port, err)
+		return "", nil, fmt.Errorf("listening on 127.0.0.1:%d: %w", local, err)
 	}
 	out := make(chan error, 1)
 	failed := make(chan error, 1)
@@ -85,7 +95,7 @@ func Forward(ctx context.Context, host *rest.Config, cluster string, port int) (
 		handlers.Wait()
 		out <- err
 	}()
-	return "https://" + ln.Addr().String(), out, nil
+	return ln.Addr().String(), out, nil
 }
 
 // forwarder carries local connections to one port of a Pod over one
@@ -93,6 +103,7 @@ func Forward(ctx context.Context, host *rest.Config, cluster string, port int) (
 type forwarder struct {
 	dialer httpstream.Dialer
 	pod    string // namespace/name, for errors
+	port   int    // the Pod's
 
 	mu        sync.Mutex
 	conn      httpstream.Connection
@@ -133,7 +144,7 @@ func (f *forwarder) connection() (httpstream.Connection, error) {
 	return conn, nil
 }
 
-// handle carries one local connection to the Pod's API server port, and
+// handle carries one local connection to the Pod's port, and
 // closes it. Its error is one that ends the forwarding: the Pod
 // unreachable for forwardGiveUp.
 func (f *forwarder) handle(local net.Conn) error {
@@ -150,7 +161,7 @@ func (f *forwarder) handle(local net.Conn) error {
 	f.mu.Lock()
 	f.requestID++
 	headers := http.Header{}
-	headers.Set(corev1.PortHeader, strconv.Itoa(APIServerPort))
+	headers.Set(corev1.PortHeader, strconv.Itoa(f.port))
 	headers.Set(corev1.PortForwardRequestIDHeader, strconv.Itoa(f.requestID))
 	f.mu.Unlock()
 

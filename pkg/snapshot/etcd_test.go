@@ -103,7 +103,7 @@ func TestASnapshotIsTheStoreAtOneRevisionAndRestoresUnderAnotherPrefix(t *testin
 		t.Fatal(err)
 	}
 	var out bytes.Buffer
-	if _, err := w.Write(&out, snapshot.Manifest{Cluster: "c", Revision: rev}); err != nil {
+	if _, _, err := w.Write(&out, snapshot.Manifest{Cluster: "c", Revision: rev}); err != nil {
 		t.Fatal(err)
 	}
 

@@ -132,49 +132,50 @@ func (w *Writer) Add(key, value []byte) error {
 }
 
 // Write writes the snapshot to out: m, with what Add gathered. It
-// returns how many bytes it wrote.
-func (w *Writer) Write(out io.Writer, m Manifest) (int64, error) {
+// returns the manifest it wrote (m, its format and its keys' figures
+// filled in) and how many bytes it wrote.
+func (w *Writer) Write(out io.Writer, m Manifest) (Manifest, int64, error) {
 	if w.err != nil {
-		return 0, w.err
+		return m, 0, w.err
 	}
 	if err := w.buf.Flush(); err != nil {
-		return 0, fmt.Errorf("writing the snapshot's keys: %w", err)
+		return m, 0, fmt.Errorf("writing the snapshot's keys: %w", err)
 	}
 	size, err := w.file.Seek(0, io.SeekCurrent)
 	if err != nil {
-		return 0, err
+		return m, 0, err
 	}
 	if _, err := w.file.Seek(0, io.SeekStart); err != nil {
-		return 0, err
+		return m, 0, err
 	}
 	m.Format, m.Keys, m.Bytes, m.SHA256 = Format, w.keys, w.bytes, hex.EncodeToString(w.hash.Sum(nil))
 	manifest, err := json.MarshalIndent(m, "", "  ")
 	if err != nil {
-		return 0, fmt.Errorf("encoding the snapshot's manifest: %w", err)
+		return m, 0, fmt.Errorf("encoding the snapshot's manifest: %w", err)
 	}
 	counted := &countingWriter{w: out}
 	gz := gzip.NewWriter(counted)
 	tw := tar.NewWriter(gz)
 	modTime := m.TakenAt
 	if err := tw.WriteHeader(&tar.Header{Name: manifestEntry, Mode: 0o600, Size: int64(len(manifest)), ModTime: modTime}); err != nil {
-		return 0, err
+		return m, 0, err
 	}
 	if _, err := tw.Write(manifest); err != nil {
-		return 0, err
+		return m, 0, err
 	}
 	if err := tw.WriteHeader(&tar.Header{Name: keysEntry, Mode: 0o600, Size: size, ModTime: modTime}); err != nil {
-		return 0, err
+		return m, 0, err
 	}
 	if _, err := io.Copy(tw, w.file); err != nil {
-		return 0, fmt.Errorf("writing the snapshot: %w", err)
+		return m, 0, fmt.Errorf("writing the snapshot: %w", err)
 	}
 	if err := tw.Close(); err != nil {
-		return 0, fmt.Errorf("writing the snapshot: %w", err)
+		return m, 0, fmt.Errorf("writing the snapshot: %w", err)
 	}
 	if err := gz.Close(); err != nil {
-		return 0, fmt.Errorf("writing the snapshot: %w", err)
+		return m, 0, fmt.Errorf("writing the snapshot: %w", err)
 	}
-	return counted.n, nil
+	return m, counted.n, nil
 }
 
 // Close removes the temporary file.

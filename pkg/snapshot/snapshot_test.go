@@ -31,7 +31,7 @@ func write(t *testing.T, m snapshot.Manifest, kvs []kv) []byte {
 		}
 	}
 	var out bytes.Buffer
-	n, err := w.Write(&out, m)
+	_, n, err := w.Write(&out, m)
 	if err != nil {
 		t.Fatal(err)
 	}
