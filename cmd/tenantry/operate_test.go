@@ -75,6 +75,23 @@ func TestRegisterAndList(t *testing.T) {
 		t.Fatalf("tenantry register, a second time: exit %d:\n%s", code, out)
 	}
 
+	// A registered tenant has no storage of Tenantry's to snapshot, and a
+	// destination that is not a file is refused: each says so, and
+	// leaves nothing behind.
+	snapshots := t.TempDir()
+	for args, want := range map[[2]string]string{
+		{"shop", filepath.Join(snapshots, "shop.tar.gz")}: "runs elsewhere (tenantry register)",
+		{"shop", "s3://bucket/shop.tar.gz"}:               "only a file is a destination",
+	} {
+		code, out := cli("snapshot", args[0], "--out", args[1])
+		if code == 0 || !strings.Contains(out, want) {
+			t.Errorf("tenantry snapshot %s --out %s: exit %d, %q; want a failure saying %q", args[0], args[1], code, out, want)
+		}
+	}
+	if left, err := os.ReadDir(snapshots); err != nil || len(left) != 0 {
+		t.Errorf("failed snapshots left %v (%v)", left, err)
+	}
+
 	// A ConfigMap synced, and a NodePort Service the default policy refuses.
 	tenant := newClient(t, env.Tenants[0])
 	for _, o := range []client.Object{
