@@ -36,17 +36,9 @@ var connectCommand = cli.Command{
 			if *out == "" {
 				*out = name + ".kubeconfig"
 			}
-			cfg, err := host.config()
+			cfg, c, vc, err := host.virtualCluster(ctx, name)
 			if err != nil {
 				return err
-			}
-			c, err := host.client()
-			if err != nil {
-				return err
-			}
-			vc := &tenantryv1alpha1.VirtualCluster{}
-			if err := c.Get(ctx, client.ObjectKey{Name: name}, vc); err != nil {
-				return fmt.Errorf("reading virtualcluster/%s: %w", name, err)
 			}
 			kubeconfig, err := readTenantKubeconfig(ctx, c, vc)
 			if err != nil {

@@ -67,6 +67,24 @@ func (h *hostFlags) client() (client.Client, error) {
 	return c, nil
 }
 
+// virtualCluster is the host's configuration and client, and the
+// VirtualCluster name read through them.
+func (h *hostFlags) virtualCluster(ctx context.Context, name string) (*rest.Config, client.Client, *tenantryv1alpha1.VirtualCluster, error) {
+	cfg, err := h.config()
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	c, err := h.client()
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	vc := &tenantryv1alpha1.VirtualCluster{}
+	if err := c.Get(ctx, client.ObjectKey{Name: name}, vc); err != nil {
+		return nil, nil, nil, fmt.Errorf("reading virtualcluster/%s: %w", name, err)
+	}
+	return cfg, c, vc, nil
+}
+
 var registerCommand = cli.Command{
 	Name:  "register",
 	Args:  "NAME",

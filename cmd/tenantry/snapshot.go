@@ -8,10 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 
-	"sigs.k8s.io/controller-runtime/pkg/client"
-
 	"github.com/tenantry/tenantry/cmd/internal/cli"
-	tenantryv1alpha1 "github.com/tenantry/tenantry/pkg/apis/tenantry/v1alpha1"
 	"github.com/tenantry/tenantry/pkg/snapshot"
 )
 
@@ -33,17 +30,9 @@ var snapshotCommand = cli.Command{
 			if strings.Contains(*out, "://") {
 				return fmt.Errorf("--out %s: only a file is a destination yet", *out)
 			}
-			cfg, err := host.config()
+			cfg, c, vc, err := host.virtualCluster(ctx, name)
 			if err != nil {
 				return err
-			}
-			c, err := host.client()
-			if err != nil {
-				return err
-			}
-			vc := &tenantryv1alpha1.VirtualCluster{}
-			if err := c.Get(ctx, client.ObjectKey{Name: name}, vc); err != nil {
-				return fmt.Errorf("reading virtualcluster/%s: %w", name, err)
 			}
 			// Written beside its destination, and renamed there once
 			// whole: a failed snapshot leaves nothing at --out.

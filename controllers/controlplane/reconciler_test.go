@@ -238,15 +238,7 @@ func TestControlPlaneObjectsAndBadInput(t *testing.T) {
 	// answer.
 	create("no-store", tenantryv1alpha1.ControlPlaneSpec{Storage: tenantryv1alpha1.ControlPlaneStorage{Type: tenantryv1alpha1.StorageDataStore, DataStore: "nowhere"}})
 	expect("no-store", tenantryv1alpha1.ReasonDataStoreUnavailable, "DataStore nowhere: no such DataStore")
-	store, err := tenantrytest.StartEtcdDataStore(t.Context(), "", "127.0.0.1")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := store.Stop(); err != nil {
-			t.Error(err)
-		}
-	})
+	store := tenantrytest.NewEtcdDataStore(t, "127.0.0.1")
 	if err := host.Create(t.Context(), &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "shared-etcd"}, Data: store.Secret}); err != nil {
 		t.Fatal(err)
 	}

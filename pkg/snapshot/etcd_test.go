@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"sync"
 	"testing"
 
@@ -19,18 +18,7 @@ import (
 // rootClient is a root client of an etcd of the test's own.
 func rootClient(t *testing.T) *clientv3.Client {
 	t.Helper()
-	if os.Getenv(tenantrytesting.AssetsEnv) == "" {
-		t.Skip("no etcd: run make envtest, or set " + tenantrytesting.AssetsEnv)
-	}
-	store, err := tenantrytesting.StartEtcdDataStore(t.Context(), "", "127.0.0.1")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := store.Stop(); err != nil {
-			t.Error(err)
-		}
-	})
+	store := tenantrytesting.NewEtcdDataStore(t, "127.0.0.1")
 	c, err := store.Client(store.Secret[datastore.KeyRootCert], store.Secret[datastore.KeyRootKey])
 	if err != nil {
 		t.Fatal(err)

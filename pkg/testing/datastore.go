@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"testing"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -34,6 +35,25 @@ type EtcdDataStore struct {
 
 	proc *process
 	dir  string
+}
+
+// NewEtcdDataStore is StartEtcdDataStore on ip for test t, stopped when it
+// ends; t is skipped where $KUBEBUILDER_ASSETS is not set.
+func NewEtcdDataStore(t testing.TB, ip string) *EtcdDataStore {
+	t.Helper()
+	if os.Getenv(AssetsEnv) == "" {
+		t.Skip("no etcd: run make envtest, or set " + AssetsEnv)
+	}
+	store, err := StartEtcdDataStore(t.Context(), "", ip)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := store.Stop(); err != nil {
+			t.Error(err)
+		}
+	})
+	return store
 }
 
 // StartEtcdDataStore starts an etcd (from $KUBEBUILDER_ASSETS, or

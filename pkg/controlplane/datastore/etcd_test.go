@@ -22,19 +22,7 @@ import (
 
 func startStore(t *testing.T) *tenantrytesting.EtcdDataStore {
 	t.Helper()
-	if os.Getenv(tenantrytesting.AssetsEnv) == "" {
-		t.Skip("no etcd: run make envtest, or set " + tenantrytesting.AssetsEnv)
-	}
-	store, err := tenantrytesting.StartEtcdDataStore(t.Context(), "", "127.0.0.1")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := store.Stop(); err != nil {
-			t.Error(err)
-		}
-	})
-	return store
+	return tenantrytesting.NewEtcdDataStore(t, "127.0.0.1")
 }
 
 // tenantClient is a client of the store as cluster's API server.
