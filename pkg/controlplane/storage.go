@@ -37,12 +37,18 @@ type Storage struct {
 	Type tenantryv1alpha1.StorageType
 
 	cancel context.CancelFunc
+	// forwarded gives how the forwarding ended, once it has; nil for a
+	// DataStore, reached at its endpoints.
+	forwarded <-chan error
 }
 
-// Close closes the client and ends the forwarding.
+// Close closes the client, ends the forwarding and waits for it.
 func (s *Storage) Close() error {
 	err := s.Client.Close()
 	s.cancel()
+	if s.forwarded != nil {
+		<-s.forwarded
+	}
 	return err
 }
 
@@ -65,9 +71,13 @@ func OpenStorage(ctx context.Context, host *rest.Config, c client.Reader, vc *te
 		}
 	}
 	forwarding, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	var forwarded <-chan error
 	defer func() {
 		if retErr != nil {
 			cancel()
+			if forwarded != nil {
+				<-forwarded
+			}
 		}
 	}()
 	cfg := clientv3.Config{DialTimeout: 10 * time.Second, Logger: zap.NewNop(), Context: forwarding}
@@ -76,13 +86,15 @@ func OpenStorage(ctx context.Context, host *rest.Config, c client.Reader, vc *te
 	case tenantryv1alpha1.StorageEmbedded:
 		// On the Pod's loopback, in plain text: the Pod's own network is
 		// its only way in.
-		addr, _, err := ForwardPort(forwarding, host, Namespace(vc.Name), WorkloadName+"-0", 2379, 0)
+		addr, done, err := ForwardPort(forwarding, host, Namespace(vc.Name), WorkloadName+"-0", 2379, 0)
+		forwarded = done
 		if err != nil {
 			return nil, fmt.Errorf("VirtualCluster %s: reaching its embedded etcd: %w", vc.Name, err)
 		}
 		cfg.Endpoints = []string{"http://" + addr}
 	case tenantryv1alpha1.StorageEtcd:
-		addr, _, err := ForwardPort(forwarding, host, Namespace(vc.Name), EtcdName+"-0", EtcdPort, 0)
+		addr, done, err := ForwardPort(forwarding, host, Namespace(vc.Name), EtcdName+"-0", EtcdPort, 0)
+		forwarded = done
 		if err != nil {
 			return nil, fmt.Errorf("VirtualCluster %s: reaching its etcd: %w", vc.Name, err)
 		}
@@ -109,7 +121,7 @@ func OpenStorage(ctx context.Context, host *rest.Config, c client.Reader, vc *te
 	if err != nil {
 		return nil, fmt.Errorf("VirtualCluster %s: a client of its %s storage: %w", vc.Name, storage, err)
 	}
-	return &Storage{Client: etcd, Prefix: prefix, Type: storage, cancel: cancel}, nil
+	return &Storage{Client: etcd, Prefix: prefix, Type: storage, cancel: cancel, forwarded: forwarded}, nil
 }
 
 // etcdClientTLS is the API server's TLS to its etcd, from the control
