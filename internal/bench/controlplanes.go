@@ -19,6 +19,7 @@ import (
 
 	tenantryv1alpha1 "github.com/tenantry/tenantry/pkg/apis/tenantry/v1alpha1"
 	"github.com/tenantry/tenantry/pkg/controlplane"
+	"github.com/tenantry/tenantry/pkg/snapshot"
 	tenantrytest "github.com/tenantry/tenantry/pkg/testing"
 )
 
@@ -82,10 +83,18 @@ func runControlPlanes(ctx context.Context, o Options, out io.Writer) (_ []result
 	if err != nil {
 		return nil, err
 	}
+	fmt.Fprintln(out, "    a snapshot of it")
+	took, taken, err := w.snapshotOf(ctx, "cp-one")
+	if err != nil {
+		return nil, err
+	}
 	note := fmt.Sprintf("real nodes, bin/manager with %s; default resources", w.managerFlags())
 	loadNote := fmt.Sprintf("%s; ConfigMaps asked at %d/s in the tenant for %s (%d made) and synced to the host, read while they are", note, syncLoadRate, syncLoadFor, written)
+	snapshotNote := fmt.Sprintf("%s; of the tenant under the sync load, once it ended: %d keys (%d ConfigMaps made), %s storage, through the host's pods/portforward, as tenantry snapshot takes it", note, taken.Manifest.Keys, written, taken.Manifest.Storage)
 	perGiB := float64(1<<30) / memory
 	return []result{
+		ms("control plane: snapshot time", took, "", snapshotNote),
+		{Name: "control plane: snapshot size", Value: round(float64(taken.Size)/(1<<20), 2), Unit: "MiB", Note: snapshotNote + fmt.Sprintf("; compressed, of %.2f MiB of keys and values", float64(taken.Manifest.Bytes)/(1<<20))},
 		ms("control plane: Ready (one)", one[0], "", note+"; created to ControlPlaneReady=True"),
 		ms(fmt.Sprintf("control plane: Ready, median of %d at once", len(many)), many[len(many)/2], "", note),
 		ms(fmt.Sprintf("control plane: Ready, last of %d at once", len(many)), many[len(many)-1], "", note),
@@ -95,6 +104,21 @@ func runControlPlanes(ctx context.Context, o Options, out io.Writer) (_ []result
 		{Name: "control plane: memory under a sync load", Value: round(loadMemory/(1<<20), 1), Unit: "MiB", Note: loadNote},
 		{Name: "control plane: CPU under a sync load", Value: round(loadCPU*1000, 1), Unit: "millicores", Note: loadNote},
 	}, nil
+}
+
+// snapshotOf takes a snapshot of VirtualCluster name as `tenantry
+// snapshot` does, into memory, and says how long it took.
+func (w *managerWorld) snapshotOf(ctx context.Context, name string) (time.Duration, snapshot.Taken, error) {
+	var vc tenantryv1alpha1.VirtualCluster
+	if err := w.host.Get(ctx, client.ObjectKey{Name: name}, &vc); err != nil {
+		return 0, snapshot.Taken{}, fmt.Errorf("reading VirtualCluster %s: %w", name, err)
+	}
+	began := time.Now()
+	taken, err := snapshot.OfVirtualCluster(ctx, w.env.Host.Config(), w.host, &vc, io.Discard, w.dir)
+	if err != nil {
+		return 0, snapshot.Taken{}, err
+	}
+	return time.Since(began), taken, nil
 }
 
 // The sync load on one control plane: ConfigMaps created in its tenant
