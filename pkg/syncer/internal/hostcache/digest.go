@@ -162,10 +162,15 @@ func (r wholeReader) List(ctx context.Context, list client.ObjectList, opts ...c
 	changed := false
 	for _, item := range items {
 		obj, ok := item.(client.Object)
-		if _, digested := HeldAsDigest(obj); !ok || !digested {
+		if !ok {
 			whole = append(whole, item)
 			continue
 		}
+		if _, digested := HeldAsDigest(obj); !digested {
+			whole = append(whole, item)
+			continue
+		}
+		changed = true
 		// A new object: the item may be the cache's own (UnsafeDisableDeepCopy).
 		read := obj.DeepCopyObject().(client.Object)
 		if err := r.host.Get(ctx, client.ObjectKeyFromObject(obj), read); err != nil {
@@ -174,9 +179,9 @@ func (r wholeReader) List(ctx context.Context, list client.ObjectList, opts ...c
 			}
 			return fmt.Errorf("reading the data of %s, held as a digest, from the host: %w", client.ObjectKeyFromObject(obj), err)
 		}
-		whole, changed = append(whole, read), true
+		whole = append(whole, read)
 	}
-	if !changed && len(whole) == len(items) {
+	if !changed {
 		return nil
 	}
 	return meta.SetList(list, whole)

@@ -7,6 +7,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 )
 
 func largeConfigMap(data map[string]string) *corev1.ConfigMap {
@@ -75,5 +77,35 @@ func TestAsHeldTellsDataApart(t *testing.T) {
 		if equality.Semantic.DeepEqual(AsHeld(largeConfigMap(other)), cached) {
 			t.Errorf("%s: compares equal as held", name)
 		}
+	}
+}
+
+// The whole reader reads what the cache holds as a digest from the host,
+// and what it holds whole from the cache; a copy gone from the host since
+// is left out of a list.
+func TestTheWholeReaderReadsDigestsFromTheHost(t *testing.T) {
+	big := strings.Repeat("x", DigestFrom)
+	whole := func(name, value string) *corev1.ConfigMap {
+		return &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name}, Data: map[string]string{"a": value}}
+	}
+	asHeld := func(cm *corev1.ConfigMap) client.Object { return AsHeld(cm) }
+	held := fake.NewClientBuilder().WithObjects(asHeld(whole("large", big)), asHeld(whole("small", "v")), asHeld(whole("gone", big))).Build()
+	host := fake.NewClientBuilder().WithObjects(whole("large", big)).Build()
+	r := wholeReader{held: held, host: host}
+
+	var got corev1.ConfigMap
+	if err := r.Get(t.Context(), client.ObjectKey{Namespace: "ns", Name: "large"}, &got); err != nil || got.Data["a"] != big {
+		t.Errorf("Get of a digested copy: %v, data of %d bytes, want it whole", err, len(got.Data["a"]))
+	}
+	var list corev1.ConfigMapList
+	if err := r.List(t.Context(), &list); err != nil {
+		t.Fatal(err)
+	}
+	sizes := map[string]int{}
+	for _, cm := range list.Items {
+		sizes[cm.Name] = len(cm.Data["a"])
+	}
+	if len(sizes) != 2 || sizes["large"] != len(big) || sizes["small"] != 1 {
+		t.Errorf("List: data sizes by name %v, want large whole, small, and no gone", sizes)
 	}
 }
