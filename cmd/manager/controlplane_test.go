@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -190,7 +191,14 @@ func TestProvisionedControlPlane(t *testing.T) {
 	if out := kubectl.MustRun(t, kubeconfig, "", "logs", podName); out == "" {
 		t.Error("kubectl logs printed nothing")
 	}
-	expectSnapshot(t, env.Host.Config(), host, vc, tenantryv1alpha1.StorageEmbedded, "deployments/default/web")
+	// What a restore must bring back, beside the Deployment and its
+	// Service: a ConfigMap, a Secret, and a custom resource of the
+	// tenant's own.
+	kubectl.MustRun(t, kubeconfig, "", "create", "configmap", "settings", "--from-literal=color=blue")
+	kubectl.MustRun(t, kubeconfig, "", "create", "secret", "generic", "creds", "--from-literal=password=hunter2")
+	kubectlApply(t, kubectl, kubeconfig, widgetCRD)
+	kubectlApply(t, kubectl, kubeconfig, widget)
+	gammaSnapshot := expectSnapshot(t, env.Host.Config(), host, vc, tenantryv1alpha1.StorageEmbedded, "deployments/default/web")
 
 	// The control plane's Pod deleted: it comes back with the tenant's
 	// data.
@@ -254,6 +262,46 @@ func TestProvisionedControlPlane(t *testing.T) {
 		}
 		return len(left) == 0, fmt.Errorf("left: %v", left)
 	})
+
+	// Restored under another name, onto an etcd of its own: every object
+	// is back, gamma's own credentials are trusted, and its Deployment
+	// runs again in the host and answers through its Service. A snapshot
+	// cut short or changed makes nothing.
+	expectCorruptRefused(t, env.Host.Config(), host, gammaSnapshot, "gamma-restored")
+	restored, restoredKubeconfig := restoreSnapshot(t, env.Host.Config(), host, gammaSnapshot, snapshot.RestoreOptions{
+		Name: "gamma-restored", Storage: &tenantryv1alpha1.ControlPlaneStorage{Type: tenantryv1alpha1.StorageEtcd},
+	})
+	expectTenantHolds(t, kubectl, restoredKubeconfig, map[string]string{
+		"configmap settings -o jsonpath={.data.color}":   "blue",
+		"secret creds -o jsonpath={.data.password}":      base64.StdEncoding.EncodeToString([]byte("hunter2")),
+		"widget w1 -o jsonpath={.spec.size}":             "7",
+		"deployment web -o jsonpath={.spec.replicas}":    "2",
+		"service web -o jsonpath={.spec.ports[0].port}": "80",
+	})
+	gammaAtRestored := withServer(t, kubeconfig, restored.Status.ControlPlane.Endpoint)
+	if who := kubectl.MustRun(t, gammaAtRestored, "", "auth", "whoami", "-o", "jsonpath={.status.userInfo.username}"); who != controlplane.AdminUser {
+		t.Errorf("gamma's kubeconfig at the restored tenant is %q, want %s", who, controlplane.AdminUser)
+	}
+	eventually(t, 3*time.Minute, "the restored Deployment's Pods running in the host", func(ctx context.Context) (bool, error) {
+		var pods corev1.PodList
+		if err := host.List(ctx, &pods, client.MatchingLabels{"app": "web"}); err != nil {
+			return false, err
+		}
+		running := 0
+		for _, p := range pods.Items {
+			if strings.HasPrefix(p.Namespace, "gamma-restored-") && p.Status.Phase == corev1.PodRunning {
+				running++
+			}
+		}
+		return running == 2, fmt.Errorf("%d running", running)
+	})
+	kubectl.MustRun(t, restoredKubeconfig, "", "run", "client-again", "--image="+agnhostImage, "--restart=Never", "--command", "--", "sleep", "3600")
+	kubectl.MustRun(t, restoredKubeconfig, "", "wait", "--for=condition=Ready", "--timeout=120s", "pod/client-again")
+	eventually(t, time.Minute, "GET http://web.default/hostname in the restored tenant", func(ctx context.Context) (bool, error) {
+		out, err := kubectl.Run(ctx, restoredKubeconfig, "", "exec", "client-again", "--", "curl", "-sS", "-m", "5", "http://web.default/hostname")
+		return err == nil && strings.HasPrefix(strings.TrimSpace(out), "web-"), fmt.Errorf("%q: %v", out, err)
+	})
+	expectRestoreRefused(t, env.Host.Config(), host, gammaSnapshot, snapshot.RestoreOptions{Name: "gamma-restored"}, snapshot.ErrExists)
 }
 
 // awaitControlPlaneReady waits until vc's control plane is ready for its
@@ -350,8 +398,8 @@ func TestControlPlaneStorageAndVersions(t *testing.T) {
 		}
 		kubectl.MustRun(t, kubeconfigs[name], "", "create", "configmap", "kept", "--from-literal=owner="+name)
 	}
-	expectSnapshot(t, env.Host.Config(), host, vcs["own-etcd"], tenantryv1alpha1.StorageEtcd, "configmaps/default/kept")
-	expectSnapshot(t, env.Host.Config(), host, vcs["shared-a"], tenantryv1alpha1.StorageDataStore, "configmaps/default/kept")
+	ownEtcdSnapshot := expectSnapshot(t, env.Host.Config(), host, vcs["own-etcd"], tenantryv1alpha1.StorageEtcd, "configmaps/default/kept")
+	sharedSnapshot := expectSnapshot(t, env.Host.Config(), host, vcs["shared-a"], tenantryv1alpha1.StorageDataStore, "configmaps/default/kept")
 	if v := vcs["own-etcd"].Status.ControlPlane.Version; v != previousVersion {
 		t.Errorf("own-etcd runs %s, want %s", v, previousVersion)
 	}
@@ -494,6 +542,23 @@ func TestControlPlaneStorageAndVersions(t *testing.T) {
 	expectReady(t, host, "shared-b", metav1.ConditionFalse, tenantryv1alpha1.ReasonPaused)
 	awaitControlPlaneReady(t, host, vcs["shared-b"], "shared-b's control plane ready while paused")
 	kubectl.MustRun(t, kubeconfigs["shared-b"], "", "create", "configmap", "while-paused")
+
+	// Restores across storage types: shared-a's (a DataStore) into an
+	// embedded etcd; own-etcd's, taken at the previous release, into the
+	// DataStore at the pinned one. Back a release is refused, and making
+	// nothing.
+	expectRestoreRefused(t, env.Host.Config(), host, sharedSnapshot, snapshot.RestoreOptions{Name: "too-old", Version: previousVersion}, controlplane.ErrVersionSkew)
+	_, fromStore := restoreSnapshot(t, env.Host.Config(), host, sharedSnapshot, snapshot.RestoreOptions{
+		Name: "from-store", Storage: &tenantryv1alpha1.ControlPlaneStorage{Type: tenantryv1alpha1.StorageEmbedded},
+	})
+	expectTenantHolds(t, kubectl, fromStore, map[string]string{"configmap kept -o jsonpath={.data.owner}": "shared-a"})
+	toStoreVC, toStore := restoreSnapshot(t, env.Host.Config(), host, ownEtcdSnapshot, snapshot.RestoreOptions{
+		Name: "to-store", Version: controlplane.PinnedVersion, Storage: &onStore,
+	})
+	expectTenantHolds(t, kubectl, toStore, map[string]string{"configmap kept -o jsonpath={.data.owner}": "own-etcd"})
+	if v := toStoreVC.Status.ControlPlane.Version; v != controlplane.PinnedVersion {
+		t.Errorf("own-etcd's snapshot of %s restored at %s, want %s", previousVersion, v, controlplane.PinnedVersion)
+	}
 }
 
 // previousVersion is the release before the pinned one, whose control
@@ -505,7 +570,7 @@ const previousVersion = "v1.36.3"
 // expectSnapshot takes a snapshot of vc while it runs, as `tenantry
 // snapshot` does, and checks it whole: taken from storage, holding the
 // tenant's key want (without the storage's prefix) and its identity.
-func expectSnapshot(t *testing.T, hostConfig *rest.Config, host client.Client, vc *tenantryv1alpha1.VirtualCluster, storage tenantryv1alpha1.StorageType, want string) {
+func expectSnapshot(t *testing.T, hostConfig *rest.Config, host client.Client, vc *tenantryv1alpha1.VirtualCluster, storage tenantryv1alpha1.StorageType, want string) []byte {
 	t.Helper()
 	var out bytes.Buffer
 	taken, err := snapshot.OfVirtualCluster(t.Context(), hostConfig, host, vc, &out, t.TempDir())
@@ -517,7 +582,7 @@ func expectSnapshot(t *testing.T, hostConfig *rest.Config, host client.Client, v
 	if m.Storage != string(storage) || m.Cluster != vc.Name || m.KubernetesVersion == "" || len(m.PKI[controlplane.KeyCAKey]) == 0 || taken.Size != int64(out.Len()) {
 		t.Errorf("the snapshot's manifest: storage %s, cluster %s, version %q, a CA key: %v, size %d of %d", m.Storage, m.Cluster, m.KubernetesVersion, len(m.PKI[controlplane.KeyCAKey]) > 0, taken.Size, out.Len())
 	}
-	r, err := snapshot.Open(&out)
+	r, err := snapshot.Open(bytes.NewReader(out.Bytes()))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -531,6 +596,7 @@ func expectSnapshot(t *testing.T, hostConfig *rest.Config, host client.Client, v
 	if !found {
 		t.Errorf("the snapshot of %s has no %s", vc.Name, want)
 	}
+	return out.Bytes()
 }
 
 func describeNamespace(t *testing.T, host client.Client, namespace string) {

@@ -2,13 +2,11 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"strings"
 	"time"
 
-	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -29,10 +27,8 @@ var createCommand = cli.Command{
 		host.bind(fs)
 		namespace := fs.String("namespace", "default", "Host namespace of the kubeconfig Secret, NAME-kubeconfig.")
 		version := fs.String("version", "", "Kubernetes version of the control plane, as v1.37.2 (default: the manager's).")
-		storage := fs.String("storage", "", "Where the control plane keeps its data: Embedded (default: an etcd in the API server's Pod), Etcd (an etcd of its own in a Pod apart) or DataStore (a shared DataStore, --datastore).")
-		dataStore := fs.String("datastore", "", "The DataStore of --storage DataStore (implies it).")
-		storageClass := fs.String("storage-class", "", "StorageClass of the control plane's data (default: the host's default class).")
-		storageSize := fs.String("storage-size", "", "Size of the control plane's data (default: 1Gi).")
+		var storage storageFlags
+		storage.bind(fs, "Embedded")
 		retain := fs.Bool("retain-data", false, "Keep the control plane's data when the VirtualCluster is deleted.")
 		wait := fs.Bool("wait", false, "Wait until the VirtualCluster is Ready; if it is not within --timeout, print its reason and fail.")
 		timeout := fs.Duration("timeout", 5*time.Minute, "How long --wait waits.")
@@ -42,34 +38,9 @@ var createCommand = cli.Command{
 				return fmt.Errorf("NAME %q is not a VirtualCluster name: %s", name, strings.Join(errs, "; "))
 			}
 			cp := &tenantryv1alpha1.ControlPlaneSpec{Version: *version, RetainData: *retain}
-			if *dataStore != "" && *storage == "" {
-				*storage = string(tenantryv1alpha1.StorageDataStore)
-			}
-			switch tenantryv1alpha1.StorageType(*storage) {
-			case "", tenantryv1alpha1.StorageEmbedded, tenantryv1alpha1.StorageEtcd:
-				if *dataStore != "" {
-					return fmt.Errorf("--datastore %s is of --storage DataStore, not %s", *dataStore, *storage)
-				}
-			case tenantryv1alpha1.StorageDataStore:
-				if *dataStore == "" {
-					return errors.New("--storage DataStore needs --datastore NAME")
-				}
-				if *storageClass != "" || *storageSize != "" {
-					return errors.New("--storage-class and --storage-size are of a claim, which a control plane on a DataStore has none of")
-				}
-			default:
-				return fmt.Errorf("--storage %q: want Embedded, Etcd or DataStore", *storage)
-			}
-			cp.Storage.Type, cp.Storage.DataStore = tenantryv1alpha1.StorageType(*storage), *dataStore
-			if *storageClass != "" {
-				cp.Storage.StorageClassName = storageClass
-			}
-			if *storageSize != "" {
-				size, err := resource.ParseQuantity(*storageSize)
-				if err != nil {
-					return fmt.Errorf("--storage-size %q: %w", *storageSize, err)
-				}
-				cp.Storage.Size = &size
+			var err error
+			if cp.Storage, err = storage.parse(); err != nil {
+				return err
 			}
 			c, err := host.client()
 			if err != nil {

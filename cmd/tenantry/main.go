@@ -5,6 +5,7 @@
 //	tenantry register NAME --kubeconfig FILE   register a tenant cluster run elsewhere
 //	tenantry list                              the VirtualClusters at a glance
 //	tenantry snapshot NAME --out FILE          a snapshot of a tenant whose control plane Tenantry runs
+//	tenantry restore NAME --from FILE          a tenant made again from a snapshot
 //	tenantry dev                               start a local host, tenants and the controller-manager
 //
 // Run `tenantry <command> --help` for a command's flags. `tenantry dev`
@@ -29,7 +30,7 @@ import (
 // program is bin/tenantry's commands.
 var program = cli.Program{
 	Name:     "tenantry",
-	Commands: []cli.Command{createCommand, connectCommand, registerCommand, listCommand, snapshotCommand, devCommand},
+	Commands: []cli.Command{createCommand, connectCommand, registerCommand, listCommand, snapshotCommand, restoreCommand, devCommand},
 	Note:     "The development tools (the dev environment, demo, bench, conformance) are " + devBinary + "'s: run '" + devBinary + " help'.",
 }
 

@@ -23,40 +23,6 @@ import (
 // +kubebuilder:rbac:groups=tenantry.dev,resources=datastores,verbs=list;watch;patch
 // +kubebuilder:rbac:groups=tenantry.dev,resources=datastores/status,verbs=patch
 
-// errDataStoreNotFound: the DataStore a control plane names does not
-// exist.
-var errDataStoreNotFound = errors.New("no such DataStore")
-
-// openDataStore reaches the DataStore name (read from dataStores) as
-// etcd's root user, with its Secret (read from secrets). Close the store.
-func openDataStore(ctx context.Context, dataStores, secrets client.Reader, name string) (*datastore.Store, error) {
-	var ds tenantryv1alpha1.DataStore
-	if err := dataStores.Get(ctx, client.ObjectKey{Name: name}, &ds); err != nil {
-		if apierrors.IsNotFound(err) {
-			return nil, fmt.Errorf("DataStore %s: %w", name, errDataStoreNotFound)
-		}
-		return nil, fmt.Errorf("reading DataStore %s: %w", name, err)
-	}
-	return openStore(ctx, secrets, &ds)
-}
-
-// openStore reaches ds as etcd's root user, with its Secret.
-func openStore(ctx context.Context, reader client.Reader, ds *tenantryv1alpha1.DataStore) (*datastore.Store, error) {
-	ref := ds.Spec.Etcd.SecretRef
-	var secret corev1.Secret
-	if err := reader.Get(ctx, client.ObjectKey{Namespace: ref.Namespace, Name: ref.Name}, &secret); err != nil {
-		if apierrors.IsNotFound(err) {
-			return nil, fmt.Errorf("DataStore %s: %w: Secret %s/%s does not exist", ds.Name, datastore.ErrInvalidSecret, ref.Namespace, ref.Name)
-		}
-		return nil, fmt.Errorf("DataStore %s: reading Secret %s/%s: %w", ds.Name, ref.Namespace, ref.Name, err)
-	}
-	s, err := datastore.Open(ctx, ds.Spec.Etcd.Endpoints, secret.Data)
-	if err != nil {
-		return nil, fmt.Errorf("DataStore %s: %w", ds.Name, err)
-	}
-	return s, nil
-}
-
 // storeReason is the condition reason of a DataStore that could not be
 // opened.
 func storeReason(err error) string {
@@ -132,7 +98,7 @@ func (r *DataStoreReconciler) reconcile(ctx context.Context, req ctrl.Request) (
 	}
 	condition := metav1.Condition{Type: tenantryv1alpha1.ConditionReady, Status: metav1.ConditionTrue,
 		Reason: tenantryv1alpha1.ReasonDataStoreReachable, Message: "reached as etcd's root user; etcd authenticates its clients"}
-	store, err := openStore(ctx, r.apiReader, &ds)
+	store, err := datastore.OpenObject(ctx, r.apiReader, &ds)
 	if err != nil {
 		condition.Status, condition.Reason, condition.Message = metav1.ConditionFalse, storeReason(err), err.Error()
 	} else {

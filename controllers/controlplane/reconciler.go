@@ -30,6 +30,7 @@ import (
 
 	tenantryv1alpha1 "github.com/tenantry/tenantry/pkg/apis/tenantry/v1alpha1"
 	"github.com/tenantry/tenantry/pkg/controlplane"
+	"github.com/tenantry/tenantry/pkg/controlplane/datastore"
 	"github.com/tenantry/tenantry/pkg/controlplane/pki"
 	"github.com/tenantry/tenantry/pkg/syncer"
 )
@@ -160,7 +161,12 @@ func (r *Reconciler) provision(ctx context.Context, vc *tenantryv1alpha1.Virtual
 	}
 	spec := controlplane.FromVirtualCluster(vc, r.opts.Version, *r.opts.Resources)
 	status.Namespace = controlplane.Namespace(vc.Name)
-	if out, ok := r.checkVersion(spec.Version, status.Version); !ok {
+	ran := status.Version
+	if from, ok := restoringFrom(vc); ok {
+		// The snapshot's data were last run by its version.
+		spec.Restoring, ran = true, from
+	}
+	if out, ok := r.checkVersion(spec.Version, ran); !ok {
 		return out, status, 0, nil
 	}
 	if r.opts.StoragePolicy != nil && spec.Storage != tenantryv1alpha1.StorageDataStore {
@@ -299,28 +305,25 @@ func (r *Reconciler) checkVersion(want, running string) (outcome, bool) {
 		return outcome{reason: tenantryv1alpha1.ReasonUnknownVersion, warn: true, message: fmt.Sprintf(
 			"spec.controlPlane.version %s is not one this manager runs: %s", want, strings.Join(r.opts.Versions, ", "))}, false
 	}
-	if running == "" || running == want {
+	if running == "" {
 		return outcome{}, true
 	}
-	from, to := minor(running), minor(want)
-	if to != from && to != from+1 {
+	if err := controlplane.CheckVersionChange(running, want); err != nil {
 		return outcome{reason: tenantryv1alpha1.ReasonVersionSkew, warn: true, message: fmt.Sprintf(
-			"spec.controlPlane.version %s from %s, which runs: a control plane moves one minor version at a time, forward", want, running)}, false
+			"spec.controlPlane.version %v (the version that ran the data)", err)}, false
 	}
 	return outcome{}, true
 }
 
-// minor is the minor version of v1.M.P, or -1.
-func minor(version string) int {
-	parts := strings.Split(strings.TrimPrefix(version, "v"), ".")
-	if len(parts) < 2 {
-		return -1
+// restoringFrom is the version of the snapshot being restored into vc
+// (tenantryv1alpha1.AnnotationRestoring), if one is and its control
+// plane has not run yet.
+func restoringFrom(vc *tenantryv1alpha1.VirtualCluster) (string, bool) {
+	from := vc.Annotations[tenantryv1alpha1.AnnotationRestoring]
+	if from == "" || vc.Status.ControlPlane != nil && vc.Status.ControlPlane.Version != "" {
+		return "", false
 	}
-	m, err := strconv.Atoi(parts[1])
-	if err != nil {
-		return -1
-	}
-	return m
+	return from, true
 }
 
 // defaultServiceCIDR names the ServiceCIDR of an API server's own
@@ -395,6 +398,10 @@ func (r *Reconciler) readiness(ctx context.Context, spec controlplane.Spec, kube
 		if len(pod.Status.ContainerStatuses) == 0 {
 			return waiting("Pod %s/%s has not started (%s)", pod.Namespace, pod.Name, pod.Status.Phase)
 		}
+	}
+	if spec.Restoring {
+		return outcome{reason: tenantryv1alpha1.ReasonRestoring, message: "its storage runs, for the snapshot's keys to be loaded (tenantry restore); " +
+			"its API server and controller-manager start once they are"}
 	}
 	if err := r.probe(ctx, kubeconfig); err != nil {
 		return waiting("the API server does not answer ready through its Service: %v", err)
@@ -561,7 +568,7 @@ func (r *Reconciler) remove(ctx context.Context, vc *tenantryv1alpha1.VirtualClu
 // grantDataStore gives vc's control plane its user and prefix on the
 // DataStore it names, and says how its API server reaches the store.
 func (r *Reconciler) grantDataStore(ctx context.Context, vc *tenantryv1alpha1.VirtualCluster) (*controlplane.DataStoreAccess, error) {
-	store, err := openDataStore(ctx, r.client, r.apiReader, vc.Spec.ControlPlane.Storage.DataStore)
+	store, err := datastore.OpenNamed(ctx, r.client, r.apiReader, vc.Spec.ControlPlane.Storage.DataStore)
 	if err != nil {
 		return nil, err
 	}
@@ -580,8 +587,8 @@ func (r *Reconciler) revokeDataStore(ctx context.Context, vc *tenantryv1alpha1.V
 	if name == "" {
 		return nil
 	}
-	store, err := openDataStore(ctx, r.client, r.apiReader, name)
-	if errors.Is(err, errDataStoreNotFound) {
+	store, err := datastore.OpenNamed(ctx, r.client, r.apiReader, name)
+	if errors.Is(err, datastore.ErrNotFound) {
 		ctrl.LoggerFrom(ctx).Info("the DataStore of the control plane is gone: nothing of it to remove", "dataStore", name)
 		return nil
 	}

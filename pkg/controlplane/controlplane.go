@@ -138,6 +138,11 @@ type Spec struct {
 	EtcdServiceIP string
 	// DataStore is the shared store of storage DataStore.
 	DataStore *DataStoreAccess
+	// Restoring runs the storage alone, empty, for a snapshot's keys to
+	// be loaded into (tenantry restore): no API server nor
+	// controller-manager writes to it meanwhile, and none has cached
+	// what it held before.
+	Restoring bool
 	// ManagerPeers are who, besides the VirtualCluster's own host
 	// namespaces, may reach the API server: the manager's Pods (its
 	// namespace), or its addresses.
@@ -377,20 +382,43 @@ func (s Spec) StatefulSet() *appsv1.StatefulSet {
 		}},
 	}
 	var claims []corev1.PersistentVolumeClaim
-	if s.Storage == "" || s.Storage == tenantryv1alpha1.StorageEmbedded {
-		pod.InitContainers = []corev1.Container{{
-			Name:  "etcd",
-			Image: s.Images.Etcd,
-			Command: append([]string{"/usr/local/bin/etcd", "--listen-client-urls=http://127.0.0.1:2379"},
-				s.etcdArgs("http://127.0.0.1:2379")...),
-			RestartPolicy:   ptr.To(corev1.ContainerRestartPolicyAlways),
-			Resources:       s.Resources.Etcd,
-			SecurityContext: nonRoot(),
-			VolumeMounts:    []corev1.VolumeMount{{Name: DataVolumeName, MountPath: dataDir}},
-		}}
+	if s.embedded() {
+		etcd := s.embeddedEtcd()
+		etcd.RestartPolicy = ptr.To(corev1.ContainerRestartPolicyAlways)
+		pod.InitContainers = []corev1.Container{etcd}
 		claims = []corev1.PersistentVolumeClaim{s.dataClaim()}
 	}
 	return s.statefulSet(WorkloadName, ServiceName, podLabels(s.Cluster), pod, claims)
+}
+
+func (s Spec) embedded() bool {
+	return s.Storage == "" || s.Storage == tenantryv1alpha1.StorageEmbedded
+}
+
+// embeddedEtcd is the etcd of storage Embedded, on the Pod's loopback,
+// its data on the data volume.
+func (s Spec) embeddedEtcd() corev1.Container {
+	return corev1.Container{
+		Name:  "etcd",
+		Image: s.Images.Etcd,
+		Command: append([]string{"/usr/local/bin/etcd", "--listen-client-urls=http://127.0.0.1:2379"},
+			s.etcdArgs("http://127.0.0.1:2379")...),
+		Resources:       s.Resources.Etcd,
+		SecurityContext: nonRoot(),
+		VolumeMounts:    []corev1.VolumeMount{{Name: DataVolumeName, MountPath: dataDir}},
+	}
+}
+
+// storageAlone is the control plane's workload while a snapshot is
+// restored (Restoring), for storage Embedded: its Pod runs the embedded
+// etcd alone, on the data's claim, which the whole Pod takes up after.
+// Nil for other storage, whose own etcd (or DataStore) runs apart.
+func (s Spec) storageAlone() *appsv1.StatefulSet {
+	if !s.embedded() {
+		return nil
+	}
+	pod := corev1.PodSpec{Containers: []corev1.Container{s.embeddedEtcd()}}
+	return s.statefulSet(WorkloadName, ServiceName, podLabels(s.Cluster), pod, []corev1.PersistentVolumeClaim{s.dataClaim()})
 }
 
 // EtcdStatefulSet is the etcd of storage Etcd: one member in a Pod of its
@@ -441,8 +469,11 @@ func (s Spec) EtcdStatefulSet() *appsv1.StatefulSet {
 }
 
 // StatefulSets are the control plane's workloads, its API server's
-// first.
+// first. While Restoring, its storage's alone: no API server runs.
 func (s Spec) StatefulSets() []*appsv1.StatefulSet {
+	if s.Restoring {
+		return present(s.storageAlone(), s.EtcdStatefulSet())
+	}
 	return present(s.StatefulSet(), s.EtcdStatefulSet())
 }
 

@@ -1,12 +1,16 @@
 package controlplane_test
 
 import (
+	"errors"
+	"slices"
 	"strings"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/util/validation"
 
+	tenantryv1alpha1 "github.com/tenantry/tenantry/pkg/apis/tenantry/v1alpha1"
 	"github.com/tenantry/tenantry/pkg/controlplane"
 	"github.com/tenantry/tenantry/pkg/syncer"
 )
@@ -63,5 +67,61 @@ func TestControlPlaneObjectsAreThePlatforms(t *testing.T) {
 		if strings.HasPrefix(arg, "--listen-") && !strings.Contains(arg, "127.0.0.1") {
 			t.Errorf("etcd listens beyond the Pod's loopback: %s", arg)
 		}
+	}
+}
+
+// While a snapshot is restored, the storage runs alone, on the claim the
+// whole control plane takes up after, and no API server runs to write to
+// it or cache what it held.
+func TestARestoringControlPlaneRunsItsStorageAlone(t *testing.T) {
+	for _, tc := range []struct {
+		storage tenantryv1alpha1.StorageType
+		want    []string // StatefulSet/container, in order
+	}{
+		{tenantryv1alpha1.StorageEmbedded, []string{"control-plane/etcd"}},
+		{tenantryv1alpha1.StorageEtcd, []string{"etcd/etcd"}},
+		{tenantryv1alpha1.StorageDataStore, nil},
+	} {
+		s := controlplane.Spec{Cluster: "alpha", ServiceCIDR: "10.96.0.0/16", ClusterDomain: "cluster.local", DataSize: controlplane.DefaultDataSize,
+			Images: controlplane.UpstreamImages(controlplane.PinnedVersion, controlplane.PinnedEtcdImage), Resources: controlplane.DefaultResources(),
+			Storage: tc.storage, Restoring: true}
+		var got []string
+		for _, sts := range s.StatefulSets() {
+			pod := sts.Spec.Template.Spec
+			for _, c := range append(pod.InitContainers, pod.Containers...) {
+				got = append(got, sts.Name+"/"+c.Name)
+			}
+			s.Restoring = false
+			if whole := s.StatefulSets()[0]; sts.Name == whole.Name && (!equality.Semantic.DeepEqual(sts.Spec.Selector, whole.Spec.Selector) ||
+				!equality.Semantic.DeepEqual(sts.Spec.VolumeClaimTemplates, whole.Spec.VolumeClaimTemplates)) {
+				t.Errorf("%s: the restoring %s's selector or claims differ from the whole control plane's, which takes them up", tc.storage, sts.Name)
+			}
+			s.Restoring = true
+		}
+		if !slices.Equal(got, tc.want) {
+			t.Errorf("%s: restoring runs %v, want %v", tc.storage, got, tc.want)
+		}
+	}
+}
+
+// A control plane's data move one minor version forward at a time.
+func TestCheckVersionChange(t *testing.T) {
+	for _, tc := range []struct {
+		from, to string
+		skew     bool
+	}{
+		{"v1.37.2", "v1.37.2", false},
+		{"v1.37.2", "v1.37.0", false},
+		{"v1.36.3", "v1.37.2", false},
+		{"v1.36.3", "v1.38.0", true},
+		{"v1.37.2", "v1.36.3", true},
+	} {
+		err := controlplane.CheckVersionChange(tc.from, tc.to)
+		if errors.Is(err, controlplane.ErrVersionSkew) != tc.skew || !tc.skew && err != nil {
+			t.Errorf("%s to %s: %v, want skew %v", tc.from, tc.to, err, tc.skew)
+		}
+	}
+	if err := controlplane.CheckVersionChange("1.37", "v1.37.2"); err == nil || !strings.Contains(err.Error(), `"1.37"`) {
+		t.Errorf("a malformed version: %v, want an error naming it", err)
 	}
 }

@@ -24,7 +24,8 @@ const (
 var ErrNotEmpty = errors.New("the store holds keys under the prefix already")
 
 // Take reads every key of kv under prefix at one revision, in pages,
-// and gives each to add without the prefix. It returns the revision:
+// and gives each to add without the prefix; not those bound to a lease,
+// which expire. It returns the revision:
 // what add saw is the store as it was then, whatever was written
 // meanwhile. A revision compacted before the read ends fails it; read
 // again.
@@ -47,6 +48,13 @@ func Take(ctx context.Context, kv clientv3.KV, prefix string, add func(key, valu
 			revision = page.Header.Revision
 		}
 		for _, item := range page.Kvs {
+			if item.Lease != 0 {
+				// A key bound to a lease lives as long as its lease, and
+				// a restored one would live for ever: Events, and the
+				// API servers' own address leases, which would make a
+				// restored tenant's kubernetes Service name an old Pod.
+				continue
+			}
 			if err := add(bytes.TrimPrefix(item.Key, []byte(prefix)), item.Value); err != nil {
 				return 0, err
 			}

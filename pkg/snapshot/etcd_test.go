@@ -61,6 +61,15 @@ func TestASnapshotIsTheStoreAtOneRevisionAndRestoresUnderAnotherPrefix(t *testin
 	put(t, c, "/registryx/not-under-the-prefix", "x")
 	put(t, c, "/other/key", "y")
 	want := keysUnder(t, c, source)
+	// A key under a lease (an Event, an API server's address) expires: it
+	// is not kept.
+	lease, err := c.Grant(ctx, 3600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Put(ctx, source+"events/default/e1", "an event", clientv3.WithLease(lease.ID)); err != nil {
+		t.Fatal(err)
+	}
 
 	w, err := snapshot.NewWriter(t.TempDir())
 	if err != nil {

@@ -249,6 +249,15 @@ func (s *Store) Revoke(ctx context.Context, cluster string, keepData bool) error
 	return nil
 }
 
+// Keys counts cluster's keys in the store.
+func (s *Store) Keys(ctx context.Context, cluster string) (int64, error) {
+	got, err := s.client.Get(ctx, Prefix(cluster), clientv3.WithPrefix(), clientv3.WithCountOnly())
+	if err != nil {
+		return 0, fmt.Errorf("counting the keys of %s: %w", cluster, err)
+	}
+	return got.Count, nil
+}
+
 // Tenants counts the etcd users Tenantry made (one per control plane).
 func (s *Store) Tenants(ctx context.Context) (int, error) {
 	users, err := s.client.UserList(ctx)

@@ -41,11 +41,25 @@ const (
 	// ReasonControlPlaneFailed: a workload of the control plane failed
 	// (the message says which, and how).
 	ReasonControlPlaneFailed = "ControlPlaneFailed"
+	// ReasonRestoring: a snapshot is being restored into the control
+	// plane's storage (AnnotationRestoring): its storage runs alone, and
+	// its API server starts once every key is loaded.
+	ReasonRestoring = "Restoring"
 	// ReasonControlPlaneNotReady (of Ready): the control plane Tenantry
 	// runs for the VirtualCluster is not ready yet (its ControlPlaneReady
 	// condition says why); syncing starts once it is.
 	ReasonControlPlaneNotReady = "ControlPlaneNotReady"
 )
+
+// AnnotationRestoring marks a VirtualCluster that `tenantry restore`
+// makes from a snapshot, until the snapshot's keys are all in its
+// storage; its value is the Kubernetes version the snapshot was taken
+// at, which spec.controlPlane.version must be able to run (one minor
+// version on at most). Meanwhile its control plane runs its storage
+// alone (ControlPlaneReady=False, reason Restoring, once the storage
+// answers), and nothing of it is synced. It counts only on a control
+// plane that has not run yet: on one that runs, it is ignored.
+const AnnotationRestoring = "tenantry.dev/restoring"
 
 // ControlPlaneSpec asks Tenantry to run the tenant's control plane in the
 // host: its kube-apiserver, its kube-controller-manager and its storage,
