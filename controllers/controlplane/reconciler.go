@@ -310,7 +310,7 @@ func (r *Reconciler) checkVersion(want, running string) (outcome, bool) {
 	}
 	if err := controlplane.CheckVersionChange(running, want); err != nil {
 		return outcome{reason: tenantryv1alpha1.ReasonVersionSkew, warn: true, message: fmt.Sprintf(
-			"spec.controlPlane.version %v (the version that ran the data)", err)}, false
+			"spec.controlPlane.version %s: %v", want, err)}, false
 	}
 	return outcome{}, true
 }

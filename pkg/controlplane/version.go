@@ -29,7 +29,7 @@ func CheckVersionChange(from, to string) error {
 		return err
 	}
 	if t != f && t != f+1 {
-		return fmt.Errorf("%s from %s: %w", to, from, ErrVersionSkew)
+		return fmt.Errorf("from %s to %s: %w", from, to, ErrVersionSkew)
 	}
 	return nil
 }

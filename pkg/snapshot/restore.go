@@ -201,8 +201,11 @@ func restoredVirtualCluster(m Manifest, opts RestoreOptions) (*tenantryv1alpha1.
 		cp.Storage = *opts.Storage
 	}
 	if cp.Version != "" {
-		if err := controlplane.CheckVersionChange(m.KubernetesVersion, cp.Version); err != nil {
-			return nil, false, fmt.Errorf("a snapshot of Kubernetes %s restored at %w", m.KubernetesVersion, err)
+		switch err := controlplane.CheckVersionChange(m.KubernetesVersion, cp.Version); {
+		case errors.Is(err, controlplane.ErrVersionSkew):
+			return nil, false, fmt.Errorf("the snapshot's data, of Kubernetes %s, cannot run at %s: %w", m.KubernetesVersion, cp.Version, controlplane.ErrVersionSkew)
+		case err != nil:
+			return nil, false, err
 		}
 	}
 	if opts.Name != m.Cluster {
