@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
@@ -21,6 +22,8 @@ import (
 
 	tenantryconfig "github.com/tenantry/tenantry/config"
 	tenantryv1alpha1 "github.com/tenantry/tenantry/pkg/apis/tenantry/v1alpha1"
+	"github.com/tenantry/tenantry/pkg/controlplane"
+	"github.com/tenantry/tenantry/pkg/snapshot"
 	"github.com/tenantry/tenantry/pkg/syncer"
 	tenantrytest "github.com/tenantry/tenantry/pkg/testing"
 	"github.com/tenantry/tenantry/providers"
@@ -90,6 +93,31 @@ func TestRegisterAndList(t *testing.T) {
 	}
 	if left, err := os.ReadDir(snapshots); err != nil || len(left) != 0 {
 		t.Errorf("failed snapshots left %v (%v)", left, err)
+	}
+
+	// A restore is refused before it makes anything: into a name that
+	// exists, from a snapshot cut short, from a source that is not a
+	// file, with storage flags that do not go together.
+	good, cut := filepath.Join(snapshots, "old.tar.gz"), filepath.Join(snapshots, "cut.tar.gz")
+	writeSnapshot(t, good, cut)
+	for args, want := range map[string]string{
+		"shop --from " + good:                         "virtualcluster/shop exists: restore under another name, or replace it",
+		"fresh --from " + cut:                         "the snapshot is corrupt or truncated",
+		"fresh --from oci://registry/repo:tag":        "only a file is a source yet",
+		"fresh":                                       "--from is required",
+		"fresh --from " + good + " --storage Other":   `--storage "Other": want Embedded, Etcd or DataStore`,
+		"fresh --from " + good + " --version v1.39.0": "cannot run at v1.39.0: a control plane moves one minor version at a time, forward",
+	} {
+		code, out := cli(append([]string{"restore"}, strings.Fields(args)...)...)
+		if code == 0 || !strings.Contains(out, want) {
+			t.Errorf("tenantry restore %s: exit %d, %q; want a failure saying %q", args, code, out, want)
+		}
+	}
+	for _, o := range []client.Object{&tenantryv1alpha1.VirtualCluster{ObjectMeta: metav1.ObjectMeta{Name: "fresh"}},
+		&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: controlplane.Namespace("fresh")}}} {
+		if err := host.Get(ctx, client.ObjectKeyFromObject(o), o); !apierrors.IsNotFound(err) {
+			t.Errorf("a refused restore made %s: %v", o.GetName(), err)
+		}
 	}
 
 	// A ConfigMap synced, and a NodePort Service the default policy refuses.
@@ -280,4 +308,37 @@ func newClient(t *testing.T, cp *tenantrytest.ControlPlane) client.Client {
 		t.Fatal(err)
 	}
 	return c
+}
+
+// writeSnapshot writes a snapshot of a provisioned tenant "old" of a few
+// keys to file, and the same cut short to cut.
+func writeSnapshot(t *testing.T, file, cut string) {
+	t.Helper()
+	w, err := snapshot.NewWriter(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	for i := range 100 {
+		if err := w.Add(fmt.Appendf(nil, "configmaps/default/cm-%d", i), bytes.Repeat([]byte{byte(i)}, 512)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	spec, err := json.Marshal(tenantryv1alpha1.VirtualClusterSpec{
+		KubeconfigSecretRef: tenantryv1alpha1.SecretKeyReference{Namespace: "default", Name: "old-kubeconfig"},
+		ControlPlane:        &tenantryv1alpha1.ControlPlaneSpec{},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	if _, _, err := w.Write(&out, snapshot.Manifest{Cluster: "old", KubernetesVersion: controlplane.PinnedVersion, Storage: "Embedded", Spec: spec}); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(file, out.Bytes(), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(cut, out.Bytes()[:out.Len()/2], 0o600); err != nil {
+		t.Fatal(err)
+	}
 }
