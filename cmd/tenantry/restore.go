@@ -47,6 +47,9 @@ var restoreCommand = cli.Command{
 			opts := snapshot.RestoreOptions{Name: name, Replace: *replace, Version: *version, Timeout: *timeout,
 				Progress: func(step string) { fmt.Fprintf(in.Out, "%s: %s\n", name, step) }}
 			if storage.set() {
+				if storage.storage == "" && storage.dataStore == "" {
+					return fmt.Errorf("--storage-class and --storage-size choose a claim anew: give --storage too")
+				}
 				s, err := storage.parse()
 				if err != nil {
 					return err
