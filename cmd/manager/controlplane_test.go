@@ -268,6 +268,8 @@ func TestProvisionedControlPlane(t *testing.T) {
 	// runs again in the host and answers through its Service. A snapshot
 	// cut short or changed makes nothing.
 	expectCorruptRefused(t, env.Host.Config(), host, gammaSnapshot, "gamma-restored")
+	// Through a registry, as tenantry snapshot --out oci://... pushes it.
+	gammaSnapshot = throughRegistry(t, gammaSnapshot)
 	restored, restoredKubeconfig := restoreSnapshot(t, env.Host.Config(), host, gammaSnapshot, snapshot.RestoreOptions{
 		Name: "gamma-restored", Storage: &tenantryv1alpha1.ControlPlaneStorage{Type: tenantryv1alpha1.StorageEtcd},
 	})

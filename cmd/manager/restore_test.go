@@ -163,3 +163,25 @@ func expectTenantHolds(t *testing.T, kubectl tenantrytest.Kubectl, kubeconfig st
 		})
 	}
 }
+
+// throughRegistry pushes data to an OCI registry of the test's own, as
+// `tenantry snapshot --out oci://...` does, and returns what a pull of it
+// gives, as `tenantry restore --from oci://...` reads.
+func throughRegistry(t *testing.T, data []byte) []byte {
+	t.Helper()
+	file := filepath.Join(t.TempDir(), "snapshot.tar.gz")
+	if err := os.WriteFile(file, data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ref := snapshot.OCIScheme + tenantrytest.NewRegistry(t) + "/snapshots/tenant:latest"
+	digest, err := snapshot.Push(t.Context(), file, ref)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("pushed the snapshot to %s (%s)", ref, digest)
+	var pulled bytes.Buffer
+	if err := snapshot.Pull(t.Context(), ref, &pulled); err != nil {
+		t.Fatal(err)
+	}
+	return pulled.Bytes()
+}

@@ -5,6 +5,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -84,7 +86,7 @@ func TestRegisterAndList(t *testing.T) {
 	snapshots := t.TempDir()
 	for args, want := range map[[2]string]string{
 		{"shop", filepath.Join(snapshots, "shop.tar.gz")}: "runs elsewhere (tenantry register)",
-		{"shop", "s3://bucket/shop.tar.gz"}:               "only a file is a destination",
+		{"shop", "s3://bucket/shop.tar.gz"}:               "a destination is a file or oci://REGISTRY/REPOSITORY:TAG",
 	} {
 		code, out := cli("snapshot", args[0], "--out", args[1])
 		if code == 0 || !strings.Contains(out, want) {
@@ -96,15 +98,21 @@ func TestRegisterAndList(t *testing.T) {
 	}
 
 	// A restore is refused before it makes anything: into a name that
-	// exists, from a snapshot cut short, from a source that is not a
-	// file, with storage flags that do not go together.
+	// exists, from a snapshot cut short, from a source that is neither a
+	// file nor an OCI artifact, from a registry that refuses, with
+	// storage flags that do not go together.
 	good, cut := filepath.Join(snapshots, "old.tar.gz"), filepath.Join(snapshots, "cut.tar.gz")
 	writeSnapshot(t, good, cut)
+	refusing := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		http.Error(w, `{"errors":[{"code":"DENIED","message":"no pulls today"}]}`, http.StatusForbidden)
+	}))
+	defer refusing.Close()
 	for args, want := range map[string]string{
-		"shop --from " + good:                         "virtualcluster/shop exists: restore under another name, or replace it",
-		"fresh --from " + cut:                         "the snapshot is corrupt or truncated",
-		"fresh --from oci://registry/repo:tag":        "only a file is a source yet",
-		"fresh":                                       "--from is required",
+		"shop --from " + good:                 "virtualcluster/shop exists: restore under another name, or replace it",
+		"fresh --from " + cut:                 "the snapshot is corrupt or truncated",
+		"fresh --from s3://bucket/old.tar.gz": "a source is a file or oci://REGISTRY/REPOSITORY:TAG",
+		"fresh --from oci://" + strings.TrimPrefix(refusing.URL, "http://") + "/tenants/old:1": "DENIED: no pulls today",
+		"fresh": "--from is required",
 		"fresh --from " + good + " --storage Other":   `--storage "Other": want Embedded, Etcd or DataStore`,
 		"fresh --from " + good + " --version v1.39.0": "cannot run at v1.39.0: a control plane moves one minor version at a time, forward",
 	} {

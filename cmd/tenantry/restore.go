@@ -26,7 +26,7 @@ var restoreCommand = cli.Command{
 	Flags: func(fs *flag.FlagSet) func(context.Context, cli.Invocation) error {
 		var host hostFlags
 		host.bind(fs)
-		from := fs.String("from", "", "The snapshot file (required).")
+		from := fs.String("from", "", "The snapshot (required): a file, or oci://REGISTRY/REPOSITORY:TAG (or @DIGEST) to pull, with the Docker config's credentials.")
 		replace := fs.Bool("replace", false, "Delete VirtualCluster NAME first, with its control plane and its data, if it exists.")
 		version := fs.String("version", "", "Kubernetes version of the control plane, as v1.37.2: the snapshot's, or one minor version on (default: the snapshot's spec's).")
 		var storage storageFlags
@@ -41,8 +41,8 @@ var restoreCommand = cli.Command{
 			switch {
 			case *from == "":
 				return fmt.Errorf("--from is required: the snapshot to restore")
-			case strings.Contains(*from, "://"):
-				return fmt.Errorf("--from %s: only a file is a source yet", *from)
+			case strings.Contains(*from, "://") && !snapshot.IsOCI(*from):
+				return fmt.Errorf("--from %s: a source is a file or %sREGISTRY/REPOSITORY:TAG", *from, snapshot.OCIScheme)
 			}
 			opts := snapshot.RestoreOptions{Name: name, Replace: *replace, Version: *version, Timeout: *timeout,
 				Progress: func(step string) { fmt.Fprintf(in.Out, "%s: %s\n", name, step) }}
@@ -64,7 +64,24 @@ var restoreCommand = cli.Command{
 			if err != nil {
 				return err
 			}
-			open := func() (io.ReadCloser, error) { return os.Open(*from) }
+			file := *from
+			if snapshot.IsOCI(*from) {
+				// Pulled whole first: a restore reads it twice.
+				f, err := os.CreateTemp("", "tenantry-restore-*.tar.gz")
+				if err != nil {
+					return err
+				}
+				defer os.Remove(f.Name())
+				err = snapshot.Pull(ctx, *from, f)
+				if closeErr := f.Close(); err == nil {
+					err = closeErr
+				}
+				if err != nil {
+					return err
+				}
+				file = f.Name()
+			}
+			open := func() (io.ReadCloser, error) { return os.Open(file) }
 			restored, err := snapshot.Restore(ctx, cfg, c, open, opts)
 			if err != nil {
 				return fmt.Errorf("restoring %s from %s: %w", name, *from, err)

@@ -21,22 +21,29 @@ var snapshotCommand = cli.Command{
 	Flags: func(fs *flag.FlagSet) func(context.Context, cli.Invocation) error {
 		var host hostFlags
 		host.bind(fs)
-		out := fs.String("out", "", "File to write the snapshot to, mode 0600 (default: NAME.snapshot.tar.gz).")
+		out := fs.String("out", "", "File to write the snapshot to, mode 0600 (default: NAME.snapshot.tar.gz); or oci://REGISTRY/REPOSITORY:TAG to push it as an OCI artifact, "+
+			"with the Docker config's credentials (a registry on the loopback or a private address is reached over HTTP).")
 		return func(ctx context.Context, in cli.Invocation) error {
 			name := in.Args[0]
 			if *out == "" {
 				*out = name + ".snapshot.tar.gz"
 			}
-			if strings.Contains(*out, "://") {
-				return fmt.Errorf("--out %s: only a file is a destination yet", *out)
+			oci := snapshot.IsOCI(*out)
+			if strings.Contains(*out, "://") && !oci {
+				return fmt.Errorf("--out %s: a destination is a file or %sREGISTRY/REPOSITORY:TAG", *out, snapshot.OCIScheme)
 			}
 			cfg, c, vc, err := host.virtualCluster(ctx, name)
 			if err != nil {
 				return err
 			}
-			// Written beside its destination, and renamed there once
-			// whole: a failed snapshot leaves nothing at --out.
-			f, err := os.CreateTemp(filepath.Dir(*out), "."+filepath.Base(*out)+".*")
+			// Written beside its destination (or in a temporary directory
+			// for a push), and renamed there once whole: a failed
+			// snapshot leaves nothing at --out.
+			dir := filepath.Dir(*out)
+			if oci {
+				dir = ""
+			}
+			f, err := os.CreateTemp(dir, "."+filepath.Base(*out)+".*")
 			if err != nil {
 				return err
 			}
@@ -51,7 +58,13 @@ var snapshotCommand = cli.Command{
 			if err != nil {
 				return err
 			}
-			if err := os.Rename(f.Name(), *out); err != nil {
+			if oci {
+				digest, err := snapshot.Push(ctx, f.Name(), *out)
+				if err != nil {
+					return err
+				}
+				*out += " (" + digest + ")"
+			} else if err := os.Rename(f.Name(), *out); err != nil {
 				return err
 			}
 			m := taken.Manifest
