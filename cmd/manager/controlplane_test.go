@@ -24,7 +24,6 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -109,17 +108,7 @@ func TestProvisionedControlPlane(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	config, err := clientcmd.Load(secret.Data[tenantryv1alpha1.DefaultKubeconfigKey])
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, c := range config.Clusters {
-		c.Server = server
-	}
-	forwarded := filepath.Join(t.TempDir(), "forwarded.kubeconfig")
-	if err := clientcmd.WriteToFile(*config, forwarded); err != nil {
-		t.Fatal(err)
-	}
+	forwarded := withServer(t, kubeconfig, server)
 	if out := kubectl.MustRun(t, forwarded, "", "get", "namespace", "kube-system", "-o", "name"); strings.TrimSpace(out) != "namespace/kube-system" {
 		t.Errorf("through the forwarded port: %q", out)
 	}

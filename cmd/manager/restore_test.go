@@ -96,8 +96,8 @@ func expectCorruptRefused(t *testing.T, hostConfig *rest.Config, host client.Cli
 	}
 }
 
-// withServer is a copy of kubeconfig's file that reaches server: an old
-// credential, taken to a restored tenant's new address.
+// withServer is a copy of kubeconfig's file that reaches server: a
+// forwarded port, or a restored tenant's new address.
 func withServer(t *testing.T, kubeconfig, server string) string {
 	t.Helper()
 	config, err := clientcmd.LoadFromFile(kubeconfig)

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"time"
@@ -83,8 +85,13 @@ func runControlPlanes(ctx context.Context, o Options, out io.Writer) (_ []result
 	if err != nil {
 		return nil, err
 	}
-	fmt.Fprintln(out, "    a snapshot of it")
-	took, taken, err := w.snapshotOf(ctx, "cp-one")
+	fmt.Fprintln(out, "    a snapshot of it, restored")
+	file := filepath.Join(w.dir, "cp-one.snapshot.tar.gz")
+	took, taken, err := w.snapshotOf(ctx, "cp-one", file)
+	if err != nil {
+		return nil, err
+	}
+	restoring, loaded, err := w.restore(ctx, file, "cp-restored")
 	if err != nil {
 		return nil, err
 	}
@@ -94,6 +101,8 @@ func runControlPlanes(ctx context.Context, o Options, out io.Writer) (_ []result
 	perGiB := float64(1<<30) / memory
 	return []result{
 		ms("control plane: snapshot time", took, "", snapshotNote),
+		ms("control plane: restore time", restoring, "", snapshotNote+fmt.Sprintf(
+			"; restored as tenantry restore does, under another name on the same storage type, from the command to ControlPlaneReady=True (%s of it loading the keys)", loaded.Round(time.Millisecond))),
 		{Name: "control plane: snapshot size", Value: round(float64(taken.Size)/(1<<20), 2), Unit: "MiB", Note: snapshotNote + fmt.Sprintf("; compressed, of %.2f MiB of keys and values", float64(taken.Manifest.Bytes)/(1<<20))},
 		ms("control plane: Ready (one)", one[0], "", note+"; created to ControlPlaneReady=True"),
 		ms(fmt.Sprintf("control plane: Ready, median of %d at once", len(many)), many[len(many)/2], "", note),
@@ -107,18 +116,40 @@ func runControlPlanes(ctx context.Context, o Options, out io.Writer) (_ []result
 }
 
 // snapshotOf takes a snapshot of VirtualCluster name as `tenantry
-// snapshot` does, into memory, and says how long it took.
-func (w *managerWorld) snapshotOf(ctx context.Context, name string) (time.Duration, snapshot.Taken, error) {
+// snapshot` does, into file, and says how long it took.
+func (w *managerWorld) snapshotOf(ctx context.Context, name, file string) (time.Duration, snapshot.Taken, error) {
 	var vc tenantryv1alpha1.VirtualCluster
 	if err := w.host.Get(ctx, client.ObjectKey{Name: name}, &vc); err != nil {
 		return 0, snapshot.Taken{}, fmt.Errorf("reading VirtualCluster %s: %w", name, err)
 	}
-	began := time.Now()
-	taken, err := snapshot.OfVirtualCluster(ctx, w.env.Host.Config(), w.host, &vc, io.Discard, w.dir)
+	f, err := os.Create(file)
 	if err != nil {
 		return 0, snapshot.Taken{}, err
 	}
-	return time.Since(began), taken, nil
+	defer f.Close()
+	began := time.Now()
+	taken, err := snapshot.OfVirtualCluster(ctx, w.env.Host.Config(), w.host, &vc, f, w.dir)
+	if err != nil {
+		return 0, snapshot.Taken{}, err
+	}
+	return time.Since(began), taken, f.Close()
+}
+
+// restore makes VirtualCluster name from the snapshot file as `tenantry
+// restore` does, and says how long it took until its control plane was
+// ready, and how long of it loading the keys.
+func (w *managerWorld) restore(ctx context.Context, file, name string) (took, loading time.Duration, err error) {
+	began := time.Now()
+	restored, err := snapshot.Restore(ctx, w.env.Host.Config(), w.host, func() (io.ReadCloser, error) { return os.Open(file) },
+		snapshot.RestoreOptions{Name: name, Timeout: controlPlaneBudget})
+	if err != nil {
+		return 0, 0, err
+	}
+	ready, err := w.awaitControlPlanes(ctx, []string{name}, began)
+	if err != nil {
+		return 0, 0, err
+	}
+	return ready[0], restored.Loading, nil
 }
 
 // The sync load on one control plane: ConfigMaps created in its tenant
@@ -203,6 +234,11 @@ func (w *managerWorld) controlPlanesReady(ctx context.Context, names []string) (
 			return nil, err
 		}
 	}
+	return w.awaitControlPlanes(ctx, names, start)
+}
+
+// awaitControlPlanes says how long after start each of names was ready.
+func (w *managerWorld) awaitControlPlanes(ctx context.Context, names []string, start time.Time) ([]time.Duration, error) {
 	took := map[string]time.Duration{}
 	err := tenantrytest.Poll(ctx, 500*time.Millisecond, controlPlaneBudget, func(ctx context.Context) (bool, error) {
 		var list tenantryv1alpha1.VirtualClusterList
