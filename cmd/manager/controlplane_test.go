@@ -263,10 +263,10 @@ func TestProvisionedControlPlane(t *testing.T) {
 		Name: "gamma-restored", Storage: &tenantryv1alpha1.ControlPlaneStorage{Type: tenantryv1alpha1.StorageEtcd},
 	})
 	expectTenantHolds(t, kubectl, restoredKubeconfig, map[string]string{
-		"configmap settings -o jsonpath={.data.color}":   "blue",
-		"secret creds -o jsonpath={.data.password}":      base64.StdEncoding.EncodeToString([]byte("hunter2")),
-		"widget w1 -o jsonpath={.spec.size}":             "7",
-		"deployment web -o jsonpath={.spec.replicas}":    "2",
+		"configmap settings -o jsonpath={.data.color}":  "blue",
+		"secret creds -o jsonpath={.data.password}":     base64.StdEncoding.EncodeToString([]byte("hunter2")),
+		"widget w1 -o jsonpath={.spec.size}":            "7",
+		"deployment web -o jsonpath={.spec.replicas}":   "2",
 		"service web -o jsonpath={.spec.ports[0].port}": "80",
 	})
 	gammaAtRestored := withServer(t, kubeconfig, restored.Status.ControlPlane.Endpoint)
