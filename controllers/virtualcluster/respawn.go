@@ -22,6 +22,8 @@ func respawnInputs(spec tenantryv1alpha1.VirtualClusterSpec) ([]byte, error) {
 	// app reads none of it, and rides out a version change as any restart
 	// of its API server.
 	spec.ControlPlane = nil
+	// spec.snapshots is the snapshot controller's.
+	spec.Snapshots = nil
 	return json.Marshal(spec)
 }
 

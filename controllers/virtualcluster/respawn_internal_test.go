@@ -3,14 +3,15 @@ package virtualcluster
 import (
 	"bytes"
 	"reflect"
+	"slices"
 	"testing"
 
 	tenantryv1alpha1 "github.com/tenantry/tenantry/pkg/apis/tenantry/v1alpha1"
 )
 
 // Every field of the spec re-spawns the tenant when it changes, but those
-// the reconciler acts on without a re-spawn, and spec.controlPlane, which
-// the tenant's app does not read: a field added later cannot be
+// the reconciler acts on without a re-spawn, and spec.controlPlane and
+// spec.snapshots, which the tenant's app does not read: a field added later cannot be
 // forgotten.
 func TestEverySpecFieldButPausedRespawns(t *testing.T) {
 	zero, err := respawnInputs(tenantryv1alpha1.VirtualClusterSpec{})
@@ -27,7 +28,7 @@ func TestEverySpecFieldButPausedRespawns(t *testing.T) {
 			t.Fatal(err)
 		}
 		respawns := !bytes.Equal(got, zero)
-		want := f.Name != "Paused" && f.Name != "KubeconfigSecretRef" && f.Name != "ControlPlane"
+		want := !slices.Contains([]string{"Paused", "KubeconfigSecretRef", "ControlPlane", "Snapshots"}, f.Name)
 		if respawns != want {
 			t.Errorf("a change of spec.%s re-spawns: %v, want %v", f.Name, respawns, want)
 		}

@@ -7,8 +7,10 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-containerregistry/pkg/name"
 	"github.com/google/go-containerregistry/pkg/v1/random"
@@ -78,6 +80,44 @@ func TestASnapshotGoesToARegistryAndBack(t *testing.T) {
 	for _, bad := range []string{"s3://bucket/shop", snapshot.OCIScheme, snapshot.OCIScheme + registry + "/Tenants/Shop:1"} {
 		if _, err := snapshot.Push(ctx, file, bad); err == nil {
 			t.Errorf("pushing to %q: no error", bad)
+		}
+	}
+}
+
+// Prune keeps a cluster's newest snapshots, and leaves alone another
+// cluster's and tags that are not a snapshot's.
+func TestPruneKeepsTheNewest(t *testing.T) {
+	ctx := t.Context()
+	repository := snapshot.OCIScheme + tenantrytesting.NewRegistry(t) + "/snapshots"
+	start := time.Date(2026, 11, 29, 3, 0, 0, 0, time.UTC)
+	var tags []string
+	for i := range 4 {
+		data := write(t, snapshot.Manifest{Cluster: "shop", TakenAt: start.Add(time.Duration(i) * time.Hour)}, someKeys(10))
+		file := filepath.Join(t.TempDir(), "s.tar.gz")
+		if err := os.WriteFile(file, data, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		for _, tag := range []string{snapshot.Tag("shop", start.Add(time.Duration(i)*time.Hour)), snapshot.Tag("shopping", start), "latest"} {
+			if i > 0 && tag != snapshot.Tag("shop", start.Add(time.Duration(i)*time.Hour)) {
+				continue
+			}
+			if _, err := snapshot.Push(ctx, file, repository+":"+tag); err != nil {
+				t.Fatal(err)
+			}
+			tags = append(tags, tag)
+		}
+	}
+	deleted, err := snapshot.Registry{}.Prune(ctx, repository, "shop", 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{"shop-20261129T030000Z", "shop-20261129T040000Z"}; !slices.Equal(deleted, want) {
+		t.Errorf("pruned %v, want %v", deleted, want)
+	}
+	for _, tag := range tags {
+		err := snapshot.Pull(ctx, repository+":"+tag, &bytes.Buffer{})
+		if gone := slices.Contains(deleted, tag); gone != (err != nil) {
+			t.Errorf("%s: pruned %v, pulled: %v", tag, gone, err)
 		}
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"go.uber.org/fx"
 
 	"github.com/tenantry/tenantry/controllers/controlplane"
+	"github.com/tenantry/tenantry/controllers/snapshots"
 	"github.com/tenantry/tenantry/controllers/syncers"
 	"github.com/tenantry/tenantry/controllers/virtualcluster"
 	"github.com/tenantry/tenantry/providers"
@@ -59,6 +60,7 @@ func App(opts Options, extra ...fx.Option) fx.Option {
 		sharded,
 		virtualcluster.Module,
 		controlplane.Module,
+		snapshots.Module,
 		syncers.Module,
 		providers.ProvideTenantModule(syncers.TenantModule),
 		fx.Options(extra...),

@@ -69,6 +69,7 @@ type SecretKeyReference struct {
 
 // VirtualClusterSpec says where the tenant cluster is and whether to sync it.
 // +kubebuilder:validation:XValidation:rule="has(self.controlPlane) == has(oldSelf.controlPlane)",message="spec.controlPlane can be neither added to nor removed from a VirtualCluster"
+// +kubebuilder:validation:XValidation:rule="!has(self.snapshots) || has(self.controlPlane)",message="spec.snapshots needs spec.controlPlane: Tenantry holds no storage of a tenant whose control plane runs elsewhere"
 type VirtualClusterSpec struct {
 	// KubeconfigSecretRef names the Secret, in the management cluster, whose
 	// key holds the tenant cluster's kubeconfig. The kubeconfig must carry
@@ -115,6 +116,11 @@ type VirtualClusterSpec struct {
 	// VirtualCluster.
 	// +optional
 	ControlPlane *ControlPlaneSpec `json:"controlPlane,omitempty"`
+
+	// Snapshots schedules snapshots of the tenant (spec.controlPlane
+	// only: Tenantry holds no storage of a tenant run elsewhere).
+	// +optional
+	Snapshots *SnapshotsSpec `json:"snapshots,omitempty"`
 }
 
 // NodeSync says which host nodes a tenant cluster sees.
@@ -452,6 +458,10 @@ type VirtualClusterStatus struct {
 	// for the VirtualCluster (spec.controlPlane).
 	// +optional
 	ControlPlane *ControlPlaneStatus `json:"controlPlane,omitempty"`
+
+	// Snapshots says how the scheduled snapshots (spec.snapshots) went.
+	// +optional
+	Snapshots *SnapshotsStatus `json:"snapshots,omitempty"`
 }
 
 // SyncStatus is what a tenant cluster's syncers have in the host and did
