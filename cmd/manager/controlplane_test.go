@@ -550,6 +550,8 @@ func TestControlPlaneStorageAndVersions(t *testing.T) {
 	if v := toStoreVC.Status.ControlPlane.Version; v != controlplane.PinnedVersion {
 		t.Errorf("own-etcd's snapshot of %s restored at %s, want %s", previousVersion, v, controlplane.PinnedVersion)
 	}
+
+	expectScheduledSnapshots(t, host, vcs["shared-b"])
 }
 
 // previousVersion is the release before the pinned one, whose control

@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -184,4 +186,75 @@ func throughRegistry(t *testing.T, data []byte) []byte {
 		t.Fatal(err)
 	}
 	return pulled.Bytes()
+}
+
+// expectScheduledSnapshots: spec.snapshots every 5 s to a registry,
+// keeping 2, takes them and prunes the older ones; each restores. Pushed
+// to a registry that refuses, each fails, said in status and an Event,
+// and the tenant runs on.
+func expectScheduledSnapshots(t *testing.T, host client.Client, vc *tenantryv1alpha1.VirtualCluster) {
+	t.Helper()
+	ctx := t.Context()
+	repository := snapshot.OCIScheme + tenantrytest.NewRegistry(t) + "/snapshots"
+	setSnapshots := func(spec *tenantryv1alpha1.SnapshotsSpec) {
+		t.Helper()
+		patch := client.MergeFrom(vc.DeepCopy())
+		vc.Spec.Snapshots = spec
+		if err := host.Patch(ctx, vc, patch); err != nil {
+			t.Fatal(err)
+		}
+	}
+	setSnapshots(&tenantryv1alpha1.SnapshotsSpec{Schedule: "@every 5s", Destination: repository, Keep: 2})
+	taken := map[string]bool{}
+	var last *tenantryv1alpha1.SnapshotRecord
+	eventually(t, 2*time.Minute, "three scheduled snapshots of "+vc.Name, func(ctx context.Context) (bool, error) {
+		if err := host.Get(ctx, client.ObjectKeyFromObject(vc), vc); err != nil {
+			return false, err
+		}
+		s := vc.Status.Snapshots
+		if s == nil || s.LastSuccessful == nil {
+			return false, fmt.Errorf("status.snapshots %+v", s)
+		}
+		last = s.LastSuccessful
+		taken[last.Reference] = true
+		return len(taken) >= 3, fmt.Errorf("%d taken; last failure %+v", len(taken), s.LastFailure)
+	})
+	t.Logf("scheduled snapshots of %s: the last %s, %d keys, %d bytes, in %s", vc.Name, last.Reference, last.Keys, last.Size, last.Took.Duration)
+	var pulled bytes.Buffer
+	if err := snapshot.Pull(ctx, last.Reference, &pulled); err != nil {
+		t.Fatal(err)
+	}
+	r, err := snapshot.Open(&pulled)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Each(func(_, _ []byte) error { return nil }); err != nil || r.Manifest.Cluster != vc.Name || int64(r.Manifest.Keys) != last.Keys {
+		t.Errorf("the last scheduled snapshot: cluster %s, %d keys of %d: %v", r.Manifest.Cluster, r.Manifest.Keys, last.Keys, err)
+	}
+	// Two kept: the older ones' manifests are gone.
+	gone := 0
+	for reference := range taken {
+		if snapshot.Pull(ctx, reference, &bytes.Buffer{}) != nil {
+			gone++
+		}
+	}
+	if gone < len(taken)-2 {
+		t.Errorf("%d of %d snapshots pruned, want all but 2", gone, len(taken))
+	}
+
+	refusing := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		http.Error(w, `{"errors":[{"code":"DENIED","message":"quota exceeded"}]}`, http.StatusForbidden)
+	}))
+	defer refusing.Close()
+	setSnapshots(&tenantryv1alpha1.SnapshotsSpec{Schedule: "@every 5s", Destination: snapshot.OCIScheme + strings.TrimPrefix(refusing.URL, "http://") + "/snapshots", Keep: 2})
+	eventually(t, time.Minute, "a scheduled snapshot refused by its registry", func(ctx context.Context) (bool, error) {
+		if err := host.Get(ctx, client.ObjectKeyFromObject(vc), vc); err != nil {
+			return false, err
+		}
+		f := vc.Status.Snapshots.LastFailure
+		return f != nil && strings.Contains(f.Message, "DENIED: quota exceeded"), fmt.Errorf("last failure %+v", f)
+	})
+	expectEvent(t, host, vc.Name, "SnapshotFailed")
+	awaitControlPlaneReady(t, host, vc, vc.Name+"'s control plane running on")
+	setSnapshots(nil)
 }
