@@ -212,6 +212,8 @@ func TestProvisionedControlPlane(t *testing.T) {
 		return out == "2", fmt.Errorf("%q: %v", out, err)
 	})
 
+	expectSleepAndWake(t, host, kubectl, vc, kubeconfig)
+
 	// Deleted: nothing of it is left in the host.
 	if err := host.Delete(ctx, vc); err != nil {
 		t.Fatal(err)

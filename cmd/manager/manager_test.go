@@ -674,8 +674,19 @@ func setPaused(t *testing.T, c client.Client, name string, paused bool) {
 // its current generation, has the status and reason.
 func expectReady(t *testing.T, c client.Client, name string, status metav1.ConditionStatus, reason string) *tenantryv1alpha1.VirtualCluster {
 	t.Helper()
+	return expectReadyIn(t, c, name, status, reason, time.Minute)
+}
+
+// expectReadyWithin waits up to timeout for name to be Ready.
+func expectReadyWithin(t *testing.T, c client.Client, name string, timeout time.Duration) *tenantryv1alpha1.VirtualCluster {
+	t.Helper()
+	return expectReadyIn(t, c, name, metav1.ConditionTrue, tenantryv1alpha1.ReasonSpawned, timeout)
+}
+
+func expectReadyIn(t *testing.T, c client.Client, name string, status metav1.ConditionStatus, reason string, timeout time.Duration) *tenantryv1alpha1.VirtualCluster {
+	t.Helper()
 	vc := &tenantryv1alpha1.VirtualCluster{}
-	eventually(t, 60*time.Second, fmt.Sprintf("%s Ready=%s/%s", name, status, reason), func(ctx context.Context) (bool, error) {
+	eventually(t, timeout, fmt.Sprintf("%s Ready=%s/%s", name, status, reason), func(ctx context.Context) (bool, error) {
 		if err := c.Get(ctx, client.ObjectKey{Name: name}, vc); err != nil {
 			return false, err
 		}

@@ -6,6 +6,7 @@
 //	tenantry list                              the VirtualClusters at a glance
 //	tenantry snapshot NAME --out FILE          a snapshot of a tenant whose control plane Tenantry runs
 //	tenantry restore NAME --from FILE          a tenant made again from a snapshot
+//	tenantry sleep NAME, tenantry wake NAME    stop a tenant's Pods in the host, and start them again
 //	tenantry dev                               start a local host, tenants and the controller-manager
 //
 // Run `tenantry <command> --help` for a command's flags. `tenantry dev`
@@ -30,7 +31,7 @@ import (
 // program is bin/tenantry's commands.
 var program = cli.Program{
 	Name:     "tenantry",
-	Commands: []cli.Command{createCommand, connectCommand, registerCommand, listCommand, snapshotCommand, restoreCommand, devCommand},
+	Commands: []cli.Command{createCommand, connectCommand, registerCommand, listCommand, snapshotCommand, restoreCommand, sleepCommand, wakeCommand, devCommand},
 	Note:     "The development tools (the dev environment, demo, bench, conformance) are " + devBinary + "'s: run '" + devBinary + " help'.",
 }
 

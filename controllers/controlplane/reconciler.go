@@ -95,6 +95,8 @@ type outcome struct {
 	message string
 	// warn records a Warning Event with the condition: bad input.
 	warn bool
+	// asleep: asked to sleep, and no Pod of the control plane runs.
+	asleep bool
 }
 
 // Reconcile makes and keeps a VirtualCluster's control plane.
@@ -165,6 +167,8 @@ func (r *Reconciler) provision(ctx context.Context, vc *tenantryv1alpha1.Virtual
 	if from, ok := restoringFrom(vc); ok {
 		// The snapshot's data were last run by its version.
 		spec.Restoring, ran = true, from
+	} else {
+		spec.Asleep = vc.Asleep()
 	}
 	if out, ok := r.checkVersion(spec.Version, ran); !ok {
 		return out, status, 0, nil
@@ -288,6 +292,10 @@ func (r *Reconciler) provision(ctx context.Context, vc *tenantryv1alpha1.Virtual
 		}
 	}
 	out := r.readiness(ctx, spec, kubeconfig)
+	if out.asleep {
+		// Its certificates still renew; its Pods' going brings it back.
+		return out, status, runningRequeue, nil
+	}
 	if !out.ready {
 		return out, status, provisioningRequeue, nil
 	}
@@ -375,6 +383,9 @@ func (r *Reconciler) readiness(ctx context.Context, spec controlplane.Spec, kube
 	// Its etcd first, if apart: the API server waits for it.
 	workloads := spec.StatefulSets()
 	slices.Reverse(workloads)
+	if spec.Asleep {
+		return r.sleeping(ctx, workloads)
+	}
 	for _, want := range workloads {
 		var sts appsv1.StatefulSet
 		if err := r.workloads.Get(ctx, client.ObjectKeyFromObject(want), &sts); err != nil {
@@ -407,6 +418,23 @@ func (r *Reconciler) readiness(ctx context.Context, spec controlplane.Spec, kube
 		return waiting("the API server does not answer ready through its Service: %v", err)
 	}
 	return outcome{ready: true, reason: tenantryv1alpha1.ReasonControlPlaneRunning, message: "the API server answers ready, and its controller-manager runs"}
+}
+
+// sleeping says whether the Pods of workloads, at zero replicas, are
+// gone.
+func (r *Reconciler) sleeping(ctx context.Context, workloads []*appsv1.StatefulSet) outcome {
+	for _, want := range workloads {
+		var pod corev1.Pod
+		switch err := r.workloads.Get(ctx, client.ObjectKey{Namespace: want.Namespace, Name: want.Name + "-0"}, &pod); {
+		case apierrors.IsNotFound(err):
+		case err != nil:
+			return outcome{reason: tenantryv1alpha1.ReasonSleepRequested, message: fmt.Sprintf("falling asleep: Pod %s-0: %v", want.Name, err)}
+		default:
+			return outcome{reason: tenantryv1alpha1.ReasonSleepRequested, message: fmt.Sprintf("falling asleep: Pod %s/%s still runs", pod.Namespace, pod.Name)}
+		}
+	}
+	return outcome{reason: tenantryv1alpha1.ReasonSleepRequested, asleep: true,
+		message: "asleep (tenantry sleep): no Pod of its control plane runs, and its data wait on their claim; tenantry wake wakes it"}
 }
 
 // probeReady asks the API server of kubeconfig for /readyz.
@@ -458,8 +486,17 @@ func (r *Reconciler) report(ctx context.Context, vc *tenantryv1alpha1.VirtualClu
 	if out.ready {
 		condition.Status = metav1.ConditionTrue
 	}
+	asleep := metav1.Condition{Type: tenantryv1alpha1.ConditionAsleep, Status: metav1.ConditionFalse,
+		Reason: tenantryv1alpha1.ReasonAwake, Message: "its control plane is not asked to sleep", ObservedGeneration: vc.Generation}
+	switch {
+	case out.asleep:
+		asleep.Status, asleep.Reason, asleep.Message = metav1.ConditionTrue, out.reason, out.message
+	case out.reason == tenantryv1alpha1.ReasonSleepRequested:
+		asleep.Reason, asleep.Message = tenantryv1alpha1.ReasonFallingAsleep, out.message
+	}
 	conditions := slices.Clone(vc.Status.Conditions)
 	changed := meta.SetStatusCondition(&conditions, condition)
+	changed = meta.SetStatusCondition(&conditions, asleep) || changed
 	if vc.Status.ControlPlane == nil || !equalStatus(*vc.Status.ControlPlane, status) {
 		changed = true
 	}
@@ -468,7 +505,8 @@ func (r *Reconciler) report(ctx context.Context, vc *tenantryv1alpha1.VirtualClu
 			TypeMeta:   metav1.TypeMeta{APIVersion: tenantryv1alpha1.GroupVersion.String(), Kind: "VirtualCluster"},
 			ObjectMeta: metav1.ObjectMeta{Name: vc.Name},
 			Status: tenantryv1alpha1.VirtualClusterStatus{
-				Conditions:   []metav1.Condition{*meta.FindStatusCondition(conditions, tenantryv1alpha1.ConditionControlPlaneReady)},
+				Conditions: []metav1.Condition{*meta.FindStatusCondition(conditions, tenantryv1alpha1.ConditionControlPlaneReady),
+					*meta.FindStatusCondition(conditions, tenantryv1alpha1.ConditionAsleep)},
 				ControlPlane: &status,
 			},
 		}

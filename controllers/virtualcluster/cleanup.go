@@ -83,3 +83,34 @@ func (r *Reconciler) deleteHostNamespaces(ctx context.Context, vc *tenantryv1alp
 	}
 	return nil
 }
+
+// deleteHostPods deletes the cluster's Pods in the host, as it goes to
+// sleep: only Pods in its own host namespaces, as Tenantry names the
+// tenant namespace they record. The tenant keeps its Pods; once awake,
+// those whose host Pod is gone end Failed, and their controllers make
+// new ones, as after a node's restart.
+func (r *Reconciler) deleteHostPods(ctx context.Context, vc *tenantryv1alpha1.VirtualCluster) error {
+	var pods corev1.PodList
+	if err := r.APIReader.List(ctx, &pods, client.MatchingLabels{
+		syncer.LabelManagedBy: syncer.ManagedByValue,
+		syncer.LabelCluster:   vc.Name,
+	}); err != nil {
+		return fmt.Errorf("listing host Pods of %s: %w", vc.Name, err)
+	}
+	deleted := 0
+	for i := range pods.Items {
+		p := &pods.Items[i]
+		if !p.DeletionTimestamp.IsZero() || p.Namespace != syncer.HostNamespace(vc.Name, p.Annotations[syncer.AnnotationTenantNamespace]) {
+			continue
+		}
+		if err := r.Client.Delete(ctx, p, client.Preconditions{UID: &p.UID}); client.IgnoreNotFound(err) != nil {
+			return fmt.Errorf("deleting host Pod %s/%s: %w", p.Namespace, p.Name, err)
+		}
+		deleted++
+	}
+	if deleted > 0 {
+		ctrl.LoggerFrom(ctx).Info("deleted the sleeping cluster's host Pods", "count", deleted)
+		r.Recorder.Eventf(vc, nil, corev1.EventTypeNormal, "HostPodsDeleted", "Sleep", "Deleted %d Pods of the cluster in the host: it sleeps", deleted)
+	}
+	return nil
+}

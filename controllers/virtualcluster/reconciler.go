@@ -212,6 +212,17 @@ func (r *Reconciler) reconcileCluster(ctx context.Context, vc *tenantryv1alpha1.
 		return readiness{status: metav1.ConditionFalse, reason: tenantryv1alpha1.ReasonPaused,
 			message: "Syncing is paused; nothing was deleted."}
 	}
+	if vc.Asleep() {
+		// Its controllers first, so that none writes of the Pods that go.
+		if err := r.stop(ctx, name); err != nil {
+			return notReady(tenantryv1alpha1.ReasonFailed, fmt.Sprintf("Stopping the sleeping cluster: %v", err), err)
+		}
+		if err := r.deleteHostPods(ctx, vc); err != nil {
+			return notReady(tenantryv1alpha1.ReasonFailed, fmt.Sprintf("Deleting the sleeping cluster's Pods in the host: %v", err), err)
+		}
+		return readiness{status: metav1.ConditionFalse, reason: tenantryv1alpha1.ReasonSleepRequested,
+			message: "Asleep (tenantry sleep): its controllers are stopped, and none of its Pods runs in the host; its objects and their other host copies stay. tenantry wake wakes it."}
+	}
 
 	if vc.Spec.ControlPlane != nil {
 		// A control plane that Tenantry runs: synced once it first runs;

@@ -55,7 +55,7 @@ func (r *Reconciler) updateStatus(ctx context.Context, vc *tenantryv1alpha1.Virt
 		r.Recorder.Eventf(vc, nil, out.event, out.reason, out.action, "%s", out.message)
 	case changedReason:
 		eventType := corev1.EventTypeNormal
-		if out.status != metav1.ConditionTrue && out.reason != tenantryv1alpha1.ReasonPaused && out.reason != tenantryv1alpha1.ReasonControlPlaneNotReady {
+		if out.status != metav1.ConditionTrue && !slices.Contains([]string{tenantryv1alpha1.ReasonPaused, tenantryv1alpha1.ReasonControlPlaneNotReady, tenantryv1alpha1.ReasonSleepRequested}, out.reason) {
 			eventType = corev1.EventTypeWarning
 		}
 		r.Recorder.Eventf(vc, nil, eventType, out.reason, "Reconcile", "%s", out.message)

@@ -143,6 +143,9 @@ type Spec struct {
 	// controller-manager writes to it meanwhile, and none has cached
 	// what it held before.
 	Restoring bool
+	// Asleep runs no Pod: every workload at zero replicas, the data's
+	// claim kept, to start again as it was.
+	Asleep bool
 	// ManagerPeers are who, besides the VirtualCluster's own host
 	// namespaces, may reach the API server: the manager's Pods (its
 	// namespace), or its addresses.
@@ -511,7 +514,7 @@ func (s Spec) statefulSet(name, service string, labels map[string]string, pod co
 	return &appsv1.StatefulSet{
 		ObjectMeta: s.meta(name),
 		Spec: appsv1.StatefulSetSpec{
-			Replicas:    ptr.To[int32](1),
+			Replicas:    ptr.To(s.replicas()),
 			ServiceName: service,
 			Selector:    &metav1.LabelSelector{MatchLabels: labels},
 			// The claim stays when the StatefulSet goes: the controller
@@ -528,6 +531,14 @@ func (s Spec) statefulSet(name, service string, labels map[string]string, pod co
 			VolumeClaimTemplates: claims,
 		},
 	}
+}
+
+// replicas is how many Pods each workload runs: one, none asleep.
+func (s Spec) replicas() int32 {
+	if s.Asleep {
+		return 0
+	}
+	return 1
 }
 
 // quotaBytes is etcd's backend quota for a volume of size: most of it,
