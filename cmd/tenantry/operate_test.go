@@ -97,6 +97,14 @@ func TestRegisterAndList(t *testing.T) {
 		t.Errorf("failed snapshots left %v (%v)", left, err)
 	}
 
+	// A registered tenant can neither sleep nor wake: Tenantry does not
+	// run its control plane.
+	for _, verb := range []string{"sleep", "wake"} {
+		if code, out := cli(verb, "shop"); code == 0 || !strings.Contains(out, "runs elsewhere (tenantry register)") {
+			t.Errorf("tenantry %s shop: exit %d, %q; want a refusal saying it runs elsewhere", verb, code, out)
+		}
+	}
+
 	// A restore is refused before it makes anything: into a name that
 	// exists, from a snapshot cut short, from a source that is neither a
 	// file nor an OCI artifact, from a registry that refuses, with
