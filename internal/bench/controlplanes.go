@@ -71,14 +71,20 @@ func runControlPlanes(ctx context.Context, o Options, out io.Writer) (_ []result
 	// At rest: the summaries average the last few seconds.
 	rest := 30 * time.Second
 	fmt.Fprintf(out, "    at rest for %s\n", rest)
-	select {
-	case <-ctx.Done():
-		return nil, ctx.Err()
-	case <-time.After(rest):
+	if err := pause(ctx, rest); err != nil {
+		return nil, err
 	}
 	memory, cpu, err := w.controlPlaneUsage(ctx, append(names, "cp-one"))
 	if err != nil {
 		return nil, err
+	}
+	var awakeMemory, asleepMemory float64
+	var woke []time.Duration
+	if len(names) > 1 {
+		fmt.Fprintf(out, "    %d of the %d asleep, at rest for %s; one woken %d times\n", len(names)-1, len(names), rest, wakes)
+		if awakeMemory, asleepMemory, woke, err = w.sleepAndWake(ctx, names, rest); err != nil {
+			return nil, err
+		}
 	}
 	fmt.Fprintf(out, "    under a sync load: %d ConfigMaps/s for %s\n", syncLoadRate, syncLoadFor)
 	loadMemory, loadCPU, written, err := w.controlPlaneUnderLoad(ctx, "cp-one")
@@ -99,7 +105,17 @@ func runControlPlanes(ctx context.Context, o Options, out io.Writer) (_ []result
 	loadNote := fmt.Sprintf("%s; ConfigMaps asked at %d/s in the tenant for %s (%d made) and synced to the host, read while they are", note, syncLoadRate, syncLoadFor, written)
 	snapshotNote := fmt.Sprintf("%s; of the tenant under the sync load, once it ended: %d keys (%d ConfigMaps made), %s storage, through the host's pods/portforward, as tenantry snapshot takes it", note, taken.Manifest.Keys, written, taken.Manifest.Storage)
 	perGiB := float64(1<<30) / memory
-	return []result{
+	var sleepResults []result
+	if len(woke) > 0 {
+		sleepNote := fmt.Sprintf("%s; every Pod of the host (the %d control planes made at once, cp-one, the kit's own), working sets summed from the kubelets' summaries, after %s at rest", note, len(names), rest)
+		sleepResults = []result{
+			{Name: fmt.Sprintf("host: memory in Pods, %d control planes awake", len(names)), Value: round(awakeMemory/(1<<20), 1), Unit: "MiB", Note: sleepNote},
+			{Name: fmt.Sprintf("host: memory in Pods, %d of them asleep", len(names)-1), Value: round(asleepMemory/(1<<20), 1), Unit: "MiB", Note: sleepNote + "; asleep as tenantry sleep puts them"},
+			ms(fmt.Sprintf("tenant: wake, median of %d", len(woke)), woke[len(woke)/2], "", fmt.Sprintf(
+				"%s; from the wake request (tenantry wake) to the first answer to a list of Pods through its kubeconfig; all %d: %v. A request that wakes it is not built yet", note, len(woke), woke)),
+		}
+	}
+	return append(sleepResults, []result{
 		ms("control plane: snapshot time", took, "", snapshotNote),
 		ms("control plane: restore time", restoring, "", snapshotNote+fmt.Sprintf(
 			"; restored as tenantry restore does, under another name on the same storage type, from the command to ControlPlaneReady=True (%s of it loading the keys)", loaded.Round(time.Millisecond))),
@@ -112,7 +128,7 @@ func runControlPlanes(ctx context.Context, o Options, out io.Writer) (_ []result
 		{Name: "control planes per GiB of host memory", Value: round(perGiB, 1), Unit: "control planes", Note: note + "; 1 GiB over the memory at rest"},
 		{Name: "control plane: memory under a sync load", Value: round(loadMemory/(1<<20), 1), Unit: "MiB", Note: loadNote},
 		{Name: "control plane: CPU under a sync load", Value: round(loadCPU*1000, 1), Unit: "millicores", Note: loadNote},
-	}, nil
+	}...), nil
 }
 
 // snapshotOf takes a snapshot of VirtualCluster name as `tenantry
@@ -266,22 +282,35 @@ func (w *managerWorld) awaitControlPlanes(ctx context.Context, names []string, s
 // controlPlaneUsage is the mean working set (bytes) and CPU (cores) of the
 // control planes' Pods, from the real kubelets' summaries.
 func (w *managerWorld) controlPlaneUsage(ctx context.Context, names []string) (memory, cpu float64, err error) {
-	var nodes corev1.NodeList
-	if err := w.host.List(ctx, &nodes); err != nil {
-		return 0, 0, err
-	}
 	namespaces := map[string]bool{}
 	for _, name := range names {
 		namespaces[controlplane.Namespace(name)] = true
 	}
-	n := 0
+	memory, cpu, n, err := w.podUsage(ctx, func(namespace string) bool { return namespaces[namespace] })
+	if err != nil {
+		return 0, 0, err
+	}
+	if n != len(names) {
+		return 0, 0, fmt.Errorf("the kubelets report %d of %d control planes' Pods", n, len(names))
+	}
+	return memory / float64(n), cpu / float64(n), nil
+}
+
+// podUsage is the working set (bytes) and CPU (cores) of the host's Pods
+// in the namespaces that in keeps, summed, and how many there are, from
+// the real kubelets' summaries.
+func (w *managerWorld) podUsage(ctx context.Context, in func(namespace string) bool) (memory, cpu float64, n int, err error) {
+	var nodes corev1.NodeList
+	if err := w.host.List(ctx, &nodes); err != nil {
+		return 0, 0, 0, err
+	}
 	for _, node := range nodes.Items {
 		if !strings.HasPrefix(node.Name, tenantrytest.KubeletNamePrefix) {
 			continue
 		}
 		body, err := w.hostREST.Get().AbsPath("/api/v1/nodes", node.Name, "proxy/stats/summary").DoRaw(ctx)
 		if err != nil {
-			return 0, 0, fmt.Errorf("node %s's summary: %w", node.Name, err)
+			return 0, 0, 0, fmt.Errorf("node %s's summary: %w", node.Name, err)
 		}
 		var summary struct {
 			Pods []struct {
@@ -295,18 +324,15 @@ func (w *managerWorld) controlPlaneUsage(ctx context.Context, names []string) (m
 			} `json:"pods"`
 		}
 		if err := json.Unmarshal(body, &summary); err != nil {
-			return 0, 0, fmt.Errorf("node %s's summary: %w", node.Name, err)
+			return 0, 0, 0, fmt.Errorf("node %s's summary: %w", node.Name, err)
 		}
 		for _, p := range summary.Pods {
-			if namespaces[p.PodRef.Namespace] {
+			if in(p.PodRef.Namespace) {
 				memory += float64(p.Memory.WorkingSetBytes)
 				cpu += float64(p.CPU.UsageNanoCores) / 1e9
 				n++
 			}
 		}
 	}
-	if n != len(names) {
-		return 0, 0, fmt.Errorf("the kubelets report %d of %d control planes' Pods", n, len(names))
-	}
-	return memory / float64(n), cpu / float64(n), nil
+	return memory, cpu, n, nil
 }

@@ -1,0 +1,139 @@
+package bench
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	tenantryv1alpha1 "github.com/tenantry/tenantry/pkg/apis/tenantry/v1alpha1"
+	tenantrytest "github.com/tenantry/tenantry/pkg/testing"
+)
+
+// wakes is how many times the sleep step wakes a tenant for its median.
+const wakes = 5
+
+// sleepAndWake measures the host's memory in Pods at rest with names
+// awake, then with all but the first asleep (as `tenantry sleep` puts
+// them), and the time from a wake request (`tenantry wake`) to the
+// first answer to a list of Pods through the tenant's kubeconfig, wakes
+// times over, of names[1]. It leaves names[1:] asleep.
+func (w *managerWorld) sleepAndWake(ctx context.Context, names []string, rest time.Duration) (awake, asleep float64, woke []time.Duration, err error) {
+	if len(names) < 2 {
+		return 0, 0, nil, fmt.Errorf("the sleep measure needs two control planes at least, not %d", len(names))
+	}
+	if awake, _, _, err = w.podUsage(ctx, func(string) bool { return true }); err != nil {
+		return 0, 0, nil, err
+	}
+	if err := w.sleep(ctx, names[1:]...); err != nil {
+		return 0, 0, nil, err
+	}
+	if err := pause(ctx, rest); err != nil {
+		return 0, 0, nil, err
+	}
+	if asleep, _, _, err = w.podUsage(ctx, func(string) bool { return true }); err != nil {
+		return 0, 0, nil, err
+	}
+	tenant, err := w.tenantClient(ctx, names[1])
+	if err != nil {
+		return 0, 0, nil, err
+	}
+	for i := range wakes {
+		if i > 0 {
+			if err := w.sleep(ctx, names[1]); err != nil {
+				return 0, 0, nil, err
+			}
+		}
+		began := time.Now()
+		if err := w.request(ctx, names[1], tenantryv1alpha1.AnnotationWakeRequestedAt); err != nil {
+			return 0, 0, nil, err
+		}
+		err := tenantrytest.Poll(ctx, 100*time.Millisecond, controlPlaneBudget, func(ctx context.Context) (bool, error) {
+			ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+			defer cancel()
+			_, err := tenant.CoreV1().Pods(metav1.NamespaceDefault).List(ctx, metav1.ListOptions{})
+			return err == nil, nil
+		})
+		if err != nil {
+			return 0, 0, nil, fmt.Errorf("%s woken: no answer: %w", names[1], err)
+		}
+		woke = append(woke, time.Since(began))
+	}
+	slices.Sort(woke)
+	return awake, asleep, woke, w.sleep(ctx, names[1])
+}
+
+// sleep asks each of names to sleep, and waits until each is asleep.
+func (w *managerWorld) sleep(ctx context.Context, names ...string) error {
+	for _, name := range names {
+		if err := w.request(ctx, name, tenantryv1alpha1.AnnotationSleepRequestedAt); err != nil {
+			return err
+		}
+	}
+	return tenantrytest.Poll(ctx, 250*time.Millisecond, controlPlaneBudget, func(ctx context.Context) (bool, error) {
+		var list tenantryv1alpha1.VirtualClusterList
+		if err := w.vcs.List(ctx, &list); err != nil {
+			return false, err
+		}
+		asleep := 0
+		for _, vc := range list.Items {
+			if c := meta.FindStatusCondition(vc.Status.Conditions, tenantryv1alpha1.ConditionAsleep); slices.Contains(names, vc.Name) && c != nil && c.Status == metav1.ConditionTrue {
+				asleep++
+			}
+		}
+		return asleep == len(names), nil
+	})
+}
+
+// request writes annotation, a request to sleep or to wake, on name, as
+// `tenantry sleep` and `wake` do.
+func (w *managerWorld) request(ctx context.Context, name, annotation string) error {
+	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{
+		annotation: time.Now().UTC().Format(time.RFC3339Nano),
+	}}})
+	if err != nil {
+		return err
+	}
+	vc := &tenantryv1alpha1.VirtualCluster{ObjectMeta: metav1.ObjectMeta{Name: name}}
+	if err := w.host.Patch(ctx, vc, client.RawPatch(types.MergePatchType, patch)); err != nil {
+		return fmt.Errorf("asking %s to sleep or wake: %w", name, err)
+	}
+	return nil
+}
+
+// tenantClient is a client of name's tenant, through the kubeconfig
+// Tenantry wrote.
+func (w *managerWorld) tenantClient(ctx context.Context, name string) (kubernetes.Interface, error) {
+	var secret corev1.Secret
+	if err := w.host.Get(ctx, client.ObjectKey{Namespace: secretsNamespace, Name: name + "-kubeconfig"}, &secret); err != nil {
+		return nil, fmt.Errorf("reading %s's kubeconfig Secret: %w", name, err)
+	}
+	config, err := clientcmd.RESTConfigFromKubeConfig(secret.Data[tenantryv1alpha1.DefaultKubeconfigKey])
+	if err != nil {
+		return nil, fmt.Errorf("%s's kubeconfig: %w", name, err)
+	}
+	tenant, err := kubernetes.NewForConfig(config)
+	if err != nil {
+		return nil, fmt.Errorf("a client of %s: %w", name, err)
+	}
+	return tenant, nil
+}
+
+// pause waits for d, or until ctx ends.
+func pause(ctx context.Context, d time.Duration) error {
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-time.After(d):
+		return nil
+	}
+}
