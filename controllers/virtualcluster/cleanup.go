@@ -90,6 +90,9 @@ func (r *Reconciler) deleteHostNamespaces(ctx context.Context, vc *tenantryv1alp
 // those whose host Pod is gone end Failed, and their controllers make
 // new ones, as after a node's restart.
 func (r *Reconciler) deleteHostPods(ctx context.Context, vc *tenantryv1alpha1.VirtualCluster) error {
+	if err := r.fenced(vc.Name); err != nil {
+		return err
+	}
 	var pods corev1.PodList
 	if err := r.APIReader.List(ctx, &pods, client.MatchingLabels{
 		syncer.LabelManagedBy: syncer.ManagedByValue,

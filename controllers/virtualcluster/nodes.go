@@ -20,6 +20,10 @@ func (r *Reconciler) keepNodes(ctx context.Context, vc *tenantryv1alpha1.Virtual
 	}
 	config, digest, bad := kc.config, kc.digest, kc.bad
 	switch {
+	case vc.Asleep():
+		// Its API server does not run: nothing to beat for.
+		r.Nodes.Forget(vc.Name)
+		return false
 	case bad != nil && bad.transient:
 		return false // what runs keeps running; the reconcile tells the rest
 	case bad != nil:
