@@ -275,19 +275,7 @@ func TestProvisionedControlPlane(t *testing.T) {
 	if who := kubectl.MustRun(t, gammaAtRestored, "", "auth", "whoami", "-o", "jsonpath={.status.userInfo.username}"); who != controlplane.AdminUser {
 		t.Errorf("gamma's kubeconfig at the restored tenant is %q, want %s", who, controlplane.AdminUser)
 	}
-	eventually(t, 3*time.Minute, "the restored Deployment's Pods running in the host", func(ctx context.Context) (bool, error) {
-		var pods corev1.PodList
-		if err := host.List(ctx, &pods, client.MatchingLabels{"app": "web"}); err != nil {
-			return false, err
-		}
-		running := 0
-		for _, p := range pods.Items {
-			if strings.HasPrefix(p.Namespace, "gamma-restored-") && p.Status.Phase == corev1.PodRunning {
-				running++
-			}
-		}
-		return running == 2, fmt.Errorf("%d running", running)
-	})
+	expectRunningInHost(t, host, "gamma-restored", "app=web", 2)
 	kubectl.MustRun(t, restoredKubeconfig, "", "run", "client-again", "--image="+agnhostImage, "--restart=Never", "--command", "--", "sleep", "3600")
 	kubectl.MustRun(t, restoredKubeconfig, "", "wait", "--for=condition=Ready", "--timeout=120s", "pod/client-again")
 	eventually(t, time.Minute, "GET http://web.default/hostname in the restored tenant", func(ctx context.Context) (bool, error) {

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"strings"
 	"testing"
@@ -11,28 +10,12 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	tenantryv1alpha1 "github.com/tenantry/tenantry/pkg/apis/tenantry/v1alpha1"
 	"github.com/tenantry/tenantry/pkg/controlplane"
 	tenantrytest "github.com/tenantry/tenantry/pkg/testing"
 )
-
-// requestSleep asks vc to sleep or to wake (annotation), as `tenantry
-// sleep` and `tenantry wake` do.
-func requestSleep(t *testing.T, host client.Client, vc *tenantryv1alpha1.VirtualCluster, annotation string) {
-	t.Helper()
-	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{
-		annotation: time.Now().UTC().Format(time.RFC3339Nano),
-	}}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := host.Patch(t.Context(), vc, client.RawPatch(types.MergePatchType, patch)); err != nil {
-		t.Fatal(err)
-	}
-}
 
 // expectSleepAndWake puts vc, with a Deployment "web" of two Pods and
 // its Service, to sleep: no Pod of its control plane nor of its
@@ -65,7 +48,9 @@ func expectSleepAndWake(t *testing.T, host client.Client, kubectl tenantrytest.K
 		return c, nil
 	}
 
-	requestSleep(t, host, vc, tenantryv1alpha1.AnnotationSleepRequestedAt)
+	if err := controlplane.AskToSleep(t.Context(), host, vc.Name); err != nil {
+		t.Fatal(err)
+	}
 	began := time.Now()
 	eventually(t, 2*time.Minute, vc.Name+" asleep, no Pod of it in the host", func(ctx context.Context) (bool, error) {
 		asleep, err := condition(ctx, tenantryv1alpha1.ConditionAsleep)
@@ -81,7 +66,9 @@ func expectSleepAndWake(t *testing.T, host client.Client, kubectl tenantrytest.K
 	t.Logf("%s fell asleep in %s", vc.Name, time.Since(began).Round(100*time.Millisecond))
 	expectReady(t, host, vc.Name, metav1.ConditionFalse, tenantryv1alpha1.ReasonSleepRequested)
 
-	requestSleep(t, host, vc, tenantryv1alpha1.AnnotationWakeRequestedAt)
+	if err := controlplane.AskToWake(t.Context(), host, vc.Name); err != nil {
+		t.Fatal(err)
+	}
 	began = time.Now()
 	expectReadyWithin(t, host, vc.Name, 3*time.Minute)
 	t.Logf("%s woke, Ready, in %s", vc.Name, time.Since(began).Round(100*time.Millisecond))
@@ -91,17 +78,28 @@ func expectSleepAndWake(t *testing.T, host client.Client, kubectl tenantrytest.K
 	if got := kubectl.MustRun(t, kubeconfig, "", "get", "service", "web", "-o", "jsonpath={.spec.clusterIP}"); got != clusterIP {
 		t.Errorf("the Service's cluster IP is %s after a sleep, was %s", got, clusterIP)
 	}
-	eventually(t, 3*time.Minute, "the Deployment's Pods running in the host again", func(ctx context.Context) (bool, error) {
+	expectRunningInHost(t, host, vc.Name, "app=web", 2)
+}
+
+// expectRunningInHost waits until want Pods labelled selector run in
+// cluster's host namespaces.
+func expectRunningInHost(t *testing.T, host client.Client, cluster, selector string, want int) {
+	t.Helper()
+	labels, err := metav1.ParseToLabelSelector(selector)
+	if err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 3*time.Minute, fmt.Sprintf("%d Pods %s of %s running in the host", want, selector, cluster), func(ctx context.Context) (bool, error) {
 		var pods corev1.PodList
-		if err := host.List(ctx, &pods, client.MatchingLabels{"app": "web"}); err != nil {
+		if err := host.List(ctx, &pods, client.MatchingLabels(labels.MatchLabels)); err != nil {
 			return false, err
 		}
 		running := 0
 		for _, p := range pods.Items {
-			if strings.HasPrefix(p.Namespace, vc.Name+"-") && p.Status.Phase == corev1.PodRunning {
+			if strings.HasPrefix(p.Namespace, cluster+"-") && p.Status.Phase == corev1.PodRunning {
 				running++
 			}
 		}
-		return running == 2, fmt.Errorf("%d running", running)
+		return running == want, fmt.Errorf("%d running", running)
 	})
 }

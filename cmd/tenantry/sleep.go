@@ -2,14 +2,12 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"flag"
 	"fmt"
 	"time"
 
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -30,8 +28,11 @@ var sleepCommand = cli.Command{
 		wait := fs.Bool("wait", true, "Wait until it sleeps (its condition Asleep is True).")
 		timeout := fs.Duration("timeout", 2*time.Minute, "How long --wait waits.")
 		return func(ctx context.Context, in cli.Invocation) error {
-			c, vc, err := requestSleep(ctx, host, in.Args[0], tenantryv1alpha1.AnnotationSleepRequestedAt)
+			c, vc, err := provisioned(ctx, host, in.Args[0])
 			if err != nil {
+				return err
+			}
+			if err := controlplane.AskToSleep(ctx, c, vc.Name); err != nil {
 				return err
 			}
 			if !*wait {
@@ -60,8 +61,11 @@ var wakeCommand = cli.Command{
 		wait := fs.Bool("wait", true, "Wait until it is Ready; if it is not within --timeout, print its reason and fail.")
 		timeout := fs.Duration("timeout", 5*time.Minute, "How long --wait waits.")
 		return func(ctx context.Context, in cli.Invocation) error {
-			c, vc, err := requestSleep(ctx, host, in.Args[0], tenantryv1alpha1.AnnotationWakeRequestedAt)
+			c, vc, err := provisioned(ctx, host, in.Args[0])
 			if err != nil {
+				return err
+			}
+			if err := controlplane.AskToWake(ctx, c, vc.Name); err != nil {
 				return err
 			}
 			if !*wait {
@@ -78,25 +82,15 @@ var wakeCommand = cli.Command{
 	},
 }
 
-// requestSleep writes annotation (a request to sleep or to wake) with
-// the time now on VirtualCluster name, whose control plane Tenantry must
-// run.
-func requestSleep(ctx context.Context, host hostFlags, name, annotation string) (client.Client, *tenantryv1alpha1.VirtualCluster, error) {
+// provisioned reads VirtualCluster name, whose control plane Tenantry
+// must run, and gives a client of the host.
+func provisioned(ctx context.Context, host hostFlags, name string) (client.Client, *tenantryv1alpha1.VirtualCluster, error) {
 	_, c, vc, err := host.virtualCluster(ctx, name)
 	if err != nil {
 		return nil, nil, err
 	}
 	if vc.Spec.ControlPlane == nil {
 		return nil, nil, fmt.Errorf("virtualcluster/%s: %w: it can neither sleep nor wake", name, controlplane.ErrNotProvisioned)
-	}
-	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{
-		annotation: time.Now().UTC().Format(time.RFC3339Nano),
-	}}})
-	if err != nil {
-		return nil, nil, err
-	}
-	if err := c.Patch(ctx, vc, client.RawPatch(types.MergePatchType, patch)); err != nil {
-		return nil, nil, fmt.Errorf("virtualcluster/%s: %w", name, err)
 	}
 	return c, vc, nil
 }

@@ -2,7 +2,6 @@ package bench
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"slices"
 	"time"
@@ -10,12 +9,12 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	tenantryv1alpha1 "github.com/tenantry/tenantry/pkg/apis/tenantry/v1alpha1"
+	"github.com/tenantry/tenantry/pkg/controlplane"
 	tenantrytest "github.com/tenantry/tenantry/pkg/testing"
 )
 
@@ -54,7 +53,7 @@ func (w *managerWorld) sleepAndWake(ctx context.Context, names []string, rest ti
 			}
 		}
 		began := time.Now()
-		if err := w.request(ctx, names[1], tenantryv1alpha1.AnnotationWakeRequestedAt); err != nil {
+		if err := controlplane.AskToWake(ctx, w.host, names[1]); err != nil {
 			return 0, 0, nil, err
 		}
 		err := tenantrytest.Poll(ctx, 100*time.Millisecond, controlPlaneBudget, func(ctx context.Context) (bool, error) {
@@ -75,7 +74,7 @@ func (w *managerWorld) sleepAndWake(ctx context.Context, names []string, rest ti
 // sleep asks each of names to sleep, and waits until each is asleep.
 func (w *managerWorld) sleep(ctx context.Context, names ...string) error {
 	for _, name := range names {
-		if err := w.request(ctx, name, tenantryv1alpha1.AnnotationSleepRequestedAt); err != nil {
+		if err := controlplane.AskToSleep(ctx, w.host, name); err != nil {
 			return err
 		}
 	}
@@ -92,22 +91,6 @@ func (w *managerWorld) sleep(ctx context.Context, names ...string) error {
 		}
 		return asleep == len(names), nil
 	})
-}
-
-// request writes annotation, a request to sleep or to wake, on name, as
-// `tenantry sleep` and `wake` do.
-func (w *managerWorld) request(ctx context.Context, name, annotation string) error {
-	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{
-		annotation: time.Now().UTC().Format(time.RFC3339Nano),
-	}}})
-	if err != nil {
-		return err
-	}
-	vc := &tenantryv1alpha1.VirtualCluster{ObjectMeta: metav1.ObjectMeta{Name: name}}
-	if err := w.host.Patch(ctx, vc, client.RawPatch(types.MergePatchType, patch)); err != nil {
-		return fmt.Errorf("asking %s to sleep or wake: %w", name, err)
-	}
-	return nil
 }
 
 // tenantClient is a client of name's tenant, through the kubeconfig
