@@ -228,6 +228,21 @@ func TestMonitoring(t *testing.T) {
 			return served.has("tenantry_dns_queries_total") && served.has("tenantry_dns_query_duration_seconds"), fmt.Errorf("query: %v", dnsErr)
 		})
 
+		// A VirtualCluster with scheduled snapshots: its series, at 0
+		// before its first (its control plane never runs here).
+		scheduled := &tenantryv1alpha1.VirtualCluster{
+			ObjectMeta: metav1.ObjectMeta{Name: "scheduled"},
+			Spec: tenantryv1alpha1.VirtualClusterSpec{
+				KubeconfigSecretRef: tenantryv1alpha1.SecretKeyReference{Namespace: "default", Name: "scheduled-kubeconfig"},
+				ControlPlane:        &tenantryv1alpha1.ControlPlaneSpec{},
+				Snapshots:           &tenantryv1alpha1.SnapshotsSpec{Schedule: "@daily", Destination: "oci://127.0.0.1:9/snapshots"},
+			},
+		}
+		if err := host.Create(ctx, scheduled); err != nil {
+			t.Fatal(err)
+		}
+		s.waitServed(t, "a VirtualCluster with scheduled snapshots", "tenantry_snapshot_last_success_timestamp_seconds", "tenantry_snapshots_total")
+
 		// Stopped (paused), then spawned again.
 		setPaused(t, host, "mon", true)
 		expectReady(t, host, "mon", metav1.ConditionFalse, tenantryv1alpha1.ReasonPaused)

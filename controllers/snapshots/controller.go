@@ -35,9 +35,8 @@ import (
 	"github.com/tenantry/tenantry/pkg/snapshot"
 )
 
-// +kubebuilder:rbac:groups=tenantry.dev,resources=virtualclusters,verbs=get;list;watch
+// +kubebuilder:rbac:groups=tenantry.dev,resources=virtualclusters;datastores,verbs=list;watch
 // +kubebuilder:rbac:groups=tenantry.dev,resources=virtualclusters/status,verbs=patch
-// +kubebuilder:rbac:groups=tenantry.dev,resources=datastores,verbs=get
 // +kubebuilder:rbac:groups="",resources=secrets,verbs=get
 // +kubebuilder:rbac:groups="",resources=pods/portforward,verbs=create
 
@@ -88,7 +87,7 @@ func scheduled(o client.Object) bool {
 type Reconciler struct {
 	client client.Client
 	// apiReader reads what no cache holds: Secrets (the control plane's
-	// certificates, the registry's credentials), DataStores.
+	// certificates, the registry's credentials).
 	apiReader client.Reader
 	// config is the host's, through which the storage is reached.
 	config   *rest.Config
@@ -113,6 +112,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	}
 	log := ctrl.LoggerFrom(ctx).WithValues("cluster", vc.Name)
 	ctx = ctrl.LoggerInto(ctx, log)
+	reportLastSuccess(&vc)
 	now := r.now()
 	status := tenantryv1alpha1.SnapshotsStatus{}
 	if vc.Status.Snapshots != nil {
@@ -156,7 +156,6 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		status.LastSuccessful = record
 		snapshotsTotal.WithLabelValues(resultSucceeded).Inc()
 		snapshotDuration.Observe(record.Took.Seconds())
-		lastSuccess.WithLabelValues(vc.Name).Set(float64(record.Time.Unix()))
 		r.recorder.Eventf(&vc, nil, corev1.EventTypeNormal, ReasonSnapshotTaken, "Snapshot", "pushed %s: %d keys, %d bytes, in %s",
 			record.Reference, record.Keys, record.Size, record.Took.Duration)
 		log.Info("took a scheduled snapshot", "reference", record.Reference, "keys", record.Keys, "bytes", record.Size, "took", record.Took.Duration)
@@ -167,6 +166,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	if err := r.writeStatus(ctx, &vc, status); err != nil {
 		return ctrl.Result{}, err
 	}
+	reportLastSuccess(&vc)
 	now = r.now()
 	return ctrl.Result{RequeueAfter: max(schedule.Next(now).Sub(now), time.Second)}, nil
 }
@@ -190,7 +190,7 @@ func (r *Reconciler) take(ctx context.Context, vc *tenantryv1alpha1.VirtualClust
 		return nil, nil, err
 	}
 	defer os.Remove(f.Name())
-	taken, err := snapshot.OfVirtualCluster(ctx, r.config, r.apiReader, vc, f, "")
+	taken, err := snapshot.OfVirtualCluster(ctx, r.config, storageReader{cache: r.client, api: r.apiReader}, vc, f, "")
 	if closeErr := f.Close(); err == nil {
 		err = closeErr
 	}
@@ -213,6 +213,25 @@ func (r *Reconciler) take(ctx context.Context, vc *tenantryv1alpha1.VirtualClust
 		pruneErr = fmt.Errorf("pushed %s, and could not delete the snapshots beyond the %d newest: %w", record.Reference, keep, err)
 	}
 	return record, pruneErr, nil
+}
+
+// storageReader reads what reaching a tenant's storage needs: its
+// DataStore from the manager's cache (which holds them all), the rest
+// (its certificates' Secret) from the API server, as no cache of every
+// Secret is kept.
+type storageReader struct {
+	cache, api client.Reader
+}
+
+func (r storageReader) Get(ctx context.Context, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+	if _, ok := obj.(*tenantryv1alpha1.DataStore); ok {
+		return r.cache.Get(ctx, key, obj, opts...)
+	}
+	return r.api.Get(ctx, key, obj, opts...)
+}
+
+func (r storageReader) List(ctx context.Context, list client.ObjectList, opts ...client.ListOption) error {
+	return r.api.List(ctx, list, opts...)
 }
 
 // registry reaches the registry with the credentials spec names.
