@@ -24,6 +24,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/events"
+	"k8s.io/client-go/util/retry"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -163,7 +164,15 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	if pruneErr != nil {
 		r.recorder.Eventf(&vc, nil, corev1.EventTypeWarning, ReasonSnapshotsNotPruned, "Prune", "%v", pruneErr)
 	}
-	if err := r.writeStatus(ctx, &vc, status); err != nil {
+	// The outcome is kept whatever else wrote the status meanwhile (the
+	// control plane's conditions): read again on a conflict.
+	err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		if err := r.client.Get(ctx, req.NamespacedName, &vc); err != nil {
+			return err
+		}
+		return r.writeStatus(ctx, &vc, status)
+	})
+	if err != nil {
 		return ctrl.Result{}, err
 	}
 	reportLastSuccess(&vc)
