@@ -15,8 +15,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	tenantryv1alpha1 "github.com/tenantry/tenantry/pkg/apis/tenantry/v1alpha1"
@@ -179,18 +177,9 @@ const (
 // kubeconfig Tenantry wrote, at syncLoadRate for syncLoadFor, then reads
 // its control plane Pod's working set and CPU while the load goes on.
 func (w *managerWorld) controlPlaneUnderLoad(ctx context.Context, name string) (memory, cpu float64, written int, err error) {
-	var secret corev1.Secret
-	if err := w.host.Get(ctx, client.ObjectKey{Namespace: secretsNamespace, Name: name + "-kubeconfig"}, &secret); err != nil {
-		return 0, 0, 0, fmt.Errorf("reading %s's kubeconfig Secret: %w", name, err)
-	}
-	config, err := clientcmd.RESTConfigFromKubeConfig(secret.Data[tenantryv1alpha1.DefaultKubeconfigKey])
+	tenant, err := w.tenantClient(ctx, name, 2*syncLoadRate)
 	if err != nil {
-		return 0, 0, 0, fmt.Errorf("%s's kubeconfig: %w", name, err)
-	}
-	config.QPS, config.Burst = 2*syncLoadRate, 2*syncLoadRate
-	tenant, err := kubernetes.NewForConfig(config)
-	if err != nil {
-		return 0, 0, 0, fmt.Errorf("a client of %s: %w", name, err)
+		return 0, 0, 0, err
 	}
 	loadCtx, stop := context.WithCancel(ctx)
 	done := make(chan error, 1)

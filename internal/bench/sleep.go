@@ -42,7 +42,7 @@ func (w *managerWorld) sleepAndWake(ctx context.Context, names []string, rest ti
 	if asleep, _, _, err = w.podUsage(ctx, func(string) bool { return true }); err != nil {
 		return 0, 0, nil, err
 	}
-	tenant, err := w.tenantClient(ctx, names[1])
+	tenant, err := w.tenantClient(ctx, names[1], 0)
 	if err != nil {
 		return 0, 0, nil, err
 	}
@@ -94,8 +94,8 @@ func (w *managerWorld) sleep(ctx context.Context, names ...string) error {
 }
 
 // tenantClient is a client of name's tenant, through the kubeconfig
-// Tenantry wrote.
-func (w *managerWorld) tenantClient(ctx context.Context, name string) (kubernetes.Interface, error) {
+// Tenantry wrote, at qps (0: client-go's default).
+func (w *managerWorld) tenantClient(ctx context.Context, name string, qps int) (kubernetes.Interface, error) {
 	var secret corev1.Secret
 	if err := w.host.Get(ctx, client.ObjectKey{Namespace: secretsNamespace, Name: name + "-kubeconfig"}, &secret); err != nil {
 		return nil, fmt.Errorf("reading %s's kubeconfig Secret: %w", name, err)
@@ -103,6 +103,9 @@ func (w *managerWorld) tenantClient(ctx context.Context, name string) (kubernete
 	config, err := clientcmd.RESTConfigFromKubeConfig(secret.Data[tenantryv1alpha1.DefaultKubeconfigKey])
 	if err != nil {
 		return nil, fmt.Errorf("%s's kubeconfig: %w", name, err)
+	}
+	if qps > 0 {
+		config.QPS, config.Burst = float32(qps), qps
 	}
 	tenant, err := kubernetes.NewForConfig(config)
 	if err != nil {
