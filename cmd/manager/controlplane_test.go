@@ -55,7 +55,7 @@ func TestProvisionedControlPlane(t *testing.T) {
 	startManager(t, data, "--dns-bind-address", net.JoinHostPort(kitIP, "53"), "--dns-nameserver", kitIP,
 		"--dns-upstream", startUpstream(t), "--kubelet-bind-address", freeAddrOn(t, kitIP),
 		// The manager runs on this machine, outside the host's Pods.
-		"--control-plane-manager-cidrs", env.KitNetworkCIDR())
+		"--control-plane-manager-cidrs", env.KitNetworkCIDR(), "--control-plane-wake-address", kitIP)
 	ctx := t.Context()
 
 	vc := &tenantryv1alpha1.VirtualCluster{
@@ -337,7 +337,7 @@ func TestControlPlaneStorageAndVersions(t *testing.T) {
 	kitIP := env.KitIP()
 	startManager(t, data, "--dns-bind-address", net.JoinHostPort(kitIP, "53"), "--dns-nameserver", kitIP,
 		"--dns-upstream", startUpstream(t), "--kubelet-bind-address", freeAddrOn(t, kitIP),
-		"--control-plane-manager-cidrs", env.KitNetworkCIDR(), "--control-plane-versions", previousVersion)
+		"--control-plane-manager-cidrs", env.KitNetworkCIDR(), "--control-plane-wake-address", kitIP, "--control-plane-versions", previousVersion)
 
 	onStore := tenantryv1alpha1.ControlPlaneStorage{Type: tenantryv1alpha1.StorageDataStore, DataStore: "shared"}
 	vcs := map[string]*tenantryv1alpha1.VirtualCluster{}

@@ -8,12 +8,18 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	tenantryv1alpha1 "github.com/tenantry/tenantry/pkg/apis/tenantry/v1alpha1"
 	"github.com/tenantry/tenantry/pkg/controlplane"
+	"github.com/tenantry/tenantry/pkg/controlplane/waker"
 	tenantrytest "github.com/tenantry/tenantry/pkg/testing"
 )
 
@@ -66,12 +72,32 @@ func expectSleepAndWake(t *testing.T, host client.Client, kubectl tenantrytest.K
 	t.Logf("%s fell asleep in %s", vc.Name, time.Since(began).Round(100*time.Millisecond))
 	expectReady(t, host, vc.Name, metav1.ConditionFalse, tenantryv1alpha1.ReasonSleepRequested)
 
-	if err := controlplane.AskToWake(t.Context(), host, vc.Name); err != nil {
-		t.Fatal(err)
+	// Asleep, its API server's Service sends clients to the manager,
+	// which refuses a request without credentials at once, waking
+	// nothing.
+	expectAnonymousRefused(t, kubeconfig)
+	if asleep, err := condition(t.Context(), tenantryv1alpha1.ConditionAsleep); err != nil || asleep.Status != metav1.ConditionTrue {
+		t.Fatalf("after a request without credentials, condition Asleep %+v: %v", asleep, err)
 	}
+	// kubectl through the kubeconfig wakes it, held until it answers.
+	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
+	defer cancel()
 	began = time.Now()
+	out, err := kubectl.Run(ctx, kubeconfig, "", "get", "pods", "-l", "app=web", "-o", "name")
+	if err != nil {
+		t.Fatalf("kubectl get pods, asleep: %v", err)
+	}
+	t.Logf("kubectl get pods woke %s and was answered in %s", vc.Name, time.Since(began).Round(100*time.Millisecond))
+	if n := strings.Count(out, "pod/web-"); n != 2 {
+		t.Errorf("kubectl get pods, woken: %d Pods of web, want 2:\n%s", n, out)
+	}
+	expectEvent(t, host, vc.Name, "WakeRequested")
 	expectReadyWithin(t, host, vc.Name, 3*time.Minute)
 	t.Logf("%s woke, Ready, in %s", vc.Name, time.Since(began).Round(100*time.Millisecond))
+	eventually(t, time.Minute, "the waker's EndpointSlice gone", func(ctx context.Context) (bool, error) {
+		err := host.Get(ctx, client.ObjectKey{Namespace: controlplane.Namespace(vc.Name), Name: waker.EndpointSliceName}, &discoveryv1.EndpointSlice{})
+		return apierrors.IsNotFound(err), err
+	})
 	if asleep, err := condition(t.Context(), tenantryv1alpha1.ConditionAsleep); err != nil || asleep.Status != metav1.ConditionFalse {
 		t.Errorf("awake, condition Asleep %+v: %v", asleep, err)
 	}
@@ -102,4 +128,25 @@ func expectRunningInHost(t *testing.T, host client.Client, cluster, selector str
 		}
 		return running == want, fmt.Errorf("%d running", running)
 	})
+}
+
+// expectAnonymousRefused sends a request without credentials to the API
+// server of kubeconfig, trusting its CA: it is refused with 401 and a
+// message that says the tenant sleeps.
+func expectAnonymousRefused(t *testing.T, kubeconfig string) {
+	t.Helper()
+	config, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	anonymous := rest.AnonymousClientConfig(config)
+	anonymous.Timeout = 30 * time.Second
+	c, err := kubernetes.NewForConfig(anonymous)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = c.CoreV1().Pods("default").List(t.Context(), metav1.ListOptions{})
+	if !apierrors.IsUnauthorized(err) || !strings.Contains(err.Error(), "is asleep") {
+		t.Errorf("a request without credentials to a sleeping tenant: %v, want 401 saying it sleeps", err)
+	}
 }

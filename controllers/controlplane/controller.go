@@ -10,6 +10,7 @@ package controlplane
 
 import (
 	"context"
+	"time"
 
 	"go.uber.org/fx"
 	appsv1 "k8s.io/api/apps/v1"
@@ -26,6 +27,7 @@ import (
 
 	tenantryv1alpha1 "github.com/tenantry/tenantry/pkg/apis/tenantry/v1alpha1"
 	"github.com/tenantry/tenantry/pkg/controlplane"
+	"github.com/tenantry/tenantry/pkg/controlplane/waker"
 	"github.com/tenantry/tenantry/pkg/syncer/pods"
 )
 
@@ -37,6 +39,7 @@ import (
 // +kubebuilder:rbac:groups=networking.k8s.io,resources=servicecidrs,verbs=list
 // +kubebuilder:rbac:groups=tenantry.dev,resources=virtualclusters,verbs=list;watch;patch
 // +kubebuilder:rbac:groups=tenantry.dev,resources=virtualclusters/status,verbs=patch
+// +kubebuilder:rbac:groups=discovery.k8s.io,resources=endpointslices,verbs=create;patch;delete
 
 // ControllerName names the controller, its logger and its Events.
 const ControllerName = "controlplane"
@@ -70,6 +73,13 @@ type Options struct {
 	// meet as the tenant's own claims must. Nil: no class but the
 	// default.
 	StoragePolicy func(*tenantryv1alpha1.VirtualCluster) pods.StoragePolicy
+	// WakeAddress is the IP of this replica that the host's nodes reach,
+	// where sleeping control planes' API servers are answered (package
+	// waker). Default: $POD_IP, else the machine's default-route address.
+	WakeAddress string
+	// WakeHoldTimeout bounds how long a request to a sleeping control
+	// plane is held while it wakes. Default waker.DefaultHoldTimeout.
+	WakeHoldTimeout time.Duration
 }
 
 type params struct {
@@ -79,8 +89,36 @@ type params struct {
 	Options Options `optional:"true"`
 }
 
-// Module adds the control plane controller to the management app.
-var Module = fx.Module(ControllerName, fx.Invoke(setup))
+// Module adds the control plane controller to the management app, and
+// provides the *waker.Waker that answers for sleeping control planes.
+var Module = fx.Module(ControllerName, fx.Provide(newWaker), fx.Invoke(setup))
+
+// newWaker makes the Waker and runs it with the manager; nil when
+// provisioning is off.
+func newWaker(p params) (*waker.Waker, error) {
+	if p.Options.Version == "" {
+		return nil, nil
+	}
+	address := p.Options.WakeAddress
+	if address == "" {
+		var err error
+		if address, err = defaultWakeAddress(); err != nil {
+			return nil, err
+		}
+	}
+	w, err := waker.New(waker.Options{
+		Address: address, HoldTimeout: p.Options.WakeHoldTimeout,
+		Host: p.Manager.GetClient(), APIReader: p.Manager.GetAPIReader(),
+		Logger: p.Manager.GetLogger().WithName("waker"),
+	})
+	if err != nil {
+		return nil, err
+	}
+	if err := p.Manager.Add(w); err != nil {
+		return nil, err
+	}
+	return w, nil
+}
 
 func setup(p params) error {
 	opts := p.Options

@@ -8,9 +8,11 @@ import (
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
+	utilnet "k8s.io/apimachinery/pkg/util/net"
 	"sigs.k8s.io/yaml"
 
 	"github.com/tenantry/tenantry/pkg/controlplane"
+	"github.com/tenantry/tenantry/pkg/controlplane/waker"
 )
 
 // DefaultOptions run the pinned releases, and let in the manager's own
@@ -52,6 +54,29 @@ func (o *Options) BindFlags(fs *flag.FlagSet) {
 			}
 			return nil
 		})
+	fs.Func("control-plane-wake-address", "IP of this replica that the host's nodes reach, where a sleeping control plane's API server is answered, so that a request wakes it (default: $POD_IP, else this machine's default-route address).",
+		func(v string) error {
+			if net.ParseIP(v) == nil {
+				return fmt.Errorf("%q is not an IP", v)
+			}
+			o.WakeAddress = v
+			return nil
+		})
+	fs.DurationVar(&o.WakeHoldTimeout, "control-plane-wake-timeout", waker.DefaultHoldTimeout,
+		"How long a request to a sleeping control plane is held while it wakes, at most (the request's own timeout may be shorter).")
+}
+
+// defaultWakeAddress is the Waker's address unless told: the Pod's, else
+// the machine's default-route address.
+func defaultWakeAddress() (string, error) {
+	if ip := os.Getenv("POD_IP"); ip != "" {
+		return ip, nil
+	}
+	ip, err := utilnet.ChooseHostInterface()
+	if err != nil {
+		return "", fmt.Errorf("control planes: no --control-plane-wake-address given and none found: %w", err)
+	}
+	return ip.String(), nil
 }
 
 // readResources reads a --control-plane-resources file over the built-in

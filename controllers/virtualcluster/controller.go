@@ -29,6 +29,7 @@ import (
 
 	tenantryv1alpha1 "github.com/tenantry/tenantry/pkg/apis/tenantry/v1alpha1"
 	"github.com/tenantry/tenantry/pkg/clusterregistry"
+	"github.com/tenantry/tenantry/pkg/controlplane/waker"
 	"github.com/tenantry/tenantry/pkg/sharding"
 	"github.com/tenantry/tenantry/pkg/syncer/pods"
 )
@@ -83,6 +84,9 @@ type params struct {
 	// Nodes keeps the virtual nodes of clusters whose apps do not run
 	// alive (the syncers' module provides it).
 	Nodes *pods.NodeHeartbeat `optional:"true"`
+	// Waker answers for sleeping control planes' API servers (the control
+	// plane controller's module provides it when it runs control planes).
+	Waker *waker.Waker `optional:"true"`
 }
 
 // Module adds the VirtualCluster controller to the management app.
@@ -112,6 +116,17 @@ func setup(p params) error {
 	}
 	if p.Nodes != nil {
 		r.Nodes = p.Nodes
+	}
+	if p.Waker != nil {
+		r.Waker = p.Waker
+		p.Waker.OnWake(func(cluster, user, request string) {
+			var vc tenantryv1alpha1.VirtualCluster
+			if err := r.Client.Get(context.Background(), types.NamespacedName{Name: cluster}, &vc); err != nil {
+				return
+			}
+			r.Recorder.Eventf(&vc, nil, corev1.EventTypeNormal, "WakeRequested", "Wake",
+				"A request of %s to the sleeping control plane's API server (%s) asked it to wake; it is held until the API server answers", user, request)
+		})
 	}
 	if err := p.Manager.GetFieldIndexer().IndexField(context.Background(), &tenantryv1alpha1.VirtualCluster{}, secretRefIndex,
 		func(o client.Object) []string {

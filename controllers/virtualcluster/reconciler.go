@@ -58,6 +58,9 @@ type Reconciler struct {
 	// Nodes, if set, keeps the virtual nodes of the clusters this replica
 	// runs alive while their apps do not run: paused, or not started yet.
 	Nodes NodeKeeper
+	// Waker, if set, answers for the API servers of the sleeping control
+	// planes that this replica runs, so that a request wakes them.
+	Waker Waker
 
 	// secrets are the kubeconfig Secrets read, by version.
 	secrets kubeconfigSecrets
@@ -92,6 +95,20 @@ type NodeKeeper interface {
 	Kept(name string) bool
 	// Forget stops renewing cluster name's Leases.
 	Forget(name string)
+}
+
+// Waker answers for the API servers of sleeping control planes
+// (waker.Waker).
+type Waker interface {
+	// Hold answers for cluster's API server from now on.
+	Hold(ctx context.Context, cluster string) error
+	// Release stops answering for it, once its control plane answers.
+	Release(ctx context.Context, cluster string) error
+	// Holds says whether it answers for cluster.
+	Holds(cluster string) bool
+	// Forget stops answering for cluster at once: it is gone, or another
+	// replica runs it.
+	Forget(cluster string)
 }
 
 // readiness is what a reconcile found out: the Ready condition to report,
@@ -205,6 +222,9 @@ func (r *Reconciler) reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 // the kubeconfig it names.
 func (r *Reconciler) reconcileCluster(ctx context.Context, vc *tenantryv1alpha1.VirtualCluster, kc kubeconfig) readiness {
 	name := vc.Name
+	if err := r.answerWhileAsleep(ctx, vc); err != nil {
+		return notReady(tenantryv1alpha1.ReasonFailed, fmt.Sprintf("Answering for the sleeping control plane's API server: %v", err), err)
+	}
 	if vc.Spec.Paused {
 		if err := r.stop(ctx, name); err != nil {
 			return notReady(tenantryv1alpha1.ReasonFailed, fmt.Sprintf("Stopping the paused cluster: %v", err), err)
@@ -220,8 +240,14 @@ func (r *Reconciler) reconcileCluster(ctx context.Context, vc *tenantryv1alpha1.
 		if err := r.deleteHostPods(ctx, vc); err != nil {
 			return notReady(tenantryv1alpha1.ReasonFailed, fmt.Sprintf("Deleting the sleeping cluster's Pods in the host: %v", err), err)
 		}
-		return readiness{status: metav1.ConditionFalse, reason: tenantryv1alpha1.ReasonSleepRequested,
+		out := readiness{status: metav1.ConditionFalse, reason: tenantryv1alpha1.ReasonSleepRequested,
 			message: "Asleep (tenantry sleep): its controllers are stopped, and none of its Pods runs in the host; its objects and their other host copies stay. tenantry wake wakes it."}
+		if r.Waker != nil {
+			out.message += " So does a request to its API server."
+			// Its renewed certificates serve the requests that wake it.
+			out.after = asleepRecheck
+		}
+		return out
 	}
 
 	if vc.Spec.ControlPlane != nil {
@@ -338,6 +364,28 @@ func (r *Reconciler) reconcileCluster(ctx context.Context, vc *tenantryv1alpha1.
 	return out
 }
 
+// asleepRecheck is how often a sleeping control plane's certificates are
+// read again for the Waker.
+const asleepRecheck = time.Hour
+
+// answerWhileAsleep has the Waker answer for the API server of vc's
+// control plane while it sleeps, and while it wakes for a request the
+// Waker held; and stop once it answers itself. An EndpointSlice that
+// another replica left (it stopped while the control plane woke) goes
+// too: its port answers no more.
+func (r *Reconciler) answerWhileAsleep(ctx context.Context, vc *tenantryv1alpha1.VirtualCluster) error {
+	if r.Waker == nil || vc.Spec.ControlPlane == nil {
+		return nil
+	}
+	if vc.Asleep() {
+		return r.Waker.Hold(ctx, vc.Name)
+	}
+	if meta.IsStatusConditionTrue(vc.Status.Conditions, tenantryv1alpha1.ConditionControlPlaneReady) || !r.Waker.Holds(vc.Name) {
+		return r.Waker.Release(ctx, vc.Name)
+	}
+	return nil
+}
+
 // clusterIDTimeout bounds the tenant request that tells it from the host.
 const clusterIDTimeout = 10 * time.Second
 
@@ -352,6 +400,9 @@ func (r *Reconciler) forget(name string) {
 	r.mu.Unlock()
 	if r.Nodes != nil {
 		r.Nodes.Forget(name)
+	}
+	if r.Waker != nil {
+		r.Waker.Forget(name)
 	}
 }
 

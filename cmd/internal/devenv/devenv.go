@@ -238,6 +238,8 @@ func start(ctx context.Context, o Options, progress func(string)) (_ *Env, retEr
 		// This process reaches the control planes Tenantry runs from the
 		// kit network, through a node's kube-proxy.
 		opts.ControlPlane.ManagerCIDRs = []string{d.env.KitNetworkCIDR()}
+		// And answers for sleeping control planes there.
+		opts.ControlPlane.WakeAddress = kitIP
 	}
 	if o.Provisioned > 0 && !d.realNodes {
 		return nil, fmt.Errorf("--provisioned %d: control planes run as host Pods, which need real nodes", o.Provisioned)

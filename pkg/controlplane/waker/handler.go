@@ -1,0 +1,283 @@
+package waker
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"net/http/httputil"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	tenantryv1alpha1 "github.com/tenantry/tenantry/pkg/apis/tenantry/v1alpha1"
+	"github.com/tenantry/tenantry/pkg/controlplane"
+)
+
+// Headers of an aggregating proxy (the API server's --requestheader-*
+// flags): the user of a held request's client certificate.
+const (
+	headerUser        = "X-Remote-User"
+	headerGroup       = "X-Remote-Group"
+	headerPrefix      = "X-Remote-"
+	askAgainAfter     = 10 * time.Second
+	askTimeout        = 10 * time.Second
+	readyProbeTimeout = 2 * time.Second
+)
+
+// caller is who sent a request: a client certificate's user, or a bearer
+// token's (unknown until the API server judges it).
+type caller struct {
+	user   string
+	groups []string
+	// token: no certificate, a bearer token.
+	token bool
+}
+
+func (c caller) String() string {
+	if c.token {
+		return "a bearer token"
+	}
+	return strconv.Quote(c.user)
+}
+
+// callerOf is who sent r, if anyone: a client certificate of the tenant's
+// CA (verified in the handshake) comes first, as in the API server.
+func callerOf(r *http.Request) (caller, bool) {
+	if r.TLS != nil && len(r.TLS.VerifiedChains) > 0 && len(r.TLS.VerifiedChains[0]) > 0 {
+		subject := r.TLS.VerifiedChains[0][0].Subject
+		if subject.CommonName != "" {
+			return caller{user: subject.CommonName, groups: subject.Organization}, true
+		}
+	}
+	if auth := r.Header.Get("Authorization"); len(auth) > len("bearer ") && strings.EqualFold(auth[:len("bearer ")], "bearer ") {
+		return caller{token: true}, true
+	}
+	return caller{}, false
+}
+
+// handle holds r until the control plane answers, asking it to wake, then
+// hands it over.
+func (t *tenant) handle(w http.ResponseWriter, r *http.Request) {
+	who, ok := callerOf(r)
+	if !ok {
+		writeStatus(w, http.StatusUnauthorized, metav1.StatusReasonUnauthorized, fmt.Sprintf(
+			"VirtualCluster %s is asleep: a request with credentials (a client certificate of its CA, or a bearer token) wakes it", t.cluster), 0)
+		return
+	}
+	backend, err := t.await(r, who)
+	if err != nil {
+		if r.Context().Err() == nil {
+			writeStatus(w, http.StatusServiceUnavailable, metav1.StatusReasonServiceUnavailable, err.Error(), 5)
+		}
+		return
+	}
+	t.proxy(w, r, who, backend)
+}
+
+// await returns the address of the API server's Pod once it answers
+// ready, asking the control plane to wake if it sleeps: at once if it
+// does already, or after holding r within its own context and
+// Options.HoldTimeout.
+func (t *tenant) await(r *http.Request, who caller) (string, error) {
+	t.mu.Lock()
+	backend, ready := t.backend, t.ready
+	t.mu.Unlock()
+	if backend != "" {
+		return backend, nil
+	}
+	heldRequests.Inc()
+	defer heldRequests.Dec()
+	held := time.Now()
+	if err := t.askToWake(who, r); err != nil {
+		return "", err
+	}
+	t.watchPod()
+	timeout := time.NewTimer(t.w.opts.HoldTimeout)
+	defer timeout.Stop()
+	select {
+	case <-ready:
+	case <-r.Context().Done():
+		return "", r.Context().Err()
+	case <-timeout.C:
+		return "", fmt.Errorf("VirtualCluster %s was asked to wake and did not answer within %s; try again", t.cluster, t.w.opts.HoldTimeout)
+	}
+	holdSeconds.Observe(time.Since(held).Seconds())
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.backend == "" {
+		// Asleep again since.
+		return "", fmt.Errorf("VirtualCluster %s was put to sleep again while the request waited", t.cluster)
+	}
+	return t.backend, nil
+}
+
+// askToWake asks the VirtualCluster to wake, unless it is awake or was
+// asked by this port a moment ago.
+func (t *tenant) askToWake(who caller, r *http.Request) error {
+	t.mu.Lock()
+	recent := time.Since(t.askedAt) < askAgainAfter
+	if !recent {
+		t.askedAt = time.Now()
+	}
+	t.mu.Unlock()
+	if recent {
+		return nil
+	}
+	// Not the request's context: a client that gives up still woke it.
+	ctx, cancel := context.WithTimeout(t.ctx, askTimeout)
+	defer cancel()
+	var vc tenantryv1alpha1.VirtualCluster
+	err := t.w.opts.Host.Get(ctx, client.ObjectKey{Name: t.cluster}, &vc)
+	if err == nil && !vc.Asleep() {
+		return nil // awake already: waking, or woken by hand
+	}
+	if err == nil {
+		err = controlplane.AskToWake(ctx, t.w.opts.Host, t.cluster)
+	}
+	if err != nil {
+		t.mu.Lock()
+		t.askedAt = time.Time{}
+		t.mu.Unlock()
+		t.log.Error(err, "asking the VirtualCluster to wake for a request")
+		return fmt.Errorf("VirtualCluster %s is asleep, and asking it to wake failed: %w", t.cluster, err)
+	}
+	wakes.Inc()
+	request := r.Method + " " + r.URL.Path
+	t.log.Info("a request woke the control plane", "user", who.String(), "request", request)
+	t.w.mu.Lock()
+	woken := t.w.woken
+	t.w.mu.Unlock()
+	if woken != nil {
+		woken(t.cluster, who.String(), request)
+	}
+	return nil
+}
+
+// watchPod polls the control plane's Pod, unless a poll runs already,
+// until its API server answers ready: then ready is closed.
+func (t *tenant) watchPod() {
+	t.mu.Lock()
+	if t.waiting || t.backend != "" {
+		t.mu.Unlock()
+		return
+	}
+	t.waiting = true
+	ready := t.ready
+	t.mu.Unlock()
+	go func() {
+		var backend string
+		err := wait.PollUntilContextCancel(t.ctx, readyPoll, true, func(ctx context.Context) (bool, error) {
+			addr, err := t.readyAddress(ctx)
+			if err != nil {
+				t.log.V(2).Info("waiting for the control plane", "reason", err.Error())
+				return false, nil
+			}
+			backend = addr
+			return true, nil
+		})
+		t.mu.Lock()
+		defer t.mu.Unlock()
+		t.waiting = false
+		if err == nil && t.ready == ready {
+			t.backend = backend
+			close(ready)
+		}
+	}()
+}
+
+// readyAddress is the address of the control plane's API server if its
+// Pod runs and it answers /readyz.
+func (t *tenant) readyAddress(ctx context.Context) (string, error) {
+	var pod corev1.Pod
+	key := client.ObjectKey{Namespace: controlplane.Namespace(t.cluster), Name: controlplane.WorkloadName + "-0"}
+	if err := t.w.opts.APIReader.Get(ctx, key, &pod); err != nil {
+		return "", err
+	}
+	if pod.Status.PodIP == "" || !pod.DeletionTimestamp.IsZero() {
+		return "", errors.New("the control plane's Pod has no address yet")
+	}
+	addr := net.JoinHostPort(pod.Status.PodIP, strconv.Itoa(controlplane.APIServerPort))
+	ctx, cancel := context.WithTimeout(ctx, readyProbeTimeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "https://"+addr+"/readyz", nil)
+	if err != nil {
+		return "", err
+	}
+	t.mu.Lock()
+	transport := t.asItself
+	t.mu.Unlock()
+	// Anonymous, as a kubelet's probe.
+	resp, err := transport.RoundTrip(req)
+	if err != nil {
+		return "", err
+	}
+	_ = resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return "", fmt.Errorf("/readyz answered %s", resp.Status)
+	}
+	return addr, nil
+}
+
+// proxy hands r to the API server at backend, as who.
+func (t *tenant) proxy(w http.ResponseWriter, r *http.Request, who caller, backend string) {
+	t.mu.Lock()
+	transport := t.asItself
+	if !who.token {
+		transport = t.asUser
+	}
+	t.mu.Unlock()
+	target := &url.URL{Scheme: "https", Host: backend}
+	p := &httputil.ReverseProxy{
+		Rewrite: func(pr *httputil.ProxyRequest) {
+			pr.SetURL(target)
+			for name := range pr.Out.Header {
+				if len(name) >= len(headerPrefix) && strings.EqualFold(name[:len(headerPrefix)], headerPrefix) {
+					delete(pr.Out.Header, name)
+				}
+			}
+			if !who.token {
+				pr.Out.Header.Set(headerUser, who.user)
+				for _, g := range who.groups {
+					pr.Out.Header.Add(headerGroup, g)
+				}
+			}
+		},
+		Transport:     transport,
+		FlushInterval: -1, // watches and logs stream
+		ErrorLog:      errorLog(t.log),
+		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
+			if r.Context().Err() != nil {
+				return
+			}
+			t.log.V(1).Info("handing a request to the API server failed", "error", err.Error())
+			writeStatus(w, http.StatusBadGateway, metav1.StatusReasonServiceUnavailable,
+				fmt.Sprintf("VirtualCluster %s woke, and handing the request to its API server failed: %v", t.cluster, err), 1)
+		},
+	}
+	p.ServeHTTP(w, r)
+}
+
+// writeStatus answers with a Status, as an API server does; with
+// Retry-After when retry > 0 (client-go retries such an answer).
+func writeStatus(w http.ResponseWriter, code int, reason metav1.StatusReason, message string, retry int) {
+	status := metav1.Status{
+		TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Status"},
+		Status:   metav1.StatusFailure, Code: int32(code), Reason: reason, Message: message,
+	}
+	if retry > 0 {
+		w.Header().Set("Retry-After", strconv.Itoa(retry))
+		status.Details = &metav1.StatusDetails{RetryAfterSeconds: int32(retry)}
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	_ = json.NewEncoder(w).Encode(status)
+}

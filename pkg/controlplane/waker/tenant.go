@@ -1,0 +1,175 @@
+package waker
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"net"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/go-logr/logr"
+)
+
+// identity is what the Waker needs to stand in for a control plane's API
+// server, read from its PKI Secret.
+type identity struct {
+	// serving is the API server's serving certificate.
+	serving tls.Certificate
+	// frontProxy is the client certificate under which a held request of a
+	// certificate's user reaches the API server.
+	frontProxy tls.Certificate
+	// ca is the tenant's CA: of its users' client certificates, and of the
+	// API server's serving certificate.
+	ca *x509.CertPool
+	// serverName is what the serving certificate names: the Service's IP.
+	serverName string
+}
+
+func (id *identity) equal(o *identity) bool {
+	return o != nil && bytes.Equal(id.serving.Certificate[0], o.serving.Certificate[0]) &&
+		bytes.Equal(id.frontProxy.Certificate[0], o.frontProxy.Certificate[0]) && id.serverName == o.serverName
+}
+
+// tenant is one control plane's port, and what it knows of the control
+// plane.
+type tenant struct {
+	w       *Waker
+	cluster string
+	port    int32
+	log     logr.Logger
+	server  *http.Server
+	// ctx ends when the port closes: held requests end then.
+	ctx    context.Context
+	cancel context.CancelFunc
+
+	mu sync.Mutex
+	id *identity
+	// asUser sends a request under the front-proxy certificate, with its
+	// user in headers; asItself sends it as it came (a bearer token).
+	asUser, asItself *http.Transport
+	// backend is the address of the API server's Pod once it is ready;
+	// ready is closed then. waiting says a poll of the Pod runs.
+	backend string
+	ready   chan struct{}
+	waiting bool
+	// askedAt is when a request of this port last asked to wake.
+	askedAt time.Time
+	// releasing closes the port once it fires.
+	releasing *time.Timer
+}
+
+func newTenant(w *Waker, cluster string, port int32) *tenant {
+	return &tenant{w: w, cluster: cluster, port: port, ready: make(chan struct{}),
+		log: w.opts.Logger.WithValues("cluster", cluster, "port", port)}
+}
+
+// serve answers on ln until the tenant closes or ctx ends.
+func (t *tenant) serve(ctx context.Context, ln net.Listener) {
+	t.ctx, t.cancel = context.WithCancel(ctx)
+	t.server = &http.Server{
+		Handler: http.HandlerFunc(t.handle),
+		TLSConfig: &tls.Config{
+			MinVersion: tls.VersionTLS12,
+			// Asked, not required: a bearer token's request has none.
+			ClientAuth: tls.VerifyClientCertIfGiven,
+			GetConfigForClient: func(*tls.ClientHelloInfo) (*tls.Config, error) {
+				id := t.identity()
+				return &tls.Config{
+					MinVersion: tls.VersionTLS12, NextProtos: []string{"h2", "http/1.1"},
+					Certificates: []tls.Certificate{id.serving}, ClientAuth: tls.VerifyClientCertIfGiven, ClientCAs: id.ca,
+				}, nil
+			},
+		},
+		ReadHeaderTimeout: 30 * time.Second,
+		ErrorLog:          errorLog(t.log),
+		// Every request, upgraded ones too, ends with the port.
+		BaseContext: func(net.Listener) context.Context { return t.ctx },
+	}
+	go func() {
+		if err := t.server.ServeTLS(ln, "", ""); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			t.log.Error(err, "the waker's port stopped")
+		}
+	}()
+}
+
+// close closes the port and every connection of it.
+func (t *tenant) close() {
+	t.mu.Lock()
+	if t.releasing != nil {
+		t.releasing.Stop()
+	}
+	asUser, asItself := t.asUser, t.asItself
+	t.mu.Unlock()
+	t.cancel()
+	_ = t.server.Close()
+	for _, tr := range []*http.Transport{asUser, asItself} {
+		if tr != nil {
+			tr.CloseIdleConnections()
+		}
+	}
+}
+
+// hold takes id as the control plane's, and calls a release off. A
+// control plane that had answered (and slept since) is waited for anew.
+func (t *tenant) hold(id *identity) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.releasing != nil {
+		t.releasing.Stop()
+		t.releasing = nil
+	}
+	if t.backend != "" {
+		t.backend, t.ready = "", make(chan struct{})
+	}
+	if id.equal(t.id) {
+		return
+	}
+	t.id = id
+	for _, tr := range []*http.Transport{t.asUser, t.asItself} {
+		if tr != nil {
+			tr.CloseIdleConnections()
+		}
+	}
+	t.asUser, t.asItself = id.transport(&id.frontProxy), id.transport(nil)
+}
+
+// release closes the port after grace, then calls gone.
+func (t *tenant) release(grace time.Duration, gone func()) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.releasing != nil {
+		return
+	}
+	t.releasing = time.AfterFunc(grace, func() {
+		gone()
+		t.close()
+	})
+}
+
+func (t *tenant) identity() *identity {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.id
+}
+
+// transport reaches the API server's Pod, which it checks by the name its
+// Service serves under; with cert, as that client.
+func (id *identity) transport(cert *tls.Certificate) *http.Transport {
+	config := &tls.Config{MinVersion: tls.VersionTLS12, RootCAs: id.ca, ServerName: id.serverName,
+		// HTTP/1.1: an upgraded request (exec, port-forward) needs it.
+		NextProtos: []string{"http/1.1"}}
+	if cert != nil {
+		config.Certificates = []tls.Certificate{*cert}
+	}
+	return &http.Transport{
+		TLSClientConfig:     config,
+		DialContext:         (&net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
+		TLSHandshakeTimeout: 10 * time.Second,
+		IdleConnTimeout:     90 * time.Second,
+		MaxIdleConnsPerHost: 10,
+	}
+}
