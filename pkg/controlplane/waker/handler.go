@@ -205,7 +205,7 @@ func (t *tenant) readyAddress(ctx context.Context) (string, error) {
 	if pod.Status.PodIP == "" || !pod.DeletionTimestamp.IsZero() {
 		return "", errors.New("the control plane's Pod has no address yet")
 	}
-	addr := net.JoinHostPort(pod.Status.PodIP, strconv.Itoa(controlplane.APIServerPort))
+	addr := net.JoinHostPort(pod.Status.PodIP, strconv.Itoa(t.w.apiServerPort))
 	ctx, cancel := context.WithTimeout(ctx, readyProbeTimeout)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "https://"+addr+"/readyz", nil)

@@ -109,6 +109,8 @@ type Waker struct {
 	ctx context.Context
 	// woken is told of each wake a request asked for.
 	woken func(cluster, user, request string)
+	// apiServerPort is where the API server listens in its Pod.
+	apiServerPort int
 }
 
 // New returns a Waker; it listens once started, and for a control plane
@@ -123,7 +125,7 @@ func New(opts Options) (*Waker, error) {
 	if opts.Host == nil || opts.APIReader == nil {
 		return nil, errors.New("waker: no host client")
 	}
-	return &Waker{opts: opts, tenants: map[string]*tenant{}, released: map[string]bool{}}, nil
+	return &Waker{opts: opts, tenants: map[string]*tenant{}, released: map[string]bool{}, apiServerPort: controlplane.APIServerPort}, nil
 }
 
 // OnWake has f told each time a request asks a VirtualCluster to wake
