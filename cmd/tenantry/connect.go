@@ -23,7 +23,7 @@ var connectCommand = cli.Command{
 	Args:  "NAME",
 	NArgs: 1,
 	Summary: "Write a kubeconfig for tenant cluster NAME (its admin credential) to --out. For a control plane Tenantry runs, " +
-		"forward a local port to its API server through the host (as kubectl port-forward does) until interrupted, and point the kubeconfig there; " +
+		"forward a local port to its API server through the host (as kubectl port-forward does) until interrupted, and point the kubeconfig there (a sleeping one is woken); " +
 		"with --no-forward, point it at the API server's Service, which Pods of the host reach.",
 	Flags: func(fs *flag.FlagSet) func(context.Context, cli.Invocation) error {
 		var host hostFlags
@@ -50,6 +50,9 @@ var connectCommand = cli.Command{
 				}
 				fmt.Fprintf(in.Out, "wrote %s: export KUBECONFIG=%s\n", *out, *out)
 				return nil
+			}
+			if vc.Asleep() {
+				fmt.Fprintf(in.Out, "virtualcluster/%s sleeps: waking it\n", name)
 			}
 			return forward(ctx, in.Out, cfg, vc, kubeconfig, *out, *port)
 		}
