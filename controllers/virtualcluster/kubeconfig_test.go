@@ -7,6 +7,8 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/tenantry/tenantry/pkg/clusterregistry"
 )
 
 const inlineKubeconfig = `apiVersion: v1
@@ -83,20 +85,23 @@ func TestTenantClientLimits(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	(&Reconciler{}).limit(cfg)
+	(&Reconciler{}).limit(cfg, "alpha")
 	if cfg.QPS != DefaultTenantQPS || cfg.Burst != DefaultTenantBurst {
 		t.Errorf("QPS %v, burst %d; want the defaults", cfg.QPS, cfg.Burst)
+	}
+	if !strings.HasSuffix(cfg.UserAgent, " "+clusterregistry.UserAgentProduct+"/alpha") {
+		t.Errorf("user agent %q: want Tenantry's, which tells its requests from people's", cfg.UserAgent)
 	}
 	if cfg.RateLimiter == nil || cfg.RateLimiter.QPS() != DefaultTenantQPS {
 		t.Errorf("rate limiter %v: want one bucket shared by every client of the tenant", cfg.RateLimiter)
 	}
 	cfg.QPS, cfg.Burst, cfg.RateLimiter = 0, 0, nil
-	(&Reconciler{TenantQPS: 300, TenantBurst: 600}).limit(cfg)
+	(&Reconciler{TenantQPS: 300, TenantBurst: 600}).limit(cfg, "alpha")
 	if cfg.QPS != 300 || cfg.Burst != 600 {
 		t.Errorf("QPS %v, burst %d; want the flags'", cfg.QPS, cfg.Burst)
 	}
 	cfg.QPS, cfg.Burst = 7, 9
-	(&Reconciler{TenantQPS: 300, TenantBurst: 600}).limit(cfg)
+	(&Reconciler{TenantQPS: 300, TenantBurst: 600}).limit(cfg, "alpha")
 	if cfg.QPS != 7 || cfg.Burst != 9 {
 		t.Errorf("QPS %v, burst %d; want the kubeconfig's own", cfg.QPS, cfg.Burst)
 	}

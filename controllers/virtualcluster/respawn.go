@@ -22,8 +22,10 @@ func respawnInputs(spec tenantryv1alpha1.VirtualClusterSpec) ([]byte, error) {
 	// app reads none of it, and rides out a version change as any restart
 	// of its API server.
 	spec.ControlPlane = nil
-	// spec.snapshots is the snapshot controller's.
+	// spec.snapshots is the snapshot controller's, spec.sleep the sleep
+	// controller's and the control plane controller's.
 	spec.Snapshots = nil
+	spec.Sleep = nil
 	return json.Marshal(spec)
 }
 

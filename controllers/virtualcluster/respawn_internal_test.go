@@ -28,7 +28,7 @@ func TestEverySpecFieldButPausedRespawns(t *testing.T) {
 			t.Fatal(err)
 		}
 		respawns := !bytes.Equal(got, zero)
-		want := !slices.Contains([]string{"Paused", "KubeconfigSecretRef", "ControlPlane", "Snapshots"}, f.Name)
+		want := !slices.Contains([]string{"Paused", "KubeconfigSecretRef", "ControlPlane", "Snapshots", "Sleep"}, f.Name)
 		if respawns != want {
 			t.Errorf("a change of spec.%s re-spawns: %v, want %v", f.Name, respawns, want)
 		}

@@ -17,6 +17,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	tenantryv1alpha1 "github.com/tenantry/tenantry/pkg/apis/tenantry/v1alpha1"
+	"github.com/tenantry/tenantry/pkg/clusterregistry"
 )
 
 // kubeconfigSecrets reads kubeconfig Secrets from the API server once per
@@ -164,7 +165,7 @@ func (r *Reconciler) loadKubeconfig(ctx context.Context, vc *tenantryv1alpha1.Vi
 		out := notReady(tenantryv1alpha1.ReasonInvalidKubeconfig, msg, errors.New(msg))
 		return nil, [sha256.Size]byte{}, &out
 	}
-	r.limit(config)
+	r.limit(config, vc.Name)
 	spec, err := respawnInputs(vc.Spec)
 	if err != nil {
 		out := notReady(tenantryv1alpha1.ReasonFailed, fmt.Sprintf("Reading spec: %v", err), fmt.Errorf("encoding the spec of %s: %w", vc.Name, err))
@@ -187,8 +188,13 @@ func (r *Reconciler) loadKubeconfig(ctx context.Context, vc *tenantryv1alpha1.Vi
 
 // limit sets the client-side limit of config, a tenant's: one token
 // bucket for every client built from it (without one, each resource
-// type's REST client would get a bucket of its own).
-func (r *Reconciler) limit(config *rest.Config) {
+// type's REST client would get a bucket of its own); and Tenantry's user
+// agent (clusterregistry.UserAgent), which tells its requests from
+// people's.
+func (r *Reconciler) limit(config *rest.Config, cluster string) {
+	if config.UserAgent == "" {
+		config.UserAgent = clusterregistry.UserAgent(cluster)
+	}
 	if config.QPS == 0 {
 		config.QPS = float32(cmp.Or(r.TenantQPS, DefaultTenantQPS))
 	}

@@ -437,3 +437,16 @@ func result(err error) string {
 	}
 	return "success"
 }
+
+// UserAgentProduct marks the user agent of Tenantry's requests to tenant
+// clusters: UserAgent.
+const UserAgentProduct = "tenantry-cluster"
+
+// UserAgent is the user agent of Tenantry's requests to cluster: client-go's,
+// and UserAgentProduct/cluster. A tenant cluster's app sends it unless its
+// config says otherwise, and so do the manager's other clients of
+// tenants, so that a tenant's API server can tell Tenantry's requests from
+// people's (spec.sleep.afterInactivity).
+func UserAgent(cluster string) string {
+	return rest.DefaultKubernetesUserAgent() + " " + UserAgentProduct + "/" + cluster
+}

@@ -110,7 +110,7 @@ func (r *RemoteClusterRegistry) startTenant(c *cluster, config *rest.Config) (_ 
 
 	cfg := rest.CopyConfig(config)
 	if cfg.UserAgent == "" {
-		cfg.UserAgent = rest.DefaultKubernetesUserAgent() + " tenantry-cluster/" + c.name
+		cfg.UserAgent = UserAgent(c.name)
 	}
 	if !r.opts.EnableCompression {
 		cfg.DisableCompression = true

@@ -40,7 +40,34 @@ const (
 	KeyEtcdServerKey  = "etcd-server.key"
 	KeyEtcdClientCert = "apiserver-etcd-client.crt"
 	KeyEtcdClientKey  = "apiserver-etcd-client.key"
+	// With Activity: the audit policy and webhook kubeconfig of the API
+	// server's reports, its client certificate, and the serving
+	// certificate of the manager's receiver for it.
+	KeyAuditPolicy            = "audit-policy.yaml"
+	KeyAuditWebhookKubeconfig = "audit-webhook.conf"
+	KeyAuditWebhookCert       = "audit-webhook-client.crt"
+	KeyAuditWebhookKey        = "audit-webhook-client.key"
+	KeyActivityServingCert    = "activity-serving.crt"
+	KeyActivityServingKey     = "activity-serving.key"
 )
+
+// auditPolicy reports what may be people's requests, by their metadata
+// alone: not the tenant's own controllers (its service accounts, its
+// controller-manager), its nodes, nor health checks. The receiver drops
+// Tenantry's own requests (by their user agent) from what is left.
+const auditPolicy = `apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: ["RequestReceived", "ResponseStarted"]
+omitManagedFields: true
+rules:
+- level: None
+  userGroups: ["system:serviceaccounts", "system:nodes"]
+- level: None
+  users: ["system:kube-controller-manager", "system:kube-scheduler", "system:kube-proxy", "system:apiserver", "system:anonymous"]
+- level: None
+  nonResourceURLs: ["/healthz*", "/livez*", "/readyz*", "/version", "/metrics"]
+- level: Metadata
+`
 
 // AdminUser is the user of the admin kubeconfig Tenantry writes for a
 // provisioned control plane, a member of system:masters.
@@ -135,6 +162,11 @@ func (s Spec) Certificates(current map[string][]byte, serviceIP string, now time
 		{pair{KeyFrontProxyClientCert, KeyFrontProxyClientKey}, frontProxyCA, pki.Leaf{CommonName: "front-proxy-client", Usage: pki.Client}},
 		{pair{KeyControllerManagerCert, KeyControllerManagerKey}, ca, pki.Leaf{CommonName: "system:kube-controller-manager", Usage: pki.Client}},
 	}
+	if s.Activity != nil {
+		leaves = append(leaves,
+			leaf{pair{KeyAuditWebhookCert, KeyAuditWebhookKey}, ca, pki.Leaf{CommonName: ActivityClientUser, Usage: pki.Client}},
+			leaf{pair{KeyActivityServingCert, KeyActivityServingKey}, ca, pki.Leaf{CommonName: ActivityServerName(s.Cluster), DNSNames: []string{ActivityServerName(s.Cluster)}, Usage: pki.Server}})
+	}
 	switch s.Storage {
 	case tenantryv1alpha1.StorageEtcd:
 		etcdCA, err := s.authority(current, data, pair{KeyEtcdCACert, KeyEtcdCAKey}, s.Cluster+"-etcd-ca", now)
@@ -181,6 +213,20 @@ func (s Spec) Certificates(current map[string][]byte, serviceIP string, now time
 		return nil, time.Time{}, fmt.Errorf("the controller-manager's kubeconfig: %w", err)
 	}
 	data[KeyControllerManagerKubeconfig] = kubeconfig
+	if s.Activity != nil {
+		webhook, err := clientcmd.Write(clientcmdapi.Config{
+			Clusters: map[string]*clientcmdapi.Cluster{"activity": {
+				Server: s.Activity.URL, CertificateAuthority: pkiDir + "/" + KeyCACert, TLSServerName: ActivityServerName(s.Cluster),
+			}},
+			AuthInfos:      map[string]*clientcmdapi.AuthInfo{"kube-apiserver": {ClientCertificate: pkiDir + "/" + KeyAuditWebhookCert, ClientKey: pkiDir + "/" + KeyAuditWebhookKey}},
+			Contexts:       map[string]*clientcmdapi.Context{"activity": {Cluster: "activity", AuthInfo: "kube-apiserver"}},
+			CurrentContext: "activity",
+		})
+		if err != nil {
+			return nil, time.Time{}, fmt.Errorf("the audit webhook's kubeconfig: %w", err)
+		}
+		data[KeyAuditWebhookKubeconfig], data[KeyAuditPolicy] = webhook, []byte(auditPolicy)
+	}
 	return data, expires, nil
 }
 

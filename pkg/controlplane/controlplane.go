@@ -150,6 +150,10 @@ type Spec struct {
 	// namespaces, may reach the API server: the manager's Pods (its
 	// namespace), or its addresses.
 	ManagerPeers []networkingv1.NetworkPolicyPeer
+	// Activity, if set, has the API server report its requests (an
+	// audit webhook) to the manager, which tells people's from Tenantry's
+	// for spec.sleep.afterInactivity.
+	Activity *Activity
 	// Egress are where the control plane may connect: those of its
 	// tenant's Pods (syncer.IsolatedEgress). A tenant's admin points its
 	// API server at addresses of its choosing (webhooks, aggregated APIs,
@@ -157,6 +161,30 @@ type Spec struct {
 	// may not. Nil: anywhere.
 	Egress []networkingv1.NetworkPolicyEgressRule
 }
+
+// Activity is where the API server reports its requests: the manager's
+// activity receiver (package activity).
+type Activity struct {
+	// URL is the receiver's, https://HOST:PORT. The API server names
+	// ActivityServerName of its cluster in the handshake, and presents a
+	// client certificate of its CA.
+	URL string
+}
+
+// ActivityServerName is the name that cluster's API server asks for
+// (TLS server name) when it reports its requests, and that the activity
+// receiver's certificate for it serves: a name of no DNS zone, by which
+// the receiver tells one control plane from another.
+func ActivityServerName(cluster string) string {
+	return Namespace(cluster) + ActivityServerNameSuffix
+}
+
+// ActivityServerNameSuffix ends every ActivityServerName.
+const ActivityServerNameSuffix = ".activity.tenantry.internal"
+
+// ActivityClientUser is the user of the client certificate with which an
+// API server reports its requests.
+const ActivityClientUser = "tenantry:audit-webhook"
 
 // DataStoreAccess is how a control plane reaches a shared DataStore.
 type DataStoreAccess struct {
@@ -548,7 +576,7 @@ func quotaBytes(size resource.Quantity) int64 {
 }
 
 func (s Spec) apiServerArgs() []string {
-	return append(s.etcdClientArgs(), []string{
+	return slices.Concat(s.etcdClientArgs(), []string{
 		"--advertise-address=$(POD_IP)",
 		"--secure-port=" + fmt.Sprint(APIServerPort),
 		"--allow-privileged=true",
@@ -575,7 +603,27 @@ func (s Spec) apiServerArgs() []string {
 		// server runs in a Pod of its own namespace, under its own policy.
 		"--enable-aggregator-routing=true",
 		"--profiling=false",
-	}...)
+	}, s.activityArgs())
+}
+
+// activityArgs report the API server's requests to the manager, in
+// batches of a few seconds (Activity), never holding a request up: a
+// batch the manager does not take is dropped.
+func (s Spec) activityArgs() []string {
+	if s.Activity == nil {
+		return nil
+	}
+	return []string{
+		"--audit-policy-file=" + pkiDir + "/" + KeyAuditPolicy,
+		"--audit-webhook-config-file=" + pkiDir + "/" + KeyAuditWebhookKubeconfig,
+		"--audit-webhook-mode=batch",
+		"--audit-webhook-batch-max-wait=5s",
+		"--audit-webhook-batch-max-size=100",
+		"--audit-webhook-batch-buffer-size=1000",
+		"--audit-webhook-batch-throttle-qps=2",
+		"--audit-webhook-batch-throttle-burst=4",
+		"--audit-webhook-initial-backoff=5s",
+	}
 }
 
 // etcdClientArgs are the API server's flags of its storage.

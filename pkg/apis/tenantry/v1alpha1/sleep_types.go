@@ -2,6 +2,8 @@ package v1alpha1
 
 import (
 	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
 // Sleep and wake of a tenant whose control plane Tenantry runs
@@ -46,4 +48,50 @@ func (vc *VirtualCluster) Asleep() bool {
 		return t
 	}
 	return at(AnnotationSleepRequestedAt).After(at(AnnotationWakeRequestedAt))
+}
+
+// SleepSpec says when the tenant sleeps on its own.
+type SleepSpec struct {
+	// AfterInactivity puts the tenant to sleep once no one but Tenantry
+	// has used its API server for this long: no request of a user or a
+	// tool other than Tenantry's own syncing and checks, the tenant's
+	// controllers (its service accounts, its controller-manager) and its
+	// health checks. At least 1m. A request to it asleep wakes it.
+	// Setting or removing it restarts the control plane's API server once
+	// (it then reports its requests to the manager).
+	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('1m')",message="afterInactivity must be at least 1m"
+	AfterInactivity metav1.Duration `json:"afterInactivity"`
+}
+
+// SleepStatus says when people last used the tenant.
+type SleepStatus struct {
+	// LastActivityTime is when, last, a request that counts as activity
+	// (spec.sleep.afterInactivity) reached the tenant's API server, to
+	// within a few seconds of writes.
+	// +optional
+	LastActivityTime *metav1.Time `json:"lastActivityTime,omitempty"`
+}
+
+// InactiveSince is when the tenant was last active, for
+// spec.sleep.afterInactivity: the latest of its last activity, its last
+// wake and since when its control plane is ready; zero if it is not
+// ready.
+func (vc *VirtualCluster) InactiveSince() time.Time {
+	ready := false
+	var since time.Time
+	for _, c := range vc.Status.Conditions {
+		if c.Type == ConditionControlPlaneReady && c.Status == metav1.ConditionTrue {
+			ready, since = true, c.LastTransitionTime.Time
+		}
+	}
+	if !ready {
+		return time.Time{}
+	}
+	if s := vc.Status.Sleep; s != nil && s.LastActivityTime != nil && s.LastActivityTime.After(since) {
+		since = s.LastActivityTime.Time
+	}
+	if woke, err := time.Parse(time.RFC3339Nano, vc.Annotations[AnnotationWakeRequestedAt]); err == nil && woke.After(since) {
+		since = woke
+	}
+	return since
 }

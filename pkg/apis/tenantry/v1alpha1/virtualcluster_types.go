@@ -70,6 +70,7 @@ type SecretKeyReference struct {
 // VirtualClusterSpec says where the tenant cluster is and whether to sync it.
 // +kubebuilder:validation:XValidation:rule="has(self.controlPlane) == has(oldSelf.controlPlane)",message="spec.controlPlane can be neither added to nor removed from a VirtualCluster"
 // +kubebuilder:validation:XValidation:rule="!has(self.snapshots) || has(self.controlPlane)",message="spec.snapshots needs spec.controlPlane: Tenantry holds no storage of a tenant whose control plane runs elsewhere"
+// +kubebuilder:validation:XValidation:rule="!has(self.sleep) || has(self.controlPlane)",message="spec.sleep needs spec.controlPlane: Tenantry can neither stop nor start a control plane that runs elsewhere"
 type VirtualClusterSpec struct {
 	// KubeconfigSecretRef names the Secret, in the management cluster, whose
 	// key holds the tenant cluster's kubeconfig. The kubeconfig must carry
@@ -121,6 +122,12 @@ type VirtualClusterSpec struct {
 	// only: Tenantry holds no storage of a tenant run elsewhere).
 	// +optional
 	Snapshots *SnapshotsSpec `json:"snapshots,omitempty"`
+
+	// Sleep puts the tenant to sleep on its own (see ConditionAsleep):
+	// after a time in which no one but Tenantry used its API server. Only
+	// a control plane that Tenantry runs sleeps.
+	// +optional
+	Sleep *SleepSpec `json:"sleep,omitempty"`
 }
 
 // NodeSync says which host nodes a tenant cluster sees.
@@ -462,6 +469,9 @@ type VirtualClusterStatus struct {
 	// Snapshots says how the scheduled snapshots (spec.snapshots) went.
 	// +optional
 	Snapshots *SnapshotsStatus `json:"snapshots,omitempty"`
+	// Sleep says when people last used the tenant (spec.sleep).
+	// +optional
+	Sleep *SleepStatus `json:"sleep,omitempty"`
 }
 
 // SyncStatus is what a tenant cluster's syncers have in the host and did
