@@ -58,7 +58,7 @@ func launchManager(t *testing.T, kubeconfig []byte, args ...string) (*managerPro
 	m := &managerProcess{log: &tenantrytest.Buffer{}, done: make(chan struct{})}
 	m.cmd = exec.Command(os.Args[0], append([]string{
 		"--kubeconfig", path, "--metrics-bind-address", "0", "--health-probe-bind-address", "0", "--log-level", "debug",
-		"--kubelet-bind-address", "127.0.0.1:0", "--dns-bind-address", "127.0.0.1:0",
+		"--kubelet-bind-address", "127.0.0.1:0", "--dns-bind-address", "127.0.0.1:0", "--control-plane-activity-bind-address", "127.0.0.1:0",
 	}, args...)...)
 	m.cmd.Env = append(os.Environ(), runManagerEnv+"=1")
 	m.cmd.Stdout, m.cmd.Stderr = m.log, m.log

@@ -3,6 +3,9 @@ package main
 import (
 	"context"
 	"fmt"
+	"net"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -149,4 +152,110 @@ func expectAnonymousRefused(t *testing.T, kubeconfig string) {
 	if !apierrors.IsUnauthorized(err) || !strings.Contains(err.Error(), "is asleep") {
 		t.Errorf("a request without credentials to a sleeping tenant: %v, want 401 saying it sleeps", err)
 	}
+}
+
+// TestSleepAfterInactivity: a tenant with spec.sleep.afterInactivity 1m
+// that people leave alone falls asleep a minute after their last request,
+// although Tenantry syncs its Deployment's Pod all the while (its own
+// requests are not activity); and tenantry connect's forwarded port wakes
+// it.
+func TestSleepAfterInactivity(t *testing.T) {
+	tenantrytest.RequireRealNodes(t)
+	env := tenantrytest.New(t, tenantrytest.Options{
+		HostKubelets:          1,
+		HostCRDDirectoryPaths: []string{filepath.Join("..", "..", "config", "crd", "bases")},
+	})
+	host := newHostClient(t, env.Host)
+	data, err := env.Host.Kubeconfig()
+	if err != nil {
+		t.Fatal(err)
+	}
+	kitIP := env.KitIP()
+	startManager(t, data, "--dns-bind-address", net.JoinHostPort(kitIP, "53"), "--dns-nameserver", kitIP,
+		"--dns-upstream", startUpstream(t), "--kubelet-bind-address", freeAddrOn(t, kitIP),
+		"--control-plane-manager-cidrs", env.KitNetworkCIDR(), "--control-plane-wake-address", kitIP,
+		"--control-plane-activity-bind-address", net.JoinHostPort(kitIP, "0"))
+	ctx := t.Context()
+	const afterInactivity = time.Minute
+	vc := &tenantryv1alpha1.VirtualCluster{
+		ObjectMeta: metav1.ObjectMeta{Name: "idle"},
+		Spec: tenantryv1alpha1.VirtualClusterSpec{
+			KubeconfigSecretRef: tenantryv1alpha1.SecretKeyReference{Namespace: "default", Name: "idle-kubeconfig"},
+			ControlPlane:        &tenantryv1alpha1.ControlPlaneSpec{},
+			Sleep:               &tenantryv1alpha1.SleepSpec{AfterInactivity: metav1.Duration{Duration: afterInactivity}},
+		},
+	}
+	if err := host.Create(ctx, vc); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			describeNamespace(t, host, controlplane.Namespace(vc.Name))
+		}
+	})
+	expectReadyWithin(t, host, vc.Name, 3*time.Minute)
+	var secret corev1.Secret
+	if err := host.Get(ctx, client.ObjectKey{Namespace: "default", Name: "idle-kubeconfig"}, &secret); err != nil {
+		t.Fatal(err)
+	}
+	kubeconfig := filepath.Join(t.TempDir(), "idle.kubeconfig")
+	if err := os.WriteFile(kubeconfig, secret.Data[tenantryv1alpha1.DefaultKubeconfigKey], 0o600); err != nil {
+		t.Fatal(err)
+	}
+	kubectl, err := tenantrytest.FindKubectl()
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	// People's requests: a Deployment, whose Pod Tenantry then keeps in
+	// sync (its status, its node) while no one else asks anything.
+	kubectl.MustRun(t, kubeconfig, "", "create", "deployment", "web", "--image="+agnhostImage, "--", "/agnhost", "netexec", "--http-port=8080")
+	kubectl.MustRun(t, kubeconfig, "", "get", "deployment", "web")
+	lastRequest := time.Now()
+	expectRunningInHost(t, host, vc.Name, "app=web", 1)
+	var lastActivity time.Time
+	eventually(t, 30*time.Second, "status.sleep.lastActivityTime from the reports", func(ctx context.Context) (bool, error) {
+		if err := host.Get(ctx, client.ObjectKeyFromObject(vc), vc); err != nil {
+			return false, err
+		}
+		if s := vc.Status.Sleep; s != nil && s.LastActivityTime != nil {
+			lastActivity = s.LastActivityTime.Time
+		}
+		return !lastActivity.IsZero(), fmt.Errorf("status.sleep %+v", vc.Status.Sleep)
+	})
+
+	eventually(t, afterInactivity+2*time.Minute, vc.Name+" asleep after a minute of no one's requests", func(ctx context.Context) (bool, error) {
+		if err := host.Get(ctx, client.ObjectKeyFromObject(vc), vc); err != nil {
+			return false, err
+		}
+		return meta.IsStatusConditionTrue(vc.Status.Conditions, tenantryv1alpha1.ConditionAsleep), fmt.Errorf("conditions %+v", vc.Status.Conditions)
+	})
+	asked, err := time.Parse(time.RFC3339Nano, vc.Annotations[tenantryv1alpha1.AnnotationSleepRequestedAt])
+	if err != nil {
+		t.Fatal(err)
+	}
+	noted := vc.Status.Sleep.LastActivityTime.Time
+	t.Logf("last request at %s, last activity noted %s, asked to sleep at %s (%s after the last request)",
+		lastRequest.UTC().Format(time.TimeOnly), noted.UTC().Format(time.TimeOnly), asked.UTC().Format(time.TimeOnly), asked.Sub(lastRequest).Round(time.Second))
+	// Tenantry's syncing after the last request counted for nothing; the
+	// noted time is within a second's rounding of a request of people's.
+	if noted.After(lastRequest.Add(time.Second)) {
+		t.Errorf("activity noted at %s, after the last request of people's at %s: Tenantry's own requests count", noted, lastRequest)
+	}
+	if gap := asked.Sub(noted); gap < afterInactivity {
+		t.Errorf("asked to sleep %s after the last activity, before spec.sleep.afterInactivity %s", gap, afterInactivity)
+	}
+	expectEvent(t, host, vc.Name, "Inactive")
+
+	// tenantry connect's port wakes it.
+	began := time.Now()
+	server, _, err := controlplane.Forward(ctx, env.Host.Config(), vc.Name, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out := kubectl.MustRun(t, withServer(t, kubeconfig, server), "", "get", "deployment", "web", "-o", "name"); strings.TrimSpace(out) != "deployment.apps/web" {
+		t.Errorf("through the forwarded port, woken: %q", out)
+	}
+	t.Logf("a forwarded port woke %s and was answered in %s", vc.Name, time.Since(began).Round(100*time.Millisecond))
+	expectRunningInHost(t, host, vc.Name, "app=web", 1)
 }

@@ -27,6 +27,7 @@ import (
 
 	tenantryv1alpha1 "github.com/tenantry/tenantry/pkg/apis/tenantry/v1alpha1"
 	"github.com/tenantry/tenantry/pkg/controlplane"
+	"github.com/tenantry/tenantry/pkg/controlplane/activity"
 	"github.com/tenantry/tenantry/pkg/controlplane/waker"
 	"github.com/tenantry/tenantry/pkg/syncer/pods"
 )
@@ -80,6 +81,15 @@ type Options struct {
 	// WakeHoldTimeout bounds how long a request to a sleeping control
 	// plane is held while it wakes. Default waker.DefaultHoldTimeout.
 	WakeHoldTimeout time.Duration
+	// ActivityBindAddress is where the manager takes the reports of the
+	// API servers of control planes with spec.sleep (package activity);
+	// "0" takes none, and spec.sleep.afterInactivity then never counts
+	// anyone active. Default activity.DefaultBindAddress.
+	ActivityBindAddress string
+	// ActivityURL is where those API servers reach it (a Service in
+	// front of the manager's replicas). Default: the bound address, with
+	// WakeAddress as its host when it binds every interface.
+	ActivityURL string
 }
 
 type params struct {
@@ -89,9 +99,19 @@ type params struct {
 	Options Options `optional:"true"`
 }
 
+type setupParams struct {
+	fx.In
+
+	Manager manager.Manager
+	Options Options `optional:"true"`
+	// Activity, when it runs, takes the reports of the API servers of
+	// control planes with spec.sleep.
+	Activity *activity.Receiver `optional:"true"`
+}
+
 // Module adds the control plane controller to the management app, and
 // provides the *waker.Waker that answers for sleeping control planes.
-var Module = fx.Module(ControllerName, fx.Provide(newWaker), fx.Invoke(setup))
+var Module = fx.Module(ControllerName, fx.Provide(newWaker, newActivityReceiver), fx.Invoke(setup))
 
 // newWaker makes the Waker and runs it with the manager; nil when
 // provisioning is off.
@@ -99,12 +119,9 @@ func newWaker(p params) (*waker.Waker, error) {
 	if p.Options.Version == "" {
 		return nil, nil
 	}
-	address := p.Options.WakeAddress
-	if address == "" {
-		var err error
-		if address, err = defaultWakeAddress(); err != nil {
-			return nil, err
-		}
+	address, err := p.Options.wakeAddress()
+	if err != nil {
+		return nil, err
 	}
 	w, err := waker.New(waker.Options{
 		Address: address, HoldTimeout: p.Options.WakeHoldTimeout,
@@ -120,7 +137,30 @@ func newWaker(p params) (*waker.Waker, error) {
 	return w, nil
 }
 
-func setup(p params) error {
+// newActivityReceiver makes the receiver of control planes' reports and
+// runs it with the manager; nil when provisioning is off, or it is.
+func newActivityReceiver(p params) (*activity.Receiver, error) {
+	if p.Options.Version == "" || p.Options.ActivityBindAddress == "0" {
+		return nil, nil
+	}
+	address, err := p.Options.wakeAddress()
+	if err != nil {
+		return nil, err
+	}
+	r, err := activity.New(activity.Options{
+		BindAddress: p.Options.ActivityBindAddress, URL: p.Options.ActivityURL, Address: address,
+		APIReader: p.Manager.GetAPIReader(), Logger: p.Manager.GetLogger().WithName("activity"),
+	})
+	if err != nil {
+		return nil, err
+	}
+	if err := p.Manager.Add(r); err != nil {
+		return nil, err
+	}
+	return r, nil
+}
+
+func setup(p setupParams) error {
 	opts := p.Options
 	if opts.Version == "" {
 		return nil // no release to run: provisioning is off
@@ -128,6 +168,9 @@ func setup(p params) error {
 	r, err := newReconciler(p.Manager, opts)
 	if err != nil {
 		return err
+	}
+	if p.Activity != nil {
+		r.activityURL = p.Activity.URL()
 	}
 	// The workloads of a control plane bring its VirtualCluster.
 	owner := handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []reconcile.Request {

@@ -4,6 +4,7 @@ import (
 	"flag"
 	"fmt"
 	"net"
+	"net/url"
 	"os"
 	"strings"
 
@@ -12,6 +13,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/tenantry/tenantry/pkg/controlplane"
+	"github.com/tenantry/tenantry/pkg/controlplane/activity"
 	"github.com/tenantry/tenantry/pkg/controlplane/waker"
 )
 
@@ -64,11 +66,25 @@ func (o *Options) BindFlags(fs *flag.FlagSet) {
 		})
 	fs.DurationVar(&o.WakeHoldTimeout, "control-plane-wake-timeout", waker.DefaultHoldTimeout,
 		"How long a request to a sleeping control plane is held while it wakes, at most (the request's own timeout may be shorter).")
+	fs.StringVar(&o.ActivityBindAddress, "control-plane-activity-bind-address", activity.DefaultBindAddress,
+		`Address (host:port) where the API servers of control planes with spec.sleep report their requests, which tell when people last used them; "0" takes no report (and spec.sleep.afterInactivity then puts them to sleep whoever uses them).`)
+	fs.Func("control-plane-activity-url", "URL (https://HOST:PORT) at which those API servers reach --control-plane-activity-bind-address: a Service in front of the manager's replicas (default: the bound address, with --control-plane-wake-address as its host when it binds every interface).",
+		func(v string) error {
+			u, err := url.Parse(v)
+			if err != nil || u.Scheme != "https" || u.Host == "" || u.Path != "" {
+				return fmt.Errorf("%q is not https://HOST:PORT", v)
+			}
+			o.ActivityURL = v
+			return nil
+		})
 }
 
-// defaultWakeAddress is the Waker's address unless told: the Pod's, else
-// the machine's default-route address.
-func defaultWakeAddress() (string, error) {
+// wakeAddress is this replica's address for the Waker: WakeAddress, else
+// the Pod's, else the machine's default-route address.
+func (o Options) wakeAddress() (string, error) {
+	if o.WakeAddress != "" {
+		return o.WakeAddress, nil
+	}
 	if ip := os.Getenv("POD_IP"); ip != "" {
 		return ip, nil
 	}

@@ -56,6 +56,9 @@ type Reconciler struct {
 	recorder  events.EventRecorder
 	// probe asks a control plane's API server whether it is ready.
 	probe func(ctx context.Context, kubeconfig []byte) error
+	// activityURL is where the API servers of control planes with
+	// spec.sleep report their requests; empty: nowhere.
+	activityURL string
 }
 
 func newReconciler(mgr manager.Manager, opts Options) (*Reconciler, error) {
@@ -215,6 +218,9 @@ func (r *Reconciler) provision(ctx context.Context, vc *tenantryv1alpha1.Virtual
 	}
 	spec.ServiceCIDR = cidr
 	spec.Images = controlplane.UpstreamImages(spec.Version, r.opts.EtcdImage)
+	if vc.Spec.Sleep != nil && r.activityURL != "" {
+		spec.Activity = &controlplane.Activity{URL: r.activityURL}
+	}
 	spec.ManagerPeers = r.managerPeers()
 	apiServerIPs, err := syncer.HostAPIServerAddresses(ctx, r.apiReader)
 	if err != nil {

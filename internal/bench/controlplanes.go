@@ -46,7 +46,8 @@ func runControlPlanes(ctx context.Context, o Options, out io.Writer) (_ []result
 	defer func() { retErr = w.close(retErr) }()
 	kitIP := w.env.KitIP()
 	args := append([]string{"--dns-bind-address", net.JoinHostPort(kitIP, "53"), "--dns-nameserver", kitIP, "--dns-upstream", "127.0.0.1:9",
-		"--control-plane-manager-cidrs", w.env.KitNetworkCIDR(), "--control-plane-wake-address", kitIP}, w.o.ManagerArgs...)
+		"--control-plane-manager-cidrs", w.env.KitNetworkCIDR(), "--control-plane-wake-address", kitIP,
+		"--control-plane-activity-bind-address", net.JoinHostPort(kitIP, "0")}, w.o.ManagerArgs...)
 	if w.manager, err = startManagerProcess(ctx, w.binary, w.kubeconfig, args, w.dir+"/manager.log"); err != nil {
 		return nil, err
 	}

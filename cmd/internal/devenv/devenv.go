@@ -214,6 +214,9 @@ func start(ctx context.Context, o Options, progress func(string)) (_ *Env, retEr
 		},
 	}
 	opts.ControlPlane = controlplane.DefaultOptions()
+	// Control planes run on real nodes alone, which reach this process
+	// on the kit network (below).
+	opts.ControlPlane.ActivityBindAddress = "127.0.0.1:0"
 	opts.Syncers.Resources = builtin.Names()
 	opts.Syncers.CustomResources = []schema.GroupVersionKind{fooGVK}
 	// kubectl logs, exec, attach and port-forward reach the virtual
@@ -238,8 +241,10 @@ func start(ctx context.Context, o Options, progress func(string)) (_ *Env, retEr
 		// This process reaches the control planes Tenantry runs from the
 		// kit network, through a node's kube-proxy.
 		opts.ControlPlane.ManagerCIDRs = []string{d.env.KitNetworkCIDR()}
-		// And answers for sleeping control planes there.
+		// And answers for sleeping control planes there, and takes the
+		// reports of their API servers.
 		opts.ControlPlane.WakeAddress = kitIP
+		opts.ControlPlane.ActivityBindAddress = net.JoinHostPort(kitIP, "0")
 	}
 	if o.Provisioned > 0 && !d.realNodes {
 		return nil, fmt.Errorf("--provisioned %d: control planes run as host Pods, which need real nodes", o.Provisioned)

@@ -10,6 +10,7 @@ import (
 	"go.uber.org/fx"
 
 	"github.com/tenantry/tenantry/controllers/controlplane"
+	"github.com/tenantry/tenantry/controllers/sleep"
 	"github.com/tenantry/tenantry/controllers/snapshots"
 	"github.com/tenantry/tenantry/controllers/syncers"
 	"github.com/tenantry/tenantry/controllers/virtualcluster"
@@ -61,6 +62,7 @@ func App(opts Options, extra ...fx.Option) fx.Option {
 		virtualcluster.Module,
 		controlplane.Module,
 		snapshots.Module,
+		sleep.Module,
 		syncers.Module,
 		providers.ProvideTenantModule(syncers.TenantModule),
 		fx.Options(extra...),

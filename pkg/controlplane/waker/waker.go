@@ -36,8 +36,8 @@ import (
 	"errors"
 	"fmt"
 	stdlog "log"
+	"log/slog"
 	"net"
-	"strings"
 	"sync"
 	"time"
 
@@ -333,12 +333,5 @@ func (w *Waker) listen(cluster string) (*tenant, error) {
 // errorLog is the http.Server's log of what it cannot tell a client (a
 // failed handshake), at a verbosity where it does not flood.
 func errorLog(log logr.Logger) *stdlog.Logger {
-	return stdlog.New(logWriter{log: log.V(2)}, "", 0)
-}
-
-type logWriter struct{ log logr.Logger }
-
-func (l logWriter) Write(p []byte) (int, error) {
-	l.log.Info(strings.TrimSpace(string(p)))
-	return len(p), nil
+	return slog.NewLogLogger(logr.ToSlogHandler(log.V(2)), slog.LevelInfo)
 }
