@@ -28,6 +28,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
 
+	"github.com/tenantry/tenantry/controllers/controlplane"
 	"github.com/tenantry/tenantry/controllers/syncers"
 	tenantryv1alpha1 "github.com/tenantry/tenantry/pkg/apis/tenantry/v1alpha1"
 	tenantrytest "github.com/tenantry/tenantry/pkg/testing"
@@ -371,6 +372,8 @@ extraArgs: [--leader-elect-lease-duration=30s, --leader-elect-renew-deadline=20s
 			"--metrics-secure=true",
 			"--health-probe-bind-address=:9091",
 			"--kubelet-bind-address=:10251",
+			"--control-plane-activity-bind-address=:9444",
+			"--control-plane-activity-url=https://tenantry-manager-activity.tenantry-system.svc:9444",
 			"--sync-resources=pods,services,configmaps",
 			"--sync-custom-resources=samples.tenantry.dev/v1alpha1/Foo,example.com/v1/Bar",
 			"--patrol-period=30s",
@@ -385,7 +388,7 @@ extraArgs: [--leader-elect-lease-duration=30s, --leader-elect-renew-deadline=20s
 		for _, p := range c.Ports {
 			ports[p.Name] = p.ContainerPort
 		}
-		same(t, "container ports", ports, map[string]int32{"kubelet-api": 10251, "metrics": 9090, "probes": 9091})
+		same(t, "container ports", ports, map[string]int32{"kubelet-api": 10251, "metrics": 9090, "probes": 9091, "activity": 9444})
 		var svc corev1.Service
 		m.decode(t, "Service", "tenantry-manager-metrics", &svc)
 		if p := svc.Spec.Ports; len(p) != 1 || p[0].Port != 9090 || p[0].TargetPort.StrVal != "metrics" {
@@ -430,7 +433,7 @@ extraArgs: [--leader-elect-lease-duration=30s, --leader-elect-renew-deadline=20s
 	})
 
 	t.Run("no ServiceAccount, rights or Service", func(t *testing.T) {
-		m := h.render(t, "tenantry", configNamespace, "--set", "serviceAccount.create=false,serviceAccount.name=mine,rbac.create=false,metrics.service.enabled=false")
+		m := h.render(t, "tenantry", configNamespace, "--set", "serviceAccount.create=false,serviceAccount.name=mine,rbac.create=false,metrics.service.enabled=false,activity.service.enabled=false")
 		got := slices.Sorted(maps.Keys(m.objects))
 		if want := []string{"CustomResourceDefinition/datastores.tenantry.dev", "CustomResourceDefinition/" + crdName, "Deployment/tenantry-manager"}; !slices.Equal(got, want) {
 			t.Errorf("rendered %v, want %v", got, want)
@@ -685,10 +688,12 @@ func managerTakes(t *testing.T, m manifest, hostPolicy string) (providers.Option
 	}
 	var p providers.Options
 	var s syncers.Options
+	var cp controlplane.Options
 	fs := flag.NewFlagSet("manager", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	p.BindFlags(fs)
 	s.BindFlags(fs)
+	cp.BindFlags(fs)
 	if err := fs.Parse(args); err != nil {
 		t.Fatalf("the manager refuses the chart's args %q: %v", args, err)
 	}

@@ -122,3 +122,8 @@ The tenants' DNS Service: its name, and namespace/name for --dns-service.
 {{- define "tenantry.dnsServiceName" -}}
 {{- printf "%s-dns" (include "tenantry.fullname" .) | trunc 63 | trimSuffix "-" }}
 {{- end }}
+
+{{/* The Service where control planes report their requests. */}}
+{{- define "tenantry.activityServiceName" -}}
+{{- printf "%s-activity" (include "tenantry.managerName" .) | trunc 63 | trimSuffix "-" }}
+{{- end }}
