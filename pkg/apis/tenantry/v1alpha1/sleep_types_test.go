@@ -2,6 +2,7 @@ package v1alpha1_test
 
 import (
 	"testing"
+	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -34,6 +35,40 @@ func TestAsleep(t *testing.T) {
 		}
 		if got := vc.Asleep(); got != tc.want {
 			t.Errorf("sleep %q, wake %q, provisioned %v: asleep %v, want %v", tc.sleep, tc.wake, tc.provisioned, got, tc.want)
+		}
+	}
+}
+
+// A tenant is inactive since the latest of its readiness, its last
+// activity and its last wake; not at all while its control plane is not
+// ready.
+func TestInactiveSince(t *testing.T) {
+	ready := time.Date(2026, 11, 29, 8, 0, 0, 0, time.UTC)
+	for _, tc := range []struct {
+		name     string
+		ready    bool
+		activity time.Duration // after ready; 0: none
+		wake     string
+		want     time.Time
+	}{
+		{"not ready", false, time.Minute, "", time.Time{}},
+		{"never used", true, 0, "", ready},
+		{"used", true, time.Minute, "", ready.Add(time.Minute)},
+		{"woken after", true, time.Minute, ready.Add(2 * time.Minute).Format(time.RFC3339Nano), ready.Add(2 * time.Minute)},
+		{"woken before", true, time.Minute, ready.Add(-time.Hour).Format(time.RFC3339Nano), ready.Add(time.Minute)},
+		{"activity before ready", true, -time.Hour, "", ready},
+	} {
+		vc := &tenantryv1alpha1.VirtualCluster{ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{tenantryv1alpha1.AnnotationWakeRequestedAt: tc.wake}}}
+		status := metav1.ConditionFalse
+		if tc.ready {
+			status = metav1.ConditionTrue
+		}
+		vc.Status.Conditions = []metav1.Condition{{Type: tenantryv1alpha1.ConditionControlPlaneReady, Status: status, LastTransitionTime: metav1.NewTime(ready)}}
+		if tc.activity != 0 {
+			vc.Status.Sleep = &tenantryv1alpha1.SleepStatus{LastActivityTime: &metav1.Time{Time: ready.Add(tc.activity)}}
+		}
+		if got := vc.InactiveSince(); !got.Equal(tc.want) {
+			t.Errorf("%s: inactive since %s, want %s", tc.name, got, tc.want)
 		}
 	}
 }
