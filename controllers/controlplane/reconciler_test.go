@@ -50,6 +50,7 @@ func TestControlPlaneObjectsAndBadInput(t *testing.T) {
 		t.Fatal(err)
 	}
 	opts := controlplane.DefaultOptions()
+	opts.ActivityBindAddress = "127.0.0.1:0"
 	opts.StoragePolicy = func(vc *tenantryv1alpha1.VirtualCluster) pods.StoragePolicy {
 		return pods.StoragePolicy{AllowedStorageClasses: []string{"fast"}}
 	}
@@ -164,6 +165,39 @@ func TestControlPlaneObjectsAndBadInput(t *testing.T) {
 	if err := host.Update(t.Context(), &vc); err == nil || !strings.Contains(err.Error(), "spec.controlPlane can be neither added to nor removed") {
 		t.Errorf("removing spec.controlPlane: %v, want refused", err)
 	}
+
+	// spec.sleep: on a control plane Tenantry runs alone, for a minute at
+	// least; its API server then reports its requests to the manager.
+	sleepy := tenantryv1alpha1.VirtualCluster{ObjectMeta: metav1.ObjectMeta{Name: "sleepy"}, Spec: tenantryv1alpha1.VirtualClusterSpec{
+		KubeconfigSecretRef: tenantryv1alpha1.SecretKeyReference{Namespace: "default", Name: "sleepy-kubeconfig"},
+		Sleep:               &tenantryv1alpha1.SleepSpec{AfterInactivity: metav1.Duration{Duration: time.Minute}},
+	}}
+	if err := host.Create(t.Context(), sleepy.DeepCopy()); err == nil || !strings.Contains(err.Error(), "spec.sleep needs spec.controlPlane") {
+		t.Errorf("spec.sleep without spec.controlPlane: %v, want refused", err)
+	}
+	sleepy.Spec.ControlPlane = &tenantryv1alpha1.ControlPlaneSpec{}
+	sleepy.Spec.Sleep.AfterInactivity.Duration = 30 * time.Second
+	if err := host.Create(t.Context(), sleepy.DeepCopy()); err == nil || !strings.Contains(err.Error(), "afterInactivity must be at least 1m") {
+		t.Errorf("spec.sleep.afterInactivity 30s: %v, want refused", err)
+	}
+	sleepy.Spec.Sleep.AfterInactivity.Duration = time.Hour
+	if err := host.Create(t.Context(), &sleepy); err != nil {
+		t.Fatal(err)
+	}
+	tenantrytest.Eventually(t, 30*time.Second, "the API server of a tenant with spec.sleep reports its requests", func(ctx context.Context) (bool, error) {
+		var sts appsv1.StatefulSet
+		if err := host.Get(ctx, client.ObjectKey{Namespace: cp.Namespace("sleepy"), Name: cp.WorkloadName}, &sts); err != nil {
+			return false, err
+		}
+		args := strings.Join(sts.Spec.Template.Spec.Containers[0].Command, " ")
+		var pki corev1.Secret
+		if err := host.Get(ctx, client.ObjectKey{Namespace: cp.Namespace("sleepy"), Name: cp.PKISecretName}, &pki); err != nil {
+			return false, err
+		}
+		webhook := string(pki.Data[cp.KeyAuditWebhookKubeconfig])
+		return strings.Contains(args, "--audit-webhook-config-file=") && strings.Contains(webhook, "https://127.0.0.1:") &&
+			strings.Contains(webhook, cp.ActivityServerName("sleepy")) && len(pki.Data[cp.KeyActivityServingCert]) > 0, fmt.Errorf("args %s; webhook %s", args, webhook)
+	})
 
 	// A VirtualCluster written without storage (as kubectl would) gets
 	// the default, and its type cannot change later.
