@@ -111,7 +111,7 @@ func runControlPlanes(ctx context.Context, o Options, out io.Writer) (_ []result
 			{Name: fmt.Sprintf("host: memory in Pods, %d control planes awake", len(names)), Value: round(awakeMemory/(1<<20), 1), Unit: "MiB", Note: sleepNote},
 			{Name: fmt.Sprintf("host: memory in Pods, %d of them asleep", len(names)-1), Value: round(asleepMemory/(1<<20), 1), Unit: "MiB", Note: sleepNote + "; asleep as tenantry sleep puts them"},
 			ms(fmt.Sprintf("tenant: wake, median of %d", len(woke)), woke[len(woke)/2], "", fmt.Sprintf(
-				"%s; from the wake request (tenantry wake) to the first answer to a list of Pods through its kubeconfig; all %d: %v. A request that wakes it is not built yet", note, len(woke), woke)),
+				"%s; from a list of Pods through its kubeconfig while it sleeps (which wakes it, held by the manager) to its answer, a new client each time; all %d: %v", note, len(woke), woke)),
 		}
 	}
 	return append(sleepResults, []result{

@@ -23,9 +23,10 @@ const wakes = 5
 
 // sleepAndWake measures the host's memory in Pods at rest with names
 // awake, then with all but the first asleep (as `tenantry sleep` puts
-// them), and the time from a wake request (`tenantry wake`) to the
-// first answer to a list of Pods through the tenant's kubeconfig, wakes
-// times over, of names[1]. It leaves names[1:] asleep.
+// them), and the time from a list of Pods through the tenant's
+// kubeconfig, which wakes it, to its answer, wakes times over, of
+// names[1]: each time a client of its own, as a new kubectl is. It leaves
+// names[1:] asleep.
 func (w *managerWorld) sleepAndWake(ctx context.Context, names []string, rest time.Duration) (awake, asleep float64, woke []time.Duration, err error) {
 	if len(names) < 2 {
 		return 0, 0, nil, fmt.Errorf("the sleep measure needs two control planes at least, not %d", len(names))
@@ -42,28 +43,22 @@ func (w *managerWorld) sleepAndWake(ctx context.Context, names []string, rest ti
 	if asleep, _, _, err = w.podUsage(ctx, func(string) bool { return true }); err != nil {
 		return 0, 0, nil, err
 	}
-	tenant, err := w.tenantClient(ctx, names[1], 0)
-	if err != nil {
-		return 0, 0, nil, err
-	}
 	for i := range wakes {
 		if i > 0 {
 			if err := w.sleep(ctx, names[1]); err != nil {
 				return 0, 0, nil, err
 			}
 		}
-		began := time.Now()
-		if err := controlplane.AskToWake(ctx, w.host, names[1]); err != nil {
+		tenant, err := w.tenantClient(ctx, names[1], 0)
+		if err != nil {
 			return 0, 0, nil, err
 		}
-		err := tenantrytest.Poll(ctx, 100*time.Millisecond, controlPlaneBudget, func(ctx context.Context) (bool, error) {
-			ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-			defer cancel()
-			_, err := tenant.CoreV1().Pods(metav1.NamespaceDefault).List(ctx, metav1.ListOptions{})
-			return err == nil, nil
-		})
+		began := time.Now()
+		held, cancel := context.WithTimeout(ctx, controlPlaneBudget)
+		_, err = tenant.CoreV1().Pods(metav1.NamespaceDefault).List(held, metav1.ListOptions{})
+		cancel()
 		if err != nil {
-			return 0, 0, nil, fmt.Errorf("%s woken: no answer: %w", names[1], err)
+			return 0, 0, nil, fmt.Errorf("a request to %s asleep: %w", names[1], err)
 		}
 		woke = append(woke, time.Since(began))
 	}
