@@ -105,8 +105,9 @@ type Waker struct {
 	// (or found gone) since it last held them: Release asks the host
 	// nothing more of them.
 	released map[string]bool
-	// ctx ends when the Waker stops; nil before Start.
-	ctx context.Context
+	// ctx ends when the Waker stops.
+	ctx    context.Context
+	cancel context.CancelFunc
 	// woken is told of each wake a request asked for.
 	woken func(cluster, user, request string)
 	// apiServerPort is where the API server listens in its Pod.
@@ -125,7 +126,9 @@ func New(opts Options) (*Waker, error) {
 	if opts.Host == nil || opts.APIReader == nil {
 		return nil, errors.New("waker: no host client")
 	}
-	return &Waker{opts: opts, tenants: map[string]*tenant{}, released: map[string]bool{}, apiServerPort: controlplane.APIServerPort}, nil
+	w := &Waker{opts: opts, tenants: map[string]*tenant{}, released: map[string]bool{}, apiServerPort: controlplane.APIServerPort}
+	w.ctx, w.cancel = context.WithCancel(context.Background())
+	return w, nil
 }
 
 // OnWake has f told each time a request asks a VirtualCluster to wake
@@ -141,12 +144,10 @@ func (w *Waker) OnWake(f func(cluster, user, request string)) {
 func (w *Waker) NeedLeaderElection() bool { return false }
 
 // Start runs the Waker until ctx ends, then closes every port and every
-// connection it holds.
+// connection it holds. It may be told to Hold before it starts.
 func (w *Waker) Start(ctx context.Context) error {
-	w.mu.Lock()
-	w.ctx = ctx
-	w.mu.Unlock()
 	<-ctx.Done()
+	w.cancel()
 	w.mu.Lock()
 	tenants := w.tenants
 	w.tenants = map[string]*tenant{}
@@ -168,9 +169,9 @@ func (w *Waker) Hold(ctx context.Context, cluster string) error {
 		return err
 	}
 	w.mu.Lock()
-	if w.ctx == nil || w.ctx.Err() != nil {
+	if w.ctx.Err() != nil {
 		w.mu.Unlock()
-		return errors.New("waker: not running")
+		return errors.New("waker: stopped")
 	}
 	t := w.tenants[cluster]
 	if t == nil {
@@ -319,7 +320,7 @@ func (w *Waker) applyEndpointSlice(ctx context.Context, cluster string, owner *c
 	return nil
 }
 
-// listen opens cluster's port. Called with w.mu held, after Start.
+// listen opens cluster's port. Called with w.mu held.
 func (w *Waker) listen(cluster string) (*tenant, error) {
 	ln, err := net.Listen("tcp", net.JoinHostPort(w.opts.Address, "0"))
 	if err != nil {
