@@ -33,44 +33,49 @@ const (
 	readyProbeTimeout = 2 * time.Second
 )
 
-// caller is who sent a request: a client certificate's user, or a bearer
-// token's (unknown until the API server judges it).
+// caller is who sent a request: a client certificate's user, or a
+// service account's token.
 type caller struct {
 	user   string
 	groups []string
-	// token: no certificate, a bearer token.
+	// token: no certificate, a bearer token, passed on as it came.
 	token bool
 }
 
 func (c caller) String() string {
 	if c.token {
-		return "a bearer token"
+		return strconv.Quote(c.user) + " (a token)"
 	}
 	return strconv.Quote(c.user)
 }
 
-// callerOf is who sent r, if anyone: a client certificate of the tenant's
-// CA (verified in the handshake) comes first, as in the API server.
-func callerOf(r *http.Request) (caller, bool) {
+// callerOf is who sent r: a client certificate of the tenant's CA
+// (verified in the handshake) comes first, as in the API server, then a
+// bearer token, which must be one of the tenant's service accounts'.
+func (t *tenant) callerOf(r *http.Request) (caller, error) {
 	if r.TLS != nil && len(r.TLS.VerifiedChains) > 0 && len(r.TLS.VerifiedChains[0]) > 0 {
 		subject := r.TLS.VerifiedChains[0][0].Subject
 		if subject.CommonName != "" {
-			return caller{user: subject.CommonName, groups: subject.Organization}, true
+			return caller{user: subject.CommonName, groups: subject.Organization}, nil
 		}
 	}
-	if auth := r.Header.Get("Authorization"); len(auth) > len("bearer ") && strings.EqualFold(auth[:len("bearer ")], "bearer ") {
-		return caller{token: true}, true
+	auth := r.Header.Get("Authorization")
+	if len(auth) <= len("bearer ") || !strings.EqualFold(auth[:len("bearer ")], "bearer ") {
+		return caller{}, errors.New("a request with credentials (a client certificate of its CA, or a token of one of its service accounts) wakes it")
 	}
-	return caller{}, false
+	user, err := serviceAccountToken(strings.TrimSpace(auth[len("bearer "):]), t.identity().serviceAccounts, time.Now())
+	if err != nil {
+		return caller{}, fmt.Errorf("the request's bearer token wakes nothing: %w", err)
+	}
+	return caller{user: user, token: true}, nil
 }
 
 // handle holds r until the control plane answers, asking it to wake, then
 // hands it over.
 func (t *tenant) handle(w http.ResponseWriter, r *http.Request) {
-	who, ok := callerOf(r)
-	if !ok {
-		writeStatus(w, http.StatusUnauthorized, metav1.StatusReasonUnauthorized, fmt.Sprintf(
-			"VirtualCluster %s is asleep: a request with credentials (a client certificate of its CA, or a bearer token) wakes it", t.cluster), 0)
+	who, err := t.callerOf(r)
+	if err != nil {
+		writeStatus(w, http.StatusUnauthorized, metav1.StatusReasonUnauthorized, fmt.Sprintf("VirtualCluster %s is asleep: %v", t.cluster, err), 0)
 		return
 	}
 	backend, err := t.await(r, who)

@@ -2,8 +2,12 @@ package waker
 
 import (
 	"context"
+	"crypto/ecdsa"
+	"crypto/rand"
+	"crypto/sha256"
 	"crypto/tls"
 	"crypto/x509"
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -21,6 +25,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/wait"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/util/keyutil"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
@@ -40,6 +45,36 @@ type world struct {
 	waiter *Waker
 	// backendPort is where the recording API server listens.
 	backendPort int
+	// saKey signs the tenant's service accounts' tokens (PEM).
+	saKey []byte
+}
+
+// token is a service account's token, signed with key (PEM), valid for
+// validFor from now (negative: expired).
+func token(t *testing.T, key []byte, subject string, validFor time.Duration) string {
+	t.Helper()
+	parsed, err := keyutil.ParsePrivateKeyPEM(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	segment := func(v any) string {
+		data, err := json.Marshal(v)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return base64.RawURLEncoding.EncodeToString(data)
+	}
+	signed := segment(map[string]string{"alg": "ES256", "typ": "JWT"}) + "." +
+		segment(map[string]any{"sub": subject, "exp": time.Now().Add(validFor).Unix(), "iss": "https://kubernetes.default.svc.cluster.local"})
+	digest := sha256.Sum256([]byte(signed))
+	r, s, err := ecdsa.Sign(rand.Reader, parsed.(*ecdsa.PrivateKey), digest[:])
+	if err != nil {
+		t.Fatal(err)
+	}
+	signature := make([]byte, 64)
+	r.FillBytes(signature[:32])
+	s.FillBytes(signature[32:])
+	return signed + "." + base64.RawURLEncoding.EncodeToString(signature)
 }
 
 // seen is what reached the API server.
@@ -65,9 +100,14 @@ func newWorld(t *testing.T, opts Options) *world {
 	loopback := net.IPv4(127, 0, 0, 1)
 	serving := issue(t, ca, pki.Leaf{CommonName: "kube-apiserver", Usage: pki.Server, IPs: []net.IP{loopback}})
 	frontProxy := issue(t, frontProxyCA, pki.Leaf{CommonName: "front-proxy-client", Usage: pki.Client})
+	saKey, saPublic, err := pki.NewSigningKey()
+	if err != nil {
+		t.Fatal(err)
+	}
 	id, err := identityOf(map[string][]byte{
 		controlplane.KeyCACert: ca.CertPEM, controlplane.KeyServingCert: serving.CertPEM, controlplane.KeyServingKey: serving.KeyPEM,
 		controlplane.KeyFrontProxyClientCert: frontProxy.CertPEM, controlplane.KeyFrontProxyClientKey: frontProxy.KeyPEM,
+		controlplane.KeyServiceAccountPublic: saPublic,
 	}, loopback.String())
 	if err != nil {
 		t.Fatal(err)
@@ -76,7 +116,7 @@ func newWorld(t *testing.T, opts Options) *world {
 	// The API server: it serves the tenant's serving certificate, and
 	// asks for any client certificate, as the requestheader authenticator
 	// checks the front proxy's.
-	w := &world{t: t, ca: ca, seen: make(chan seen, 10)}
+	w := &world{t: t, ca: ca, seen: make(chan seen, 10), saKey: saKey}
 	servingPair, err := tls.X509KeyPair(serving.CertPEM, serving.KeyPEM)
 	if err != nil {
 		t.Fatal(err)
@@ -268,17 +308,38 @@ func TestHeldUntilReadyThenProxiedAsTheUser(t *testing.T) {
 	}
 }
 
-// A bearer token reaches the API server as it came, with no certificate
-// and no user headers: only the API server can judge it.
-func TestBearerTokenPassesThrough(t *testing.T) {
+// A service account's token reaches the API server as it came, with no
+// certificate and no user headers; a bearer token that is not one of the
+// tenant's, or expired, wakes nothing.
+func TestBearerToken(t *testing.T) {
 	w := newWorld(t, Options{})
+	good := "Bearer " + token(t, w.saKey, "system:serviceaccount:shop:deployer", time.Hour)
+	otherKey, _, err := pki.NewSigningKey()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, auth := range map[string]string{
+		"not a JWT":        "Bearer abc",
+		"another tenant's": "Bearer " + token(t, otherKey, "system:serviceaccount:shop:deployer", time.Hour),
+		"expired":          "Bearer " + token(t, w.saKey, "system:serviceaccount:shop:deployer", -time.Hour),
+	} {
+		resp, body, err := w.get(w.client(nil), http.Header{"Authorization": {auth}})
+		if err != nil || resp.StatusCode != http.StatusUnauthorized || !strings.Contains(body, "bearer token wakes nothing") {
+			t.Errorf("%s: %v %+v %s", name, err, resp, body)
+		}
+	}
+	var vc tenantryv1alpha1.VirtualCluster
+	if err := w.host.Get(context.Background(), client.ObjectKey{Name: "alpha"}, &vc); err != nil || !vc.Asleep() {
+		t.Errorf("a bad token woke it: %v", err)
+	}
+
 	w.createPod()
-	resp, body, err := w.get(w.client(nil), http.Header{"Authorization": {"Bearer abc"}, "X-Remote-User": {"system:admin"}})
+	resp, body, err := w.get(w.client(nil), http.Header{"Authorization": {good}, "X-Remote-User": {"system:admin"}})
 	if err != nil || resp.StatusCode != http.StatusOK {
 		t.Fatalf("%v %+v %s", err, resp, body)
 	}
 	got := <-w.seen
-	if got.clientCert != "" || got.remoteUser != "" || got.authorization != "Bearer abc" {
+	if got.clientCert != "" || got.remoteUser != "" || got.authorization != good {
 		t.Errorf("the API server saw %+v, want the token alone", got)
 	}
 }
@@ -332,7 +393,7 @@ func sameSet(a, b []string) bool {
 // request gets 503 with Retry-After, which client-go retries.
 func TestHoldTimeout(t *testing.T) {
 	w := newWorld(t, Options{HoldTimeout: time.Second})
-	resp, body, err := w.get(w.client(nil), http.Header{"Authorization": {"Bearer abc"}})
+	resp, body, err := w.get(w.client(nil), http.Header{"Authorization": {"Bearer " + token(t, w.saKey, "system:serviceaccount:shop:deployer", time.Hour)}})
 	if err != nil {
 		t.Fatal(err)
 	}

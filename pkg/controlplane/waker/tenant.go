@@ -3,6 +3,7 @@ package waker
 import (
 	"bytes"
 	"context"
+	"crypto/ecdsa"
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
@@ -27,6 +28,9 @@ type identity struct {
 	ca *x509.CertPool
 	// serverName is what the serving certificate names: the Service's IP.
 	serverName string
+	// serviceAccounts is the key that signs the tenant's service
+	// accounts' tokens.
+	serviceAccounts *ecdsa.PublicKey
 }
 
 func (id *identity) equal(o *identity) bool {

@@ -12,10 +12,11 @@
 //     handshake while the control plane starts), and asks for a client
 //     certificate of the tenant's CA;
 //   - asks the VirtualCluster to wake (controlplane.AskToWake) for a
-//     request that carries credentials: a client certificate of the
-//     tenant's CA, or a bearer token (which only the API server can judge:
-//     a request it then refuses still woke the tenant). A request without
-//     any is answered 401 at once and wakes nothing;
+//     request that carries the tenant's credentials: a client certificate
+//     of its CA, or a token of one of its service accounts (signed with its
+//     key, in its time; whether the service account still exists only the
+//     API server can say, once it runs). Any other request is answered
+//     401 at once and wakes nothing;
 //   - holds each request until the control plane's Pod is ready, within the
 //     request's own context and at most Options.HoldTimeout (then 503, with
 //     Retry-After);
@@ -31,6 +32,7 @@ package waker
 
 import (
 	"context"
+	"crypto/ecdsa"
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
@@ -46,6 +48,7 @@ import (
 	discoveryv1 "k8s.io/api/discovery/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/util/keyutil"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -284,7 +287,15 @@ func identityOf(data map[string][]byte, serviceIP string) (*identity, error) {
 	if !ca.AppendCertsFromPEM(data[controlplane.KeyCACert]) {
 		return nil, fmt.Errorf("no CA certificate in %s", controlplane.KeyCACert)
 	}
-	return &identity{serving: serving, frontProxy: frontProxy, ca: ca, serverName: serviceIP}, nil
+	keys, err := keyutil.ParsePublicKeysPEM(data[controlplane.KeyServiceAccountPublic])
+	if err != nil {
+		return nil, fmt.Errorf("the service-account key: %w", err)
+	}
+	serviceAccounts, ok := keys[0].(*ecdsa.PublicKey)
+	if !ok {
+		return nil, fmt.Errorf("the service-account key is a %T, not ECDSA", keys[0])
+	}
+	return &identity{serving: serving, frontProxy: frontProxy, ca: ca, serverName: serviceIP, serviceAccounts: serviceAccounts}, nil
 }
 
 // applyEndpointSlice sends the clients of cluster's API server Service
