@@ -440,7 +440,7 @@ func (r *Reconciler) sleeping(ctx context.Context, workloads []*appsv1.StatefulS
 		}
 	}
 	return outcome{reason: tenantryv1alpha1.ReasonSleepRequested, asleep: true,
-		message: "asleep (tenantry sleep): no Pod of its control plane runs, and its data wait on their claim; tenantry wake wakes it"}
+		message: "asleep: no Pod of its control plane runs, and its data wait in its storage; tenantry wake wakes it, and so does a request to its API server"}
 }
 
 // probeReady asks the API server of kubeconfig for /readyz.

@@ -241,7 +241,7 @@ func (r *Reconciler) reconcileCluster(ctx context.Context, vc *tenantryv1alpha1.
 			return notReady(tenantryv1alpha1.ReasonFailed, fmt.Sprintf("Deleting the sleeping cluster's Pods in the host: %v", err), err)
 		}
 		out := readiness{status: metav1.ConditionFalse, reason: tenantryv1alpha1.ReasonSleepRequested,
-			message: "Asleep (tenantry sleep): its controllers are stopped, and none of its Pods runs in the host; its objects and their other host copies stay. tenantry wake wakes it."}
+			message: "Asleep: its controllers are stopped, and none of its Pods runs in the host; its objects and their other host copies stay. tenantry wake wakes it."}
 		if r.Waker != nil {
 			out.message += " So does a request to its API server."
 			// Its renewed certificates serve the requests that wake it.
