@@ -47,15 +47,7 @@ func TestProvisionedControlPlane(t *testing.T) {
 		HostCRDDirectoryPaths: []string{filepath.Join("..", "..", "config", "crd", "bases")},
 	})
 	host := newHostClient(t, env.Host)
-	data, err := env.Host.Kubeconfig()
-	if err != nil {
-		t.Fatal(err)
-	}
-	kitIP := env.KitIP()
-	startManager(t, data, "--dns-bind-address", net.JoinHostPort(kitIP, "53"), "--dns-nameserver", kitIP,
-		"--dns-upstream", startUpstream(t), "--kubelet-bind-address", freeAddrOn(t, kitIP),
-		// The manager runs on this machine, outside the host's Pods.
-		"--control-plane-manager-cidrs", env.KitNetworkCIDR(), "--control-plane-wake-address", kitIP)
+	startProvisioningManager(t, env)
 	ctx := t.Context()
 
 	vc := &tenantryv1alpha1.VirtualCluster{
@@ -330,14 +322,7 @@ func TestControlPlaneStorageAndVersions(t *testing.T) {
 	}}); err != nil {
 		t.Fatal(err)
 	}
-	data, err := env.Host.Kubeconfig()
-	if err != nil {
-		t.Fatal(err)
-	}
-	kitIP := env.KitIP()
-	startManager(t, data, "--dns-bind-address", net.JoinHostPort(kitIP, "53"), "--dns-nameserver", kitIP,
-		"--dns-upstream", startUpstream(t), "--kubelet-bind-address", freeAddrOn(t, kitIP),
-		"--control-plane-manager-cidrs", env.KitNetworkCIDR(), "--control-plane-wake-address", kitIP, "--control-plane-versions", previousVersion)
+	startProvisioningManager(t, env, "--control-plane-versions", previousVersion)
 
 	onStore := tenantryv1alpha1.ControlPlaneStorage{Type: tenantryv1alpha1.StorageDataStore, DataStore: "shared"}
 	vcs := map[string]*tenantryv1alpha1.VirtualCluster{}
@@ -417,7 +402,7 @@ func TestControlPlaneStorageAndVersions(t *testing.T) {
 	})
 	kubectl.MustRun(t, kubeconfigs["shared-a"], "", "wait", "--for=condition=Ready", "--timeout=120s", "pod/prober")
 	eventually(t, time.Minute, "the kit's DNS over TCP from a tenant Pod", func(ctx context.Context) (bool, error) {
-		out, err := kubectl.Run(ctx, kubeconfigs["shared-a"], "", "exec", "prober", "--", "/agnhost", "connect", "--timeout=3s", net.JoinHostPort(kitIP, "53"))
+		out, err := kubectl.Run(ctx, kubeconfigs["shared-a"], "", "exec", "prober", "--", "/agnhost", "connect", "--timeout=3s", net.JoinHostPort(env.KitIP(), "53"))
 		return err == nil, fmt.Errorf("%q: %v", out, err)
 	})
 	if out, err := kubectl.Run(ctx, kubeconfigs["shared-a"], "", "exec", "prober", "--", "/agnhost", "connect", "--timeout=3s", store.Host()); err == nil {
@@ -603,4 +588,24 @@ func describeNamespace(t *testing.T, host client.Client, namespace string) {
 			t.Logf("event %s %s/%s: %s %s", e.Type, e.Regarding.Kind, e.Regarding.Name, e.Reason, e.Note)
 		}
 	}
+}
+
+// startProvisioningManager starts the manager for env's host, with real
+// nodes, as it runs control planes there: on this machine, outside the
+// host's Pods, it serves tenant DNS, the kubelet API, sleeping control
+// planes and their reports on the kit network, and is let in to control
+// planes from it.
+func startProvisioningManager(t *testing.T, env *tenantrytest.Environment, args ...string) *managerProcess {
+	t.Helper()
+	data, err := env.Host.Kubeconfig()
+	if err != nil {
+		t.Fatal(err)
+	}
+	kitIP := env.KitIP()
+	return startManager(t, data, append([]string{
+		"--dns-bind-address", net.JoinHostPort(kitIP, "53"), "--dns-nameserver", kitIP, "--dns-upstream", startUpstream(t),
+		"--kubelet-bind-address", freeAddrOn(t, kitIP),
+		"--control-plane-manager-cidrs", env.KitNetworkCIDR(), "--control-plane-wake-address", kitIP,
+		"--control-plane-activity-bind-address", net.JoinHostPort(kitIP, "0"),
+	}, args...)...)
 }

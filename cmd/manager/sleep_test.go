@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -166,15 +165,7 @@ func TestSleepAfterInactivity(t *testing.T) {
 		HostCRDDirectoryPaths: []string{filepath.Join("..", "..", "config", "crd", "bases")},
 	})
 	host := newHostClient(t, env.Host)
-	data, err := env.Host.Kubeconfig()
-	if err != nil {
-		t.Fatal(err)
-	}
-	kitIP := env.KitIP()
-	startManager(t, data, "--dns-bind-address", net.JoinHostPort(kitIP, "53"), "--dns-nameserver", kitIP,
-		"--dns-upstream", startUpstream(t), "--kubelet-bind-address", freeAddrOn(t, kitIP),
-		"--control-plane-manager-cidrs", env.KitNetworkCIDR(), "--control-plane-wake-address", kitIP,
-		"--control-plane-activity-bind-address", net.JoinHostPort(kitIP, "0"))
+	startProvisioningManager(t, env)
 	ctx := t.Context()
 	const afterInactivity = time.Minute
 	vc := &tenantryv1alpha1.VirtualCluster{
