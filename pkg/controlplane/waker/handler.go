@@ -108,12 +108,23 @@ func (t *tenant) await(r *http.Request, who caller) (string, error) {
 	t.watchPod()
 	timeout := time.NewTimer(t.w.opts.HoldTimeout)
 	defer timeout.Stop()
-	select {
-	case <-ready:
-	case <-r.Context().Done():
-		return "", r.Context().Err()
-	case <-timeout.C:
-		return "", fmt.Errorf("VirtualCluster %s was asked to wake and did not answer within %s; try again", t.cluster, t.w.opts.HoldTimeout)
+	// Asked again while it waits, if it sleeps again meanwhile (put to
+	// sleep as it woke).
+	again := time.NewTicker(askAgainAfter)
+	defer again.Stop()
+	for waiting := true; waiting; {
+		select {
+		case <-ready:
+			waiting = false
+		case <-again.C:
+			if err := t.askToWake(who, r); err != nil {
+				return "", err
+			}
+		case <-r.Context().Done():
+			return "", r.Context().Err()
+		case <-timeout.C:
+			return "", fmt.Errorf("VirtualCluster %s was asked to wake and did not answer within %s; try again", t.cluster, t.w.opts.HoldTimeout)
+		}
 	}
 	holdSeconds.Observe(time.Since(held).Seconds())
 	t.mu.Lock()
@@ -125,13 +136,13 @@ func (t *tenant) await(r *http.Request, who caller) (string, error) {
 	return t.backend, nil
 }
 
-// askToWake asks the VirtualCluster to wake, unless it is awake or was
-// asked by this port a moment ago.
+// askToWake asks the VirtualCluster to wake, unless it is awake, or a
+// request of this port asked a moment ago since it last fell asleep.
 func (t *tenant) askToWake(who caller, r *http.Request) error {
 	t.mu.Lock()
-	recent := time.Since(t.askedAt) < askAgainAfter
+	recent := t.askedFor == t.ready && time.Since(t.askedAt) < askAgainAfter
 	if !recent {
-		t.askedAt = time.Now()
+		t.askedFor, t.askedAt = t.ready, time.Now()
 	}
 	t.mu.Unlock()
 	if recent {
@@ -150,7 +161,7 @@ func (t *tenant) askToWake(who caller, r *http.Request) error {
 	}
 	if err != nil {
 		t.mu.Lock()
-		t.askedAt = time.Time{}
+		t.askedFor = nil
 		t.mu.Unlock()
 		t.log.Error(err, "asking the VirtualCluster to wake for a request")
 		return fmt.Errorf("VirtualCluster %s is asleep, and asking it to wake failed: %w", t.cluster, err)

@@ -401,3 +401,44 @@ func TestHoldTimeout(t *testing.T) {
 		t.Errorf("answered %d (Retry-After %q): %s", resp.StatusCode, resp.Header.Get("Retry-After"), body)
 	}
 }
+
+// A tenant put to sleep again a moment after a request woke it is woken
+// again by the next request: a wake is asked for once per sleep, not
+// once per ten seconds.
+func TestAsleepAgainWakesAgain(t *testing.T) {
+	w := newWorld(t, Options{})
+	alice := issue(t, w.ca, pki.Leaf{CommonName: "alice", Usage: pki.Client})
+	asleep := func() bool {
+		var vc tenantryv1alpha1.VirtualCluster
+		if err := w.host.Get(context.Background(), client.ObjectKey{Name: "alpha"}, &vc); err != nil {
+			t.Fatal(err)
+		}
+		return vc.Asleep()
+	}
+	for round := range 2 {
+		answered := make(chan error, 1)
+		go func() {
+			resp, body, err := w.get(w.client(alice), nil)
+			if err == nil && resp.StatusCode != http.StatusOK {
+				err = fmt.Errorf("answered %d: %s", resp.StatusCode, body)
+			}
+			answered <- err
+		}()
+		if err := waitFor(func() bool { return !asleep() }); err != nil {
+			t.Fatalf("round %d: not asked to wake", round)
+		}
+		w.createPod()
+		if err := <-answered; err != nil {
+			t.Fatalf("round %d: %v", round, err)
+		}
+		<-w.seen
+		// Asleep again, as the reconciler holds it again.
+		if err := controlplane.AskToSleep(context.Background(), w.host, "alpha"); err != nil {
+			t.Fatal(err)
+		}
+		if err := w.host.Delete(context.Background(), &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: controlplane.Namespace("alpha"), Name: controlplane.WorkloadName + "-0"}}); err != nil {
+			t.Fatal(err)
+		}
+		w.port.hold(w.port.identity())
+	}
+}

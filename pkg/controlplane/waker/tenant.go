@@ -60,8 +60,11 @@ type tenant struct {
 	backend string
 	ready   chan struct{}
 	waiting bool
-	// askedAt is when a request of this port last asked to wake.
-	askedAt time.Time
+	// askedFor is the ready channel that a request of this port last
+	// asked to wake for, at askedAt: the wake since the tenant last fell
+	// asleep.
+	askedFor chan struct{}
+	askedAt  time.Time
 	// releasing closes the port once it fires.
 	releasing *time.Timer
 }
