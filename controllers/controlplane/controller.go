@@ -83,8 +83,9 @@ type Options struct {
 	WakeHoldTimeout time.Duration
 	// ActivityBindAddress is where the manager takes the reports of the
 	// API servers of control planes with spec.sleep (package activity);
-	// "0" takes none, and spec.sleep.afterInactivity then never counts
-	// anyone active. Default activity.DefaultBindAddress.
+	// "0" takes none, and spec.sleep.afterInactivity is then not acted
+	// on (controllers/sleep does not run). Default
+	// activity.DefaultBindAddress.
 	ActivityBindAddress string
 	// ActivityURL is where those API servers reach it (a Service in
 	// front of the manager's replicas). Default: the bound address, with

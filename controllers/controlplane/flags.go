@@ -67,7 +67,7 @@ func (o *Options) BindFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&o.WakeHoldTimeout, "control-plane-wake-timeout", waker.DefaultHoldTimeout,
 		"How long a request to a sleeping control plane is held while it wakes, at most (the request's own timeout may be shorter).")
 	fs.StringVar(&o.ActivityBindAddress, "control-plane-activity-bind-address", activity.DefaultBindAddress,
-		`Address (host:port) where the API servers of control planes with spec.sleep report their requests, which tell when people last used them; "0" takes no report (and spec.sleep.afterInactivity then puts them to sleep whoever uses them).`)
+		`Address (host:port) where the API servers of control planes with spec.sleep report their requests, which tell when people last used them; "0" takes no report, and spec.sleep.afterInactivity is then not acted on.`)
 	fs.Func("control-plane-activity-url", "URL (https://HOST:PORT) at which those API servers reach --control-plane-activity-bind-address: a Service in front of the manager's replicas (default: the bound address, with --control-plane-wake-address as its host when it binds every interface).",
 		func(v string) error {
 			u, err := url.Parse(v)
