@@ -38,8 +38,10 @@ import (
 // gets a control plane run in the host, on real nodes: it becomes Ready,
 // kubectl with the kubeconfig Tenantry wrote runs a Deployment whose Pods
 // run in the host and serve, logs and exec reach them, the tenant's data
-// outlive its control plane's Pod, and deleting the VirtualCluster leaves
-// nothing of it in the host.
+// outlive its control plane's Pod, it sleeps and a request wakes it, and
+// deleting the VirtualCluster leaves nothing of it in the host. Beside it,
+// a tenant that no one uses sleeps after its spec.sleep.afterInactivity,
+// and tenantry connect wakes it. Then snapshots and restores.
 func TestProvisionedControlPlane(t *testing.T) {
 	tenantrytest.RequireRealNodes(t)
 	env := tenantrytest.New(t, tenantrytest.Options{
@@ -65,6 +67,9 @@ func TestProvisionedControlPlane(t *testing.T) {
 			describeNamespace(t, host, controlplane.Namespace("gamma"))
 		}
 	})
+	// Beside it, a tenant that sleeps after a minute that no one uses it,
+	// which its minute spends while gamma is tested.
+	idleVC := createIdleTenant(t, host, "idle")
 	start := time.Now()
 	awaitControlPlane := func(what string) {
 		t.Helper()
@@ -93,6 +98,7 @@ func TestProvisionedControlPlane(t *testing.T) {
 	if who := kubectl.MustRun(t, kubeconfig, "", "auth", "whoami", "-o", "jsonpath={.status.userInfo.username}"); who != controlplane.AdminUser {
 		t.Errorf("the kubeconfig's user is %q, want %s", who, controlplane.AdminUser)
 	}
+	idle := useIdleTenant(t, host, kubectl, idleVC)
 	// A user outside the host: through a port forwarded by the host
 	// (tenantry connect).
 	forwardCtx, stopForwarding := context.WithCancel(ctx)
@@ -205,6 +211,7 @@ func TestProvisionedControlPlane(t *testing.T) {
 	})
 
 	expectSleepAndWake(t, host, kubectl, vc, kubeconfig)
+	expectSleptWhenIdle(t, env, host, kubectl, idle)
 
 	// Deleted: nothing of it is left in the host.
 	if err := host.Delete(ctx, vc); err != nil {

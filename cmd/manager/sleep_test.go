@@ -153,68 +153,78 @@ func expectAnonymousRefused(t *testing.T, kubeconfig string) {
 	}
 }
 
-// TestSleepAfterInactivity: a tenant with spec.sleep.afterInactivity 1m
-// that people leave alone falls asleep a minute after their last request,
-// although Tenantry syncs its Deployment's Pod all the while (its own
-// requests are not activity); and tenantry connect's forwarded port wakes
-// it.
-func TestSleepAfterInactivity(t *testing.T) {
-	tenantrytest.RequireRealNodes(t)
-	env := tenantrytest.New(t, tenantrytest.Options{
-		HostKubelets:          1,
-		HostCRDDirectoryPaths: []string{filepath.Join("..", "..", "config", "crd", "bases")},
-	})
-	host := newHostClient(t, env.Host)
-	startProvisioningManager(t, env)
-	ctx := t.Context()
-	const afterInactivity = time.Minute
+// afterInactivity is the spec.sleep.afterInactivity of the tests' idle
+// tenants.
+const afterInactivity = time.Minute
+
+// createIdleTenant makes VirtualCluster name with a control plane that
+// sleeps after a minute of no one's requests.
+func createIdleTenant(t *testing.T, host client.Client, name string) *tenantryv1alpha1.VirtualCluster {
+	t.Helper()
 	vc := &tenantryv1alpha1.VirtualCluster{
-		ObjectMeta: metav1.ObjectMeta{Name: "idle"},
+		ObjectMeta: metav1.ObjectMeta{Name: name},
 		Spec: tenantryv1alpha1.VirtualClusterSpec{
-			KubeconfigSecretRef: tenantryv1alpha1.SecretKeyReference{Namespace: "default", Name: "idle-kubeconfig"},
+			KubeconfigSecretRef: tenantryv1alpha1.SecretKeyReference{Namespace: "default", Name: name + "-kubeconfig"},
 			ControlPlane:        &tenantryv1alpha1.ControlPlaneSpec{},
 			Sleep:               &tenantryv1alpha1.SleepSpec{AfterInactivity: metav1.Duration{Duration: afterInactivity}},
 		},
 	}
-	if err := host.Create(ctx, vc); err != nil {
+	if err := host.Create(t.Context(), vc); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
 		if t.Failed() {
-			describeNamespace(t, host, controlplane.Namespace(vc.Name))
+			describeNamespace(t, host, controlplane.Namespace(name))
 		}
 	})
+	return vc
+}
+
+// idleTenant is a tenant of createIdleTenant that people last used at
+// lastRequest, through kubeconfig.
+type idleTenant struct {
+	vc          *tenantryv1alpha1.VirtualCluster
+	kubeconfig  string
+	lastRequest time.Time
+}
+
+// useIdleTenant waits until vc is Ready, and has people use it: a
+// Deployment, whose Pod Tenantry then keeps in sync (its status, its
+// node) while no one else asks anything. Its reports note the activity.
+func useIdleTenant(t *testing.T, host client.Client, kubectl tenantrytest.Kubectl, vc *tenantryv1alpha1.VirtualCluster) idleTenant {
+	t.Helper()
+	ctx := t.Context()
 	expectReadyWithin(t, host, vc.Name, 3*time.Minute)
 	var secret corev1.Secret
-	if err := host.Get(ctx, client.ObjectKey{Namespace: "default", Name: "idle-kubeconfig"}, &secret); err != nil {
+	if err := host.Get(ctx, client.ObjectKey{Namespace: "default", Name: vc.Name + "-kubeconfig"}, &secret); err != nil {
 		t.Fatal(err)
 	}
-	kubeconfig := filepath.Join(t.TempDir(), "idle.kubeconfig")
-	if err := os.WriteFile(kubeconfig, secret.Data[tenantryv1alpha1.DefaultKubeconfigKey], 0o600); err != nil {
+	idle := idleTenant{vc: vc, kubeconfig: filepath.Join(t.TempDir(), vc.Name+".kubeconfig")}
+	if err := os.WriteFile(idle.kubeconfig, secret.Data[tenantryv1alpha1.DefaultKubeconfigKey], 0o600); err != nil {
 		t.Fatal(err)
 	}
-	kubectl, err := tenantrytest.FindKubectl()
-	if err != nil {
-		t.Fatal(err)
-	}
-
-	// People's requests: a Deployment, whose Pod Tenantry then keeps in
-	// sync (its status, its node) while no one else asks anything.
-	kubectl.MustRun(t, kubeconfig, "", "create", "deployment", "web", "--image="+agnhostImage, "--", "/agnhost", "netexec", "--http-port=8080")
-	kubectl.MustRun(t, kubeconfig, "", "get", "deployment", "web")
-	lastRequest := time.Now()
+	kubectl.MustRun(t, idle.kubeconfig, "", "create", "deployment", "web", "--image="+agnhostImage, "--", "/agnhost", "netexec", "--http-port=8080")
+	kubectl.MustRun(t, idle.kubeconfig, "", "get", "deployment", "web")
+	idle.lastRequest = time.Now()
 	expectRunningInHost(t, host, vc.Name, "app=web", 1)
-	var lastActivity time.Time
 	eventually(t, 30*time.Second, "status.sleep.lastActivityTime from the reports", func(ctx context.Context) (bool, error) {
 		if err := host.Get(ctx, client.ObjectKeyFromObject(vc), vc); err != nil {
 			return false, err
 		}
-		if s := vc.Status.Sleep; s != nil && s.LastActivityTime != nil {
-			lastActivity = s.LastActivityTime.Time
-		}
-		return !lastActivity.IsZero(), fmt.Errorf("status.sleep %+v", vc.Status.Sleep)
+		s := vc.Status.Sleep
+		return s != nil && s.LastActivityTime != nil, fmt.Errorf("status.sleep %+v", s)
 	})
+	return idle
+}
 
+// expectSleptWhenIdle: the idle tenant fell asleep a minute after
+// people's last request, although Tenantry synced its Deployment's Pod
+// all the while (its own requests are not activity); and tenantry
+// connect's forwarded port wakes it.
+func expectSleptWhenIdle(t *testing.T, env *tenantrytest.Environment, host client.Client, kubectl tenantrytest.Kubectl, idle idleTenant) {
+	t.Helper()
+	ctx := t.Context()
+	vc := idle.vc
 	eventually(t, afterInactivity+2*time.Minute, vc.Name+" asleep after a minute of no one's requests", func(ctx context.Context) (bool, error) {
 		if err := host.Get(ctx, client.ObjectKeyFromObject(vc), vc); err != nil {
 			return false, err
@@ -226,12 +236,12 @@ func TestSleepAfterInactivity(t *testing.T) {
 		t.Fatal(err)
 	}
 	noted := vc.Status.Sleep.LastActivityTime.Time
-	t.Logf("last request at %s, last activity noted %s, asked to sleep at %s (%s after the last request)",
-		lastRequest.UTC().Format(time.TimeOnly), noted.UTC().Format(time.TimeOnly), asked.UTC().Format(time.TimeOnly), asked.Sub(lastRequest).Round(time.Second))
-	// Tenantry's syncing after the last request counted for nothing; the
-	// noted time is within a second's rounding of a request of people's.
-	if noted.After(lastRequest.Add(time.Second)) {
-		t.Errorf("activity noted at %s, after the last request of people's at %s: Tenantry's own requests count", noted, lastRequest)
+	t.Logf("%s: last request at %s, last activity noted %s, asked to sleep at %s (%s after the last request)", vc.Name,
+		idle.lastRequest.UTC().Format(time.TimeOnly), noted.UTC().Format(time.TimeOnly), asked.UTC().Format(time.TimeOnly), asked.Sub(idle.lastRequest).Round(time.Second))
+	// Tenantry's syncing after the last request counted for nothing: the
+	// noted time is, within a second's rounding, a request of people's.
+	if noted.After(idle.lastRequest.Add(time.Second)) {
+		t.Errorf("activity noted at %s, after the last request of people's at %s: Tenantry's own requests count", noted, idle.lastRequest)
 	}
 	if gap := asked.Sub(noted); gap < afterInactivity {
 		t.Errorf("asked to sleep %s after the last activity, before spec.sleep.afterInactivity %s", gap, afterInactivity)
@@ -244,7 +254,7 @@ func TestSleepAfterInactivity(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if out := kubectl.MustRun(t, withServer(t, kubeconfig, server), "", "get", "deployment", "web", "-o", "name"); strings.TrimSpace(out) != "deployment.apps/web" {
+	if out := kubectl.MustRun(t, withServer(t, idle.kubeconfig, server), "", "get", "deployment", "web", "-o", "name"); strings.TrimSpace(out) != "deployment.apps/web" {
 		t.Errorf("through the forwarded port, woken: %q", out)
 	}
 	t.Logf("a forwarded port woke %s and was answered in %s", vc.Name, time.Since(began).Round(100*time.Millisecond))
