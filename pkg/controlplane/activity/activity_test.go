@@ -197,4 +197,3 @@ func TestReportsRefused(t *testing.T) {
 		t.Errorf("a refused report noted %v", w.noted)
 	}
 }
-
