@@ -288,7 +288,7 @@ func startManager(t *testing.T, hostKubeconfig string) {
 		t.Fatalf("building bin/manager: %v\n%s", err, out)
 	}
 	cmd := exec.Command(manager, "--kubeconfig", hostKubeconfig, "--metrics-bind-address", "0", "--health-probe-bind-address", "0",
-		"--kubelet-bind-address", "127.0.0.1:0", "--dns-bind-address", "0")
+		"--kubelet-bind-address", "127.0.0.1:0", "--dns-bind-address", "0", "--control-plane-activity-bind-address", "0")
 	var log tenantrytest.Buffer
 	cmd.Stdout, cmd.Stderr = &log, &log
 	if err := cmd.Start(); err != nil {

@@ -8,7 +8,6 @@ package sleep
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"sync"
 	"time"
@@ -19,6 +18,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
+	"k8s.io/client-go/util/retry"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -121,7 +121,8 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 
 // noteActivity writes that people used cluster at: in its
 // status.sleep.lastActivityTime, unless that says as much to within
-// activityWrites.
+// activityWrites, or later. The write is locked on the version read, so
+// that replicas that take reports at once never move it back.
 func (r *Reconciler) noteActivity(cluster string, at time.Time) {
 	r.mu.Lock()
 	last := r.written[cluster]
@@ -132,29 +133,32 @@ func (r *Reconciler) noteActivity(cluster string, at time.Time) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	log := ctrl.Log.WithName(ControllerName).WithValues("cluster", cluster)
-	var vc tenantryv1alpha1.VirtualCluster
-	if err := r.client.Get(ctx, types.NamespacedName{Name: cluster}, &vc); err != nil {
-		log.V(1).Info("not noting activity", "reason", err.Error())
-		return
-	}
-	if vc.Spec.Sleep == nil {
-		return
-	}
-	if s := vc.Status.Sleep; s != nil && s.LastActivityTime != nil && at.Sub(s.LastActivityTime.Time) < activityWrites {
-		r.remember(cluster, s.LastActivityTime.Time)
-		return
-	}
-	patch, err := json.Marshal(map[string]any{"status": map[string]any{"sleep": map[string]any{
-		"lastActivityTime": metav1.NewTime(at.UTC().Truncate(time.Second)),
-	}}})
-	if err != nil {
-		return
-	}
-	if err := r.client.Status().Patch(ctx, &vc, client.RawPatch(types.MergePatchType, patch)); err != nil {
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		var vc tenantryv1alpha1.VirtualCluster
+		if err := r.client.Get(ctx, types.NamespacedName{Name: cluster}, &vc); err != nil {
+			return err
+		}
+		if vc.Spec.Sleep == nil {
+			return nil
+		}
+		if s := vc.Status.Sleep; s != nil && s.LastActivityTime != nil && at.Sub(s.LastActivityTime.Time) < activityWrites {
+			r.remember(cluster, s.LastActivityTime.Time)
+			return nil
+		}
+		patch := client.MergeFromWithOptions(vc.DeepCopy(), client.MergeFromWithOptimisticLock{})
+		if vc.Status.Sleep == nil {
+			vc.Status.Sleep = &tenantryv1alpha1.SleepStatus{}
+		}
+		vc.Status.Sleep.LastActivityTime = &metav1.Time{Time: at.UTC().Truncate(time.Second)}
+		if err := r.client.Status().Patch(ctx, &vc, patch); err != nil {
+			return err
+		}
+		r.remember(cluster, at)
+		return nil
+	})
+	if client.IgnoreNotFound(err) != nil {
 		log.Error(fmt.Errorf("writing status.sleep.lastActivityTime: %w", err), "not noting activity")
-		return
 	}
-	r.remember(cluster, at)
 }
 
 func (r *Reconciler) remember(cluster string, at time.Time) {

@@ -219,12 +219,26 @@ func (r *Reconciler) reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 }
 
 // reconcileCluster brings the registry in line with vc's spec, and kc,
-// the kubeconfig it names.
+// the kubeconfig it names, and has the Waker answer for its control
+// plane's API server while it sleeps.
 func (r *Reconciler) reconcileCluster(ctx context.Context, vc *tenantryv1alpha1.VirtualCluster, kc kubeconfig) readiness {
-	name := vc.Name
+	out := r.reconcileApp(ctx, vc, kc)
+	// After the app: a sleeping tenant's syncers are stopped before its
+	// Service leads to the Waker, and the Waker's trouble stops nothing
+	// else.
 	if err := r.answerWhileAsleep(ctx, vc); err != nil {
-		return notReady(tenantryv1alpha1.ReasonFailed, fmt.Sprintf("Answering for the sleeping control plane's API server: %v", err), err)
+		ctrl.LoggerFrom(ctx).Error(err, "answering for the sleeping control plane's API server; retrying")
+		out.retry = errors.Join(out.retry, err)
+		if vc.Asleep() {
+			out.message += fmt.Sprintf(" A request to its API server does not wake it yet: %v", err)
+		}
 	}
+	return out
+}
+
+// reconcileApp brings the registry in line with vc's spec, and kc.
+func (r *Reconciler) reconcileApp(ctx context.Context, vc *tenantryv1alpha1.VirtualCluster, kc kubeconfig) readiness {
+	name := vc.Name
 	if vc.Spec.Paused {
 		if err := r.stop(ctx, name); err != nil {
 			return notReady(tenantryv1alpha1.ReasonFailed, fmt.Sprintf("Stopping the paused cluster: %v", err), err)

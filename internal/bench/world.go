@@ -123,7 +123,7 @@ func startManagerProcessIn(ctx context.Context, procs, binary, kubeconfig string
 		"--metrics-bind-address", addrs[0], "--health-probe-bind-address", addrs[1], "--pprof-bind-address", addrs[2],
 		// Replicas share this machine: each its own loopback ports (its
 		// tenants' virtual nodes give its kubelet API's).
-		"--kubelet-bind-address", "127.0.0.1:0", "--dns-bind-address", "127.0.0.1:0",
+		"--kubelet-bind-address", "127.0.0.1:0", "--dns-bind-address", "127.0.0.1:0", "--control-plane-activity-bind-address", "127.0.0.1:0",
 		// The bench reads the metrics on loopback, over plain HTTP: no
 		// token to make, and no TokenReview in the figures.
 		"--metrics-secure=false"}

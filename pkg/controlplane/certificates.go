@@ -54,10 +54,12 @@ const (
 // auditPolicy reports what may be people's requests, by their metadata
 // alone: not the tenant's own controllers (its service accounts, its
 // controller-manager), its nodes, nor health checks. The receiver drops
-// Tenantry's own requests (by their user agent) from what is left.
+// Tenantry's own requests (by their user agent) from what is left. A
+// long request (a watch, an exec session) is reported as it starts and
+// as it ends.
 const auditPolicy = `apiVersion: audit.k8s.io/v1
 kind: Policy
-omitStages: ["RequestReceived", "ResponseStarted"]
+omitStages: ["RequestReceived"]
 omitManagedFields: true
 rules:
 - level: None

@@ -38,6 +38,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/util/flowcontrol"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
 
@@ -49,8 +50,18 @@ import (
 const DefaultBindAddress = ":9444"
 
 // identityTTL is how long a control plane's certificates are used before
-// they are read again (they renew in place).
+// they are read again (they renew in place), and a server name that named
+// none is refused without a read.
 const identityTTL = time.Minute
+
+// Reads of PKI Secrets for handshakes, at most, per second: a client
+// that names one made-up server name after another (anyone who reaches
+// the port can) costs the host no more. refusedNames bounds what is
+// remembered of them.
+const (
+	secretReads  = 10
+	refusedNames = 1000
+)
 
 // maxReport bounds a report's body: a batch of at most a hundred events
 // of metadata (controlplane's --audit-webhook-batch-max-size).
@@ -94,6 +105,10 @@ type Receiver struct {
 
 	mu         sync.Mutex
 	identities map[string]*identity // by control plane namespace
+	// refused are the server names that named no control plane, when:
+	// they are not read again for identityTTL.
+	refused    map[string]time.Time
+	reads      flowcontrol.RateLimiter
 	onActivity func(cluster string, at time.Time)
 }
 
@@ -130,7 +145,8 @@ func New(opts Options) (*Receiver, error) {
 		}
 		url = "https://" + net.JoinHostPort(host, fmt.Sprint(addr.Port))
 	}
-	return &Receiver{opts: opts, ln: ln, url: url, identities: map[string]*identity{}}, nil
+	return &Receiver{opts: opts, ln: ln, url: url, identities: map[string]*identity{}, refused: map[string]time.Time{},
+		reads: flowcontrol.NewTokenBucketRateLimiter(secretReads, 2*secretReads)}, nil
 }
 
 // URL is where control planes report to.
@@ -197,11 +213,37 @@ func (r *Receiver) identity(ctx context.Context, serverName string) (*identity, 
 		return nil, fmt.Errorf("server name %q is no control plane's", serverName)
 	}
 	r.mu.Lock()
-	id := r.identities[namespace]
+	id, refused := r.identities[namespace], r.refused[serverName]
 	r.mu.Unlock()
 	if id != nil && time.Since(id.read) < identityTTL {
 		return id, nil
 	}
+	if time.Since(refused) < identityTTL {
+		return nil, fmt.Errorf("server name %q named no control plane a moment ago", serverName)
+	}
+	if !r.reads.TryAccept() {
+		return nil, errors.New("too many handshakes of control planes not known yet; try again")
+	}
+	id, err := r.read(ctx, namespace, serverName)
+	if err != nil {
+		r.mu.Lock()
+		if len(r.refused) >= refusedNames {
+			clear(r.refused)
+		}
+		r.refused[serverName] = time.Now()
+		r.mu.Unlock()
+		return nil, err
+	}
+	r.mu.Lock()
+	r.identities[namespace] = id
+	delete(r.refused, serverName)
+	r.mu.Unlock()
+	return id, nil
+}
+
+// read reads the identity of the control plane in namespace from its PKI
+// Secret.
+func (r *Receiver) read(ctx context.Context, namespace, serverName string) (*identity, error) {
 	var secret corev1.Secret
 	if err := r.opts.APIReader.Get(ctx, client.ObjectKey{Namespace: namespace, Name: controlplane.PKISecretName}, &secret); err != nil {
 		return nil, fmt.Errorf("reading the certificates of %s: %w", namespace, err)
@@ -218,11 +260,7 @@ func (r *Receiver) identity(ctx context.Context, serverName string) (*identity, 
 	if !ca.AppendCertsFromPEM(secret.Data[controlplane.KeyCACert]) {
 		return nil, fmt.Errorf("no CA of %s", cluster)
 	}
-	id = &identity{cluster: cluster, serving: serving, ca: ca, read: time.Now()}
-	r.mu.Lock()
-	r.identities[namespace] = id
-	r.mu.Unlock()
-	return id, nil
+	return &identity{cluster: cluster, serving: serving, ca: ca, read: time.Now()}, nil
 }
 
 // handle takes one report.

@@ -19,6 +19,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	tenantryv1alpha1 "github.com/tenantry/tenantry/pkg/apis/tenantry/v1alpha1"
+	"github.com/tenantry/tenantry/pkg/clusterregistry"
 	"github.com/tenantry/tenantry/pkg/controlplane"
 )
 
@@ -78,6 +79,18 @@ func (t *tenant) handle(w http.ResponseWriter, r *http.Request) {
 		writeStatus(w, http.StatusUnauthorized, metav1.StatusReasonUnauthorized, fmt.Sprintf("VirtualCluster %s is asleep: %v", t.cluster, err), 0)
 		return
 	}
+	if strings.Contains(r.UserAgent(), " "+clusterregistry.UserAgentProduct+"/") {
+		// Tenantry's own (a syncer still stopping as the tenant falls
+		// asleep) is no one's wish to wake it.
+		t.mu.Lock()
+		backend := t.backend
+		t.mu.Unlock()
+		if backend == "" {
+			writeStatus(w, http.StatusServiceUnavailable, metav1.StatusReasonServiceUnavailable,
+				fmt.Sprintf("VirtualCluster %s is asleep: Tenantry's own requests do not wake it", t.cluster), 0)
+			return
+		}
+	}
 	backend, err := t.await(r, who)
 	if err != nil {
 		if r.Context().Err() == nil {
@@ -94,7 +107,7 @@ func (t *tenant) handle(w http.ResponseWriter, r *http.Request) {
 // Options.HoldTimeout.
 func (t *tenant) await(r *http.Request, who caller) (string, error) {
 	t.mu.Lock()
-	backend, ready := t.backend, t.ready
+	backend := t.backend
 	t.mu.Unlock()
 	if backend != "" {
 		return backend, nil
@@ -102,38 +115,33 @@ func (t *tenant) await(r *http.Request, who caller) (string, error) {
 	heldRequests.Inc()
 	defer heldRequests.Dec()
 	held := time.Now()
-	if err := t.askToWake(who, r); err != nil {
-		return "", err
-	}
-	t.watchPod()
 	timeout := time.NewTimer(t.w.opts.HoldTimeout)
 	defer timeout.Stop()
 	// Asked again while it waits, if it sleeps again meanwhile (put to
 	// sleep as it woke).
 	again := time.NewTicker(askAgainAfter)
 	defer again.Stop()
-	for waiting := true; waiting; {
+	for {
+		t.mu.Lock()
+		backend, ready := t.backend, t.ready
+		t.mu.Unlock()
+		if backend != "" {
+			holdSeconds.Observe(time.Since(held).Seconds())
+			return backend, nil
+		}
+		if err := t.askToWake(who, r); err != nil {
+			return "", err
+		}
+		t.watchPod()
 		select {
-		case <-ready:
-			waiting = false
+		case <-ready: // answered, or asleep again: look again
 		case <-again.C:
-			if err := t.askToWake(who, r); err != nil {
-				return "", err
-			}
 		case <-r.Context().Done():
 			return "", r.Context().Err()
 		case <-timeout.C:
 			return "", fmt.Errorf("VirtualCluster %s was asked to wake and did not answer within %s; try again", t.cluster, t.w.opts.HoldTimeout)
 		}
 	}
-	holdSeconds.Observe(time.Since(held).Seconds())
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if t.backend == "" {
-		// Asleep again since.
-		return "", fmt.Errorf("VirtualCluster %s was put to sleep again while the request waited", t.cluster)
-	}
-	return t.backend, nil
 }
 
 // askToWake asks the VirtualCluster to wake, unless it is awake, or a
@@ -179,19 +187,29 @@ func (t *tenant) askToWake(who caller, r *http.Request) error {
 }
 
 // watchPod polls the control plane's Pod, unless a poll runs already,
-// until its API server answers ready: then ready is closed.
+// until its API server answers ready: then ready is closed. A poll ends
+// too once the tenant sleeps again, or after Options.HoldTimeout, when
+// no request it was for still waits: the next one polls anew.
 func (t *tenant) watchPod() {
 	t.mu.Lock()
-	if t.waiting || t.backend != "" {
+	if t.polling || t.backend != "" {
 		t.mu.Unlock()
 		return
 	}
-	t.waiting = true
+	t.polling = true
 	ready := t.ready
 	t.mu.Unlock()
 	go func() {
+		ctx, cancel := context.WithTimeout(t.ctx, t.w.opts.HoldTimeout)
+		defer cancel()
 		var backend string
-		err := wait.PollUntilContextCancel(t.ctx, readyPoll, true, func(ctx context.Context) (bool, error) {
+		err := wait.PollUntilContextCancel(ctx, readyPoll, true, func(ctx context.Context) (bool, error) {
+			t.mu.Lock()
+			superseded := t.ready != ready
+			t.mu.Unlock()
+			if superseded {
+				return false, errSuperseded
+			}
 			addr, err := t.readyAddress(ctx)
 			if err != nil {
 				t.log.V(2).Info("waiting for the control plane", "reason", err.Error())
@@ -202,13 +220,20 @@ func (t *tenant) watchPod() {
 		})
 		t.mu.Lock()
 		defer t.mu.Unlock()
-		t.waiting = false
-		if err == nil && t.ready == ready {
+		if t.ready != ready {
+			return // asleep again: a poll of its own is the new ready's
+		}
+		t.polling = false
+		if err == nil {
 			t.backend = backend
 			close(ready)
 		}
 	}()
 }
+
+// errSuperseded ends a poll for a wake that is over: the tenant sleeps
+// again.
+var errSuperseded = errors.New("asleep again")
 
 // readyAddress is the address of the control plane's API server if its
 // Pod runs and it answers /readyz.
@@ -274,6 +299,8 @@ func (t *tenant) proxy(w http.ResponseWriter, r *http.Request, who caller, backe
 			if r.Context().Err() != nil {
 				return
 			}
+			// Its Pod may be gone: the next request waits for it again.
+			t.lost(backend)
 			t.log.V(1).Info("handing a request to the API server failed", "error", err.Error())
 			writeStatus(w, http.StatusBadGateway, metav1.StatusReasonServiceUnavailable,
 				fmt.Sprintf("VirtualCluster %s woke, and handing the request to its API server failed: %v", t.cluster, err), 1)

@@ -47,12 +47,23 @@ type world struct {
 	backendPort int
 	// saKey signs the tenant's service accounts' tokens (PEM).
 	saKey []byte
+	// id is the control plane's identity, as Hold reads it.
+	id *identity
 }
 
-// token is a service account's token, signed with key (PEM), valid for
-// validFor from now (negative: expired).
+// token is a service account's token for the API server, signed with key
+// (PEM), valid for validFor from now (negative: expired).
 func token(t *testing.T, key []byte, subject string, validFor time.Duration) string {
 	t.Helper()
+	return tokenFor(t, key, subject, validFor, apiServerIssuer)
+}
+
+const apiServerIssuer = "https://kubernetes.default.svc.cluster.local"
+
+// tokenFor is token, for audience.
+func tokenFor(t *testing.T, key []byte, subject string, validFor time.Duration, audience string) string {
+	t.Helper()
+	issuer := apiServerIssuer
 	parsed, err := keyutil.ParsePrivateKeyPEM(key)
 	if err != nil {
 		t.Fatal(err)
@@ -65,7 +76,7 @@ func token(t *testing.T, key []byte, subject string, validFor time.Duration) str
 		return base64.RawURLEncoding.EncodeToString(data)
 	}
 	signed := segment(map[string]string{"alg": "ES256", "typ": "JWT"}) + "." +
-		segment(map[string]any{"sub": subject, "exp": time.Now().Add(validFor).Unix(), "iss": "https://kubernetes.default.svc.cluster.local"})
+		segment(map[string]any{"sub": subject, "exp": time.Now().Add(validFor).Unix(), "iss": issuer, "aud": []string{audience}})
 	digest := sha256.Sum256([]byte(signed))
 	r, s, err := ecdsa.Sign(rand.Reader, parsed.(*ecdsa.PrivateKey), digest[:])
 	if err != nil {
@@ -167,18 +178,12 @@ func newWorld(t *testing.T, opts Options) *world {
 		cancel()
 		<-stopped
 	})
-	// Hold reads the Service and the Secret; the port alone is tested
-	// here, as Hold makes it.
-	w.waiter.mu.Lock()
-	w.port, err = w.waiter.listen("alpha")
-	if err == nil {
-		w.waiter.tenants["alpha"] = w.port
-	}
-	w.waiter.mu.Unlock()
-	if err != nil {
+	// Hold reads the Service and the Secret, then this; the port alone
+	// is tested here.
+	if w.port, err = w.waiter.hold("alpha", id); err != nil {
 		t.Fatal(err)
 	}
-	w.port.hold(id)
+	w.id = id
 	return w
 }
 
@@ -319,9 +324,10 @@ func TestBearerToken(t *testing.T) {
 		t.Fatal(err)
 	}
 	for name, auth := range map[string]string{
-		"not a JWT":        "Bearer abc",
-		"another tenant's": "Bearer " + token(t, otherKey, "system:serviceaccount:shop:deployer", time.Hour),
-		"expired":          "Bearer " + token(t, w.saKey, "system:serviceaccount:shop:deployer", -time.Hour),
+		"not a JWT":            "Bearer abc",
+		"another tenant's":     "Bearer " + token(t, otherKey, "system:serviceaccount:shop:deployer", time.Hour),
+		"expired":              "Bearer " + token(t, w.saKey, "system:serviceaccount:shop:deployer", -time.Hour),
+		"for another audience": "Bearer " + tokenFor(t, w.saKey, "system:serviceaccount:shop:deployer", time.Hour, "vault"),
 	} {
 		resp, body, err := w.get(w.client(nil), http.Header{"Authorization": {auth}})
 		if err != nil || resp.StatusCode != http.StatusUnauthorized || !strings.Contains(body, "bearer token wakes nothing") {
@@ -439,6 +445,8 @@ func TestAsleepAgainWakesAgain(t *testing.T) {
 		if err := w.host.Delete(context.Background(), &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: controlplane.Namespace("alpha"), Name: controlplane.WorkloadName + "-0"}}); err != nil {
 			t.Fatal(err)
 		}
-		w.port.hold(w.port.identity())
+		if _, err := w.waiter.hold("alpha", w.id); err != nil {
+			t.Fatal(err)
+		}
 	}
 }

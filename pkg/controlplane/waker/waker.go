@@ -39,7 +39,9 @@ import (
 	"fmt"
 	stdlog "log"
 	"log/slog"
+	"maps"
 	"net"
+	"slices"
 	"sync"
 	"time"
 
@@ -104,6 +106,8 @@ type Waker struct {
 
 	mu      sync.Mutex
 	tenants map[string]*tenant
+	// draining are released ports whose requests go on.
+	draining map[*tenant]bool
 	// released are the clusters whose EndpointSlice this Waker deleted
 	// (or found gone) since it last held them: Release asks the host
 	// nothing more of them.
@@ -129,7 +133,7 @@ func New(opts Options) (*Waker, error) {
 	if opts.Host == nil || opts.APIReader == nil {
 		return nil, errors.New("waker: no host client")
 	}
-	w := &Waker{opts: opts, tenants: map[string]*tenant{}, released: map[string]bool{}, apiServerPort: controlplane.APIServerPort}
+	w := &Waker{opts: opts, tenants: map[string]*tenant{}, draining: map[*tenant]bool{}, released: map[string]bool{}, apiServerPort: controlplane.APIServerPort}
 	w.ctx, w.cancel = context.WithCancel(context.Background())
 	return w, nil
 }
@@ -152,8 +156,9 @@ func (w *Waker) Start(ctx context.Context) error {
 	<-ctx.Done()
 	w.cancel()
 	w.mu.Lock()
-	tenants := w.tenants
-	w.tenants = map[string]*tenant{}
+	tenants := slices.Collect(maps.Values(w.tenants))
+	tenants = append(tenants, slices.Collect(maps.Keys(w.draining))...)
+	w.tenants, w.draining = map[string]*tenant{}, map[*tenant]bool{}
 	w.mu.Unlock()
 	for _, t := range tenants {
 		t.close()
@@ -171,27 +176,45 @@ func (w *Waker) Hold(ctx context.Context, cluster string) error {
 	if err != nil {
 		return err
 	}
-	w.mu.Lock()
-	if w.ctx.Err() != nil {
-		w.mu.Unlock()
-		return errors.New("waker: stopped")
+	t, err := w.hold(cluster, id)
+	if err != nil {
+		return err
 	}
-	t := w.tenants[cluster]
-	if t == nil {
-		t, err = w.listen(cluster)
-		if err != nil {
-			w.mu.Unlock()
-			return err
-		}
-		w.tenants[cluster] = t
-	}
-	delete(w.released, cluster)
-	w.mu.Unlock()
-	t.hold(id)
 	if err := w.applyEndpointSlice(ctx, cluster, owner, t.port); err != nil {
 		return fmt.Errorf("waker: %w", err)
 	}
 	return nil
+}
+
+// hold has cluster's port, a new one unless one is open, take id.
+func (w *Waker) hold(cluster string, id *identity) (*tenant, error) {
+	for {
+		w.mu.Lock()
+		if w.ctx.Err() != nil {
+			w.mu.Unlock()
+			return nil, errors.New("waker: stopped")
+		}
+		t := w.tenants[cluster]
+		if t == nil {
+			var err error
+			if t, err = w.listen(cluster, id); err != nil {
+				w.mu.Unlock()
+				return nil, err
+			}
+			w.tenants[cluster] = t
+		}
+		delete(w.released, cluster)
+		w.mu.Unlock()
+		if t.hold(id) {
+			return t, nil
+		}
+		// Released a moment ago, and closing: a port anew.
+		w.mu.Lock()
+		if w.tenants[cluster] == t {
+			delete(w.tenants, cluster)
+		}
+		w.mu.Unlock()
+	}
 }
 
 // Release stops answering for cluster's API server: it deletes the
@@ -219,10 +242,15 @@ func (w *Waker) Release(ctx context.Context, cluster string) error {
 	if t != nil {
 		t.release(ReleaseGrace, func() {
 			w.mu.Lock()
+			defer w.mu.Unlock()
 			if w.tenants[cluster] == t {
 				delete(w.tenants, cluster)
 			}
-			w.mu.Unlock()
+			w.draining[t] = true
+		}, func() {
+			w.mu.Lock()
+			defer w.mu.Unlock()
+			delete(w.draining, t)
 		})
 	}
 	return nil
@@ -295,7 +323,7 @@ func identityOf(data map[string][]byte, serviceIP string) (*identity, error) {
 	if !ok {
 		return nil, fmt.Errorf("the service-account key is a %T, not ECDSA", keys[0])
 	}
-	return &identity{serving: serving, frontProxy: frontProxy, ca: ca, serverName: serviceIP, serviceAccounts: serviceAccounts}, nil
+	return &identity{serving: serving, frontProxy: frontProxy, ca: ca, caPEM: data[controlplane.KeyCACert], serverName: serviceIP, serviceAccounts: serviceAccounts}, nil
 }
 
 // applyEndpointSlice sends the clients of cluster's API server Service
@@ -331,13 +359,13 @@ func (w *Waker) applyEndpointSlice(ctx context.Context, cluster string, owner *c
 	return nil
 }
 
-// listen opens cluster's port. Called with w.mu held.
-func (w *Waker) listen(cluster string) (*tenant, error) {
+// listen opens cluster's port, for id. Called with w.mu held.
+func (w *Waker) listen(cluster string, id *identity) (*tenant, error) {
 	ln, err := net.Listen("tcp", net.JoinHostPort(w.opts.Address, "0"))
 	if err != nil {
 		return nil, fmt.Errorf("waker: listening on %s: %w", w.opts.Address, err)
 	}
-	t := newTenant(w, cluster, int32(ln.Addr().(*net.TCPAddr).Port))
+	t := newTenant(w, cluster, int32(ln.Addr().(*net.TCPAddr).Port), id)
 	t.serve(w.ctx, ln)
 	return t, nil
 }
