@@ -75,6 +75,19 @@ func (t *tenant) callerOf(r *http.Request) (caller, error) {
 // hands it over.
 func (t *tenant) handle(w http.ResponseWriter, r *http.Request) {
 	who, err := t.callerOf(r)
+	t.mu.Lock()
+	backend := t.backend
+	t.mu.Unlock()
+	if backend != "" {
+		// Awake: the API server judges any request, as if reached
+		// directly; one whose credentials would not wake it goes as it
+		// came.
+		if err != nil {
+			who = caller{token: true}
+		}
+		t.proxy(w, r, who, backend)
+		return
+	}
 	if err != nil {
 		writeStatus(w, http.StatusUnauthorized, metav1.StatusReasonUnauthorized, fmt.Sprintf("VirtualCluster %s is asleep: %v", t.cluster, err), 0)
 		return
@@ -82,16 +95,11 @@ func (t *tenant) handle(w http.ResponseWriter, r *http.Request) {
 	if strings.Contains(r.UserAgent(), " "+clusterregistry.UserAgentProduct+"/") {
 		// Tenantry's own (a syncer still stopping as the tenant falls
 		// asleep) is no one's wish to wake it.
-		t.mu.Lock()
-		backend := t.backend
-		t.mu.Unlock()
-		if backend == "" {
-			writeStatus(w, http.StatusServiceUnavailable, metav1.StatusReasonServiceUnavailable,
-				fmt.Sprintf("VirtualCluster %s is asleep: Tenantry's own requests do not wake it", t.cluster), 0)
-			return
-		}
+		writeStatus(w, http.StatusServiceUnavailable, metav1.StatusReasonServiceUnavailable,
+			fmt.Sprintf("VirtualCluster %s is asleep: Tenantry's own requests do not wake it", t.cluster), 0)
+		return
 	}
-	backend, err := t.await(r, who)
+	backend, err = t.await(r, who)
 	if err != nil {
 		if r.Context().Err() == nil {
 			writeStatus(w, http.StatusServiceUnavailable, metav1.StatusReasonServiceUnavailable, err.Error(), 5)
@@ -102,16 +110,9 @@ func (t *tenant) handle(w http.ResponseWriter, r *http.Request) {
 }
 
 // await returns the address of the API server's Pod once it answers
-// ready, asking the control plane to wake if it sleeps: at once if it
-// does already, or after holding r within its own context and
-// Options.HoldTimeout.
+// ready, asking the control plane to wake: after holding r within its
+// own context and Options.HoldTimeout.
 func (t *tenant) await(r *http.Request, who caller) (string, error) {
-	t.mu.Lock()
-	backend := t.backend
-	t.mu.Unlock()
-	if backend != "" {
-		return backend, nil
-	}
 	heldRequests.Inc()
 	defer heldRequests.Dec()
 	held := time.Now()

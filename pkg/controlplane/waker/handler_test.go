@@ -348,6 +348,16 @@ func TestBearerToken(t *testing.T) {
 	if got.clientCert != "" || got.remoteUser != "" || got.authorization != good {
 		t.Errorf("the API server saw %+v, want the token alone", got)
 	}
+
+	// Awake, a request that would not wake it goes as it came: the API
+	// server judges it, as if reached directly.
+	resp, body, err = w.get(w.client(nil), http.Header{"Authorization": {"Bearer abc"}, "X-Remote-User": {"system:admin"}})
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("awake, a request of a made-up token: %v %+v %s", err, resp, body)
+	}
+	if got := <-w.seen; got.clientCert != "" || got.remoteUser != "" || got.authorization != "Bearer abc" {
+		t.Errorf("the API server saw %+v, want the request as it came", got)
+	}
 }
 
 // A request without credentials is refused at once, as the API server's
