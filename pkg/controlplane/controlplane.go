@@ -31,12 +31,11 @@ import (
 	tenantryv1alpha1 "github.com/tenantry/tenantry/pkg/apis/tenantry/v1alpha1"
 	"github.com/tenantry/tenantry/pkg/controlplane/datastore"
 	"github.com/tenantry/tenantry/pkg/controlplane/pki"
-	"github.com/tenantry/tenantry/pkg/syncer"
 )
 
 // LabelControlPlane marks the host objects of a VirtualCluster's control
 // plane, its namespace first; its value is the VirtualCluster's name.
-const LabelControlPlane = syncer.LabelControlPlane
+const LabelControlPlane = tenantryv1alpha1.LabelControlPlane
 
 // Names of a control plane's host objects, in its namespace.
 const (
@@ -155,7 +154,7 @@ type Spec struct {
 	// for spec.sleep.afterInactivity.
 	Activity *Activity
 	// Egress are where the control plane may connect: those of its
-	// tenant's Pods (syncer.IsolatedEgress). A tenant's admin points its
+	// tenant's Pods (the syncers' isolation). A tenant's admin points its
 	// API server at addresses of its choosing (webhooks, aggregated APIs,
 	// Node addresses for nodes/proxy), which must not reach what its Pods
 	// may not. Nil: anywhere.
@@ -217,7 +216,7 @@ func Namespace(cluster string) string {
 // platform's, not the tenant's, and not counted in its budget.
 func Labels(cluster string) map[string]string {
 	return map[string]string{
-		syncer.LabelManagedBy: syncer.ManagedByValue,
+		tenantryv1alpha1.LabelManagedBy: tenantryv1alpha1.ManagedByValue,
 		LabelControlPlane:     cluster,
 	}
 }
@@ -286,7 +285,7 @@ func (s Spec) Services() []*corev1.Service {
 func (s Spec) NetworkPolicy() *networkingv1.NetworkPolicy {
 	peers := append([]networkingv1.NetworkPolicyPeer{{
 		NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{
-			syncer.LabelManagedBy: syncer.ManagedByValue, syncer.LabelCluster: s.Cluster,
+			tenantryv1alpha1.LabelManagedBy: tenantryv1alpha1.ManagedByValue, tenantryv1alpha1.LabelCluster: s.Cluster,
 		}},
 	}}, s.ManagerPeers...)
 	policy := &networkingv1.NetworkPolicy{

@@ -9,23 +9,25 @@ import (
 
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	tenantryv1alpha1 "github.com/tenantry/tenantry/pkg/apis/tenantry/v1alpha1"
 )
 
 // The labels and annotations that Tenantry puts on every host object and
-// host namespace it creates (ARCHITECTURE.md, "Sync model").
+// host namespace it creates (ARCHITECTURE.md, "Sync model"). The labels
+// are the API's (tenantryv1alpha1), shared with the control planes.
 const (
 	// LabelManagedBy marks an object as Tenantry's; nothing without it is
 	// ever changed or deleted in the host.
-	LabelManagedBy = "tenantry.dev/managed-by"
+	LabelManagedBy = tenantryv1alpha1.LabelManagedBy
 	// ManagedByValue is LabelManagedBy's value.
-	ManagedByValue = "tenantry"
+	ManagedByValue = tenantryv1alpha1.ManagedByValue
 	// LabelCluster names the VirtualCluster an object belongs to; host
 	// events are routed to tenants by it.
-	LabelCluster = "tenantry.dev/cluster"
+	LabelCluster = tenantryv1alpha1.LabelCluster
 	// LabelControlPlane names the VirtualCluster whose control plane an
-	// object is part of, where Tenantry runs it (spec.controlPlane): the
-	// platform's, never a copy of the tenant's, nor in its budget.
-	LabelControlPlane = "tenantry.dev/control-plane"
+	// object is part of, where Tenantry runs it (spec.controlPlane).
+	LabelControlPlane = tenantryv1alpha1.LabelControlPlane
 
 	// AnnotationTenantNamespace, AnnotationTenantName and
 	// AnnotationTenantUID identify the tenant object a host object copies.
