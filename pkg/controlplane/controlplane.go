@@ -217,7 +217,7 @@ func Namespace(cluster string) string {
 func Labels(cluster string) map[string]string {
 	return map[string]string{
 		tenantryv1alpha1.LabelManagedBy: tenantryv1alpha1.ManagedByValue,
-		LabelControlPlane:     cluster,
+		LabelControlPlane:               cluster,
 	}
 }
 
