@@ -41,6 +41,7 @@ import (
 // +kubebuilder:rbac:groups=tenantry.dev,resources=virtualclusters,verbs=list;watch;patch
 // +kubebuilder:rbac:groups=tenantry.dev,resources=virtualclusters/status,verbs=patch
 // +kubebuilder:rbac:groups=discovery.k8s.io,resources=endpointslices,verbs=create;patch;delete
+// +kubebuilder:rbac:groups=policy,resources=poddisruptionbudgets,verbs=create;patch
 
 // ControllerName names the controller, its logger and its Events.
 const ControllerName = "controlplane"

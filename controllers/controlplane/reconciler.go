@@ -238,6 +238,9 @@ func (r *Reconciler) provision(ctx context.Context, vc *tenantryv1alpha1.Virtual
 			return outcome{}, status, 0, err
 		}
 	}
+	if err := r.apply(ctx, spec.PodDisruptionBudget()); err != nil {
+		return outcome{}, status, 0, err
+	}
 	// The certificates name the Services' addresses.
 	serviceIPs := map[string]string{}
 	for _, o := range spec.Services() {
@@ -400,6 +403,9 @@ func (r *Reconciler) readiness(ctx context.Context, spec controlplane.Spec, kube
 		if sts.Status.ObservedGeneration < sts.Generation || sts.Status.UpdateRevision != sts.Status.CurrentRevision && sts.Status.UpdateRevision != "" {
 			return waiting("rolling out StatefulSet %s (revision %s)", sts.Name, sts.Status.UpdateRevision)
 		}
+		if sts.Status.ReadyReplicas > 0 {
+			continue // one serves: the others come, or are replaced
+		}
 		var pod corev1.Pod
 		if err := r.workloads.Get(ctx, client.ObjectKey{Namespace: sts.Namespace, Name: sts.Name + "-0"}, &pod); err != nil {
 			return waiting("Pod %s-0: %v", sts.Name, err)
@@ -423,7 +429,15 @@ func (r *Reconciler) readiness(ctx context.Context, spec controlplane.Spec, kube
 	if err := r.probe(ctx, kubeconfig); err != nil {
 		return waiting("the API server does not answer ready through its Service: %v", err)
 	}
-	return outcome{ready: true, reason: tenantryv1alpha1.ReasonControlPlaneRunning, message: "the API server answers ready, and its controller-manager runs"}
+	message := "the API server answers ready, and its controller-manager runs"
+	if want := spec.StatefulSet(); *want.Spec.Replicas > 1 {
+		var sts appsv1.StatefulSet
+		if err := r.workloads.Get(ctx, client.ObjectKeyFromObject(want), &sts); err == nil {
+			message = fmt.Sprintf("the API server answers ready through its Service, of %d of its %d replicas ready, each with its controller-manager",
+				sts.Status.ReadyReplicas, *want.Spec.Replicas)
+		}
+	}
+	return outcome{ready: true, reason: tenantryv1alpha1.ReasonControlPlaneRunning, message: message}
 }
 
 // sleeping says whether the Pods of workloads, at zero replicas, are

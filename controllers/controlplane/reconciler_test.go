@@ -13,6 +13,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
 	networkingv1 "k8s.io/api/networking/v1"
+	policyv1 "k8s.io/api/policy/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -197,6 +198,39 @@ func TestControlPlaneObjectsAndBadInput(t *testing.T) {
 		webhook := string(pki.Data[cp.KeyAuditWebhookKubeconfig])
 		return strings.Contains(args, "--audit-webhook-config-file=") && strings.Contains(webhook, "https://127.0.0.1:") &&
 			strings.Contains(webhook, cp.ActivityServerName("sleepy")) && len(pki.Data[cp.KeyActivityServingCert]) > 0, fmt.Errorf("args %s; webhook %s", args, webhook)
+	})
+
+	// spec.controlPlane.replicas: above one, not on Embedded storage;
+	// three API servers spread over nodes, their controller-managers
+	// leader-elected, one etcd member, and a PodDisruptionBudget.
+	three := tenantryv1alpha1.VirtualCluster{ObjectMeta: metav1.ObjectMeta{Name: "three"}, Spec: tenantryv1alpha1.VirtualClusterSpec{
+		KubeconfigSecretRef: tenantryv1alpha1.SecretKeyReference{Namespace: "default", Name: "three-kubeconfig"},
+		ControlPlane:        &tenantryv1alpha1.ControlPlaneSpec{Replicas: ptr.To[int32](3)},
+	}}
+	if err := host.Create(t.Context(), three.DeepCopy()); err == nil || !strings.Contains(err.Error(), "replicas above 1 needs storage.type Etcd or DataStore") {
+		t.Errorf("3 replicas on Embedded storage: %v, want refused", err)
+	}
+	three.Spec.ControlPlane.Storage.Type = tenantryv1alpha1.StorageEtcd
+	if err := host.Create(t.Context(), &three); err != nil {
+		t.Fatal(err)
+	}
+	tenantrytest.Eventually(t, 30*time.Second, "three API servers, one etcd member, a PodDisruptionBudget", func(ctx context.Context) (bool, error) {
+		var apiServers, etcd appsv1.StatefulSet
+		if err := host.Get(ctx, client.ObjectKey{Namespace: cp.Namespace("three"), Name: cp.WorkloadName}, &apiServers); err != nil {
+			return false, err
+		}
+		if err := host.Get(ctx, client.ObjectKey{Namespace: cp.Namespace("three"), Name: cp.EtcdName}, &etcd); err != nil {
+			return false, err
+		}
+		var pdb policyv1.PodDisruptionBudget
+		if err := host.Get(ctx, client.ObjectKey{Namespace: cp.Namespace("three"), Name: cp.WorkloadName}, &pdb); err != nil {
+			return false, err
+		}
+		pod := apiServers.Spec.Template.Spec
+		kcm := strings.Join(pod.Containers[1].Command, " ")
+		return *apiServers.Spec.Replicas == 3 && *etcd.Spec.Replicas == 1 && pod.Affinity != nil && pod.Affinity.PodAntiAffinity != nil &&
+				strings.Contains(kcm, "--leader-elect=true") && pdb.Spec.MaxUnavailable.IntValue() == 1,
+			fmt.Errorf("API servers %d, etcd %d, affinity %+v, controller-manager %s, budget %+v", *apiServers.Spec.Replicas, *etcd.Spec.Replicas, pod.Affinity, kcm, pdb.Spec)
 	})
 
 	// A VirtualCluster written without storage (as kubectl would) gets

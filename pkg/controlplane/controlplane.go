@@ -19,10 +19,12 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
+	policyv1 "k8s.io/api/policy/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
@@ -145,6 +147,9 @@ type Spec struct {
 	// Asleep runs no Pod: every workload at zero replicas, the data's
 	// claim kept, to start again as it was.
 	Asleep bool
+	// APIServers is how many API servers run (spec.controlPlane.replicas;
+	// 0 counts as 1), each with a controller-manager beside it.
+	APIServers int32
 	// ManagerPeers are who, besides the VirtualCluster's own host
 	// namespaces, may reach the API server: the manager's Pods (its
 	// namespace), or its addresses.
@@ -418,7 +423,37 @@ func (s Spec) StatefulSet() *appsv1.StatefulSet {
 		pod.InitContainers = []corev1.Container{etcd}
 		claims = []corev1.PersistentVolumeClaim{s.dataClaim()}
 	}
-	return s.statefulSet(WorkloadName, ServiceName, podLabels(s.Cluster), pod, claims)
+	// Asleep or not, the same Pod template: waking changes the replicas
+	// alone.
+	if s.APIServers > 1 {
+		// Spread over the host's nodes, as they can be.
+		pod.Affinity = &corev1.Affinity{PodAntiAffinity: &corev1.PodAntiAffinity{
+			PreferredDuringSchedulingIgnoredDuringExecution: []corev1.WeightedPodAffinityTerm{{
+				Weight: 100,
+				PodAffinityTerm: corev1.PodAffinityTerm{
+					LabelSelector: &metav1.LabelSelector{MatchLabels: podLabels(s.Cluster)},
+					TopologyKey:   corev1.LabelHostname,
+				},
+			}},
+		}}
+	}
+	// One Pod after another, each once the one before is ready (the
+	// StatefulSet's default, which cannot change once it is made): the
+	// first serves as soon as one alone would.
+	return s.statefulSet(WorkloadName, ServiceName, podLabels(s.Cluster), pod, claims, s.apiServers())
+}
+
+// PodDisruptionBudget keeps all but one of the API servers' Pods up
+// through a node's drain: with one, it lets it go (a drain is never
+// stuck on a tenant), with more, the others serve meanwhile.
+func (s Spec) PodDisruptionBudget() *policyv1.PodDisruptionBudget {
+	return &policyv1.PodDisruptionBudget{
+		ObjectMeta: s.meta(WorkloadName),
+		Spec: policyv1.PodDisruptionBudgetSpec{
+			Selector:       &metav1.LabelSelector{MatchLabels: podLabels(s.Cluster)},
+			MaxUnavailable: ptr.To(intstr.FromInt32(1)),
+		},
+	}
 }
 
 func (s Spec) embedded() bool {
@@ -448,7 +483,7 @@ func (s Spec) storageAlone() *appsv1.StatefulSet {
 		return nil
 	}
 	pod := corev1.PodSpec{Containers: []corev1.Container{s.embeddedEtcd()}}
-	return s.statefulSet(WorkloadName, ServiceName, podLabels(s.Cluster), pod, []corev1.PersistentVolumeClaim{s.dataClaim()})
+	return s.statefulSet(WorkloadName, ServiceName, podLabels(s.Cluster), pod, []corev1.PersistentVolumeClaim{s.dataClaim()}, s.storageReplicas())
 }
 
 // EtcdStatefulSet is the etcd of storage Etcd: one member in a Pod of its
@@ -495,7 +530,7 @@ func (s Spec) EtcdStatefulSet() *appsv1.StatefulSet {
 			}},
 		}},
 	}
-	return s.statefulSet(EtcdName, EtcdName, etcdPodLabels(s.Cluster), pod, []corev1.PersistentVolumeClaim{s.dataClaim()})
+	return s.statefulSet(EtcdName, EtcdName, etcdPodLabels(s.Cluster), pod, []corev1.PersistentVolumeClaim{s.dataClaim()}, s.storageReplicas())
 }
 
 // StatefulSets are the control plane's workloads, its API server's
@@ -525,9 +560,9 @@ func (s Spec) dataClaim() corev1.PersistentVolumeClaim {
 	}
 }
 
-// statefulSet is a StatefulSet of one Pod of a control plane, labelled
-// labels, that runs as nobody with no privilege.
-func (s Spec) statefulSet(name, service string, labels map[string]string, pod corev1.PodSpec, claims []corev1.PersistentVolumeClaim) *appsv1.StatefulSet {
+// statefulSet is a StatefulSet of replicas Pods of a control plane,
+// labelled labels, that run as nobody with no privilege.
+func (s Spec) statefulSet(name, service string, labels map[string]string, pod corev1.PodSpec, claims []corev1.PersistentVolumeClaim, replicas int32) *appsv1.StatefulSet {
 	pod.AutomountServiceAccountToken = ptr.To(false)
 	pod.EnableServiceLinks = ptr.To(false)
 	pod.SecurityContext = &corev1.PodSecurityContext{
@@ -541,7 +576,7 @@ func (s Spec) statefulSet(name, service string, labels map[string]string, pod co
 	return &appsv1.StatefulSet{
 		ObjectMeta: s.meta(name),
 		Spec: appsv1.StatefulSetSpec{
-			Replicas:    ptr.To(s.replicas()),
+			Replicas:    ptr.To(replicas),
 			ServiceName: service,
 			Selector:    &metav1.LabelSelector{MatchLabels: labels},
 			// The claim stays when the StatefulSet goes: the controller
@@ -561,7 +596,17 @@ func (s Spec) statefulSet(name, service string, labels map[string]string, pod co
 }
 
 // replicas is how many Pods each workload runs: one, none asleep.
-func (s Spec) replicas() int32 {
+// apiServers is how many API servers run: none asleep.
+func (s Spec) apiServers() int32 {
+	if s.Asleep {
+		return 0
+	}
+	return max(s.APIServers, 1)
+}
+
+// storageReplicas is how many Pods of its storage run: one etcd member,
+// none asleep.
+func (s Spec) storageReplicas() int32 {
 	if s.Asleep {
 		return 0
 	}
@@ -602,8 +647,25 @@ func (s Spec) apiServerArgs() []string {
 		// server runs in a Pod of its own namespace, under its own policy.
 		"--enable-aggregator-routing=true",
 		"--profiling=false",
-	}, s.activityArgs())
+	}, s.replicaArgs(), s.activityArgs())
 }
+
+// replicaArgs let one of several API servers go without a failed
+// request: told to stop, it answers on (its readiness failing) for as
+// long as the host takes to take it out of its Service's endpoints, and
+// asks the requests that come later to come again (429, Retry-After),
+// which client-go does, to another.
+func (s Spec) replicaArgs() []string {
+	if s.APIServers <= 1 {
+		return nil
+	}
+	return []string{"--shutdown-delay-duration=" + shutdownDelay.String(), "--shutdown-send-retry-after=true"}
+}
+
+// shutdownDelay is how long an API server of several answers on once it
+// is told to stop: longer than the host's proxies take to see its
+// endpoint go.
+const shutdownDelay = 5 * time.Second
 
 // activityArgs report the API server's requests to the manager, in
 // batches of a few seconds (Activity), never holding a request up: a
@@ -659,7 +721,9 @@ func (s Spec) controllerManagerArgs() []string {
 		"--kubeconfig=" + kubeconfig,
 		"--authentication-kubeconfig=" + kubeconfig,
 		"--authorization-kubeconfig=" + kubeconfig,
-		"--leader-elect=false",
+		// One of several leads; one alone need not wait for its own
+		// lease from before a restart to run out.
+		fmt.Sprintf("--leader-elect=%t", s.APIServers > 1),
 		"--secure-port=0",
 		"--controllers=*," + strings.Join(disabledControllers, ","),
 		"--use-service-account-credentials=true",
@@ -700,7 +764,8 @@ func FromVirtualCluster(vc *tenantryv1alpha1.VirtualCluster, defaultVersion stri
 	if cp == nil {
 		cp = &tenantryv1alpha1.ControlPlaneSpec{}
 	}
-	s := Spec{Cluster: vc.Name, Version: cp.Version, ClusterDomain: "cluster.local", Resources: defaults, DataSize: DefaultDataSize, Storage: cp.Storage.Type}
+	s := Spec{Cluster: vc.Name, Version: cp.Version, ClusterDomain: "cluster.local", Resources: defaults, DataSize: DefaultDataSize, Storage: cp.Storage.Type,
+		APIServers: ptr.Deref(cp.Replicas, 1)}
 	if s.Version == "" {
 		s.Version = defaultVersion
 	}

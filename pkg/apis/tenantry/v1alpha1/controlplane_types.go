@@ -65,6 +65,7 @@ const AnnotationRestoring = "tenantry.dev/restoring"
 // host: its kube-apiserver, its kube-controller-manager and its storage,
 // as workloads in a host namespace of the VirtualCluster. An empty object
 // selects every default.
+// +kubebuilder:validation:XValidation:rule="!has(self.replicas) || self.replicas == 1 || self.storage.type != 'Embedded'",message="spec.controlPlane.replicas above 1 needs storage.type Etcd or DataStore: an Embedded etcd is one member, inside the API server's Pod"
 type ControlPlaneSpec struct {
 	// Version is the Kubernetes version of the control plane, as v1.37.2.
 	// Empty: the release this manager is built with. A change rolls the
@@ -73,6 +74,18 @@ type ControlPlaneSpec struct {
 	// +kubebuilder:validation:MaxLength=32
 	// +optional
 	Version string `json:"version,omitempty"`
+
+	// Replicas is how many API servers run, each with a
+	// kube-controller-manager beside it (leader-elected), spread over the
+	// host's nodes, behind the tenant's one Service: with more than one,
+	// losing a Pod or a node, or a rolling version change, leaves the
+	// tenant's API answering. More than one needs storage Etcd or
+	// DataStore.
+	// +kubebuilder:default=1
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=5
+	// +optional
+	Replicas *int32 `json:"replicas,omitempty"`
 
 	// Storage is where the control plane keeps the tenant's objects.
 	// Defaulted, so that its type is always there to compare: it cannot
