@@ -226,7 +226,10 @@ func Labels(cluster string) map[string]string {
 	}
 }
 
-// podLabels select the control plane's Pod.
+// APIServerLabels select the Pods of cluster's API servers.
+func APIServerLabels(cluster string) map[string]string { return podLabels(cluster) }
+
+// podLabels select the control plane's Pods.
 func podLabels(cluster string) map[string]string {
 	return map[string]string{LabelControlPlane: cluster, "app.kubernetes.io/component": "control-plane"}
 }

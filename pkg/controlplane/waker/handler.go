@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/http/httputil"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -236,37 +237,52 @@ func (t *tenant) watchPod() {
 // again.
 var errSuperseded = errors.New("asleep again")
 
-// readyAddress is the address of the control plane's API server if its
-// Pod runs and it answers /readyz.
+// readyAddress is the address of one of the control plane's API servers
+// whose Pod runs and that answers /readyz.
 func (t *tenant) readyAddress(ctx context.Context) (string, error) {
-	var pod corev1.Pod
-	key := client.ObjectKey{Namespace: controlplane.Namespace(t.cluster), Name: controlplane.WorkloadName + "-0"}
-	if err := t.w.opts.APIReader.Get(ctx, key, &pod); err != nil {
+	var pods corev1.PodList
+	if err := t.w.opts.APIReader.List(ctx, &pods, client.InNamespace(controlplane.Namespace(t.cluster)),
+		client.MatchingLabels(controlplane.APIServerLabels(t.cluster))); err != nil {
 		return "", err
 	}
-	if pod.Status.PodIP == "" || !pod.DeletionTimestamp.IsZero() {
-		return "", errors.New("the control plane's Pod has no address yet")
+	// The first one up, of several, first.
+	slices.SortFunc(pods.Items, func(a, b corev1.Pod) int { return strings.Compare(a.Name, b.Name) })
+	errs := []error{errors.New("no Pod of the control plane has an address yet")}
+	for _, pod := range pods.Items {
+		if pod.Status.PodIP == "" || !pod.DeletionTimestamp.IsZero() {
+			continue
+		}
+		addr := net.JoinHostPort(pod.Status.PodIP, strconv.Itoa(t.w.apiServerPort))
+		if err := t.answersReady(ctx, addr); err != nil {
+			errs = append(errs, fmt.Errorf("pod %s: %w", pod.Name, err))
+			continue
+		}
+		return addr, nil
 	}
-	addr := net.JoinHostPort(pod.Status.PodIP, strconv.Itoa(t.w.apiServerPort))
+	return "", errors.Join(errs...)
+}
+
+// answersReady asks the API server at addr for /readyz, anonymous, as a
+// kubelet's probe does.
+func (t *tenant) answersReady(ctx context.Context, addr string) error {
 	ctx, cancel := context.WithTimeout(ctx, readyProbeTimeout)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "https://"+addr+"/readyz", nil)
 	if err != nil {
-		return "", err
+		return err
 	}
 	t.mu.Lock()
 	transport := t.asItself
 	t.mu.Unlock()
-	// Anonymous, as a kubelet's probe.
 	resp, err := transport.RoundTrip(req)
 	if err != nil {
-		return "", err
+		return err
 	}
 	_ = resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		return "", fmt.Errorf("/readyz answered %s", resp.Status)
+		return fmt.Errorf("/readyz answered %s", resp.Status)
 	}
-	return addr, nil
+	return nil
 }
 
 // proxy hands r to the API server at backend, as who.

@@ -236,7 +236,7 @@ func (w *world) get(c *http.Client, header http.Header) (*http.Response, string,
 func (w *world) createPod() {
 	w.t.Helper()
 	pod := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Namespace: controlplane.Namespace("alpha"), Name: controlplane.WorkloadName + "-0"},
+		ObjectMeta: metav1.ObjectMeta{Namespace: controlplane.Namespace("alpha"), Name: controlplane.WorkloadName + "-0", Labels: controlplane.APIServerLabels("alpha")},
 		Status:     corev1.PodStatus{PodIP: "127.0.0.1"},
 	}
 	if err := w.host.Create(context.Background(), pod); err != nil {
