@@ -126,6 +126,7 @@ func TestHighlyAvailableControlPlane(t *testing.T) {
 type steady struct {
 	c       kubernetes.Interface
 	mu      sync.Mutex
+	next    int
 	written []string
 	failed  []error
 	cancel  context.CancelFunc
@@ -160,7 +161,10 @@ func (s *steady) start(ctx context.Context) {
 			case <-tick.C:
 			}
 			s.mu.Lock()
-			name := fmt.Sprintf("steady-%d", len(s.written))
+			// Of its own each time: one cut short as the client stopped
+			// may have been made.
+			s.next++
+			name := fmt.Sprintf("steady-%d", s.next)
 			s.mu.Unlock()
 			cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: name}, Data: map[string]string{"n": name}}
 			_, err := s.c.CoreV1().ConfigMaps(metav1.NamespaceDefault).Create(ctx, cm, metav1.CreateOptions{})
