@@ -361,14 +361,7 @@ func TestControlPlaneStorageAndVersions(t *testing.T) {
 	kubeconfigs := map[string]string{}
 	for name, vc := range vcs {
 		awaitControlPlaneReady(t, host, vc, name+"'s control plane ready")
-		var secret corev1.Secret
-		if err := host.Get(ctx, client.ObjectKey{Namespace: "default", Name: name + "-kubeconfig"}, &secret); err != nil {
-			t.Fatal(err)
-		}
-		kubeconfigs[name] = filepath.Join(t.TempDir(), name+".kubeconfig")
-		if err := os.WriteFile(kubeconfigs[name], secret.Data[tenantryv1alpha1.DefaultKubeconfigKey], 0o600); err != nil {
-			t.Fatal(err)
-		}
+		kubeconfigs[name] = tenantKubeconfig(t, host, name)
 		kubectl.MustRun(t, kubeconfigs[name], "", "create", "configmap", "kept", "--from-literal=owner="+name)
 	}
 	ownEtcdSnapshot := expectSnapshot(t, env.Host.Config(), host, vcs["own-etcd"], tenantryv1alpha1.StorageEtcd, "configmaps/default/kept")
@@ -615,4 +608,20 @@ func startProvisioningManager(t *testing.T, env *tenantrytest.Environment, args 
 		"--control-plane-manager-cidrs", env.KitNetworkCIDR(), "--control-plane-wake-address", kitIP,
 		"--control-plane-activity-bind-address", net.JoinHostPort(kitIP, "0"),
 	}, args...)...)
+}
+
+// tenantKubeconfig writes the kubeconfig that Tenantry wrote for
+// VirtualCluster name (its Secret default/NAME-kubeconfig) to a file, and
+// returns its path.
+func tenantKubeconfig(t *testing.T, host client.Client, name string) string {
+	t.Helper()
+	var secret corev1.Secret
+	if err := host.Get(t.Context(), client.ObjectKey{Namespace: "default", Name: name + "-kubeconfig"}, &secret); err != nil {
+		t.Fatal(err)
+	}
+	file := filepath.Join(t.TempDir(), name+".kubeconfig")
+	if err := os.WriteFile(file, secret.Data[tenantryv1alpha1.DefaultKubeconfigKey], 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return file
 }

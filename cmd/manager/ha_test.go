@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"os"
 	"path/filepath"
 	"sync"
 	"testing"
@@ -79,15 +78,7 @@ func TestHighlyAvailableControlPlane(t *testing.T) {
 	}
 	t.Logf("API servers on nodes %v", nodes)
 
-	var secret corev1.Secret
-	if err := host.Get(ctx, client.ObjectKey{Namespace: "default", Name: "ha-kubeconfig"}, &secret); err != nil {
-		t.Fatal(err)
-	}
-	kubeconfig := filepath.Join(t.TempDir(), "ha.kubeconfig")
-	if err := os.WriteFile(kubeconfig, secret.Data[tenantryv1alpha1.DefaultKubeconfigKey], 0o600); err != nil {
-		t.Fatal(err)
-	}
-	load := steadyClient(t, kubeconfig)
+	load := steadyClient(t, tenantKubeconfig(t, host, vc.Name))
 
 	// The Pod that serves the client's connection, or any: each goes in
 	// turn.

@@ -3,8 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -193,16 +191,8 @@ type idleTenant struct {
 // node) while no one else asks anything. Its reports note the activity.
 func useIdleTenant(t *testing.T, host client.Client, kubectl tenantrytest.Kubectl, vc *tenantryv1alpha1.VirtualCluster) idleTenant {
 	t.Helper()
-	ctx := t.Context()
 	expectReadyWithin(t, host, vc.Name, 3*time.Minute)
-	var secret corev1.Secret
-	if err := host.Get(ctx, client.ObjectKey{Namespace: "default", Name: vc.Name + "-kubeconfig"}, &secret); err != nil {
-		t.Fatal(err)
-	}
-	idle := idleTenant{vc: vc, kubeconfig: filepath.Join(t.TempDir(), vc.Name+".kubeconfig")}
-	if err := os.WriteFile(idle.kubeconfig, secret.Data[tenantryv1alpha1.DefaultKubeconfigKey], 0o600); err != nil {
-		t.Fatal(err)
-	}
+	idle := idleTenant{vc: vc, kubeconfig: tenantKubeconfig(t, host, vc.Name)}
 	kubectl.MustRun(t, idle.kubeconfig, "", "create", "deployment", "web", "--image="+agnhostImage, "--", "/agnhost", "netexec", "--http-port=8080")
 	kubectl.MustRun(t, idle.kubeconfig, "", "get", "deployment", "web")
 	idle.lastRequest = time.Now()
