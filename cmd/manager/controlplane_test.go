@@ -23,6 +23,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -588,6 +589,38 @@ func describeNamespace(t *testing.T, host client.Client, namespace string) {
 			t.Logf("event %s %s/%s: %s %s", e.Type, e.Regarding.Kind, e.Regarding.Name, e.Reason, e.Note)
 		}
 	}
+}
+
+// describeRestarts logs the last lines that each container of
+// namespace's Pods that restarted wrote before it did.
+func describeRestarts(t *testing.T, config *rest.Config, namespace string) {
+	c, err := kubernetes.NewForConfig(config)
+	if err != nil {
+		t.Log(err)
+		return
+	}
+	pods, err := c.CoreV1().Pods(namespace).List(context.Background(), metav1.ListOptions{})
+	if err != nil {
+		t.Log(err)
+		return
+	}
+	for _, p := range pods.Items {
+		for _, s := range append(p.Status.InitContainerStatuses, p.Status.ContainerStatuses...) {
+			if s.RestartCount == 0 {
+				continue
+			}
+			out, err := c.CoreV1().Pods(namespace).GetLogs(p.Name, &corev1.PodLogOptions{Container: s.Name, Previous: true, TailLines: ptr.To[int64](15)}).DoRaw(context.Background())
+			t.Logf("Pod %s, container %s, restarted %d times; its last lines before: %s%s", p.Name, s.Name, s.RestartCount, out, errorText(err))
+		}
+	}
+}
+
+// errorText is err's text, if there is one.
+func errorText(err error) string {
+	if err == nil {
+		return ""
+	}
+	return " (" + err.Error() + ")"
 }
 
 // startProvisioningManager starts the manager for env's host, with real

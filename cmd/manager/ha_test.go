@@ -4,12 +4,14 @@ import (
 	"context"
 	"fmt"
 	"path/filepath"
+	"slices"
 	"sync"
 	"testing"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
@@ -22,10 +24,12 @@ import (
 )
 
 // TestHighlyAvailableControlPlane: a control plane of three API servers
-// (storage Etcd) keeps the tenant's API answering while one of its API
-// server Pods is deleted: a client that writes and reads every 100 ms
-// through the tenant's kubeconfig, with client-go's default retry, sees
-// no failed request, and every write is kept.
+// on an etcd of three members (storage Etcd) keeps the tenant's API
+// answering while one of its API server Pods is deleted, while its etcd's
+// leader is, and through a rolling version change: a client that writes
+// and reads every 100 ms through the tenant's kubeconfig, with
+// client-go's default retry, sees no failed request, every write is
+// kept, and the tenant stays Ready (its syncers ride through).
 func TestHighlyAvailableControlPlane(t *testing.T) {
 	tenantrytest.RequireRealNodes(t)
 	env := tenantrytest.New(t, tenantrytest.Options{
@@ -33,13 +37,14 @@ func TestHighlyAvailableControlPlane(t *testing.T) {
 		HostCRDDirectoryPaths: []string{filepath.Join("..", "..", "config", "crd", "bases")},
 	})
 	host := newHostClient(t, env.Host)
-	startProvisioningManager(t, env)
+	startProvisioningManager(t, env, "--control-plane-versions", previousVersion)
 	ctx := t.Context()
 	vc := &tenantryv1alpha1.VirtualCluster{
 		ObjectMeta: metav1.ObjectMeta{Name: "ha"},
 		Spec: tenantryv1alpha1.VirtualClusterSpec{
 			KubeconfigSecretRef: tenantryv1alpha1.SecretKeyReference{Namespace: "default", Name: "ha-kubeconfig"},
 			ControlPlane: &tenantryv1alpha1.ControlPlaneSpec{
+				Version:  previousVersion,
 				Replicas: ptr.To[int32](3),
 				Storage:  tenantryv1alpha1.ControlPlaneStorage{Type: tenantryv1alpha1.StorageEtcd},
 			},
@@ -51,65 +56,183 @@ func TestHighlyAvailableControlPlane(t *testing.T) {
 	t.Cleanup(func() {
 		if t.Failed() {
 			describeNamespace(t, host, controlplane.Namespace(vc.Name))
+			describeRestarts(t, env.Host.Config(), controlplane.Namespace(vc.Name))
 		}
 	})
 	ns := controlplane.Namespace(vc.Name)
-	allReady := func(what string) {
+	// settled: three of each ready, none to replace, and the version
+	// taken for the one it runs (the etcd's members all voting).
+	settled := func(what, version string) {
 		t.Helper()
-		eventually(t, 4*time.Minute, what, func(ctx context.Context) (bool, error) {
-			var sts appsv1.StatefulSet
-			if err := host.Get(ctx, client.ObjectKey{Namespace: ns, Name: controlplane.WorkloadName}, &sts); err != nil {
+		eventually(t, 5*time.Minute, what, func(ctx context.Context) (bool, error) {
+			for _, name := range []string{controlplane.WorkloadName, controlplane.EtcdName} {
+				var sts appsv1.StatefulSet
+				if err := host.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &sts); err != nil {
+					return false, err
+				}
+				if sts.Status.ReadyReplicas != 3 || sts.Status.CurrentRevision != sts.Status.UpdateRevision {
+					return false, fmt.Errorf("%s: %d of 3 ready, revision %s of %s", name, sts.Status.ReadyReplicas, sts.Status.CurrentRevision, sts.Status.UpdateRevision)
+				}
+			}
+			if err := host.Get(ctx, client.ObjectKeyFromObject(vc), vc); err != nil {
 				return false, err
 			}
-			return sts.Status.ReadyReplicas == 3 && sts.Status.CurrentRevision == sts.Status.UpdateRevision,
-				fmt.Errorf("%d of 3 ready, revision %s of %s", sts.Status.ReadyReplicas, sts.Status.CurrentRevision, sts.Status.UpdateRevision)
+			cond := meta.FindStatusCondition(vc.Status.Conditions, tenantryv1alpha1.ConditionControlPlaneReady)
+			return vc.Status.ControlPlane != nil && vc.Status.ControlPlane.Version == version, fmt.Errorf("ControlPlaneReady %+v", cond)
 		})
 	}
 	began := time.Now()
-	allReady("three API servers ready")
-	t.Logf("three API servers ready in %s", time.Since(began).Round(time.Second))
-	var nodes []string
-	var pods corev1.PodList
-	if err := host.List(ctx, &pods, client.InNamespace(ns), client.MatchingLabels{controlplane.LabelControlPlane: vc.Name, "app.kubernetes.io/component": "control-plane"}); err != nil {
-		t.Fatal(err)
+	settled("three API servers on an etcd of three members", previousVersion)
+	t.Logf("three API servers on an etcd of three members, ready in %s", time.Since(began).Round(time.Second))
+	for _, component := range []string{"control-plane", "etcd"} {
+		var pods corev1.PodList
+		if err := host.List(ctx, &pods, client.InNamespace(ns), client.MatchingLabels{controlplane.LabelControlPlane: vc.Name, "app.kubernetes.io/component": component}); err != nil {
+			t.Fatal(err)
+		}
+		var nodes []string
+		for _, p := range pods.Items {
+			nodes = append(nodes, p.Name+"@"+p.Spec.NodeName)
+		}
+		t.Logf("%s: %v", component, nodes)
 	}
-	for _, p := range pods.Items {
-		nodes = append(nodes, p.Spec.NodeName)
-	}
-	t.Logf("API servers on nodes %v", nodes)
+	expectEtcdMembers(t, env, host, vc)
 
+	expectReadyWithin(t, host, vc.Name, time.Minute)
 	load := steadyClient(t, tenantKubeconfig(t, host, vc.Name))
-
-	// The Pod that serves the client's connection, or any: each goes in
-	// turn.
-	for _, victim := range []string{controlplane.WorkloadName + "-0", controlplane.WorkloadName + "-2"} {
+	notReady := watchReady(t, host, vc.Name)
+	// disrupt runs do under the client's load, and waits until the
+	// control plane has settled again.
+	disrupt := func(what string, do func(), version string) {
+		t.Helper()
 		load.start(ctx)
 		before := load.count()
 		eventually(t, 30*time.Second, "the client at work", func(context.Context) (bool, error) {
 			return load.count() >= before+10, nil
 		})
+		began := time.Now()
+		do()
+		settled("settled after "+what, version)
+		written, failed := load.stop()
+		t.Logf("%s: settled in %s; %d writes and reads every 100 ms so far, %d failed", what, time.Since(began).Round(time.Second), written, len(failed))
+		for _, err := range failed {
+			t.Errorf("a request failed as %s: %v", what, err)
+		}
+	}
+	deletePod := func(name string) {
 		pod := &corev1.Pod{}
-		if err := host.Get(ctx, client.ObjectKey{Namespace: ns, Name: victim}, pod); err != nil {
+		if err := host.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, pod); err != nil {
 			t.Fatal(err)
 		}
 		gone := pod.UID
 		if err := host.Delete(ctx, pod); err != nil {
 			t.Fatal(err)
 		}
-		eventually(t, 4*time.Minute, victim+" replaced, and ready", func(ctx context.Context) (bool, error) {
-			if err := host.Get(ctx, client.ObjectKey{Namespace: ns, Name: victim}, pod); err != nil {
+		eventually(t, 4*time.Minute, name+" replaced, and ready", func(ctx context.Context) (bool, error) {
+			if err := host.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, pod); err != nil {
 				return false, err
 			}
 			return pod.UID != gone && podIsReady(pod), fmt.Errorf("UID %s, phase %s", pod.UID, pod.Status.Phase)
 		})
-		allReady("three API servers ready again")
-		written, failed := load.stop()
-		t.Logf("%s deleted: %d writes and reads every 100 ms, %d failed", victim, written, len(failed))
-		for _, err := range failed {
-			t.Errorf("a request failed while %s went: %v", victim, err)
+	}
+	disrupt("API server Pod "+controlplane.WorkloadName+"-0 is deleted", func() { deletePod(controlplane.WorkloadName + "-0") }, previousVersion)
+	leader := etcdLeader(t, env, host, vc)
+	disrupt("etcd's leader "+leader+" is deleted", func() { deletePod(leader) }, previousVersion)
+	disrupt("the version changes from "+previousVersion+" to "+controlplane.PinnedVersion, func() {
+		patch := client.MergeFrom(vc.DeepCopy())
+		vc.Spec.ControlPlane.Version = controlplane.PinnedVersion
+		if err := host.Patch(ctx, vc, patch); err != nil {
+			t.Fatal(err)
+		}
+	}, controlplane.PinnedVersion)
+	load.expectKept(t)
+	expectEtcdMembers(t, env, host, vc)
+	if n := notReady(); len(n) > 0 {
+		t.Errorf("the VirtualCluster was not Ready meanwhile: %v", n)
+	}
+}
+
+// expectEtcdMembers: vc's etcd has three members, etcd-0 to etcd-2, each
+// voting.
+func expectEtcdMembers(t *testing.T, env *tenantrytest.Environment, host client.Client, vc *tenantryv1alpha1.VirtualCluster) {
+	t.Helper()
+	storage, err := controlplane.OpenStorage(t.Context(), env.Host.Config(), host, vc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer storage.Close()
+	list, err := storage.Client.MemberList(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, m := range list.Members {
+		if m.IsLearner {
+			t.Errorf("etcd member %s is a learner", m.Name)
+		}
+		names = append(names, m.Name)
+	}
+	slices.Sort(names)
+	if want := []string{"etcd-0", "etcd-1", "etcd-2"}; !slices.Equal(names, want) {
+		t.Errorf("etcd's members %v, want %v", names, want)
+	}
+}
+
+// etcdLeader is the Pod of the leader of vc's etcd.
+func etcdLeader(t *testing.T, env *tenantrytest.Environment, host client.Client, vc *tenantryv1alpha1.VirtualCluster) string {
+	t.Helper()
+	storage, err := controlplane.OpenStorage(t.Context(), env.Host.Config(), host, vc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer storage.Close()
+	status, err := storage.Client.Status(t.Context(), storage.Client.Endpoints()[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	list, err := storage.Client.MemberList(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range list.Members {
+		if m.ID == status.Leader {
+			return m.Name
 		}
 	}
-	load.expectKept(t)
+	t.Fatalf("etcd's leader %x is none of its members", status.Leader)
+	return ""
+}
+
+// watchReady samples VirtualCluster name's Ready condition until the test
+// ends, and returns what says when it was not True.
+func watchReady(t *testing.T, host client.Client, name string) func() []string {
+	ctx, cancel := context.WithCancel(t.Context())
+	var mu sync.Mutex
+	var seen []string
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for ctx.Err() == nil {
+			var vc tenantryv1alpha1.VirtualCluster
+			if err := host.Get(ctx, client.ObjectKey{Name: name}, &vc); err == nil {
+				if c := meta.FindStatusCondition(vc.Status.Conditions, tenantryv1alpha1.ConditionReady); c == nil || c.Status != metav1.ConditionTrue {
+					mu.Lock()
+					seen = append(seen, fmt.Sprintf("%s: %+v", time.Now().Format(time.TimeOnly), c))
+					mu.Unlock()
+				}
+			}
+			select {
+			case <-ctx.Done():
+			case <-time.After(500 * time.Millisecond):
+			}
+		}
+	}()
+	return func() []string {
+		cancel()
+		<-done
+		mu.Lock()
+		defer mu.Unlock()
+		return seen
+	}
 }
 
 // steady writes a ConfigMap and reads it back every 100 ms through a

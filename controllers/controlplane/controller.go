@@ -42,6 +42,8 @@ import (
 // +kubebuilder:rbac:groups=tenantry.dev,resources=virtualclusters/status,verbs=patch
 // +kubebuilder:rbac:groups=discovery.k8s.io,resources=endpointslices,verbs=create;patch;delete
 // +kubebuilder:rbac:groups=policy,resources=poddisruptionbudgets,verbs=create;patch
+// +kubebuilder:rbac:groups="",resources=configmaps,verbs=get;create;patch
+// +kubebuilder:rbac:groups="",resources=pods/portforward,verbs=create
 
 // ControllerName names the controller, its logger and its Events.
 const ControllerName = "controlplane"

@@ -20,6 +20,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/selection"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/client-go/tools/events"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -56,6 +57,9 @@ type Reconciler struct {
 	recorder  events.EventRecorder
 	// probe asks a control plane's API server whether it is ready.
 	probe func(ctx context.Context, kubeconfig []byte) error
+	// host is the host's config, for what goes through its API server
+	// to a control plane's Pods (a port forwarded to its etcd).
+	host *rest.Config
 	// activityURL is where the API servers of control planes with
 	// spec.sleep report their requests; empty: nowhere.
 	activityURL string
@@ -86,7 +90,7 @@ func newReconciler(mgr manager.Manager, opts Options) (*Reconciler, error) {
 		return nil, err
 	}
 	return &Reconciler{
-		opts: opts, client: mgr.GetClient(), apiReader: mgr.GetAPIReader(), workloads: workloads,
+		opts: opts, client: mgr.GetClient(), apiReader: mgr.GetAPIReader(), workloads: workloads, host: mgr.GetConfig(),
 		recorder: mgr.GetEventRecorder("tenantry-" + ControllerName), probe: probeReady,
 	}, nil
 }
@@ -100,6 +104,10 @@ type outcome struct {
 	warn bool
 	// asleep: asked to sleep, and no Pod of the control plane runs.
 	asleep bool
+	// changing: ready, and changing still (replicas of several replaced
+	// one after another, etcd's members): looked at again soon, and its
+	// version not yet taken for the one it runs.
+	changing bool
 }
 
 // Reconcile makes and keeps a VirtualCluster's control plane.
@@ -156,6 +164,9 @@ func (r *Reconciler) reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 const (
 	provisioningRequeue = 3 * time.Second
 	runningRequeue      = time.Hour
+	// changingRequeue: a control plane that serves while it changes
+	// (replicas replaced one at a time, an etcd member that joins).
+	changingRequeue = 2 * time.Second
 )
 
 // provision applies the control plane of vc and says how it stands.
@@ -238,8 +249,17 @@ func (r *Reconciler) provision(ctx context.Context, vc *tenantryv1alpha1.Virtual
 			return outcome{}, status, 0, err
 		}
 	}
-	if err := r.apply(ctx, spec.PodDisruptionBudget()); err != nil {
-		return outcome{}, status, 0, err
+	for _, o := range spec.PodDisruptionBudgets() {
+		if err := r.apply(ctx, o); err != nil {
+			return outcome{}, status, 0, err
+		}
+	}
+	var etcd etcdMembers
+	if spec.Storage == tenantryv1alpha1.StorageEtcd {
+		if etcd, err = r.readEtcdMembers(ctx, spec); err != nil {
+			return outcome{}, status, 0, err
+		}
+		spec.EtcdPods = etcd.pods()
 	}
 	// The certificates name the Services' addresses.
 	serviceIPs := map[string]string{}
@@ -258,6 +278,9 @@ func (r *Reconciler) provision(ctx context.Context, vc *tenantryv1alpha1.Virtual
 	}
 	status.Endpoint = "https://" + net.JoinHostPort(serviceIPs[controlplane.ServiceName], strconv.Itoa(controlplane.ServicePort))
 	spec.EtcdServiceIP = serviceIPs[controlplane.EtcdName]
+	for _, o := range spec.EtcdMemberServices() {
+		spec.EtcdMemberIPs = append(spec.EtcdMemberIPs, serviceIPs[o.Name])
+	}
 
 	now := time.Now()
 	pkiSecret := &corev1.Secret{}
@@ -295,18 +318,37 @@ func (r *Reconciler) provision(ctx context.Context, vc *tenantryv1alpha1.Virtual
 	}
 	status.CertificatesExpire = &metav1.Time{Time: expires}
 
+	if spec.Storage == tenantryv1alpha1.StorageEtcd {
+		var err error
+		if etcd, err = r.reconcileEtcdMembers(ctx, vc, spec, etcd); err != nil {
+			// The control plane may serve meanwhile: said, and tried again.
+			ctrl.LoggerFrom(ctx).Error(err, "changing etcd's members")
+			etcd.note = "changing its etcd's members: " + err.Error()
+		}
+		if err := r.apply(ctx, etcd.configMap(spec)); err != nil {
+			return outcome{}, status, 0, err
+		}
+		spec.EtcdPods = etcd.pods()
+	}
 	for _, o := range spec.StatefulSets() {
-		if err := r.apply(ctx, o); err != nil {
+		if err := r.applyStatefulSet(ctx, o); err != nil {
 			return outcome{}, status, 0, err
 		}
 	}
 	out := r.readiness(ctx, spec, kubeconfig)
+	if etcd.note != "" {
+		out.message += "; " + etcd.note
+		out.changing = out.ready
+	}
 	if out.asleep {
 		// Its certificates still renew; its Pods' going brings it back.
 		return out, status, runningRequeue, nil
 	}
 	if !out.ready {
 		return out, status, provisioningRequeue, nil
+	}
+	if out.changing {
+		return out, status, changingRequeue, nil
 	}
 	status.Version = spec.Version
 	// Renewal is due once a third of the shortest life is left.
@@ -390,6 +432,7 @@ func (r *Reconciler) readiness(ctx context.Context, spec controlplane.Spec, kube
 		return outcome{reason: tenantryv1alpha1.ReasonControlPlaneProvisioning, message: fmt.Sprintf(format, args...)}
 	}
 	// Its etcd first, if apart: the API server waits for it.
+	var changes []string
 	workloads := spec.StatefulSets()
 	slices.Reverse(workloads)
 	if spec.Asleep {
@@ -401,7 +444,13 @@ func (r *Reconciler) readiness(ctx context.Context, spec controlplane.Spec, kube
 			return waiting("StatefulSet %s: %v", want.Name, err)
 		}
 		if sts.Status.ObservedGeneration < sts.Generation || sts.Status.UpdateRevision != sts.Status.CurrentRevision && sts.Status.UpdateRevision != "" {
-			return waiting("rolling out StatefulSet %s (revision %s)", sts.Name, sts.Status.UpdateRevision)
+			rolling := fmt.Sprintf("rolling out StatefulSet %s (revision %s)", sts.Name, sts.Status.UpdateRevision)
+			if *want.Spec.Replicas <= 1 || sts.Status.ReadyReplicas == 0 {
+				return waiting("%s", rolling)
+			}
+			// Replaced one at a time: the others serve meanwhile.
+			changes = append(changes, rolling)
+			continue
 		}
 		if sts.Status.ReadyReplicas > 0 {
 			continue // one serves: the others come, or are replaced
@@ -437,7 +486,13 @@ func (r *Reconciler) readiness(ctx context.Context, spec controlplane.Spec, kube
 				sts.Status.ReadyReplicas, *want.Spec.Replicas)
 		}
 	}
-	return outcome{ready: true, reason: tenantryv1alpha1.ReasonControlPlaneRunning, message: message}
+	if spec.EtcdMembers() > 1 {
+		message += fmt.Sprintf(", on an etcd of %d members", spec.EtcdMembers())
+	}
+	if len(changes) > 0 {
+		message += "; " + strings.Join(changes, "; ")
+	}
+	return outcome{ready: true, reason: tenantryv1alpha1.ReasonControlPlaneRunning, message: message, changing: len(changes) > 0}
 }
 
 // sleeping says whether the Pods of workloads, at zero replicas, are
@@ -470,6 +525,31 @@ func probeReady(ctx context.Context, kubeconfig []byte) error {
 	}
 	_, err = c.Discovery().RESTClient().Get().AbsPath("/readyz").DoRaw(ctx)
 	return err
+}
+
+// applyStatefulSet applies sts; one whose Pods are managed otherwise
+// (podManagementPolicy, which cannot change) is deleted first, its Pods
+// and claims left for the new one to take up.
+func (r *Reconciler) applyStatefulSet(ctx context.Context, sts *appsv1.StatefulSet) error {
+	want := sts.Spec.PodManagementPolicy
+	if want == "" {
+		want = appsv1.OrderedReadyPodManagement
+	}
+	var current appsv1.StatefulSet
+	err := r.workloads.Get(ctx, client.ObjectKeyFromObject(sts), &current)
+	if apierrors.IsNotFound(err) || err == nil && current.Spec.PodManagementPolicy == want {
+		return r.apply(ctx, sts)
+	}
+	if err != nil {
+		return fmt.Errorf("reading StatefulSet %s: %w", client.ObjectKeyFromObject(sts), err)
+	}
+	if current.DeletionTimestamp.IsZero() {
+		if err := r.client.Delete(ctx, &current, client.PropagationPolicy(metav1.DeletePropagationOrphan), client.Preconditions{UID: &current.UID}); client.IgnoreNotFound(err) != nil {
+			return fmt.Errorf("deleting StatefulSet %s, to make it anew with Pods managed %s: %w", client.ObjectKeyFromObject(sts), sts.Spec.PodManagementPolicy, err)
+		}
+		ctrl.LoggerFrom(ctx).Info("deleted a StatefulSet, its Pods kept, to make it anew", "statefulSet", sts.Name, "podManagementPolicy", sts.Spec.PodManagementPolicy)
+	}
+	return nil // made anew once it is gone
 }
 
 // apply applies o, server side, as the controller's own.
@@ -565,14 +645,18 @@ func (r *Reconciler) remove(ctx context.Context, vc *tenantryv1alpha1.VirtualClu
 	ns := controlplane.Namespace(vc.Name)
 	if vc.Spec.ControlPlane.RetainData {
 		// The workloads and their Services go (its etcd's too); the
-		// namespace keeps the claim and the certificates, which a
-		// VirtualCluster of the same name takes up again.
+		// namespace keeps the claims, the certificates and the Services
+		// of its etcd's members (the addresses its data know them by),
+		// which a VirtualCluster of the same name takes up again.
 		spec := controlplane.FromVirtualCluster(vc, r.opts.Version, *r.opts.Resources)
 		var workloads []client.Object
 		for _, o := range spec.StatefulSets() {
 			workloads = append(workloads, &appsv1.StatefulSet{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: o.Name}})
 		}
-		for _, o := range spec.Services() {
+		for _, o := range []*corev1.Service{spec.Service(), spec.EtcdService()} {
+			if o == nil {
+				continue
+			}
 			workloads = append(workloads, &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: o.Name}})
 		}
 		for _, o := range workloads {

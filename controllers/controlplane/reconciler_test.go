@@ -2,8 +2,11 @@ package controlplane_test
 
 import (
 	"context"
+	"crypto/x509"
 	"fmt"
+	"maps"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -29,6 +32,7 @@ import (
 	"github.com/tenantry/tenantry/controllers/controlplane"
 	tenantryv1alpha1 "github.com/tenantry/tenantry/pkg/apis/tenantry/v1alpha1"
 	cp "github.com/tenantry/tenantry/pkg/controlplane"
+	"github.com/tenantry/tenantry/pkg/controlplane/pki"
 	"github.com/tenantry/tenantry/pkg/syncer/pods"
 	tenantrytest "github.com/tenantry/tenantry/pkg/testing"
 )
@@ -262,30 +266,62 @@ func TestControlPlaneObjectsAndBadInput(t *testing.T) {
 	}
 
 	// Storage Etcd: an etcd of its own, apart, that only the control
-	// plane's Pod reaches.
+	// plane's Pods reach, and its members each other.
 	create("own-etcd", tenantryv1alpha1.ControlPlaneSpec{Storage: tenantryv1alpha1.ControlPlaneStorage{Type: tenantryv1alpha1.StorageEtcd}})
 	expect("own-etcd", tenantryv1alpha1.ReasonControlPlaneProvisioning, "")
 	ns = cp.Namespace("own-etcd")
 	var etcdPolicy networkingv1.NetworkPolicy
+	var members corev1.ConfigMap
+	var member corev1.Service
 	tenantrytest.Eventually(t, 30*time.Second, "own-etcd's etcd", func(ctx context.Context) (bool, error) {
 		for _, o := range []client.Object{&appsv1.StatefulSet{}, &corev1.Service{}} {
 			if err := host.Get(ctx, client.ObjectKey{Namespace: ns, Name: cp.EtcdName}, o); err != nil {
 				return false, err
 			}
 		}
+		if err := host.Get(ctx, client.ObjectKey{Namespace: ns, Name: cp.EtcdMemberName(0)}, &member); err != nil {
+			return false, err
+		}
+		if err := host.Get(ctx, client.ObjectKey{Namespace: ns, Name: cp.EtcdConfigMapName}, &members); err != nil {
+			return false, err
+		}
 		return true, host.Get(ctx, client.ObjectKey{Namespace: ns, Name: cp.EtcdName}, &etcdPolicy)
 	})
-	if from := etcdPolicy.Spec.Ingress; len(from) != 1 || len(from[0].From) != 1 || from[0].From[0].PodSelector == nil ||
-		from[0].From[0].NamespaceSelector != nil || len(etcdPolicy.Spec.Egress) != 0 || len(etcdPolicy.Spec.PolicyTypes) != 2 {
-		t.Errorf("etcd's NetworkPolicy %+v: want the control plane's Pod alone let in, and no egress", etcdPolicy.Spec)
+	apiServers := cp.APIServerLabels("own-etcd")
+	only := func(peers []networkingv1.NetworkPolicyPeer, labels map[string]string) bool {
+		return len(peers) == 1 && peers[0].PodSelector != nil && peers[0].NamespaceSelector == nil && peers[0].IPBlock == nil &&
+			maps.Equal(peers[0].PodSelector.MatchLabels, labels)
+	}
+	etcdPods := etcdPolicy.Spec.PodSelector.MatchLabels
+	if in, out := etcdPolicy.Spec.Ingress, etcdPolicy.Spec.Egress; len(in) != 2 || !only(in[0].From, apiServers) || in[0].Ports[0].Port.IntValue() != cp.EtcdPort ||
+		!only(in[1].From, etcdPods) || in[1].Ports[0].Port.IntValue() != cp.EtcdPeerPort ||
+		len(out) != 1 || !only(out[0].To, etcdPods) || out[0].Ports[0].Port.IntValue() != cp.EtcdPeerPort || len(etcdPolicy.Spec.PolicyTypes) != 2 {
+		t.Errorf("etcd's NetworkPolicy %+v: want its client port for the API servers alone, its peer port for its members alone, and no other egress", etcdPolicy.Spec)
+	}
+	// The first member starts a cluster of its own, at its Service.
+	first := members.Data[cp.EtcdConfigFile(0)]
+	for _, want := range []string{`"initial-cluster-state": "new"`, `"initial-cluster": "etcd-0=https://` + member.Spec.ClusterIP + `:2380"`, `"client-cert-auth": true`} {
+		if !strings.Contains(first, want) {
+			t.Errorf("etcd-0's configuration %s: want %s", first, want)
+		}
+	}
+	if len(members.Data) != 1 || !member.Spec.PublishNotReadyAddresses {
+		t.Errorf("etcd's members %v, Service %+v: want etcd-0 alone, at its Service, ready or not", slices.Collect(maps.Keys(members.Data)), member.Spec)
 	}
 	var pkiSecret corev1.Secret
 	tenantrytest.Eventually(t, 30*time.Second, "own-etcd's etcd certificates", func(ctx context.Context) (bool, error) {
 		if err := host.Get(ctx, client.ObjectKey{Namespace: ns, Name: cp.PKISecretName}, &pkiSecret); err != nil {
 			return false, err
 		}
-		return len(pkiSecret.Data[cp.KeyEtcdServerCert]) > 0 && len(pkiSecret.Data[cp.KeyEtcdClientCert]) > 0, nil
+		return len(pkiSecret.Data[cp.KeyEtcdServerCert]) > 0 && len(pkiSecret.Data[cp.KeyEtcdClientCert]) > 0 && len(pkiSecret.Data[cp.KeyEtcdPeerCert]) > 0, nil
 	})
+	peer, err := pki.Parse(pkiSecret.Data[cp.KeyEtcdPeerCert], pkiSecret.Data[cp.KeyEtcdPeerKey], nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := peer.Cert.VerifyHostname(member.Spec.ClusterIP); err != nil || !slices.Contains(peer.Cert.ExtKeyUsage, x509.ExtKeyUsageClientAuth) {
+		t.Errorf("etcd's peer certificate: %v, usages %v: want etcd-0's address, to serve and be a client", err, peer.Cert.ExtKeyUsage)
+	}
 
 	// A DataStore is named for type DataStore, and only then.
 	for name, storage := range map[string]tenantryv1alpha1.ControlPlaneStorage{

@@ -40,6 +40,10 @@ const (
 	KeyEtcdServerKey  = "etcd-server.key"
 	KeyEtcdClientCert = "apiserver-etcd-client.crt"
 	KeyEtcdClientKey  = "apiserver-etcd-client.key"
+	// The certificate with which etcd's members (storage Etcd) serve
+	// and reach each other.
+	KeyEtcdPeerCert = "etcd-peer.crt"
+	KeyEtcdPeerKey  = "etcd-peer.key"
 	// With Activity: the audit policy and webhook kubeconfig of the API
 	// server's reports, its client certificate, and the serving
 	// certificate of the manager's receiver for it.
@@ -112,24 +116,46 @@ func (s Spec) ServingNames(serviceIP string) (pki.Leaf, error) {
 }
 
 // EtcdServingNames are the names and addresses the serving certificate
-// of the etcd of storage Etcd serves: its Service's (at serviceIP, and by
-// name in the host), and the loopback.
+// of the etcd of storage Etcd serves: its client Service's (at
+// serviceIP, and by name in the host), each of its members' (at
+// s.EtcdMemberIPs), and the loopback.
 func (s Spec) EtcdServingNames(serviceIP string) (pki.Leaf, error) {
 	leaf := pki.Leaf{CommonName: "etcd", Usage: pki.Server, IPs: []net.IP{net.IPv4(127, 0, 0, 1)}}
 	svc := EtcdName + "." + Namespace(s.Cluster)
 	leaf.DNSNames = []string{EtcdName, svc, svc + ".svc", svc + ".svc." + s.ClusterDomain, "localhost"}
-	ip := net.ParseIP(serviceIP)
-	if ip == nil {
-		return leaf, fmt.Errorf("etcd's Service IP %q is not an address", serviceIP)
+	ips, err := addresses("etcd's Service", append([]string{serviceIP}, s.EtcdMemberIPs...))
+	if err != nil {
+		return leaf, err
 	}
-	leaf.IPs = append(leaf.IPs, ip)
+	leaf.IPs = append(leaf.IPs, ips...)
 	return leaf, nil
+}
+
+// EtcdPeerNames are the subject and addresses of the certificate with
+// which the members of the etcd of storage Etcd serve and reach each
+// other: each member's, at s.EtcdMemberIPs.
+func (s Spec) EtcdPeerNames() (pki.Leaf, error) {
+	ips, err := addresses("an etcd member's Service", s.EtcdMemberIPs)
+	return pki.Leaf{CommonName: etcdPeerCommonName, Usage: pki.Peer, IPs: ips}, err
+}
+
+// addresses parses ips, of what.
+func addresses(what string, ips []string) ([]net.IP, error) {
+	var out []net.IP
+	for _, s := range ips {
+		ip := net.ParseIP(s)
+		if ip == nil {
+			return nil, fmt.Errorf("%s IP %q is not an address", what, s)
+		}
+		out = append(out, ip)
+	}
+	return out, nil
 }
 
 // Certificates is the PKI Secret's data for the control plane: what
 // current holds that is still good, and anew what is missing, not signed
 // by its CA, due for renewal (pki.Renew) or no longer serving the names
-// it must (the Service at serviceIP, its etcd's at s.EtcdServiceIP). It
+// it must (the Service at serviceIP, its etcd's at s.EtcdServiceIP and its members' at s.EtcdMemberIPs). It
 // says when the first certificate it holds expires. The CAs and the
 // service account key are made once: a new one would lock every client
 // and token out.
@@ -179,8 +205,13 @@ func (s Spec) Certificates(current map[string][]byte, serviceIP string, now time
 		if err != nil {
 			return nil, time.Time{}, err
 		}
+		etcdPeer, err := s.EtcdPeerNames()
+		if err != nil {
+			return nil, time.Time{}, err
+		}
 		leaves = append(leaves,
 			leaf{pair{KeyEtcdServerCert, KeyEtcdServerKey}, etcdCA, etcdServing},
+			leaf{pair{KeyEtcdPeerCert, KeyEtcdPeerKey}, etcdCA, etcdPeer},
 			leaf{pair{KeyEtcdClientCert, KeyEtcdClientKey}, etcdCA, pki.Leaf{CommonName: "kube-apiserver-etcd-client", Usage: pki.Client}})
 	case tenantryv1alpha1.StorageDataStore:
 		if s.DataStore == nil || s.DataStore.CA == nil {

@@ -15,9 +15,7 @@ import (
 	"encoding/base32"
 	"fmt"
 	"maps"
-	"net"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
@@ -134,9 +132,17 @@ type Spec struct {
 	// StorageClassName and DataSize are those of the data's claim.
 	StorageClassName *string
 	DataSize         resource.Quantity
-	// EtcdServiceIP is the cluster IP of the etcd's Service (storage
-	// Etcd), where the API server reaches it.
+	// EtcdServiceIP is the cluster IP of the etcd's client Service
+	// (storage Etcd).
 	EtcdServiceIP string
+	// EtcdMemberIPs are the cluster IPs of the Services of the etcd's
+	// members (storage Etcd; EtcdMemberServices), by ordinal: where its
+	// peers and the API servers reach each.
+	EtcdMemberIPs []string
+	// EtcdPods is how many of the etcd's members run (storage Etcd):
+	// those the controller has configured (EtcdConfigMap), its members
+	// and the one that joins, if one does; 0 counts as 1.
+	EtcdPods int32
 	// DataStore is the shared store of storage DataStore.
 	DataStore *DataStoreAccess
 	// Restoring runs the storage alone, empty, for a snapshot's keys to
@@ -261,28 +267,10 @@ func (s Spec) Service() *corev1.Service {
 	}
 }
 
-// EtcdService is the Service of the etcd of storage Etcd, where the API
-// server reaches it; nil for other storage.
-func (s Spec) EtcdService() *corev1.Service {
-	if s.Storage != tenantryv1alpha1.StorageEtcd {
-		return nil
-	}
-	return &corev1.Service{
-		ObjectMeta: s.meta(EtcdName),
-		Spec: corev1.ServiceSpec{
-			Type:     corev1.ServiceTypeClusterIP,
-			Selector: etcdPodLabels(s.Cluster),
-			Ports: []corev1.ServicePort{{
-				Name: "client", Protocol: corev1.ProtocolTCP, Port: EtcdPort, TargetPort: intstr.FromInt32(EtcdPort),
-			}},
-		},
-	}
-}
-
 // Services are the control plane's Services: the API server's, and its
-// etcd's (storage Etcd).
+// etcd's and each of its members' (storage Etcd).
 func (s Spec) Services() []*corev1.Service {
-	return present(s.Service(), s.EtcdService())
+	return append(present(s.Service(), s.EtcdService()), s.EtcdMemberServices()...)
 }
 
 // NetworkPolicy admits, to the control plane's Pod, the API server's port
@@ -312,26 +300,6 @@ func (s Spec) NetworkPolicy() *networkingv1.NetworkPolicy {
 		policy.Spec.Egress = s.Egress
 	}
 	return policy
-}
-
-// EtcdNetworkPolicy admits, to the etcd of storage Etcd, its client port
-// from the control plane's Pod alone, and lets it connect nowhere; nil
-// for other storage.
-func (s Spec) EtcdNetworkPolicy() *networkingv1.NetworkPolicy {
-	if s.Storage != tenantryv1alpha1.StorageEtcd {
-		return nil
-	}
-	return &networkingv1.NetworkPolicy{
-		ObjectMeta: s.meta(EtcdName),
-		Spec: networkingv1.NetworkPolicySpec{
-			PodSelector: metav1.LabelSelector{MatchLabels: etcdPodLabels(s.Cluster)},
-			PolicyTypes: []networkingv1.PolicyType{networkingv1.PolicyTypeIngress, networkingv1.PolicyTypeEgress},
-			Ingress: []networkingv1.NetworkPolicyIngressRule{{
-				Ports: []networkingv1.NetworkPolicyPort{{Protocol: ptr.To(corev1.ProtocolTCP), Port: ptr.To(intstr.FromInt32(EtcdPort))}},
-				From:  []networkingv1.NetworkPolicyPeer{{PodSelector: &metav1.LabelSelector{MatchLabels: podLabels(s.Cluster)}}},
-			}},
-		},
-	}
 }
 
 // NetworkPolicies are the control plane's NetworkPolicies.
@@ -430,15 +398,7 @@ func (s Spec) StatefulSet() *appsv1.StatefulSet {
 	// alone.
 	if s.APIServers > 1 {
 		// Spread over the host's nodes, as they can be.
-		pod.Affinity = &corev1.Affinity{PodAntiAffinity: &corev1.PodAntiAffinity{
-			PreferredDuringSchedulingIgnoredDuringExecution: []corev1.WeightedPodAffinityTerm{{
-				Weight: 100,
-				PodAffinityTerm: corev1.PodAffinityTerm{
-					LabelSelector: &metav1.LabelSelector{MatchLabels: podLabels(s.Cluster)},
-					TopologyKey:   corev1.LabelHostname,
-				},
-			}},
-		}}
+		pod.Affinity = spread(podLabels(s.Cluster))
 	}
 	// One Pod after another, each once the one before is ready (the
 	// StatefulSet's default, which cannot change once it is made): the
@@ -487,53 +447,6 @@ func (s Spec) storageAlone() *appsv1.StatefulSet {
 	}
 	pod := corev1.PodSpec{Containers: []corev1.Container{s.embeddedEtcd()}}
 	return s.statefulSet(WorkloadName, ServiceName, podLabels(s.Cluster), pod, []corev1.PersistentVolumeClaim{s.dataClaim()}, s.storageReplicas())
-}
-
-// EtcdStatefulSet is the etcd of storage Etcd: one member in a Pod of its
-// own, serving TLS and letting in clients of its own CA alone (the API
-// server), its data on a claim; nil for other storage.
-func (s Spec) EtcdStatefulSet() *appsv1.StatefulSet {
-	if s.Storage != tenantryv1alpha1.StorageEtcd {
-		return nil
-	}
-	tls := corev1.VolumeMount{Name: "tls", MountPath: pkiDir, ReadOnly: true}
-	url := fmt.Sprintf("https://%s.%s.svc:%d", EtcdName, Namespace(s.Cluster), EtcdPort)
-	etcd := corev1.Container{
-		Name:  "etcd",
-		Image: s.Images.Etcd,
-		Command: append([]string{"/usr/local/bin/etcd",
-			fmt.Sprintf("--listen-client-urls=https://0.0.0.0:%d", EtcdPort),
-			"--cert-file=" + pkiDir + "/" + KeyEtcdServerCert,
-			"--key-file=" + pkiDir + "/" + KeyEtcdServerKey,
-			"--trusted-ca-file=" + pkiDir + "/" + KeyEtcdCACert,
-			"--client-cert-auth",
-		}, s.etcdArgs(url)...),
-		Ports:     []corev1.ContainerPort{{Name: "client", ContainerPort: EtcdPort, Protocol: corev1.ProtocolTCP}},
-		Resources: s.Resources.Etcd,
-		ReadinessProbe: &corev1.Probe{
-			ProbeHandler:  corev1.ProbeHandler{TCPSocket: &corev1.TCPSocketAction{Port: intstr.FromInt32(EtcdPort)}},
-			PeriodSeconds: 2, FailureThreshold: 3,
-		},
-		SecurityContext: nonRoot(),
-		VolumeMounts:    []corev1.VolumeMount{tls, {Name: DataVolumeName, MountPath: dataDir}},
-	}
-	pod := corev1.PodSpec{
-		Containers: []corev1.Container{etcd},
-		Volumes: []corev1.Volume{{
-			Name: "tls",
-			// Its own certificate and its CA's, and nothing else of the
-			// control plane's.
-			VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{
-				SecretName: PKISecretName, DefaultMode: ptr.To[int32](0o440),
-				Items: []corev1.KeyToPath{
-					{Key: KeyEtcdCACert, Path: KeyEtcdCACert},
-					{Key: KeyEtcdServerCert, Path: KeyEtcdServerCert},
-					{Key: KeyEtcdServerKey, Path: KeyEtcdServerKey},
-				},
-			}},
-		}},
-	}
-	return s.statefulSet(EtcdName, EtcdName, etcdPodLabels(s.Cluster), pod, []corev1.PersistentVolumeClaim{s.dataClaim()}, s.storageReplicas())
 }
 
 // StatefulSets are the control plane's workloads, its API server's
@@ -697,7 +610,7 @@ func (s Spec) etcdClientArgs() []string {
 	switch s.Storage {
 	case tenantryv1alpha1.StorageEtcd:
 		flags = map[string]string{
-			"etcd-servers":  "https://" + net.JoinHostPort(s.EtcdServiceIP, strconv.Itoa(EtcdPort)),
+			"etcd-servers":  s.etcdServers(),
 			"etcd-cafile":   file(KeyEtcdCACert),
 			"etcd-certfile": file(KeyEtcdClientCert),
 			"etcd-keyfile":  file(KeyEtcdClientKey),

@@ -125,3 +125,41 @@ func TestCheckVersionChange(t *testing.T) {
 		t.Errorf("a malformed version: %v, want an error naming it", err)
 	}
 }
+
+// An etcd of storage Etcd has a member per API server, made odd; its
+// members are known by their names alone.
+func TestEtcdMembers(t *testing.T) {
+	for _, tc := range []struct {
+		storage    tenantryv1alpha1.StorageType
+		apiServers int32
+		want       int
+	}{
+		{tenantryv1alpha1.StorageEtcd, 0, 1},
+		{tenantryv1alpha1.StorageEtcd, 1, 1},
+		{tenantryv1alpha1.StorageEtcd, 2, 3},
+		{tenantryv1alpha1.StorageEtcd, 3, 3},
+		{tenantryv1alpha1.StorageEtcd, 4, 5},
+		{tenantryv1alpha1.StorageEtcd, 5, 5},
+		{tenantryv1alpha1.StorageEmbedded, 1, 0},
+		{tenantryv1alpha1.StorageDataStore, 3, 0},
+	} {
+		s := controlplane.Spec{Storage: tc.storage, APIServers: tc.apiServers}
+		if got := s.EtcdMembers(); got != tc.want {
+			t.Errorf("%s with %d API servers: %d etcd members, want %d", tc.storage, tc.apiServers, got, tc.want)
+		}
+		if got := len(s.EtcdMemberServices()); got != tc.want {
+			t.Errorf("%s with %d API servers: %d member Services, want %d", tc.storage, tc.apiServers, got, tc.want)
+		}
+	}
+	for name, want := range map[string]int{"etcd-0": 0, "etcd-12": 12, "etcd-": -1, "etcd-01": -1, "etcd--1": -1, "alpha": -1, "etcd-x": -1} {
+		got, ok := controlplane.EtcdMemberOrdinal(name)
+		if ok != (want >= 0) || ok && got != want {
+			t.Errorf("EtcdMemberOrdinal(%q) = %d, %v; want %d", name, got, ok, want)
+		}
+	}
+	// A member that leaves keeps its Service until it is gone.
+	s := controlplane.Spec{Storage: tenantryv1alpha1.StorageEtcd, APIServers: 1, EtcdPods: 3}
+	if got := len(s.EtcdMemberServices()); got != 3 {
+		t.Errorf("3 members running, 1 wanted: %d member Services, want 3", got)
+	}
+}

@@ -6,6 +6,8 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -93,7 +95,11 @@ func OpenStorage(ctx context.Context, host *rest.Config, c client.Reader, vc *te
 		}
 		cfg.Endpoints = []string{"http://" + addr}
 	case tenantryv1alpha1.StorageEtcd:
-		addr, done, err := ForwardPort(forwarding, host, Namespace(vc.Name), EtcdName+"-0", EtcdPort, 0)
+		member, err := readyEtcdMember(ctx, c, vc.Name)
+		if err != nil {
+			return nil, fmt.Errorf("VirtualCluster %s: %w", vc.Name, err)
+		}
+		addr, done, err := ForwardPort(forwarding, host, Namespace(vc.Name), member, EtcdPort, 0)
 		forwarded = done
 		if err != nil {
 			return nil, fmt.Errorf("VirtualCluster %s: reaching its etcd: %w", vc.Name, err)
@@ -122,6 +128,24 @@ func OpenStorage(ctx context.Context, host *rest.Config, c client.Reader, vc *te
 		return nil, fmt.Errorf("VirtualCluster %s: a client of its %s storage: %w", vc.Name, storage, err)
 	}
 	return &Storage{Client: etcd, Prefix: prefix, Type: storage, cancel: cancel, forwarded: forwarded}, nil
+}
+
+// readyEtcdMember is the Pod of a ready member of cluster's etcd (storage
+// Etcd), the first if none is.
+func readyEtcdMember(ctx context.Context, c client.Reader, cluster string) (string, error) {
+	var pods corev1.PodList
+	if err := c.List(ctx, &pods, client.InNamespace(Namespace(cluster)), client.MatchingLabels(etcdPodLabels(cluster))); err != nil {
+		return "", fmt.Errorf("listing its etcd's Pods: %w", err)
+	}
+	slices.SortFunc(pods.Items, func(a, b corev1.Pod) int { return strings.Compare(a.Name, b.Name) })
+	for _, pod := range pods.Items {
+		if pod.DeletionTimestamp.IsZero() && slices.ContainsFunc(pod.Status.Conditions, func(c corev1.PodCondition) bool {
+			return c.Type == corev1.PodReady && c.Status == corev1.ConditionTrue
+		}) {
+			return pod.Name, nil
+		}
+	}
+	return EtcdMemberName(0), nil
 }
 
 // etcdClientTLS is the API server's TLS to its etcd, from the control

@@ -53,6 +53,9 @@ const (
 	Server Usage = iota
 	// Client certificates authenticate to a server.
 	Client
+	// Peer certificates do both: a member of a cluster (etcd's) serves
+	// its peers and is their client.
+	Peer
 )
 
 // Leaf describes a certificate for Issue: its subject, and for a server,
@@ -124,6 +127,8 @@ func (ca *KeyPair) Issue(leaf Leaf, now time.Time) (*KeyPair, error) {
 		tmpl.ExtKeyUsage = []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}
 	case Client:
 		tmpl.ExtKeyUsage = []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}
+	case Peer:
+		tmpl.ExtKeyUsage = []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth}
 	default:
 		return nil, fmt.Errorf("issuing %s: unknown usage %d", leaf.CommonName, leaf.Usage)
 	}

@@ -43,6 +43,15 @@ func TestIssueServesAndAuthenticates(t *testing.T) {
 	if _, err := client.Cert.Verify(x509.VerifyOptions{Roots: roots, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}); err == nil {
 		t.Error("a client certificate serves TLS")
 	}
+	peer, err := ca.Issue(pki.Leaf{CommonName: "etcd-peer", Usage: pki.Peer, IPs: []net.IP{net.ParseIP("10.96.0.20")}}, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, usage := range []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth} {
+		if _, err := peer.Cert.Verify(x509.VerifyOptions{Roots: roots, KeyUsages: []x509.ExtKeyUsage{usage}}); err != nil {
+			t.Errorf("peer certificate, for usage %d: %v", usage, err)
+		}
+	}
 	if _, err := tls.X509KeyPair(server.CertPEM, server.KeyPEM); err != nil {
 		t.Errorf("the PEM pair does not load for TLS: %v", err)
 	}
