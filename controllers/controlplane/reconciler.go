@@ -30,6 +30,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 
 	tenantryv1alpha1 "github.com/tenantry/tenantry/pkg/apis/tenantry/v1alpha1"
+	"github.com/tenantry/tenantry/pkg/clusterregistry"
 	"github.com/tenantry/tenantry/pkg/controlplane"
 	"github.com/tenantry/tenantry/pkg/controlplane/datastore"
 	"github.com/tenantry/tenantry/pkg/controlplane/pki"
@@ -56,7 +57,7 @@ type Reconciler struct {
 	workloads cache.Cache
 	recorder  events.EventRecorder
 	// probe asks a control plane's API server whether it is ready.
-	probe func(ctx context.Context, kubeconfig []byte) error
+	probe func(ctx context.Context, cluster string, kubeconfig []byte) error
 	// host is the host's config, for what goes through its API server
 	// to a control plane's Pods (a port forwarded to its etcd).
 	host *rest.Config
@@ -475,7 +476,7 @@ func (r *Reconciler) readiness(ctx context.Context, spec controlplane.Spec, kube
 		return outcome{reason: tenantryv1alpha1.ReasonRestoring, message: "its storage runs, for the snapshot's keys to be loaded (tenantry restore); " +
 			"its API server and controller-manager start once they are"}
 	}
-	if err := r.probe(ctx, kubeconfig); err != nil {
+	if err := r.probe(ctx, spec.Cluster, kubeconfig); err != nil {
 		return waiting("the API server does not answer ready through its Service: %v", err)
 	}
 	message := "the API server answers ready, and its controller-manager runs"
@@ -512,12 +513,15 @@ func (r *Reconciler) sleeping(ctx context.Context, workloads []*appsv1.StatefulS
 		message: "asleep: no Pod of its control plane runs, and its data wait in its storage; tenantry wake wakes it, and so does a request to its API server"}
 }
 
-// probeReady asks the API server of kubeconfig for /readyz.
-func probeReady(ctx context.Context, kubeconfig []byte) error {
+// probeReady asks the API server of kubeconfig, cluster's, for /readyz,
+// as Tenantry: a probe that finds the control plane just put to sleep
+// (its Service at the manager's waker) does not wake it.
+func probeReady(ctx context.Context, cluster string, kubeconfig []byte) error {
 	config, err := clientcmd.RESTConfigFromKubeConfig(kubeconfig)
 	if err != nil {
 		return err
 	}
+	config.UserAgent = clusterregistry.UserAgent(cluster)
 	config.Timeout = 5 * time.Second
 	c, err := kubernetes.NewForConfig(config)
 	if err != nil {

@@ -3,6 +3,8 @@ package controlplane
 import (
 	"flag"
 	"io"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -10,8 +12,11 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
 	tenantryv1alpha1 "github.com/tenantry/tenantry/pkg/apis/tenantry/v1alpha1"
+	"github.com/tenantry/tenantry/pkg/clusterregistry"
 	"github.com/tenantry/tenantry/pkg/controlplane"
 )
 
@@ -83,5 +88,31 @@ func TestResourcesFlag(t *testing.T) {
 		if err := fs.Parse([]string{"--control-plane-resources", write(name, data)}); err == nil || !strings.Contains(err.Error(), name) {
 			t.Errorf("%s: %v, want an error naming the file", name, err)
 		}
+	}
+}
+
+// The readiness probe is Tenantry's own request: one that reaches a
+// control plane just put to sleep (the manager's waker) wakes nothing.
+func TestProbeReadyIsTenantrys(t *testing.T) {
+	agents := make(chan string, 1)
+	server := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		agents <- r.UserAgent()
+		_, _ = io.WriteString(w, "ok")
+	}))
+	defer server.Close()
+	kubeconfig, err := clientcmd.Write(clientcmdapi.Config{
+		Clusters:       map[string]*clientcmdapi.Cluster{"t": {Server: server.URL, InsecureSkipTLSVerify: true}},
+		AuthInfos:      map[string]*clientcmdapi.AuthInfo{"t": {}},
+		Contexts:       map[string]*clientcmdapi.Context{"t": {Cluster: "t", AuthInfo: "t"}},
+		CurrentContext: "t",
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := probeReady(t.Context(), "alpha", kubeconfig); err != nil {
+		t.Fatal(err)
+	}
+	if agent := <-agents; agent != clusterregistry.UserAgent("alpha") {
+		t.Errorf("the probe's user agent %q, want Tenantry's for alpha, %q", agent, clusterregistry.UserAgent("alpha"))
 	}
 }

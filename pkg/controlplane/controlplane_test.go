@@ -3,6 +3,7 @@ package controlplane_test
 import (
 	"errors"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -161,5 +162,28 @@ func TestEtcdMembers(t *testing.T) {
 	s := controlplane.Spec{Storage: tenantryv1alpha1.StorageEtcd, APIServers: 1, EtcdPods: 3}
 	if got := len(s.EtcdMemberServices()); got != 3 {
 		t.Errorf("3 members running, 1 wanted: %d member Services, want 3", got)
+	}
+}
+
+// Every component of a control plane collects its heap at a quarter's
+// growth, and harder near its memory limit.
+func TestControlPlaneGoRuntime(t *testing.T) {
+	for _, storage := range []tenantryv1alpha1.StorageType{tenantryv1alpha1.StorageEmbedded, tenantryv1alpha1.StorageEtcd} {
+		s := controlplane.Spec{Cluster: "alpha", ServiceCIDR: "10.96.0.0/16", ClusterDomain: "cluster.local", DataSize: controlplane.DefaultDataSize,
+			Images: controlplane.UpstreamImages(controlplane.PinnedVersion, controlplane.PinnedEtcdImage), Resources: controlplane.DefaultResources(),
+			Storage: storage, EtcdMemberIPs: []string{"10.96.0.20"}}
+		for _, sts := range s.StatefulSets() {
+			pod := sts.Spec.Template.Spec
+			for _, c := range append(pod.InitContainers, pod.Containers...) {
+				env := map[string]string{}
+				for _, e := range c.Env {
+					env[e.Name] = e.Value
+				}
+				limit := c.Resources.Limits.Memory().Value()
+				if env["GOGC"] != "25" || env["GOMEMLIMIT"] != strconv.FormatInt(limit/10*9, 10) {
+					t.Errorf("%s: container %s: GOGC %q, GOMEMLIMIT %q; want 25, and nine tenths of its limit %d", storage, c.Name, env["GOGC"], env["GOMEMLIMIT"], limit)
+				}
+			}
+		}
 	}
 }

@@ -198,9 +198,9 @@ func (s Spec) EtcdStatefulSet() *appsv1.StatefulSet {
 		Name:    "etcd",
 		Image:   s.Images.Etcd,
 		Command: []string{"/usr/local/bin/etcd", "--config-file=" + etcdConfigDir + "/$(POD_NAME).json"},
-		Env: []corev1.EnvVar{{Name: "POD_NAME", ValueFrom: &corev1.EnvVarSource{
+		Env: append([]corev1.EnvVar{{Name: "POD_NAME", ValueFrom: &corev1.EnvVarSource{
 			FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.name"},
-		}}},
+		}}}, goRuntime(s.Resources.Etcd)...),
 		Ports: []corev1.ContainerPort{
 			{Name: "client", ContainerPort: EtcdPort, Protocol: corev1.ProtocolTCP},
 			{Name: "peer", ContainerPort: EtcdPeerPort, Protocol: corev1.ProtocolTCP},
