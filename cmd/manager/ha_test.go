@@ -74,6 +74,13 @@ func TestHighlyAvailableControlPlane(t *testing.T) {
 					return false, fmt.Errorf("%s: %d of 3 ready, revision %s of %s", name, sts.Status.ReadyReplicas, sts.Status.CurrentRevision, sts.Status.UpdateRevision)
 				}
 			}
+			var members corev1.ConfigMap
+			if err := host.Get(ctx, client.ObjectKey{Namespace: ns, Name: controlplane.EtcdConfigMapName}, &members); err != nil {
+				return false, err
+			}
+			if voters := members.Annotations["tenantry.dev/etcd-voting-members"]; voters != "3" {
+				return false, fmt.Errorf("%s of 3 etcd members voting", voters)
+			}
 			if err := host.Get(ctx, client.ObjectKeyFromObject(vc), vc); err != nil {
 				return false, err
 			}
@@ -137,6 +144,24 @@ func TestHighlyAvailableControlPlane(t *testing.T) {
 	disrupt("API server Pod "+controlplane.WorkloadName+"-0 is deleted", func() { deletePod(controlplane.WorkloadName + "-0") }, previousVersion)
 	leader := etcdLeader(t, env, host, vc)
 	disrupt("etcd's leader "+leader+" is deleted", func() { deletePod(leader) }, previousVersion)
+	// A member's volume lost: it leaves the cluster, and joins again
+	// anew, taking the data from the others.
+	lost := controlplane.EtcdMemberName(2)
+	disrupt("etcd member "+lost+"'s volume is lost", func() {
+		claim := &corev1.PersistentVolumeClaim{}
+		if err := host.Get(ctx, client.ObjectKey{Namespace: ns, Name: controlplane.DataVolumeName + "-" + lost}, claim); err != nil {
+			t.Fatal(err)
+		}
+		gone := claim.UID
+		if err := host.Delete(ctx, claim); err != nil {
+			t.Fatal(err)
+		}
+		deletePod(lost)
+		eventually(t, 4*time.Minute, lost+" on a claim anew", func(ctx context.Context) (bool, error) {
+			err := host.Get(ctx, client.ObjectKey{Namespace: ns, Name: controlplane.DataVolumeName + "-" + lost}, claim)
+			return err == nil && claim.UID != gone, err
+		})
+	}, previousVersion)
 	disrupt("the version changes from "+previousVersion+" to "+controlplane.PinnedVersion, func() {
 		patch := client.MergeFrom(vc.DeepCopy())
 		vc.Spec.ControlPlane.Version = controlplane.PinnedVersion

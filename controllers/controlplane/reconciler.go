@@ -23,6 +23,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/client-go/tools/events"
+	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -109,6 +110,10 @@ type outcome struct {
 	// one after another, etcd's members): looked at again soon, and its
 	// version not yet taken for the one it runs.
 	changing bool
+	// retry, said in the message, is tried again with backoff, whatever
+	// the condition: a change to the etcd's members that failed while
+	// the control plane serves.
+	retry error
 }
 
 // Reconcile makes and keeps a VirtualCluster's control plane.
@@ -156,6 +161,9 @@ func (r *Reconciler) reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	}
 	if err := r.report(ctx, &vc, out, status); err != nil {
 		return ctrl.Result{}, err
+	}
+	if out.retry != nil {
+		return ctrl.Result{}, out.retry
 	}
 	return ctrl.Result{RequeueAfter: requeue}, nil
 }
@@ -260,6 +268,17 @@ func (r *Reconciler) provision(ctx context.Context, vc *tenantryv1alpha1.Virtual
 		if etcd, err = r.readEtcdMembers(ctx, spec); err != nil {
 			return outcome{}, status, 0, err
 		}
+		if len(etcd.files) == 0 {
+			// Its members' ConfigMap gone while they run: they keep
+			// running, their files written again from the membership.
+			var sts appsv1.StatefulSet
+			switch err := r.workloads.Get(ctx, client.ObjectKey{Namespace: controlplane.Namespace(vc.Name), Name: controlplane.EtcdName}, &sts); {
+			case err == nil:
+				etcd.running = ptr.Deref(sts.Spec.Replicas, 1)
+			case !apierrors.IsNotFound(err):
+				return outcome{}, status, 0, fmt.Errorf("reading etcd's StatefulSet: %w", err)
+			}
+		}
 		spec.EtcdPods = etcd.pods()
 	}
 	// The certificates name the Services' addresses.
@@ -319,25 +338,32 @@ func (r *Reconciler) provision(ctx context.Context, vc *tenantryv1alpha1.Virtual
 	}
 	status.CertificatesExpire = &metav1.Time{Time: expires}
 
+	var membership error
 	if spec.Storage == tenantryv1alpha1.StorageEtcd {
-		var err error
-		if etcd, err = r.reconcileEtcdMembers(ctx, vc, spec, etcd); err != nil {
-			// The control plane may serve meanwhile: said, and tried again.
-			ctrl.LoggerFrom(ctx).Error(err, "changing etcd's members")
-			etcd.note = "changing its etcd's members: " + err.Error()
+		if etcd, membership = r.reconcileEtcdMembers(ctx, vc, spec, etcd); membership != nil {
+			// The control plane may serve meanwhile: said, and tried
+			// again with backoff.
+			membership = fmt.Errorf("changing its etcd's members: %w", membership)
 		}
 		if err := r.apply(ctx, etcd.configMap(spec)); err != nil {
-			return outcome{}, status, 0, err
+			return outcome{}, status, 0, errors.Join(membership, err)
 		}
 		spec.EtcdPods = etcd.pods()
 	}
+	// The generations applied, which the cache may not hold yet.
+	applied := map[string]int64{}
 	for _, o := range spec.StatefulSets() {
 		if err := r.applyStatefulSet(ctx, o); err != nil {
-			return outcome{}, status, 0, err
+			return outcome{}, status, 0, errors.Join(membership, err)
 		}
+		applied[o.Name] = o.Generation
 	}
-	out := r.readiness(ctx, spec, kubeconfig)
-	if etcd.note != "" {
+	out := r.readiness(ctx, spec, kubeconfig, applied)
+	switch {
+	case membership != nil:
+		out.message += "; " + membership.Error()
+		out.retry = membership
+	case etcd.note != "":
 		out.message += "; " + etcd.note
 		out.changing = out.ready
 	}
@@ -428,7 +454,7 @@ func (r *Reconciler) managerPeers() []networkingv1.NetworkPolicyPeer {
 
 // readiness says whether the control plane runs: its Pod's API server is
 // ready and answers through its Service, and its controller-manager runs.
-func (r *Reconciler) readiness(ctx context.Context, spec controlplane.Spec, kubeconfig []byte) outcome {
+func (r *Reconciler) readiness(ctx context.Context, spec controlplane.Spec, kubeconfig []byte, applied map[string]int64) outcome {
 	waiting := func(format string, args ...any) outcome {
 		return outcome{reason: tenantryv1alpha1.ReasonControlPlaneProvisioning, message: fmt.Sprintf(format, args...)}
 	}
@@ -444,7 +470,7 @@ func (r *Reconciler) readiness(ctx context.Context, spec controlplane.Spec, kube
 		if err := r.workloads.Get(ctx, client.ObjectKeyFromObject(want), &sts); err != nil {
 			return waiting("StatefulSet %s: %v", want.Name, err)
 		}
-		if sts.Status.ObservedGeneration < sts.Generation || sts.Status.UpdateRevision != sts.Status.CurrentRevision && sts.Status.UpdateRevision != "" {
+		if sts.Status.ObservedGeneration < max(sts.Generation, applied[sts.Name]) || sts.Status.UpdateRevision != sts.Status.CurrentRevision && sts.Status.UpdateRevision != "" {
 			rolling := fmt.Sprintf("rolling out StatefulSet %s (revision %s)", sts.Name, sts.Status.UpdateRevision)
 			if *want.Spec.Replicas <= 1 || sts.Status.ReadyReplicas == 0 {
 				return waiting("%s", rolling)

@@ -418,10 +418,9 @@ func (s Spec) StatefulSet() *appsv1.StatefulSet {
 	}
 	// Asleep or not, the same Pod template: waking changes the replicas
 	// alone.
-	if s.APIServers > 1 {
-		// Spread over the host's nodes, as they can be.
-		pod.Affinity = spread(podLabels(s.Cluster))
-	}
+	// Spread over the host's nodes, as they can be, however many: a
+	// count that changes does not restart the one there is.
+	pod.Affinity = spread(podLabels(s.Cluster))
 	// One Pod after another, each once the one before is ready (the
 	// StatefulSet's default, which cannot change once it is made): the
 	// first serves as soon as one alone would.

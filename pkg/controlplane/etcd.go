@@ -207,8 +207,8 @@ func (s Spec) EtcdStatefulSet() *appsv1.StatefulSet {
 		},
 		Resources: s.Resources.Etcd,
 		// Ready: it has a leader, and answers a read that the leader
-		// confirms. A member that joins is not ready until it has caught
-		// up and is promoted.
+		// confirms: a rolling change goes on to the next member once
+		// this one is back in the cluster.
 		ReadinessProbe:  probe("/readyz", 2, 3),
 		StartupProbe:    probe("/livez", 2, 90),
 		LivenessProbe:   probe("/livez", 10, 6),
@@ -242,9 +242,9 @@ func (s Spec) EtcdStatefulSet() *appsv1.StatefulSet {
 			}},
 		}},
 	}
-	if s.EtcdMembers() > 1 {
-		pod.Affinity = spread(etcdPodLabels(s.Cluster))
-	}
+	// Spread, as they can be, however many: a count that changes does
+	// not change the Pods' template, nor restart the members there are.
+	pod.Affinity = spread(etcdPodLabels(s.Cluster))
 	sts := s.statefulSet(EtcdName, EtcdName, etcdPodLabels(s.Cluster), pod, []corev1.PersistentVolumeClaim{s.dataClaim()}, s.etcdPods())
 	sts.Spec.PodManagementPolicy = appsv1.ParallelPodManagement
 	return sts
