@@ -93,14 +93,16 @@ func (t *tenant) handle(w http.ResponseWriter, r *http.Request) {
 		writeStatus(w, http.StatusUnauthorized, metav1.StatusReasonUnauthorized, fmt.Sprintf("VirtualCluster %s is asleep: %v", t.cluster, err), 0)
 		return
 	}
-	if strings.Contains(r.UserAgent(), " "+clusterregistry.UserAgentProduct+"/") {
+	wake := !strings.Contains(r.UserAgent(), " "+clusterregistry.UserAgentProduct+"/")
+	if !wake && t.asleep() {
 		// Tenantry's own (a syncer still stopping as the tenant falls
-		// asleep) is no one's wish to wake it.
+		// asleep) is no one's wish to wake it. One that comes as it
+		// wakes (woken by hand, or by a forwarded port) waits for it.
 		writeStatus(w, http.StatusServiceUnavailable, metav1.StatusReasonServiceUnavailable,
 			fmt.Sprintf("VirtualCluster %s is asleep: Tenantry's own requests do not wake it", t.cluster), 0)
 		return
 	}
-	backend, err = t.await(r, who)
+	backend, err = t.await(r, who, wake)
 	if err != nil {
 		if r.Context().Err() == nil {
 			writeStatus(w, http.StatusServiceUnavailable, metav1.StatusReasonServiceUnavailable, err.Error(), 5)
@@ -111,9 +113,9 @@ func (t *tenant) handle(w http.ResponseWriter, r *http.Request) {
 }
 
 // await returns the address of the API server's Pod once it answers
-// ready, asking the control plane to wake: after holding r within its
-// own context and Options.HoldTimeout.
-func (t *tenant) await(r *http.Request, who caller) (string, error) {
+// ready, asking the control plane to wake if wake: after holding r within
+// its own context and Options.HoldTimeout.
+func (t *tenant) await(r *http.Request, who caller, wake bool) (string, error) {
 	heldRequests.Inc()
 	defer heldRequests.Dec()
 	held := time.Now()
@@ -131,8 +133,10 @@ func (t *tenant) await(r *http.Request, who caller) (string, error) {
 			holdSeconds.Observe(time.Since(held).Seconds())
 			return backend, nil
 		}
-		if err := t.askToWake(who, r); err != nil {
-			return "", err
+		if wake {
+			if err := t.askToWake(who, r); err != nil {
+				return "", err
+			}
 		}
 		t.watchPod()
 		select {
@@ -144,6 +148,14 @@ func (t *tenant) await(r *http.Request, who caller) (string, error) {
 			return "", fmt.Errorf("VirtualCluster %s was asked to wake and did not answer within %s; try again", t.cluster, t.w.opts.HoldTimeout)
 		}
 	}
+}
+
+// asleep: the VirtualCluster is asked to sleep, or cannot be read.
+func (t *tenant) asleep() bool {
+	ctx, cancel := context.WithTimeout(t.ctx, askTimeout)
+	defer cancel()
+	var vc tenantryv1alpha1.VirtualCluster
+	return t.w.opts.Host.Get(ctx, client.ObjectKey{Name: t.cluster}, &vc) != nil || vc.Asleep()
 }
 
 // askToWake asks the VirtualCluster to wake, unless it is awake, or a

@@ -30,6 +30,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
 	tenantryv1alpha1 "github.com/tenantry/tenantry/pkg/apis/tenantry/v1alpha1"
+	"github.com/tenantry/tenantry/pkg/clusterregistry"
 	"github.com/tenantry/tenantry/pkg/controlplane"
 	"github.com/tenantry/tenantry/pkg/controlplane/pki"
 )
@@ -458,5 +459,41 @@ func TestAsleepAgainWakesAgain(t *testing.T) {
 		if _, err := w.waiter.hold("alpha", w.id); err != nil {
 			t.Fatal(err)
 		}
+	}
+}
+
+// Tenantry's own requests (its user agent) wake nothing: refused while
+// the tenant sleeps; held, once it was woken otherwise, until its API
+// server answers, and handed over.
+func TestTenantrysOwnRequestsWakeNothing(t *testing.T) {
+	w := newWorld(t, Options{})
+	alice := issue(t, w.ca, pki.Leaf{CommonName: "alice", Usage: pki.Client})
+	tenantry := http.Header{"User-Agent": {clusterregistry.UserAgent("alpha")}}
+	resp, body, err := w.get(w.client(alice), tenantry)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var vc tenantryv1alpha1.VirtualCluster
+	if err := w.host.Get(context.Background(), client.ObjectKey{Name: "alpha"}, &vc); err != nil {
+		t.Fatal(err)
+	}
+	if resp.StatusCode != http.StatusServiceUnavailable || !strings.Contains(body, "Tenantry's own requests do not wake it") || !vc.Asleep() {
+		t.Fatalf("asleep: answered %d: %s; asleep %v, want 503 and still asleep", resp.StatusCode, body, vc.Asleep())
+	}
+	// Woken by hand: held until its API server answers.
+	if err := controlplane.AskToWake(context.Background(), w.host, "alpha"); err != nil {
+		t.Fatal(err)
+	}
+	answered := make(chan error, 1)
+	go func() {
+		resp, body, err := w.get(w.client(alice), tenantry)
+		if err == nil && resp.StatusCode != http.StatusOK {
+			err = fmt.Errorf("answered %d: %s", resp.StatusCode, body)
+		}
+		answered <- err
+	}()
+	w.createPod()
+	if err := <-answered; err != nil {
+		t.Fatalf("woken by hand: %v", err)
 	}
 }
