@@ -256,16 +256,21 @@ func (s Spec) NamespaceObject() *corev1.Namespace {
 
 // Service is the API server's Service: cluster IP, port 443.
 func (s Spec) Service() *corev1.Service {
+	return s.clusterIPService(ServiceName, podLabels(s.Cluster), servicePort("https", ServicePort, APIServerPort))
+}
+
+// clusterIPService is a Service of the control plane at a cluster IP, for
+// the Pods of selector.
+func (s Spec) clusterIPService(name string, selector map[string]string, ports ...corev1.ServicePort) *corev1.Service {
 	return &corev1.Service{
-		ObjectMeta: s.meta(ServiceName),
-		Spec: corev1.ServiceSpec{
-			Type:     corev1.ServiceTypeClusterIP,
-			Selector: podLabels(s.Cluster),
-			Ports: []corev1.ServicePort{{
-				Name: "https", Protocol: corev1.ProtocolTCP, Port: ServicePort, TargetPort: intstr.FromInt32(APIServerPort),
-			}},
-		},
+		ObjectMeta: s.meta(name),
+		Spec:       corev1.ServiceSpec{Type: corev1.ServiceTypeClusterIP, Selector: selector, Ports: ports},
 	}
+}
+
+// servicePort is a Service's TCP port, to the Pods' target.
+func servicePort(name string, port, target int32) corev1.ServicePort {
+	return corev1.ServicePort{Name: name, Protocol: corev1.ProtocolTCP, Port: port, TargetPort: intstr.FromInt32(target)}
 }
 
 // Services are the control plane's Services: the API server's, and its

@@ -89,16 +89,7 @@ func (s Spec) EtcdService() *corev1.Service {
 	if s.Storage != tenantryv1alpha1.StorageEtcd {
 		return nil
 	}
-	return &corev1.Service{
-		ObjectMeta: s.meta(EtcdName),
-		Spec: corev1.ServiceSpec{
-			Type:     corev1.ServiceTypeClusterIP,
-			Selector: etcdPodLabels(s.Cluster),
-			Ports: []corev1.ServicePort{{
-				Name: "client", Protocol: corev1.ProtocolTCP, Port: EtcdPort, TargetPort: intstr.FromInt32(EtcdPort),
-			}},
-		},
-	}
+	return s.clusterIPService(EtcdName, etcdPodLabels(s.Cluster), servicePort("client", EtcdPort, EtcdPort))
 }
 
 // EtcdMemberServices are the Services of each of the etcd's members
@@ -114,18 +105,9 @@ func (s Spec) EtcdMemberServices() []*corev1.Service {
 		name := EtcdMemberName(i)
 		selector := etcdPodLabels(s.Cluster)
 		selector[appsv1.StatefulSetPodNameLabel] = name
-		services = append(services, &corev1.Service{
-			ObjectMeta: s.meta(name),
-			Spec: corev1.ServiceSpec{
-				Type:                     corev1.ServiceTypeClusterIP,
-				Selector:                 selector,
-				PublishNotReadyAddresses: true,
-				Ports: []corev1.ServicePort{
-					{Name: "client", Protocol: corev1.ProtocolTCP, Port: EtcdPort, TargetPort: intstr.FromInt32(EtcdPort)},
-					{Name: "peer", Protocol: corev1.ProtocolTCP, Port: EtcdPeerPort, TargetPort: intstr.FromInt32(EtcdPeerPort)},
-				},
-			},
-		})
+		svc := s.clusterIPService(name, selector, servicePort("client", EtcdPort, EtcdPort), servicePort("peer", EtcdPeerPort, EtcdPeerPort))
+		svc.Spec.PublishNotReadyAddresses = true
+		services = append(services, svc)
 	}
 	return services
 }
