@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/etcdserverpb"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -177,20 +178,13 @@ func TestHighlyAvailableControlPlane(t *testing.T) {
 }
 
 // expectEtcdMembers: vc's etcd has three members, etcd-0 to etcd-2, each
+// expectEtcdMembers: vc's etcd has three members, etcd-0 to etcd-2, each
 // voting.
 func expectEtcdMembers(t *testing.T, env *tenantrytest.Environment, host client.Client, vc *tenantryv1alpha1.VirtualCluster) {
 	t.Helper()
-	storage, err := controlplane.OpenStorage(t.Context(), env.Host.Config(), host, vc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer storage.Close()
-	list, err := storage.Client.MemberList(t.Context())
-	if err != nil {
-		t.Fatal(err)
-	}
+	members, _ := etcdMembership(t, env, host, vc)
 	var names []string
-	for _, m := range list.Members {
+	for _, m := range members {
 		if m.IsLearner {
 			t.Errorf("etcd member %s is a learner", m.Name)
 		}
@@ -205,6 +199,20 @@ func expectEtcdMembers(t *testing.T, env *tenantrytest.Environment, host client.
 // etcdLeader is the Pod of the leader of vc's etcd.
 func etcdLeader(t *testing.T, env *tenantrytest.Environment, host client.Client, vc *tenantryv1alpha1.VirtualCluster) string {
 	t.Helper()
+	members, leader := etcdMembership(t, env, host, vc)
+	for _, m := range members {
+		if m.ID == leader {
+			return m.Name
+		}
+	}
+	t.Fatalf("etcd's leader %x is none of its members", leader)
+	return ""
+}
+
+// etcdMembership is the members of vc's etcd, and its leader's ID, read
+// as a snapshot reads it.
+func etcdMembership(t *testing.T, env *tenantrytest.Environment, host client.Client, vc *tenantryv1alpha1.VirtualCluster) ([]*etcdserverpb.Member, uint64) {
+	t.Helper()
 	storage, err := controlplane.OpenStorage(t.Context(), env.Host.Config(), host, vc)
 	if err != nil {
 		t.Fatal(err)
@@ -218,13 +226,7 @@ func etcdLeader(t *testing.T, env *tenantrytest.Environment, host client.Client,
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, m := range list.Members {
-		if m.ID == status.Leader {
-			return m.Name
-		}
-	}
-	t.Fatalf("etcd's leader %x is none of its members", status.Leader)
-	return ""
+	return list.Members, status.Leader
 }
 
 // watchReady samples VirtualCluster name's Ready condition until the test
