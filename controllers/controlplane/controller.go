@@ -9,6 +9,7 @@
 package controlplane
 
 import (
+	"cmp"
 	"context"
 	"time"
 
@@ -19,6 +20,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
@@ -51,6 +53,9 @@ const ControllerName = "controlplane"
 // Finalizer holds a VirtualCluster with spec.controlPlane until its
 // control plane is gone from the host.
 const Finalizer = "tenantry.dev/control-plane"
+
+// DefaultMaxConcurrentReconciles is the default of Options.MaxConcurrentReconciles.
+const DefaultMaxConcurrentReconciles = 4
 
 // Options tune the controller.
 type Options struct {
@@ -94,6 +99,14 @@ type Options struct {
 	// front of the manager's replicas). Default: the bound address, with
 	// WakeAddress as its host when it binds every interface.
 	ActivityURL string
+
+	// MaxConcurrentReconciles is how many VirtualClusters' control planes
+	// are reconciled at once. A reconcile waits on the host's API server
+	// and on the control plane's (its readiness, etcd's membership), so
+	// with one worker 20 control planes created at once got their Pods
+	// one after another, the last 17 s after the first. Default
+	// DefaultMaxConcurrentReconciles.
+	MaxConcurrentReconciles int
 }
 
 type params struct {
@@ -182,6 +195,7 @@ func setup(p setupParams) error {
 	})
 	b := ctrl.NewControllerManagedBy(p.Manager).
 		Named(ControllerName).
+		WithOptions(controller.Options{MaxConcurrentReconciles: cmp.Or(opts.MaxConcurrentReconciles, DefaultMaxConcurrentReconciles)}).
 		For(&tenantryv1alpha1.VirtualCluster{}, builder.WithPredicates(predicate.NewPredicateFuncs(func(o client.Object) bool {
 			return o.(*tenantryv1alpha1.VirtualCluster).Spec.ControlPlane != nil
 		})))

@@ -44,6 +44,8 @@ func (o *Options) BindFlags(fs *flag.FlagSet) {
 			o.Resources = r
 			return nil
 		})
+	fs.IntVar(&o.MaxConcurrentReconciles, "control-plane-concurrency", DefaultMaxConcurrentReconciles,
+		"Control planes reconciled at once.")
 	fs.StringVar(&o.ManagerNamespace, "control-plane-manager-namespace", def.ManagerNamespace,
 		"Namespace of the manager's Pods, let in to provisioned control planes (default: $POD_NAMESPACE).")
 	fs.Func("control-plane-manager-cidrs", "Comma-separated CIDRs from which the manager reaches provisioned control planes, when it runs outside the host's Pod network.",

@@ -115,32 +115,35 @@ func TestKubeconfigParsedOncePerVersion(t *testing.T) {
 		ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "kc", ResourceVersion: "1"},
 		Data:       map[string][]byte{"kubeconfig": []byte(inlineKubeconfig)},
 	}
-	a, err := s.config(secret, "kubeconfig")
+	a, sourceA, err := s.config(secret, "kubeconfig")
 	if err != nil {
 		t.Fatal(err)
 	}
 	a.QPS = 1234 // as limit does: another caller must not see it
 	secret.Data["kubeconfig"] = []byte(strings.Replace(inlineKubeconfig, "127.0.0.1:6443", "10.0.0.1:6443", 1))
-	b, err := s.config(secret, "kubeconfig")
+	b, sourceB, err := s.config(secret, "kubeconfig")
 	if err != nil {
 		t.Fatal(err)
 	}
 	if b == a || b.QPS != 0 {
 		t.Fatal("two callers share one config")
 	}
-	if b.Host != "https://127.0.0.1:6443" {
+	if b.Host != "https://127.0.0.1:6443" || sourceB != sourceA {
 		t.Fatalf("the same version was parsed again (host %q)", b.Host)
 	}
 	secret.ResourceVersion = "2"
-	c, err := s.config(secret, "kubeconfig")
+	c, sourceC, err := s.config(secret, "kubeconfig")
 	if err != nil || c.Host != "https://10.0.0.1:6443" {
 		t.Fatalf("a new version was not parsed: host %v, %v", c, err)
+	}
+	if sourceC == sourceA {
+		t.Fatal("a changed kubeconfig has the digest of the one before")
 	}
 	if len(s.parsed) != 1 {
 		t.Fatalf("%d parsed versions kept, want the newest only", len(s.parsed))
 	}
 	secret.ResourceVersion, secret.Data["kubeconfig"] = "3", []byte("hunter2-secret")
-	if _, err := s.config(secret, "kubeconfig"); !errors.Is(err, errInvalidKubeconfig) {
+	if _, _, err := s.config(secret, "kubeconfig"); !errors.Is(err, errInvalidKubeconfig) {
 		t.Fatalf("a bad version: %v", err)
 	}
 }
