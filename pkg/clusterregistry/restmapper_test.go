@@ -40,6 +40,23 @@ func TestBuiltinMappingIsSharedPerVersion(t *testing.T) {
 		}
 	}
 
+	// Asked again, the shared mapping answers the same, each caller a
+	// copy of its own, and by the versions asked for.
+	mine, err := a.RESTMapping(schema.GroupKind{Kind: "ConfigMap"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mine.Resource.Resource = "changed by a caller"
+	if theirs, err := b.RESTMapping(schema.GroupKind{Kind: "ConfigMap"}); err != nil || theirs.Resource.Resource != "configmaps" {
+		t.Errorf("a second caller's mapping of ConfigMap: %v, %v", theirs, err)
+	}
+	hpa := schema.GroupKind{Group: "autoscaling", Kind: "HorizontalPodAutoscaler"}
+	for _, version := range []string{"v1", "v2", "v1"} {
+		if m, err := a.RESTMapping(hpa, version); err != nil || m.GroupVersionKind.Version != version {
+			t.Errorf("mapping %s at %s: %v, %v", hpa, version, m, err)
+		}
+	}
+
 	// A custom resource of the second tenant only, made after both started.
 	crd := &apiextensionsv1.CustomResourceDefinition{
 		ObjectMeta: metav1.ObjectMeta{Name: "widgets.mapping.example.com"},
