@@ -196,7 +196,8 @@ var _ meta.ResettableRESTMapper = &layeredMapper{}
 // match, the cluster's own.
 func first[T any](m *layeredMapper, group string, ask func(meta.RESTMapper) (T, error)) (T, error) {
 	if builtinGroups.Has(group) {
-		if v, err := ask(m.builtin); !meta.IsNoMatchError(err) {
+		// err == nil first: IsNoMatchError allocates on every call.
+		if v, err := ask(m.builtin); err == nil || !meta.IsNoMatchError(err) {
 			return v, err
 		}
 	}
