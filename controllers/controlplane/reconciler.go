@@ -65,6 +65,8 @@ type Reconciler struct {
 	// activityURL is where the API servers of control planes with
 	// spec.sleep report their requests; empty: nowhere.
 	activityURL string
+	// applied is what was last applied of each object.
+	applied appliedObjects
 }
 
 func newReconciler(mgr manager.Manager, opts Options) (*Reconciler, error) {
@@ -284,13 +286,11 @@ func (r *Reconciler) provision(ctx context.Context, vc *tenantryv1alpha1.Virtual
 	// The certificates name the Services' addresses.
 	serviceIPs := map[string]string{}
 	for _, o := range spec.Services() {
+		// Applied, o is the Service as the API server has it.
 		if err := r.apply(ctx, o); err != nil {
 			return outcome{}, status, 0, err
 		}
-		var svc corev1.Service
-		if err := r.apiReader.Get(ctx, client.ObjectKeyFromObject(o), &svc); err != nil {
-			return outcome{}, status, 0, fmt.Errorf("reading Service %s: %w", client.ObjectKeyFromObject(o), err)
-		}
+		svc := o
 		if svc.Spec.ClusterIP == "" || svc.Spec.ClusterIP == corev1.ClusterIPNone {
 			return outcome{reason: tenantryv1alpha1.ReasonControlPlaneProvisioning, message: fmt.Sprintf("Service %s has no cluster IP yet", svc.Name)}, status, provisioningRequeue, nil
 		}
@@ -582,16 +582,32 @@ func (r *Reconciler) applyStatefulSet(ctx context.Context, sts *appsv1.StatefulS
 	return nil // made anew once it is gone
 }
 
-// apply applies o, server side, as the controller's own.
+// apply applies o, server side, as the controller's own, unless it is as
+// the controller last applied it (appliedObjects); either way o is then
+// as the API server has it. A Secret is applied every time it is asked
+// to be: the callers read it first and ask only when it differs.
 func (r *Reconciler) apply(ctx context.Context, o client.Object) error {
 	gvk, err := r.client.GroupVersionKindFor(o)
 	if err != nil {
 		return err
 	}
 	o.GetObjectKind().SetGroupVersionKind(gvk)
+	_, isSecret := o.(*corev1.Secret)
+	digest, err := digestOf(o)
+	if err != nil {
+		return err
+	}
+	now := time.Now()
+	if !isSecret && r.applied.unchanged(ctx, r.workloads, gvk, o, digest, now) {
+		return nil
+	}
 	//nolint:staticcheck // typed objects, applied whole: every field set is the controller's.
 	if err := r.client.Patch(ctx, o, client.Apply, fieldOwner, client.ForceOwnership); err != nil {
+		r.applied.forget(o.GetNamespace())
 		return fmt.Errorf("applying %s %s: %w", gvk.Kind, client.ObjectKeyFromObject(o), err)
+	}
+	if !isSecret {
+		r.applied.record(gvk, o, digest, now)
 	}
 	return nil
 }
@@ -673,6 +689,7 @@ func (r *Reconciler) remove(ctx context.Context, vc *tenantryv1alpha1.VirtualClu
 		return nil
 	}
 	ns := controlplane.Namespace(vc.Name)
+	r.applied.forget(ns)
 	if vc.Spec.ControlPlane.RetainData {
 		// The workloads and their Services go (its etcd's too); the
 		// namespace keeps the claims, the certificates and the Services

@@ -23,6 +23,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/intstr"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -150,6 +151,24 @@ func TestControlPlaneObjectsAndBadInput(t *testing.T) {
 		t.Errorf("the control plane's egress %+v: want the host API server and cloud metadata kept out", policy.Spec.Egress)
 	}
 
+	// What the controller applied is not sent again while unchanged, but
+	// a change by hand is undone: at once for a watched kind (the
+	// Service), within a minute for another.
+	var svc corev1.Service
+	if err := host.Get(t.Context(), client.ObjectKey{Namespace: ns, Name: cp.ServiceName}, &svc); err != nil {
+		t.Fatal(err)
+	}
+	svc.Spec.Ports[0].TargetPort = intstr.FromInt32(7443)
+	if err := host.Update(t.Context(), &svc); err != nil {
+		t.Fatal(err)
+	}
+	tenantrytest.Eventually(t, 30*time.Second, "the Service changed by hand is applied again", func(ctx context.Context) (bool, error) {
+		if err := host.Get(ctx, client.ObjectKeyFromObject(&svc), &svc); err != nil {
+			return false, err
+		}
+		return svc.Spec.Ports[0].TargetPort.IntValue() == cp.APIServerPort, fmt.Errorf("ports %+v", svc.Spec.Ports)
+	})
+
 	// A namespace of its name that is not its own is never taken over.
 	if err := host.Create(t.Context(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: cp.Namespace("squatted")}}); err != nil {
 		t.Fatal(err)
@@ -194,7 +213,7 @@ func TestControlPlaneObjectsAndBadInput(t *testing.T) {
 		if err := host.Get(ctx, client.ObjectKey{Namespace: cp.Namespace("sleepy"), Name: cp.WorkloadName}, &sts); err != nil {
 			return false, err
 		}
-		args := strings.Join(sts.Spec.Template.Spec.Containers[0].Command, " ")
+		args := strings.Join(podContainer(sts.Spec.Template.Spec, "kube-apiserver").Command, " ")
 		var pki corev1.Secret
 		if err := host.Get(ctx, client.ObjectKey{Namespace: cp.Namespace("sleepy"), Name: cp.PKISecretName}, &pki); err != nil {
 			return false, err
@@ -231,7 +250,7 @@ func TestControlPlaneObjectsAndBadInput(t *testing.T) {
 			return false, err
 		}
 		pod := apiServers.Spec.Template.Spec
-		kcm := strings.Join(pod.Containers[1].Command, " ")
+		kcm := strings.Join(podContainer(pod, "kube-controller-manager").Command, " ")
 		return *apiServers.Spec.Replicas == 3 && *etcd.Spec.Replicas == 1 && pod.Affinity != nil && pod.Affinity.PodAntiAffinity != nil &&
 				strings.Contains(kcm, "--leader-elect=true") && pdb.Spec.MaxUnavailable.IntValue() == 1,
 			fmt.Errorf("API servers %d, etcd %d, affinity %+v, controller-manager %s, budget %+v", *apiServers.Spec.Replicas, *etcd.Spec.Replicas, pod.Affinity, kcm, pdb.Spec)
@@ -396,4 +415,15 @@ func TestControlPlaneObjectsAndBadInput(t *testing.T) {
 		c := meta.FindStatusCondition(ds.Status.Conditions, tenantryv1alpha1.ConditionReady)
 		return c != nil && c.Reason == tenantryv1alpha1.ReasonDataStoreInUse && strings.Contains(c.Message, "1 control planes"), fmt.Errorf("condition %+v", c)
 	})
+}
+
+// podContainer is pod's container or init container named name; a
+// container of its own if it has none.
+func podContainer(pod corev1.PodSpec, name string) corev1.Container {
+	for _, c := range append(pod.InitContainers, pod.Containers...) {
+		if c.Name == name {
+			return c
+		}
+	}
+	return corev1.Container{}
 }

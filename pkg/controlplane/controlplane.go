@@ -370,6 +370,14 @@ func (s Spec) etcdArgs(clientURL string) []string {
 // etcd too (a native sidecar, on the Pod's loopback) with its data on a
 // claim of its own that outlives the Pod (and a version change). It runs
 // as nobody, with no privilege.
+//
+// The API server is a native sidecar too, so that the controller-manager
+// starts only once the API server's start is through (its startup
+// probe, /livez, which waits for its post-start hooks, RBAC's bootstrap
+// among them): a controller-manager that cannot reach a healthy API
+// server within its first seconds exits, and the kubelet then starts it
+// again after a back-off that doubles. Twenty control planes made at
+// once on two cores lost minutes to that back-off.
 func (s Spec) StatefulSet() *appsv1.StatefulSet {
 	pkiMount := corev1.VolumeMount{Name: "pki", MountPath: pkiDir, ReadOnly: true}
 	apiServer := corev1.Container{
@@ -385,9 +393,11 @@ func (s Spec) StatefulSet() *appsv1.StatefulSet {
 			ProbeHandler:  corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/readyz", Port: intstr.FromInt32(APIServerPort), Scheme: corev1.URISchemeHTTPS}},
 			PeriodSeconds: 2, FailureThreshold: 3, TimeoutSeconds: 5,
 		},
+		// Up to five minutes: on a host whose CPU many starts share, a
+		// start can take minutes, and a kill starts it over.
 		StartupProbe: &corev1.Probe{
 			ProbeHandler:  corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/livez", Port: intstr.FromInt32(APIServerPort), Scheme: corev1.URISchemeHTTPS}},
-			PeriodSeconds: 2, FailureThreshold: 90, TimeoutSeconds: 5,
+			PeriodSeconds: 2, FailureThreshold: 150, TimeoutSeconds: 5,
 		},
 		LivenessProbe: &corev1.Probe{
 			ProbeHandler:  corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/livez", Port: intstr.FromInt32(APIServerPort), Scheme: corev1.URISchemeHTTPS}},
@@ -405,8 +415,10 @@ func (s Spec) StatefulSet() *appsv1.StatefulSet {
 		SecurityContext: nonRoot(),
 		VolumeMounts:    []corev1.VolumeMount{pkiMount},
 	}
+	apiServer.RestartPolicy = ptr.To(corev1.ContainerRestartPolicyAlways)
 	pod := corev1.PodSpec{
-		Containers: []corev1.Container{apiServer, controllerManager},
+		InitContainers: []corev1.Container{apiServer},
+		Containers:     []corev1.Container{controllerManager},
 		Volumes: []corev1.Volume{{
 			Name: "pki",
 			VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{
@@ -418,7 +430,7 @@ func (s Spec) StatefulSet() *appsv1.StatefulSet {
 	if s.embedded() {
 		etcd := s.embeddedEtcd()
 		etcd.RestartPolicy = ptr.To(corev1.ContainerRestartPolicyAlways)
-		pod.InitContainers = []corev1.Container{etcd}
+		pod.InitContainers = []corev1.Container{etcd, apiServer}
 		claims = []corev1.PersistentVolumeClaim{s.dataClaim()}
 	}
 	// Asleep or not, the same Pod template: waking changes the replicas

@@ -61,8 +61,24 @@ func TestControlPlaneObjectsAreThePlatforms(t *testing.T) {
 			t.Errorf("container %s: security context %+v, want restricted", c.Name, sc)
 		}
 	}
-	if c := pod.InitContainers[0]; c.Name != "etcd" || c.RestartPolicy == nil || *c.RestartPolicy != corev1.ContainerRestartPolicyAlways {
-		t.Errorf("etcd %+v: want a native sidecar", c)
+	// etcd, then the API server, as native sidecars: the
+	// controller-manager starts once the API server's startup probe
+	// passed.
+	var order []string
+	for _, c := range pod.InitContainers {
+		if c.RestartPolicy == nil || *c.RestartPolicy != corev1.ContainerRestartPolicyAlways {
+			t.Errorf("init container %s: want a native sidecar", c.Name)
+		}
+		order = append(order, c.Name)
+	}
+	for _, c := range pod.Containers {
+		order = append(order, c.Name)
+	}
+	if want := []string{"etcd", "kube-apiserver", "kube-controller-manager"}; !slices.Equal(order, want) {
+		t.Errorf("containers in order %v, want %v", order, want)
+	}
+	if p := pod.InitContainers[1].StartupProbe; p == nil || p.HTTPGet == nil || p.HTTPGet.Path != "/livez" {
+		t.Errorf("the API server's startup probe %+v, want /livez", p)
 	}
 	for _, arg := range pod.InitContainers[0].Command {
 		if strings.HasPrefix(arg, "--listen-") && !strings.Contains(arg, "127.0.0.1") {
