@@ -9,7 +9,6 @@
 package controlplane
 
 import (
-	"cmp"
 	"context"
 	"time"
 
@@ -105,7 +104,7 @@ type Options struct {
 	// and on the control plane's (its readiness, etcd's membership), so
 	// with one worker 20 control planes created at once got their Pods
 	// one after another, the last 17 s after the first. Default
-	// DefaultMaxConcurrentReconciles.
+	// DefaultMaxConcurrentReconciles, as is any value below 1.
 	MaxConcurrentReconciles int
 }
 
@@ -195,7 +194,7 @@ func setup(p setupParams) error {
 	})
 	b := ctrl.NewControllerManagedBy(p.Manager).
 		Named(ControllerName).
-		WithOptions(controller.Options{MaxConcurrentReconciles: cmp.Or(opts.MaxConcurrentReconciles, DefaultMaxConcurrentReconciles)}).
+		WithOptions(controller.Options{MaxConcurrentReconciles: opts.workers()}).
 		For(&tenantryv1alpha1.VirtualCluster{}, builder.WithPredicates(predicate.NewPredicateFuncs(func(o client.Object) bool {
 			return o.(*tenantryv1alpha1.VirtualCluster).Spec.ControlPlane != nil
 		})))
@@ -236,4 +235,12 @@ func setup(p setupParams) error {
 		Watches(&tenantryv1alpha1.VirtualCluster{}, users, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
 		Complete(&DataStoreReconciler{client: p.Manager.GetClient(), apiReader: p.Manager.GetAPIReader(),
 			recorder: p.Manager.GetEventRecorder("tenantry-" + ControllerName)})
+}
+
+// workers is MaxConcurrentReconciles, or its default below 1.
+func (o Options) workers() int {
+	if o.MaxConcurrentReconciles < 1 {
+		return DefaultMaxConcurrentReconciles
+	}
+	return o.MaxConcurrentReconciles
 }

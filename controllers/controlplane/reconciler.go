@@ -222,7 +222,9 @@ func (r *Reconciler) provision(ctx context.Context, vc *tenantryv1alpha1.Virtual
 	}
 	var ns corev1.Namespace
 	switch err := r.apiReader.Get(ctx, client.ObjectKey{Name: status.Namespace}, &ns); {
-	case err != nil && !apierrors.IsNotFound(err):
+	case apierrors.IsNotFound(err):
+		r.applied.forget(status.Namespace) // deleted: everything in it is made anew
+	case err != nil:
 		return outcome{}, status, 0, fmt.Errorf("reading namespace %s: %w", status.Namespace, err)
 	case err == nil && ns.Labels[controlplane.LabelControlPlane] != vc.Name:
 		return outcome{reason: tenantryv1alpha1.ReasonControlPlaneFailed, warn: true, message: fmt.Sprintf(
@@ -583,30 +585,41 @@ func (r *Reconciler) applyStatefulSet(ctx context.Context, sts *appsv1.StatefulS
 }
 
 // apply applies o, server side, as the controller's own, unless it is as
-// the controller last applied it (appliedObjects); either way o is then
-// as the API server has it. A Secret is applied every time it is asked
-// to be: the callers read it first and ask only when it differs.
+// the controller last applied it (appliedObjects). An object of a watched
+// kind (StatefulSet, Service) is then as the API server has it, applied
+// or not; another is as the API server answered only if it was applied.
+// A Secret or ConfigMap is applied every time it is asked to be: the
+// callers read it live first, and ask only when it differs or they act
+// on what they read.
 func (r *Reconciler) apply(ctx context.Context, o client.Object) error {
 	gvk, err := r.client.GroupVersionKindFor(o)
 	if err != nil {
 		return err
 	}
 	o.GetObjectKind().SetGroupVersionKind(gvk)
-	_, isSecret := o.(*corev1.Secret)
+	var always bool
+	switch o.(type) {
+	case *corev1.Secret, *corev1.ConfigMap:
+		always = true
+	}
 	digest, err := digestOf(o)
 	if err != nil {
 		return err
 	}
 	now := time.Now()
-	if !isSecret && r.applied.unchanged(ctx, r.workloads, gvk, o, digest, now) {
+	if !always && r.applied.unchanged(ctx, r.workloads, gvk, o, digest, now) {
 		return nil
 	}
 	//nolint:staticcheck // typed objects, applied whole: every field set is the controller's.
 	if err := r.client.Patch(ctx, o, client.Apply, fieldOwner, client.ForceOwnership); err != nil {
-		r.applied.forget(o.GetNamespace())
+		namespace := o.GetNamespace()
+		if _, ok := o.(*corev1.Namespace); ok {
+			namespace = o.GetName()
+		}
+		r.applied.forget(namespace)
 		return fmt.Errorf("applying %s %s: %w", gvk.Kind, client.ObjectKeyFromObject(o), err)
 	}
-	if !isSecret {
+	if !always {
 		r.applied.record(gvk, o, digest, now)
 	}
 	return nil

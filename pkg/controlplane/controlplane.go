@@ -441,8 +441,16 @@ func (s Spec) StatefulSet() *appsv1.StatefulSet {
 	// One Pod after another, each once the one before is ready (the
 	// StatefulSet's default, which cannot change once it is made): the
 	// first serves as soon as one alone would.
-	return s.statefulSet(WorkloadName, ServiceName, podLabels(s.Cluster), pod, claims, s.apiServers())
+	sts := s.statefulSet(WorkloadName, ServiceName, podLabels(s.Cluster), pod, claims, s.apiServers())
+	// kubectl logs and exec go to the API server unless told otherwise,
+	// as they did while it was the Pod's first container.
+	sts.Spec.Template.Annotations = map[string]string{defaultContainerAnnotation: apiServer.Name}
+	return sts
 }
+
+// defaultContainerAnnotation names the container that kubectl takes when
+// none is named.
+const defaultContainerAnnotation = "kubectl.kubernetes.io/default-container"
 
 // PodDisruptionBudget keeps all but one of the API servers' Pods up
 // through a node's drain: with one, it lets it go (a drain is never
@@ -719,6 +727,9 @@ func FromVirtualCluster(vc *tenantryv1alpha1.VirtualCluster, defaultVersion stri
 	if cp == nil {
 		cp = &tenantryv1alpha1.ControlPlaneSpec{}
 	}
+	// The defaults' maps copied: an apply decodes its answer into the
+	// objects built from them, and control planes are reconciled at once.
+	defaults = Resources{APIServer: *defaults.APIServer.DeepCopy(), ControllerManager: *defaults.ControllerManager.DeepCopy(), Etcd: *defaults.Etcd.DeepCopy()}
 	s := Spec{Cluster: vc.Name, Version: cp.Version, ClusterDomain: "cluster.local", Resources: defaults, DataSize: DefaultDataSize, Storage: cp.Storage.Type,
 		APIServers: ptr.Deref(cp.Replicas, 1)}
 	if s.Version == "" {

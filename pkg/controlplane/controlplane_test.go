@@ -9,6 +9,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
+	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/util/validation"
 
 	tenantryv1alpha1 "github.com/tenantry/tenantry/pkg/apis/tenantry/v1alpha1"
@@ -79,6 +80,9 @@ func TestControlPlaneObjectsAreThePlatforms(t *testing.T) {
 	}
 	if p := pod.InitContainers[1].StartupProbe; p == nil || p.HTTPGet == nil || p.HTTPGet.Path != "/livez" {
 		t.Errorf("the API server's startup probe %+v, want /livez", p)
+	}
+	if c := sts.Spec.Template.Annotations["kubectl.kubernetes.io/default-container"]; c != "kube-apiserver" {
+		t.Errorf("kubectl's default container %q, want the API server", c)
 	}
 	for _, arg := range pod.InitContainers[0].Command {
 		if strings.HasPrefix(arg, "--listen-") && !strings.Contains(arg, "127.0.0.1") {
@@ -200,6 +204,24 @@ func TestControlPlaneGoRuntime(t *testing.T) {
 					t.Errorf("%s: container %s: GOGC %q, GOMEMLIMIT %q; want 25, and nine tenths of its limit %d", storage, c.Name, env["GOGC"], env["GOMEMLIMIT"], limit)
 				}
 			}
+		}
+	}
+}
+
+// Control planes built from one set of defaults share none of its maps:
+// an apply decodes its answer into the objects built from them, and
+// control planes are reconciled at once.
+func TestFromVirtualClusterCopiesTheDefaults(t *testing.T) {
+	defaults := controlplane.DefaultResources()
+	vc := &tenantryv1alpha1.VirtualCluster{Spec: tenantryv1alpha1.VirtualClusterSpec{ControlPlane: &tenantryv1alpha1.ControlPlaneSpec{}}}
+	a := controlplane.FromVirtualCluster(vc, controlplane.PinnedVersion, defaults)
+	b := controlplane.FromVirtualCluster(vc, controlplane.PinnedVersion, defaults)
+	a.Resources.APIServer.Requests[corev1.ResourceCPU] = resource.MustParse("7")
+	a.Resources.ControllerManager.Limits[corev1.ResourceMemory] = resource.MustParse("7Gi")
+	a.Resources.Etcd.Requests[corev1.ResourceMemory] = resource.MustParse("7Gi")
+	for name, r := range map[string]controlplane.Resources{"the defaults": defaults, "another control plane": b.Resources} {
+		if r.APIServer.Requests.Cpu().String() == "7" || r.ControllerManager.Limits.Memory().String() == "7Gi" || r.Etcd.Requests.Memory().String() == "7Gi" {
+			t.Errorf("a change to one control plane's resources reached %s: %+v", name, r)
 		}
 	}
 }
