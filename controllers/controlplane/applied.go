@@ -24,8 +24,9 @@ const reapplyAfter = time.Minute
 // control plane that comes up is reconciled every few seconds, and on
 // every change of its Pods; each reconcile applied its namespace, policy,
 // budget, Services and StatefulSets anew, server side, though nothing
-// had changed: with 20 made at once, most of the host API server's CPU,
-// which the control planes' own starts waited for.
+// had changed: with 20 made at once, 1,125 applies of each kind in four
+// minutes, the host API server's largest load, while it spent more CPU
+// than any of the control planes it was starting.
 //
 // An object of a watched kind (StatefulSet, Service: the workloads'
 // cache) is skipped only while the cache holds the version the apply
