@@ -9,6 +9,7 @@ import (
 	"sync"
 
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	ctrlcluster "sigs.k8s.io/controller-runtime/pkg/cluster"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 )
@@ -117,3 +118,16 @@ func (noWebhookServer) StartedChecker() healthz.Checker {
 }
 
 func (noWebhookServer) WebhookMux() *http.ServeMux { return http.NewServeMux() }
+
+// appCluster is a cluster's manager as Cluster hands it out: a
+// cluster.Cluster whose getters are the app's own. The registry starts
+// and stops the app, so Start refuses.
+type appCluster struct {
+	ctrlcluster.Cluster
+}
+
+// errStartedByRegistry is what appCluster's Start returns.
+var errStartedByRegistry = errors.New("the registry starts and stops a cluster's app: Start is not for callers")
+
+// Start implements cluster.Cluster: it returns an error at once.
+func (*appCluster) Start(context.Context) error { return errStartedByRegistry }

@@ -16,6 +16,7 @@ import (
 	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	ctrlcluster "sigs.k8s.io/controller-runtime/pkg/cluster"
 )
 
 var (
@@ -27,7 +28,7 @@ var (
 	// ErrNotExist is returned for a name that is not in the registry.
 	ErrNotExist = errors.New("controllers of cluster doesn't exist")
 
-	// ErrNotRunning is returned by WithClient for a cluster that is in the
+	// ErrNotRunning is returned by WithClient and Cluster for a cluster that is in the
 	// registry but starting, stopping or failed.
 	ErrNotRunning = errors.New("controllers of cluster are not running")
 
@@ -335,6 +336,36 @@ func (r *RemoteClusterRegistry) WithClient(name string, f func(c client.Client) 
 		return fmt.Errorf("cluster %q is %s: %w", name, state, ErrNotRunning)
 	}
 	return f(cl)
+}
+
+// Cluster returns the named running cluster as a controller-runtime
+// cluster.Cluster, for code outside its app that speaks that interface
+// (a multicluster-runtime provider, say): its client, cache, field
+// indexer, API reader, REST mapper, event recorders and config are the
+// ones the app's modules use, so it adds no cache and no connection. It
+// is one value for as long as the app runs, and a new one after a
+// re-spawn; once the app stops, its cache and client stop with it. Its
+// Start returns an error: the registry runs the app. Cluster returns
+// ErrNotExist for an unknown name and ErrNotRunning for a cluster that is
+// not running.
+func (r *RemoteClusterRegistry) Cluster(name string) (ctrlcluster.Cluster, error) {
+	r.mu.RLock()
+	c, ok := r.clusters[name]
+	var (
+		t     *tenant
+		state State
+	)
+	if ok {
+		t, state = c.tenant, c.status.State
+	}
+	r.mu.RUnlock()
+	switch {
+	case !ok:
+		return nil, fmt.Errorf("cluster %q: %w", name, ErrNotExist)
+	case state != StateRunning || t == nil:
+		return nil, fmt.Errorf("cluster %q is %s: %w", name, state, ErrNotRunning)
+	}
+	return t.cluster, nil
 }
 
 // Forget drops what the registry keeps of a cluster gone for good (its

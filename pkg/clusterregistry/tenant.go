@@ -84,6 +84,7 @@ type tenant struct {
 	dialer     *dialer
 	meter      *CacheMeter
 	cache      cache.Cache // the manager's, for Watch
+	cluster    *appCluster // the manager, for Cluster
 
 	// down is closed once the app is torn down.
 	down     chan struct{}
@@ -241,6 +242,7 @@ func (r *RemoteClusterRegistry) newManager(lc fx.Lifecycle, t *tenant, cfg *rest
 	}
 	tracked := &tenantManager{Manager: mgr, httpClient: t.httpClient, apiReader: apiReader}
 	t.cache = mgr.GetCache()
+	t.cluster = &appCluster{Cluster: tracked}
 	lc.Append(fx.Hook{
 		OnStart: func(ctx context.Context) error { return t.startManager(ctx, tracked) },
 		OnStop:  func(ctx context.Context) error { return t.stopManager(ctx) },

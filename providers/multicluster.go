@@ -1,0 +1,32 @@
+package providers
+
+import (
+	"context"
+	"fmt"
+
+	"sigs.k8s.io/controller-runtime/pkg/manager"
+	mcmanager "sigs.k8s.io/multicluster-runtime/pkg/manager"
+
+	"github.com/tenantry/tenantry/pkg/clusterregistry"
+	"github.com/tenantry/tenantry/pkg/mcprovider"
+)
+
+// newMulticlusterManager gives the management app multicluster-runtime's
+// manager over the host's manager and an mcprovider.Provider of the
+// registry's clusters. The app starts the host's manager, not the
+// multicluster one, so the provider is added to it here, as
+// mcmanager.Manager's Start would add it: it runs with the manager's
+// leader election (after the lease is won, where elected), and engages the
+// clusters that this replica's registry runs (with sharding, the tenants
+// it owns).
+func newMulticlusterManager(mgr manager.Manager, registry *clusterregistry.RemoteClusterRegistry) (mcmanager.Manager, *mcprovider.Provider, error) {
+	provider := mcprovider.New(registry)
+	mc, err := mcmanager.WithMultiCluster(mgr, provider)
+	if err != nil {
+		return nil, nil, fmt.Errorf("the multicluster manager: %w", err)
+	}
+	if err := mgr.Add(manager.RunnableFunc(func(ctx context.Context) error { return provider.Start(ctx, mc) })); err != nil {
+		return nil, nil, fmt.Errorf("adding the multicluster provider to the manager: %w", err)
+	}
+	return mc, provider, nil
+}
