@@ -4,6 +4,9 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/go-logr/logr"
+
+	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	mcmanager "sigs.k8s.io/multicluster-runtime/pkg/manager"
 
@@ -19,13 +22,14 @@ import (
 // leader election (after the lease is won, where elected), and engages the
 // clusters that this replica's registry runs (with sharding, the tenants
 // it owns).
-func newMulticlusterManager(mgr manager.Manager, registry *clusterregistry.RemoteClusterRegistry) (mcmanager.Manager, *mcprovider.Provider, error) {
+func newMulticlusterManager(mgr manager.Manager, registry *clusterregistry.RemoteClusterRegistry, logger logr.Logger) (mcmanager.Manager, *mcprovider.Provider, error) {
 	provider := mcprovider.New(registry)
 	mc, err := mcmanager.WithMultiCluster(mgr, provider)
 	if err != nil {
 		return nil, nil, fmt.Errorf("the multicluster manager: %w", err)
 	}
-	if err := mgr.Add(manager.RunnableFunc(func(ctx context.Context) error { return provider.Start(ctx, mc) })); err != nil {
+	run := func(ctx context.Context) error { return provider.Start(log.IntoContext(ctx, logger), mc) }
+	if err := mgr.Add(manager.RunnableFunc(run)); err != nil {
 		return nil, nil, fmt.Errorf("adding the multicluster provider to the manager: %w", err)
 	}
 	return mc, provider, nil

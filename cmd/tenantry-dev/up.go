@@ -6,6 +6,7 @@ import (
 
 	"github.com/tenantry/tenantry/cmd/internal/cli"
 	"github.com/tenantry/tenantry/cmd/internal/devenv"
+	"github.com/tenantry/tenantry/examples/configmapcount"
 )
 
 // upCommand is the dev environment until interrupted; `tenantry dev`
@@ -20,6 +21,9 @@ var upCommand = cli.Command{
 		o.BindFlags(fs)
 		fs.BoolVar(&o.ControlPlanesOnly, "control-planes-only", false,
 			"Start only the clusters: no CRDs, no Tenantry controller-manager, no VirtualClusters (to run bin/manager yourself).")
+		fs.BoolVar(&o.ExampleConfigMapCount, "example-configmap-count", false,
+			"Also run the multicluster-runtime example controller (examples/configmapcount) in the manager: "+
+				"it counts each tenant's ConfigMaps into the host's namespace "+configmapcount.Namespace+".")
 		return func(ctx context.Context, in cli.Invocation) error { return devenv.Up(ctx, o, in.Out) }
 	},
 }

@@ -175,8 +175,9 @@ func (p *Provider) indexLocked(ctx context.Context, name string, cl cluster.Clus
 
 // Start engages every running cluster with aware, and keeps the
 // engagements in step with the registry, until ctx ends; then it cancels
-// every engagement and returns nil. It blocks. A second call returns an
-// error.
+// every engagement and returns nil. It blocks, and logs through the
+// logger in ctx (controller-runtime's log.FromContext), with the key
+// "cluster". A second call returns an error.
 func (p *Provider) Start(ctx context.Context, aware multicluster.Aware) error {
 	if !p.started.CompareAndSwap(false, true) {
 		return errStarted

@@ -35,6 +35,7 @@ import (
 	"github.com/tenantry/tenantry/cmd/internal/managerapp"
 	"github.com/tenantry/tenantry/controllers/controlplane"
 	examplesconfig "github.com/tenantry/tenantry/examples/config"
+	"github.com/tenantry/tenantry/examples/configmapcount"
 	tenantryv1alpha1 "github.com/tenantry/tenantry/pkg/apis/tenantry/v1alpha1"
 	"github.com/tenantry/tenantry/pkg/kubeletapi"
 	"github.com/tenantry/tenantry/pkg/syncer/builtin"
@@ -72,6 +73,9 @@ type Options struct {
 	// ControlPlanesOnly starts the clusters alone: no CRDs, no manager,
 	// no VirtualClusters (to run bin/manager by hand against them).
 	ControlPlanesOnly bool
+	// ExampleConfigMapCount also runs the multicluster-runtime example
+	// controller examples/configmapcount in the manager, over every tenant.
+	ExampleConfigMapCount bool
 	// TenantPods, if set, is the pods part of each tenant VirtualCluster's
 	// spec.hostPolicy: what the host grants its tenants here beyond the
 	// default (TrustedPods, say).
@@ -249,7 +253,11 @@ func start(ctx context.Context, o Options, progress func(string)) (_ *Env, retEr
 	if o.Provisioned > 0 && !d.realNodes {
 		return nil, fmt.Errorf("--provisioned %d: control planes run as host Pods, which need real nodes", o.Provisioned)
 	}
-	d.app = managerapp.New(opts)
+	var extra []fx.Option
+	if o.ExampleConfigMapCount {
+		extra = append(extra, configmapcount.Module)
+	}
+	d.app = managerapp.New(opts, extra...)
 	if err := d.app.Err(); err != nil {
 		return nil, err
 	}

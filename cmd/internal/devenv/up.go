@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 
+	"github.com/tenantry/tenantry/examples/configmapcount"
 	tenantrytest "github.com/tenantry/tenantry/pkg/testing"
 )
 
@@ -72,6 +73,10 @@ func show(ctx context.Context, e *Env, o Options, out io.Writer) error {
 	}
 	if !o.ControlPlanesOnly {
 		fmt.Fprintf(out, "\nEvery tenant is a Ready VirtualCluster; try:\n  kubectl --kubeconfig %s get virtualclusters\n", e.kubeconfigs[HostName])
+		if o.ExampleConfigMapCount {
+			fmt.Fprintf(out, "Each tenant's ConfigMaps, counted by the multicluster-runtime example:\n  kubectl --kubeconfig %s -n %s get configmaps -l %s -o custom-columns=TENANT:.metadata.name,CONFIGMAPS:.data.%s\n",
+				e.kubeconfigs[HostName], configmapcount.Namespace, configmapcount.LabelCluster, configmapcount.CountKey)
+		}
 	}
 	fmt.Fprintln(out, "Ready. Press Ctrl-C to stop.")
 	<-ctx.Done()
