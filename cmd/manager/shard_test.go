@@ -60,6 +60,7 @@ func TestShardedReplicas(t *testing.T) {
 	}
 	live := slices.Sorted(maps.Keys(replicas))
 	before := waitPlacement(t, w.host, live)
+	waitEngaged(t, replicas, before)
 	w.probe(t, "probe-1", shardedVCs)
 
 	// SIGKILL the replica that runs the most VirtualClusters.
@@ -77,6 +78,7 @@ func TestShardedReplicas(t *testing.T) {
 	survivors := slices.DeleteFunc(slices.Clone(live), func(id string) bool { return id == victim })
 	after := waitPlacement(t, w.host, survivors)
 	failover := time.Since(killedAt)
+	waitEngaged(t, without(replicas, victim), after)
 	for vc, id := range before {
 		if id != victim && after[vc] != id {
 			t.Errorf("%s moved from %s to %s although its replica lives", vc, id, after[vc])
@@ -103,6 +105,7 @@ func TestShardedReplicas(t *testing.T) {
 	joinerID := replicaIdentity(t, joiner)
 	replicas[joinerID] = joiner
 	final := waitPlacement(t, w.host, append(slices.Clone(survivors), joinerID))
+	waitEngaged(t, without(replicas, victim), final)
 	moved := final.runBy(joinerID)
 	if len(moved) == 0 {
 		t.Fatalf("no VirtualCluster moved to the new replica %s: %v", joinerID, final)
@@ -187,6 +190,45 @@ func replicaIdentity(t *testing.T, m *managerProcess) string {
 		return false, nil
 	})
 	return id
+}
+
+// engaged is what the replica's multicluster-runtime provider has
+// engaged, from its log: "cluster engaged" and "cluster disengaged", in
+// order.
+func (m *managerProcess) engaged(t *testing.T) []string {
+	t.Helper()
+	set := map[string]bool{}
+	for _, l := range m.lines(t) {
+		switch l.Msg {
+		case "cluster engaged":
+			set[l.Cluster] = true
+		case "cluster disengaged":
+			delete(set, l.Cluster)
+		}
+	}
+	return slices.Sorted(maps.Keys(set))
+}
+
+// waitEngaged waits until each replica's multicluster-runtime provider has
+// engaged exactly the VirtualClusters the replica runs in p: so each is
+// engaged by exactly one replica.
+func waitEngaged(t *testing.T, replicas map[string]*managerProcess, p placement) {
+	t.Helper()
+	eventually(t, 30*time.Second, "each replica's provider engages exactly what it runs", func(context.Context) (bool, error) {
+		for id, m := range replicas {
+			if got, want := m.engaged(t), p.runBy(id); !slices.Equal(got, want) {
+				return false, fmt.Errorf("replica %s engaged %v, runs %v", id, got, want)
+			}
+		}
+		return true, nil
+	})
+}
+
+// without is replicas less the one named.
+func without(replicas map[string]*managerProcess, id string) map[string]*managerProcess {
+	out := maps.Clone(replicas)
+	delete(out, id)
+	return out
 }
 
 // placement is the replica that runs each VirtualCluster.
