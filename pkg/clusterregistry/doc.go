@@ -57,7 +57,9 @@
 // does instead of polling; and Watch makes a running cluster's object
 // events requests of a host controller, read from the cluster's own
 // cache, for as long as its app runs (call it from Reconcile: it is
-// idempotent by name).
+// idempotent by name). Cluster hands out a running cluster's app as a
+// controller-runtime cluster.Cluster, for code that speaks that interface:
+// pkg/mcprovider builds multicluster-runtime's Provider on it.
 //
 // # Life of a cluster
 //

@@ -783,3 +783,47 @@ func TestTenantCachesDropManagedFields(t *testing.T) {
 		t.Errorf("the API server's namespace: %d managed fields, %v", len(server.ManagedFields), err)
 	}
 }
+
+// Cluster hands out the running app's own cluster.Cluster: the manager
+// its modules get, one value while the app runs and a new one after a
+// re-spawn; its Start refuses, and a cluster that does not run is an
+// error the caller can tell apart.
+func TestClusterIsTheAppsOwn(t *testing.T) {
+	var inApp manager.Manager
+	r := newRegistry(t, clusterregistry.Options{}, fx.Populate(&inApp))
+	cfg := shared.Tenants[0].Config()
+	if _, err := r.Cluster("cluster"); !errors.Is(err, clusterregistry.ErrNotExist) {
+		t.Fatalf("Cluster of an unknown name = %v, want ErrNotExist", err)
+	}
+	if err := r.Spawn("cluster", cfg); err != nil {
+		t.Fatal(err)
+	}
+	cl, err := r.Cluster("cluster")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if again, _ := r.Cluster("cluster"); again != cl {
+		t.Fatal("Cluster handed out two values for one app")
+	}
+	if cl.GetCache() != inApp.GetCache() || cl.GetClient() != inApp.GetClient() || cl.GetHTTPClient() != inApp.GetHTTPClient() {
+		t.Fatal("Cluster's cache, client or HTTP client is not the app's own")
+	}
+	if err := cl.GetClient().List(t.Context(), &corev1.ConfigMapList{}); err != nil {
+		t.Fatalf("listing through Cluster's client: %v", err)
+	}
+	if err := cl.Start(t.Context()); err == nil {
+		t.Fatal("Start of a registry's cluster succeeded")
+	}
+	if err := r.Stop(t.Context(), "cluster"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.Cluster("cluster"); !errors.Is(err, clusterregistry.ErrNotExist) {
+		t.Fatalf("Cluster after Stop = %v, want ErrNotExist", err)
+	}
+	if err := r.Spawn("cluster", cfg); err != nil {
+		t.Fatal(err)
+	}
+	if again, err := r.Cluster("cluster"); err != nil || again == cl {
+		t.Fatalf("Cluster after a re-spawn = %v, %v; want the new app's", again, err)
+	}
+}

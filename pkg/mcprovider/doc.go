@@ -25,7 +25,7 @@
 //		Complete(mcreconcile.Func(func(ctx context.Context, req mcreconcile.Request) (ctrl.Result, error) {
 //			cl, err := mgr.GetCluster(ctx, req.ClusterName)
 //			if err != nil {
-//				return reconcile.Result{}, err
+//				return ctrl.Result{}, err
 //			}
 //			// read and write through cl.GetClient()
 //			return ctrl.Result{}, nil

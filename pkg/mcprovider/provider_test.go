@@ -43,14 +43,20 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// newRegistry is a registry over the shared host, closed at the test's end.
+// newRegistry is a registry over the shared host, closed at the test's
+// end; a cluster whose API server does not answer for a second fails.
 func newRegistry(t *testing.T) *clusterregistry.RemoteClusterRegistry {
 	t.Helper()
 	host, err := client.New(shared.Host.Config(), client.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := clusterregistry.New(logr.Discard(), host)
+	r := clusterregistry.NewWithOptions(clusterregistry.Options{
+		Logger:              logr.Discard(),
+		ManageClient:        host,
+		HealthCheckInterval: 200 * time.Millisecond,
+		UnhealthyTimeout:    time.Second,
+	})
 	t.Cleanup(func() { _ = r.Close(context.Background()) })
 	return r
 }
@@ -119,7 +125,7 @@ func waitDone(t *testing.T, e engaged, why string) {
 }
 
 // The provider engages what the registry runs, when it runs, with the
-// registry's own cluster; disengages it when it stops; engages a
+// registry's own cluster; disengages it when it stops or fails; engages a
 // re-spawned one anew; retries an Engage that failed; and ends every
 // engagement, and every goroutine of its own, when its Start ends.
 func TestProviderFollowsTheRegistry(t *testing.T) {
@@ -196,14 +202,36 @@ func TestProviderFollowsTheRegistry(t *testing.T) {
 		t.Fatalf("listing through the re-engaged cluster: %v", err)
 	}
 
-	// The registry's own state changes (a health check, a metric) bring
-	// no second engagement.
+	// Nothing but a new app engages a cluster again.
 	if got := len(aware.of(second.Name())); got != 1 {
 		t.Fatalf("%s engaged %d times, want once", second.Name(), got)
 	}
 	if err := p.Start(t.Context(), aware); err == nil {
 		t.Fatal("a second Start succeeded")
 	}
+
+	// Failed (its API server cut off): disengaged, and not found; spawned
+	// again once it answers: engaged anew.
+	if err := second.Disconnect(); err != nil {
+		t.Fatal(err)
+	}
+	waitDone(t, e2, "its cluster failed")
+	if st, _ := r.Status(second.Name()); st.State != clusterregistry.StateFailed {
+		t.Fatalf("%s is %s after its API server was cut off, want Failed", second.Name(), st.State)
+	}
+	if _, err := p.Get(t.Context(), multicluster.ClusterName(second.Name())); !errors.Is(err, multicluster.ErrClusterNotFound) || !errors.Is(err, clusterregistry.ErrNotRunning) {
+		t.Fatalf("Get of a failed cluster = %v, want ErrClusterNotFound wrapping ErrNotRunning", err)
+	}
+	if err := second.Reconnect(); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Stop(t.Context(), second.Name()); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Spawn(second.Name(), second.Config()); err != nil {
+		t.Fatal(err)
+	}
+	e2 = aware.waitEngaged(t, second.Name(), 2)
 
 	cancel()
 	if err := <-started; err != nil {
