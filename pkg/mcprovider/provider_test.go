@@ -333,3 +333,79 @@ func TestIndexFieldOnRunningAndLaterClusters(t *testing.T) {
 	}
 	aware.waitEngaged(t, second.Name(), 2)
 }
+
+// Spawns and stops, Gets and IndexFields all at once (run with -race): once
+// they settle, the running cluster is engaged as its current app, and it
+// has every index, each once.
+func TestConcurrentSpawnsGetsAndIndexes(t *testing.T) {
+	r := newRegistry(t)
+	cp := shared.Tenants[0]
+	p := mcprovider.New(r)
+	aware := &recorder{}
+	ctx, cancel := context.WithCancel(context.Background())
+	started := make(chan error, 1)
+	go func() { started <- p.Start(ctx, aware) }()
+	t.Cleanup(func() { cancel(); <-started })
+
+	const cycles, fields = 4, 8
+	var wg sync.WaitGroup
+	spawned := make(chan struct{})
+	wg.Go(func() {
+		defer close(spawned)
+		for i := range cycles {
+			if err := r.Spawn(cp.Name(), cp.Config()); err != nil {
+				t.Errorf("cycle %d: Spawn: %v", i, err)
+				return
+			}
+			if i == cycles-1 {
+				return // ends running
+			}
+			if err := r.Stop(context.Background(), cp.Name()); err != nil {
+				t.Errorf("cycle %d: Stop: %v", i, err)
+				return
+			}
+		}
+	})
+	wg.Go(func() {
+		for i := range fields {
+			field := fmt.Sprintf("f%d", i)
+			// A cluster that stops meanwhile may refuse it: the index is
+			// kept for the next app all the same.
+			_ = p.IndexField(context.Background(), &corev1.ConfigMap{}, field, func(client.Object) []string { return []string{field} })
+		}
+	})
+	wg.Go(func() {
+		for {
+			select {
+			case <-spawned:
+				return
+			default:
+			}
+			if cl, err := p.Get(context.Background(), multicluster.ClusterName(cp.Name())); err == nil && cl == nil {
+				t.Error("Get returned no cluster and no error")
+				return
+			}
+		}
+	})
+	wg.Wait()
+
+	want, err := r.Cluster(cp.Name())
+	if err != nil {
+		t.Fatal(err)
+	}
+	tenantrytest.Eventually(t, 30*time.Second, "the last app engaged", func(context.Context) (bool, error) {
+		all := aware.of(cp.Name())
+		return len(all) > 0 && all[len(all)-1].cluster == want && all[len(all)-1].ctx.Err() == nil, nil
+	})
+	for i := range fields {
+		var list corev1.ConfigMapList
+		if err := want.GetCache().List(t.Context(), &list, client.MatchingFields{fmt.Sprintf("f%d", i): "none"}); err != nil {
+			t.Errorf("the running app lacks index f%d: %v", i, err)
+		}
+	}
+	for _, e := range aware.of(cp.Name()) {
+		if e.cluster != want && e.ctx.Err() == nil {
+			t.Errorf("an engagement of a stopped app is still live")
+		}
+	}
+}
