@@ -16,6 +16,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	ctrlconfig "sigs.k8s.io/controller-runtime/pkg/config"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 	mcbuilder "sigs.k8s.io/multicluster-runtime/pkg/builder"
@@ -76,6 +77,9 @@ func TestMulticlusterControllerOverTenants(t *testing.T) {
 	err = mcbuilder.ControllerManagedBy(mgr).
 		Named("seen-by").
 		For(&corev1.ConfigMap{}).
+		// multicluster-runtime's builder does not read the manager's
+		// SkipNameValidation; -count=2 builds this controller twice.
+		WithOptions(controller.TypedOptions[mcreconcile.Request]{SkipNameValidation: ptr.To(true)}).
 		Complete(mcreconcile.Func(func(ctx context.Context, req mcreconcile.Request) (ctrl.Result, error) {
 			seen.add(req)
 			cl, err := mgr.GetCluster(ctx, req.ClusterName)
