@@ -2,6 +2,7 @@ package providers
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"github.com/go-logr/logr"
@@ -32,5 +33,19 @@ func newMulticlusterManager(mgr manager.Manager, registry *clusterregistry.Remot
 	if err := mgr.Add(manager.RunnableFunc(run)); err != nil {
 		return nil, nil, fmt.Errorf("adding the multicluster provider to the manager: %w", err)
 	}
-	return mc, provider, nil
+	return appMulticlusterManager{mc}, provider, nil
 }
+
+// appMulticlusterManager is the app's mcmanager.Manager. The app starts
+// the host's manager, and the provider with it; mcmanager.Manager's own
+// Start would add the provider a second time to a manager that runs, and
+// its failure would stop the manager. So Start refuses.
+type appMulticlusterManager struct {
+	mcmanager.Manager
+}
+
+// errStartedByApp is what appMulticlusterManager's Start returns.
+var errStartedByApp = errors.New("the management app starts this multicluster manager (with the host's manager): do not call Start")
+
+// Start implements mcmanager.Manager: it returns an error at once.
+func (appMulticlusterManager) Start(context.Context) error { return errStartedByApp }

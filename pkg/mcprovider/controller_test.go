@@ -100,6 +100,11 @@ func TestMulticlusterControllerOverTenants(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// What the manager engages, beside the controller.
+	engagements := &recorder{}
+	if err := mgr.Add(engagements); err != nil {
+		t.Fatal(err)
+	}
 	if err := r.Spawn(first.Name(), first.Config()); err != nil {
 		t.Fatal(err)
 	}
@@ -147,11 +152,13 @@ func TestMulticlusterControllerOverTenants(t *testing.T) {
 		waitSeen(name, create(name, "probe"))
 	}
 
-	// Stopped: a change in that tenant is no request any more, while the
-	// other's still are.
+	// Stopped: disengaged, and a change in that tenant is no request any
+	// more, while the other's still are.
+	engagedFirst := engagements.waitEngaged(t, first.Name(), 1)
 	if err := r.Stop(t.Context(), first.Name()); err != nil {
 		t.Fatal(err)
 	}
+	waitDone(t, engagedFirst, "its tenant stopped")
 	late := create(first.Name(), "after-stop")
 	waitSeen(second.Name(), create(second.Name(), "marker"))
 	if seen.has(first.Name(), late) {
@@ -167,6 +174,9 @@ func TestMulticlusterControllerOverTenants(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitSeen(first.Name(), late)
+	if again := engagements.waitEngaged(t, first.Name(), 2); again.cluster == engagedFirst.cluster {
+		t.Fatal("the re-spawned tenant was engaged with the stopped app's cluster")
+	}
 	if _, err := mgr.GetCluster(t.Context(), "not-a-tenant"); !errors.Is(err, multicluster.ErrClusterNotFound) {
 		t.Fatalf("GetCluster of an unknown tenant = %v, want the provider's ErrClusterNotFound", err)
 	}

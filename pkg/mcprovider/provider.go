@@ -7,6 +7,7 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/go-logr/logr"
 	"k8s.io/client-go/util/workqueue"
@@ -141,7 +142,9 @@ func (p *Provider) IndexField(ctx context.Context, obj client.Object, field stri
 		if err != nil {
 			continue // no longer running: it takes the index when it runs again
 		}
-		errs = append(errs, p.indexLocked(ctx, s.Name, cl))
+		if err := p.indexLocked(ctx, s.Name, cl); !errors.Is(err, errStaleApp) {
+			errs = append(errs, err)
+		}
 	}
 	for name := range p.indexed {
 		if !running[name] {
@@ -151,19 +154,36 @@ func (p *Provider) IndexField(ctx context.Context, obj client.Object, field stri
 	return errors.Join(errs...)
 }
 
-// index gives cl every index it does not have yet.
+// index gives cl every index it does not have yet. It returns
+// errStaleApp if cl is no longer the named cluster's running app.
 func (p *Provider) index(ctx context.Context, name string, cl cluster.Cluster) error {
 	p.indexMu.Lock()
 	defer p.indexMu.Unlock()
 	return p.indexLocked(ctx, name, cl)
 }
 
+// errStaleApp is index's answer for an app that no longer runs: the
+// change that stopped it queues its name again.
+var errStaleApp = errors.New("the cluster's app no longer runs")
+
+// indexTimeout bounds adding the indexes to one cluster: a kind new to
+// its cache asks its API server for the kind's mapping.
+const indexTimeout = 30 * time.Second
+
 func (p *Provider) indexLocked(ctx context.Context, name string, cl cluster.Cluster) error {
+	// Only the current app's count is kept: a late call for an app that
+	// stopped must not reset its successor's.
+	if current, err := p.registry.Cluster(name); err != nil || current != cl {
+		delete(p.indexed, name)
+		return errStaleApp
+	}
 	ic := p.indexed[name]
 	if ic.cluster != cl {
 		ic = indexedCluster{cluster: cl} // new, or re-spawned: a new cache
 	}
 	defer func() { p.indexed[name] = ic }()
+	ctx, cancel := context.WithTimeout(ctx, indexTimeout)
+	defer cancel()
 	for ; ic.applied < len(p.indexes); ic.applied++ {
 		ix := p.indexes[ic.applied]
 		if err := cl.GetFieldIndexer().IndexField(ctx, ix.obj, ix.field, ix.extract); err != nil {
@@ -171,6 +191,16 @@ func (p *Provider) indexLocked(ctx context.Context, name string, cl cluster.Clus
 		}
 	}
 	return nil
+}
+
+// forgetIndexed drops the named cluster's count of indexes, which holds
+// its app, once the app no longer runs.
+func (p *Provider) forgetIndexed(name string) {
+	p.indexMu.Lock()
+	defer p.indexMu.Unlock()
+	if _, err := p.registry.Cluster(name); err != nil {
+		delete(p.indexed, name)
+	}
 }
 
 // Start engages every running cluster with aware, and keeps the
@@ -182,7 +212,7 @@ func (p *Provider) Start(ctx context.Context, aware multicluster.Aware) error {
 	if !p.started.CompareAndSwap(false, true) {
 		return errStarted
 	}
-	logger := log.FromContext(ctx).WithName("mcprovider")
+	logger := loggerFor(ctx, aware).WithName("mcprovider")
 	queue := workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[string]())
 	unsubscribe := p.registry.Subscribe(func(s clusterregistry.Status) { queue.Add(s.Name) })
 	// After subscribing: a change between the two is seen twice at worst.
@@ -207,8 +237,24 @@ func (p *Provider) Start(ctx context.Context, aware multicluster.Aware) error {
 		engagedClusters.Dec()
 	}
 	p.mu.Unlock()
+	p.indexMu.Lock()
+	clear(p.indexed)
+	p.indexMu.Unlock()
 	logger.Info("stopped: every cluster disengaged")
 	return nil
+}
+
+// loggerFor is the logger in ctx, else aware's (multicluster-runtime's
+// manager hands its runnables a context without one), else
+// controller-runtime's.
+func loggerFor(ctx context.Context, aware multicluster.Aware) logr.Logger {
+	if l, err := logr.FromContext(ctx); err == nil {
+		return l
+	}
+	if a, ok := aware.(interface{ GetLogger() logr.Logger }); ok {
+		return a.GetLogger()
+	}
+	return log.Log
 }
 
 // next brings one cluster's engagement in step; false once the queue is
@@ -234,6 +280,9 @@ func (p *Provider) next(ctx context.Context, logger logr.Logger, queue workqueue
 // current state, not the change that queued the name, so a late change
 // never undoes a newer one.
 func (p *Provider) sync(ctx context.Context, logger logr.Logger, name string, aware multicluster.Aware) error {
+	if ctx.Err() != nil {
+		return nil // stopping: Start disengages everything
+	}
 	cl, err := p.registry.Cluster(name)
 	if err != nil && !errors.Is(err, clusterregistry.ErrNotExist) && !errors.Is(err, clusterregistry.ErrNotRunning) {
 		return err
@@ -247,11 +296,18 @@ func (p *Provider) sync(ctx context.Context, logger logr.Logger, name string, aw
 		logger.Info("cluster disengaged")
 	}
 	p.mu.Unlock()
-	if cl == nil || (old != nil && old.cluster == cl) {
+	if cl == nil {
+		p.forgetIndexed(name)
+		return nil
+	}
+	if old != nil && old.cluster == cl {
 		return nil
 	}
 
-	if err := p.index(ctx, name, cl); err != nil {
+	switch err := p.index(ctx, name, cl); {
+	case errors.Is(err, errStaleApp):
+		return nil // stopped meanwhile: its name is queued again
+	case err != nil:
 		return err
 	}
 	engageCtx, cancel := context.WithCancel(ctx)

@@ -62,10 +62,13 @@ func newRegistry(t *testing.T) *clusterregistry.RemoteClusterRegistry {
 }
 
 // recorder is a multicluster.Aware that records every engagement; it
-// refuses the first Engage of each name in refuse.
+// refuses the first Engage of each name in refuse, and runs check, if
+// set, on each cluster as it is engaged.
 type recorder struct {
 	mu      sync.Mutex
 	refuse  map[string]bool
+	check   func(name string, cl cluster.Cluster) error
+	checked []error
 	engaged []engaged
 }
 
@@ -82,8 +85,24 @@ func (r *recorder) Engage(ctx context.Context, name multicluster.ClusterName, cl
 		delete(r.refuse, name.String())
 		return errors.New("refused once")
 	}
+	if r.check != nil {
+		r.checked = append(r.checked, r.check(name.String(), cl))
+	}
 	r.engaged = append(r.engaged, engaged{name: name.String(), cluster: cl, ctx: ctx})
 	return nil
+}
+
+// Start makes a recorder an mcmanager.Runnable, to add to a manager.
+func (r *recorder) Start(ctx context.Context) error {
+	<-ctx.Done()
+	return nil
+}
+
+// checks is what check said of each cluster engaged so far.
+func (r *recorder) checks() error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return errors.Join(r.checked...)
 }
 
 // of is every engagement of name so far, oldest first.
@@ -279,7 +298,18 @@ func TestIndexFieldOnRunningAndLaterClusters(t *testing.T) {
 	if err := r.Spawn(first.Name(), first.Config()); err != nil {
 		t.Fatal(err)
 	}
-	aware := &recorder{}
+	// Each cluster has, as it is engaged, the indexes registered by then.
+	var registered []string
+	aware := &recorder{check: func(name string, cl cluster.Cluster) error {
+		for _, field := range registered {
+			var list corev1.ConfigMapList
+			if err := cl.GetCache().List(context.Background(), &list, client.MatchingFields{field: "any"}); err != nil {
+				return fmt.Errorf("%s engaged without index %s: %w", name, field, err)
+			}
+		}
+		return nil
+	}}
+	registered = []string{"data.color"}
 	ctx, cancel := context.WithCancel(context.Background())
 	started := make(chan error, 1)
 	go func() { started <- p.Start(ctx, aware) }()
@@ -290,6 +320,9 @@ func TestIndexFieldOnRunningAndLaterClusters(t *testing.T) {
 	if err := p.IndexField(t.Context(), &corev1.ConfigMap{}, "data.shape", shape); err != nil {
 		t.Fatalf("IndexField with %s running: %v", first.Name(), err)
 	}
+	aware.mu.Lock()
+	registered = append(registered, "data.shape")
+	aware.mu.Unlock()
 	if err := r.Spawn(second.Name(), second.Config()); err != nil {
 		t.Fatal(err)
 	}
@@ -313,10 +346,8 @@ func TestIndexFieldOnRunningAndLaterClusters(t *testing.T) {
 			}
 		}
 	}
-	// The index was on the second's cache when it was engaged.
-	var list corev1.ConfigMapList
-	if err := e2.cluster.GetCache().List(t.Context(), &list, client.MatchingFields{"data.shape": "round"}); err != nil {
-		t.Fatalf("%s engaged without the index: %v", second.Name(), err)
+	if err := aware.checks(); err != nil {
+		t.Fatal(err)
 	}
 
 	// A second index of one name is refused, and not kept for later
@@ -347,16 +378,19 @@ func TestConcurrentSpawnsGetsAndIndexes(t *testing.T) {
 	go func() { started <- p.Start(ctx, aware) }()
 	t.Cleanup(func() { cancel(); <-started })
 
-	const cycles, fields = 4, 8
+	// Each step of the spawns and stops lets one IndexField and one Get
+	// run beside the next step.
+	const cycles = 4
+	steps := make(chan struct{})
 	var wg sync.WaitGroup
-	spawned := make(chan struct{})
 	wg.Go(func() {
-		defer close(spawned)
+		defer close(steps)
 		for i := range cycles {
 			if err := r.Spawn(cp.Name(), cp.Config()); err != nil {
 				t.Errorf("cycle %d: Spawn: %v", i, err)
 				return
 			}
+			steps <- struct{}{}
 			if i == cycles-1 {
 				return // ends running
 			}
@@ -364,29 +398,24 @@ func TestConcurrentSpawnsGetsAndIndexes(t *testing.T) {
 				t.Errorf("cycle %d: Stop: %v", i, err)
 				return
 			}
+			steps <- struct{}{}
 		}
 	})
-	wg.Go(func() {
-		for i := range fields {
-			field := fmt.Sprintf("f%d", i)
+	fields := 0
+	for range steps {
+		field := fmt.Sprintf("f%d", fields)
+		fields++
+		wg.Go(func() {
 			// A cluster that stops meanwhile may refuse it: the index is
 			// kept for the next app all the same.
 			_ = p.IndexField(context.Background(), &corev1.ConfigMap{}, field, func(client.Object) []string { return []string{field} })
-		}
-	})
-	wg.Go(func() {
-		for {
-			select {
-			case <-spawned:
-				return
-			default:
-			}
+		})
+		wg.Go(func() {
 			if cl, err := p.Get(context.Background(), multicluster.ClusterName(cp.Name())); err == nil && cl == nil {
 				t.Error("Get returned no cluster and no error")
-				return
 			}
-		}
-	})
+		})
+	}
 	wg.Wait()
 
 	want, err := r.Cluster(cp.Name())
