@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
 // State is where a cluster is in its life in the registry.
@@ -55,7 +54,6 @@ type cluster struct {
 	done chan struct{}
 
 	status  Status          // registry.mu
-	client  client.Client   // registry.mu; set once the app started
 	tenant  *tenant         // registry.mu; set once the app started
 	watches map[string]bool // registry.mu; the names of Watch's watches
 	stopCtx context.Context // registry.mu; the first Stop's context
@@ -166,7 +164,7 @@ func (r *RemoteClusterRegistry) fail(c *cluster, t *tenant, err error) {
 	// app, and every object its cache held, go now.
 	r.mu.Lock()
 	if c.tenant == t {
-		c.client, c.tenant = nil, nil
+		c.tenant = nil
 	}
 	r.mu.Unlock()
 }

@@ -233,7 +233,7 @@ func (r *RemoteClusterRegistry) Spawn(name string, config *rest.Config) error {
 	}
 
 	r.mu.Lock()
-	c.client, c.tenant = t.client, t
+	c.tenant = t
 	if c.status.State == StateStarting { // not Stopping: a Stop came in meanwhile
 		change = r.setStateLocked(c, StateRunning, nil)
 	}
@@ -319,36 +319,16 @@ func (r *RemoteClusterRegistry) Close(ctx context.Context) error {
 // that is not running, and otherwise what f returns. No registry lock is
 // held while f runs.
 func (r *RemoteClusterRegistry) WithClient(name string, f func(c client.Client) error) error {
-	r.mu.RLock()
-	c, ok := r.clusters[name]
-	var (
-		cl    client.Client
-		state State
-	)
-	if ok {
-		cl, state = c.client, c.status.State
+	t, err := r.running(name)
+	if err != nil {
+		return err
 	}
-	r.mu.RUnlock()
-	switch {
-	case !ok:
-		return fmt.Errorf("cluster %q: %w", name, ErrNotExist)
-	case state != StateRunning:
-		return fmt.Errorf("cluster %q is %s: %w", name, state, ErrNotRunning)
-	}
-	return f(cl)
+	return f(t.client)
 }
 
-// Cluster returns the named running cluster as a controller-runtime
-// cluster.Cluster, for code outside its app that speaks that interface
-// (a multicluster-runtime provider, say): its client, cache, field
-// indexer, API reader, REST mapper, event recorders and config are the
-// ones the app's modules use, so it adds no cache and no connection. It
-// is one value for as long as the app runs, and a new one after a
-// re-spawn; once the app stops, its cache and client stop with it. Its
-// Start returns an error: the registry runs the app. Cluster returns
-// ErrNotExist for an unknown name and ErrNotRunning for a cluster that is
-// not running.
-func (r *RemoteClusterRegistry) Cluster(name string) (ctrlcluster.Cluster, error) {
+// running is the named cluster's running app, or ErrNotExist or
+// ErrNotRunning.
+func (r *RemoteClusterRegistry) running(name string) (*tenant, error) {
 	r.mu.RLock()
 	c, ok := r.clusters[name]
 	var (
@@ -364,6 +344,24 @@ func (r *RemoteClusterRegistry) Cluster(name string) (ctrlcluster.Cluster, error
 		return nil, fmt.Errorf("cluster %q: %w", name, ErrNotExist)
 	case state != StateRunning || t == nil:
 		return nil, fmt.Errorf("cluster %q is %s: %w", name, state, ErrNotRunning)
+	}
+	return t, nil
+}
+
+// Cluster returns the named running cluster as a controller-runtime
+// cluster.Cluster, for code outside its app that speaks that interface
+// (a multicluster-runtime provider, say): its client, cache, field
+// indexer, API reader, REST mapper, event recorders and config are the
+// ones the app's modules use, so it adds no cache and no connection. It
+// is one value for as long as the app runs, and a new one after a
+// re-spawn; once the app stops, its cache and client stop with it. Its
+// Start returns an error: the registry runs the app. Cluster returns
+// ErrNotExist for an unknown name and ErrNotRunning for a cluster that is
+// not running.
+func (r *RemoteClusterRegistry) Cluster(name string) (ctrlcluster.Cluster, error) {
+	t, err := r.running(name)
+	if err != nil {
+		return nil, err
 	}
 	return t.cluster, nil
 }
