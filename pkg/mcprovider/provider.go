@@ -173,8 +173,11 @@ const indexTimeout = 30 * time.Second
 func (p *Provider) indexLocked(ctx context.Context, name string, cl cluster.Cluster) error {
 	// Only the current app's count is kept: a late call for an app that
 	// stopped must not reset its successor's.
-	if current, err := p.registry.Cluster(name); err != nil || current != cl {
-		delete(p.indexed, name)
+	current, err := p.registry.Cluster(name)
+	if err != nil || current != cl {
+		if ic, ok := p.indexed[name]; ok && ic.cluster != current {
+			delete(p.indexed, name) // the count of an app gone
+		}
 		return errStaleApp
 	}
 	ic := p.indexed[name]
@@ -205,9 +208,10 @@ func (p *Provider) forgetIndexed(name string) {
 
 // Start engages every running cluster with aware, and keeps the
 // engagements in step with the registry, until ctx ends; then it cancels
-// every engagement and returns nil. It blocks, and logs through the
-// logger in ctx (controller-runtime's log.FromContext), with the key
-// "cluster". A second call returns an error.
+// every engagement and returns nil. It blocks. It logs, with the key
+// "cluster", through the logger in ctx (logr.FromContext), else aware's
+// GetLogger (a multicluster-runtime manager's). A second call returns an
+// error.
 func (p *Provider) Start(ctx context.Context, aware multicluster.Aware) error {
 	if !p.started.CompareAndSwap(false, true) {
 		return errStarted
