@@ -29,9 +29,12 @@ const reapplyAfter = time.Minute
 // than any of the control planes it was starting.
 //
 // An object of a watched kind (StatefulSet, Service: the workloads'
-// cache) is skipped only while the cache holds the version the apply
-// answered, so any change to it, by anyone, is applied over at once; an
-// object of another kind is skipped for reapplyAfter.
+// cache) is skipped only while the cache holds it as the apply answered
+// it, so any change to it, by anyone, is applied over at once: a Service
+// while the cache holds the version answered; a StatefulSet, whose
+// status changes with each of its Pods, while its generation (its spec)
+// and its labels, annotations and owners are those answered. An object
+// of another kind is skipped for reapplyAfter.
 type appliedObjects struct {
 	mu   sync.Mutex
 	last map[appliedKey]appliedRecord
@@ -45,7 +48,20 @@ type appliedKey struct {
 type appliedRecord struct {
 	digest          [sha256.Size]byte
 	resourceVersion string
+	generation      int64
+	metadata        [sha256.Size]byte // metadataDigest of the answer
 	at              time.Time
+}
+
+// metadataDigest is the digest of the metadata of o that an apply sets
+// and that a change other than to its spec or status changes: labels,
+// annotations and owners.
+func metadataDigest(o client.Object) [sha256.Size]byte {
+	data, err := json.Marshal([]any{o.GetLabels(), o.GetAnnotations(), o.GetOwnerReferences()})
+	if err != nil { // maps of strings and a list of structs always encode
+		return [sha256.Size]byte{}
+	}
+	return sha256.Sum256(data)
 }
 
 // digestOf is the digest of o as it is to be applied.
@@ -81,11 +97,19 @@ func (a *appliedObjects) unchanged(ctx context.Context, cache client.Reader, gvk
 		return now.Sub(rec.at) < reapplyAfter
 	}
 	current := o.DeepCopyObject().(client.Object)
-	if err := cache.Get(ctx, client.ObjectKeyFromObject(o), current); err != nil || current.GetResourceVersion() != rec.resourceVersion {
+	if err := cache.Get(ctx, client.ObjectKeyFromObject(o), current); err != nil {
+		return false
+	}
+	if _, ok := o.(*appsv1.StatefulSet); ok {
+		if current.GetGeneration() != rec.generation || metadataDigest(current) != rec.metadata {
+			return false
+		}
+	} else if current.GetResourceVersion() != rec.resourceVersion {
 		return false
 	}
 	current.GetObjectKind().SetGroupVersionKind(gvk)
-	// The same type: the cache's copy is what the apply answered.
+	// The same type: the cache's copy is what the apply answered, or newer
+	// in its status alone.
 	switch want := o.(type) {
 	case *appsv1.StatefulSet:
 		*want = *current.(*appsv1.StatefulSet)
@@ -102,7 +126,9 @@ func (a *appliedObjects) record(gvk schema.GroupVersionKind, o client.Object, di
 	if a.last == nil {
 		a.last = map[appliedKey]appliedRecord{}
 	}
-	a.last[appliedKey{gvk: gvk, namespace: o.GetNamespace(), name: o.GetName()}] = appliedRecord{digest: digest, resourceVersion: o.GetResourceVersion(), at: now}
+	a.last[appliedKey{gvk: gvk, namespace: o.GetNamespace(), name: o.GetName()}] = appliedRecord{
+		digest: digest, resourceVersion: o.GetResourceVersion(), generation: o.GetGeneration(), metadata: metadataDigest(o), at: now,
+	}
 }
 
 // forget drops what was applied in namespace, and the namespace itself:

@@ -4,6 +4,7 @@ import (
 	"testing"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -74,6 +75,46 @@ func TestAppliedObjects(t *testing.T) {
 	}
 	if a.unchanged(ctx, cache, serviceKind, svc.DeepCopy(), svcDigest, now) {
 		t.Error("a watched object changed since it was applied is taken as applied")
+	}
+
+	// A StatefulSet, watched: unchanged while its generation and labels
+	// are those answered, whatever its status; filled from the cache.
+	stsKind := appsv1.SchemeGroupVersion.WithKind("StatefulSet")
+	sts := &appsv1.StatefulSet{ObjectMeta: metav1.ObjectMeta{Namespace: "cp", Name: "control-plane", Labels: map[string]string{"app": "cp"}}}
+	stsDigest, err := digestOf(sts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stored := sts.DeepCopy()
+	stored.Generation = 1
+	if err := cache.Create(ctx, stored); err != nil {
+		t.Fatal(err)
+	}
+	a.record(stsKind, stored, stsDigest, now)
+	stored.Status.ReadyReplicas = 1
+	if err := cache.Status().Update(ctx, stored); err != nil {
+		t.Fatal(err)
+	}
+	wantSTS := sts.DeepCopy()
+	if !a.unchanged(ctx, cache, stsKind, wantSTS, stsDigest, now) || wantSTS.Status.ReadyReplicas != 1 {
+		t.Errorf("a StatefulSet whose status alone changed: unchanged false, or not filled (%+v)", wantSTS.Status)
+	}
+	for what, change := range map[string]func(*appsv1.StatefulSet){
+		"its spec":   func(s *appsv1.StatefulSet) { s.Generation = 2 },
+		"its labels": func(s *appsv1.StatefulSet) { s.Labels["app"] = "other" },
+	} {
+		var held appsv1.StatefulSet
+		if err := cache.Get(ctx, client.ObjectKeyFromObject(sts), &held); err != nil {
+			t.Fatal(err)
+		}
+		change(&held)
+		if err := cache.Update(ctx, &held); err != nil {
+			t.Fatal(err)
+		}
+		if a.unchanged(ctx, cache, stsKind, sts.DeepCopy(), stsDigest, now) {
+			t.Errorf("a StatefulSet whose %s changed is taken as applied", what)
+		}
+		a.record(stsKind, &held, stsDigest, now) // applied again
 	}
 
 	// Forgetting a namespace forgets what is in it, and it.
